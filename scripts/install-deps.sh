@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian package Tandem needs to build, test and run, and nothing from anywhere else.
+# Idempotent: packages already present are left alone, and `apt-get update` runs only when
+# something is missing. Run as root, or as a user with sudo.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
+  # libraries the modules link
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libzmq3-dev cppzmq-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libibverbs-dev
+  libboost-dev libboost-system-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  libdnnl-dev libopenblas-dev libssl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy curl iproute2 procps
+  nginx-light gnuplot-nox
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  SUDO="sudo"
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get "${apt_opts[@]}" update -q
+$SUDO apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
