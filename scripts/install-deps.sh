@@ -17,6 +17,15 @@ packages=(
   nginx-light gnuplot-nox
 )
 
+# Tools that only regenerate committed artefacts (the shipped model, reference goldens); the
+# build, the tests and the quickstart do not need them. `--dev` installs them too.
+dev_packages=(python3-torch python3-regex fortunes fortunes-min nodejs)
+if [ "${1:-}" = "--dev" ]; then
+  packages+=("${dev_packages[@]}")
+  # Some nodejs builds bundle npm; Debian's own splits it into the npm package.
+  command -v npm >/dev/null || packages+=(npm)
+fi
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
