@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libzmq3-dev cppzmq-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libibverbs-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
-  libdnnl-dev libopenblas-dev libssl-dev
+  libdnnl-dev libopenblas-dev libssl-dev libutf8proc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy curl iproute2 procps
   nginx-light gnuplot-nox
