@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The whole test suite: dependencies (if missing), format check, Release build, every ctest test
+# (unit + integration), then the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Exits non-zero on any failure. Usage: scripts/test.sh [--no-sanitize]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+sanitize=1
+[ "${1:-}" = "--no-sanitize" ] && sanitize=0
+jobs="${TANDEM_JOBS:-$(nproc)}"
+
+section() { printf '\n=== %s (%ds)\n' "$1" "$(( $(date +%s) - start ))"; }
+
+section "dependencies"
+bash scripts/install-deps.sh
+
+section "format"
+bash scripts/check-format.sh
+
+section "build (Release)"
+bash scripts/build.sh
+
+section "tests (unit + integration)"
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
+
+if [ "$sanitize" = 1 ]; then
+  section "unit tests under ASan + UBSan"
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  [ -f build-asan/CMakeCache.txt ] || cmake -S . -B build-asan "${generator[@]}" \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON -DTANDEM_UNIT_TESTS_ONLY=ON \
+      -DTANDEM_BUILD_BENCH=OFF
+  cmake --build build-asan -j "$jobs" --target tests
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 900
+fi
+
+section "done"
+echo "test.sh: all suites passed in $(( $(date +%s) - start ))s"
