@@ -1,0 +1,67 @@
+#include "kvtransfer/transfer_flags.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem::kv {
+
+void RegisterTransferFlags(Flags& flags, TransferFlags* o) {
+  flags.Add("--disaggregation-transfer-backend", &o->backend, "KV transfer backend: tcp or rdma")
+      ->check(CLI::IsMember({"tcp", "rdma"}));
+  flags.Add("--transfer-fallback-tcp", &o->fallback_to_tcp,
+            "When the rdma backend cannot start, use tcp instead of exiting");
+  flags.Add("--disaggregation-ib-device", &o->ib_device, "RDMA device name (default: the first)");
+  flags.Add("--transfer-host", &o->transfer_host, "Address the KV transfer endpoint listens on");
+  flags.Add("--transfer-port", &o->transfer_port, "KV transfer endpoint port (0: ephemeral)")
+      ->check(CLI::Range(0, 65535));
+  flags.Add("--transfer-lanes", &o->lanes, "Connections (tcp) or queue pairs (rdma) per peer")
+      ->check(CLI::Range(1, 64));
+  flags
+      .Add("--bootstrap-timeout", &o->bootstrap_timeout_s,
+           "Seconds a room may take to pair its prefill and decode workers")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--transfer-timeout", &o->transfer_timeout_s,
+           "Seconds a room's KV may take to land once its prefill started")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--cluster-secret", &o->cluster_secret,
+            "Shared secret every worker must prove (prefer --cluster-secret-file)");
+  flags.Add("--cluster-secret-file", &o->cluster_secret_file,
+            "File whose first line is the cluster secret");
+}
+
+absl::StatusOr<std::string> LoadClusterSecret(const TransferFlags& o) {
+  std::string secret;
+  std::string source;
+  if (!o.cluster_secret_file.empty()) {
+    std::ifstream in(o.cluster_secret_file);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster-secret-file: cannot read '", o.cluster_secret_file, "'"));
+    }
+    std::getline(in, secret);
+    source = absl::StrCat("--cluster-secret-file '", o.cluster_secret_file, "'");
+  } else if (!o.cluster_secret.empty()) {
+    secret = o.cluster_secret;
+    source = "--cluster-secret";
+  } else if (const char* env = std::getenv("TANDEM_CLUSTER_SECRET"); env != nullptr) {
+    secret = env;
+    source = "TANDEM_CLUSTER_SECRET";
+  } else {
+    return absl::InvalidArgumentError(
+        "no cluster secret: give --cluster-secret-file, --cluster-secret or set "
+        "TANDEM_CLUSTER_SECRET (the same value on every worker of the cluster)");
+  }
+  secret = std::string(absl::StripAsciiWhitespace(secret));
+  if (secret.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the cluster secret must be at least 16 bytes, got ", secret.size()));
+  }
+  return secret;
+}
+
+}  // namespace tandem::kv

@@ -1,0 +1,193 @@
+#include "router/router_options.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace tandem::router {
+namespace {
+
+const std::vector<std::string> kPolicies = {"random", "round_robin", "cache_aware", "power_of_two"};
+
+bool LooksLikeUrl(const std::string& s) {
+  return absl::StrContains(s, "://") || absl::StrContains(s, ":");
+}
+
+}  // namespace
+
+void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
+  flags.Add("--host", &o->host, "Address to listen on");
+  flags.Add("--port", &o->port, "HTTP port")->check(CLI::Range(0, 65535));
+  flags.Add("--api-key", &o->api_key, "Key clients must send as 'Authorization: Bearer KEY'");
+  flags.Add("--admin-key", &o->admin_key, "Key for the admin API (workers, flush, drain)");
+
+  flags.Add("--pd-disaggregation", &o->pd_disaggregation,
+            "Prefill-decode disaggregated mode (--prefill and --decode)");
+  flags
+      .Add("--prefill", &o->prefill_tokens,
+           "Prefill worker URL and optional bootstrap port: --prefill URL [BOOTSTRAP_PORT]; repeat")
+      ->expected(1, 2);
+  flags.Add("--decode", &o->decode_urls, "Decode worker URL; repeat")->expected(1);
+  flags.Add("--worker-urls", &o->worker_urls, "Colocated workers (plain mode)");
+
+  auto policies = CLI::IsMember(kPolicies);
+  flags.Add("--policy", &o->policy, "Load-balancing policy (prefill and decode unless overridden)")
+      ->check(policies);
+  flags.Add("--prefill-policy", &o->prefill_policy, "Policy for prefill workers in PD mode")
+      ->check(policies);
+  flags.Add("--decode-policy", &o->decode_policy, "Policy for decode workers in PD mode")
+      ->check(policies);
+  flags
+      .Add("--cache-threshold", &o->cache_threshold,
+           "cache_aware: minimum prefix-match ratio to prefer the matching worker")
+      ->check(CLI::Range(0.0, 1.0));
+  flags
+      .Add("--balance-abs-threshold", &o->balance_abs_threshold,
+           "cache_aware: balance load when max-min > this AND max > min*rel")
+      ->check(CLI::NonNegativeNumber);
+  flags
+      .Add("--balance-rel-threshold", &o->balance_rel_threshold,
+           "cache_aware: relative load imbalance that switches to least-load")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--eviction-interval-secs", &o->eviction_interval_secs,
+           "cache_aware: seconds between prefix-tree evictions")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--max-tree-size", &o->max_tree_size, "cache_aware: prefix-tree size bound (tokens)")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--worker-load-check-interval", &o->worker_load_check_interval,
+           "Seconds between load polls (power_of_two)")
+      ->check(CLI::PositiveNumber);
+
+  flags
+      .Add("--max-payload-size", &o->max_payload_size, "Largest request body in bytes (413 above)")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--request-timeout-secs", &o->request_timeout_secs, "Whole-request timeout")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--max-concurrent-requests", &o->max_concurrent_requests,
+            "Requests served at once (-1: unbounded); more wait in the queue");
+  flags.Add("--queue-size", &o->queue_size, "Requests that may wait (429 beyond)")
+      ->check(CLI::NonNegativeNumber);
+  flags
+      .Add("--queue-timeout-secs", &o->queue_timeout_secs, "Longest wait in the queue (408 after)")
+      ->check(CLI::PositiveNumber);
+
+  flags.Add("--retry-max-retries", &o->retry_max_retries, "Attempts before the first token")
+      ->check(CLI::NonNegativeNumber);
+  flags.Add("--retry-initial-backoff-ms", &o->retry_initial_backoff_ms, "First retry delay")
+      ->check(CLI::NonNegativeNumber);
+  flags.Add("--retry-max-backoff-ms", &o->retry_max_backoff_ms, "Largest retry delay")
+      ->check(CLI::NonNegativeNumber);
+  flags.Add("--retry-backoff-multiplier", &o->retry_backoff_multiplier, "Delay growth per retry")
+      ->check(CLI::Range(1.0, 100.0));
+  flags.Add("--retry-jitter-factor", &o->retry_jitter_factor, "Random +- fraction of each delay")
+      ->check(CLI::Range(0.0, 1.0));
+  flags.Add("--disable-retries", &o->disable_retries, "Never retry");
+
+  flags
+      .Add("--health-failure-threshold", &o->health_failure_threshold,
+           "Failed checks in a row that mark a worker unhealthy")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--health-success-threshold", &o->health_success_threshold,
+           "Passed checks in a row that mark it healthy again")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--health-check-timeout-secs", &o->health_check_timeout_secs, "Health check timeout")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--health-check-interval-secs", &o->health_check_interval_secs,
+           "Seconds between health checks")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--cb-failure-threshold", &o->cb_failure_threshold,
+           "Failures within the window that open a worker's circuit")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--cb-success-threshold", &o->cb_success_threshold,
+           "Successes in half-open state that close it")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--cb-timeout-duration-secs", &o->cb_timeout_duration_secs,
+           "Seconds an open circuit waits before half-open")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--cb-window-duration-secs", &o->cb_window_duration_secs, "Failure-counting window")
+      ->check(CLI::PositiveNumber);
+  flags.Add("--disable-circuit-breaker", &o->disable_circuit_breaker, "No circuit breaker");
+
+  flags.Add("--model-path", &o->model_path,
+            "Model directory whose tokenizer and chat template the router uses");
+  flags.Add("--tokenizer-path", &o->tokenizer_path, "Tokenizer directory (default: --model-path)");
+  flags.Add("--request-id-headers", &o->request_id_headers,
+            "Headers checked for a client request id");
+  flags.Add("--cluster-secret-file", &o->cluster_secret_file,
+            "File holding the secret the workers require");
+}
+
+absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,
+                                   std::vector<PrefillEndpoint>* out) {
+  out->clear();
+  for (const std::string& t : tokens) {
+    int port = 0;
+    const bool is_port = absl::SimpleAtoi(t, &port);
+    if (is_port || t == "none") {
+      if (out->empty() || out->back().bootstrap_port.has_value()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--prefill: bootstrap port '", t, "' does not follow a URL"));
+      }
+      if (is_port && (port < 1 || port > 65535)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--prefill: bootstrap port '", t, "' is not in [1, 65535]"));
+      }
+      if (is_port) out->back().bootstrap_port = port;
+      continue;
+    }
+    if (!LooksLikeUrl(t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prefill: '", t, "' is neither a URL (http://host:port) nor a port"));
+    }
+    out->push_back(PrefillEndpoint{t, std::nullopt});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRouterOptions(RouterOptions* o) {
+  RETURN_IF_ERROR(ParsePrefillEndpoints(o->prefill_tokens, &o->prefill));
+  if (o->pd_disaggregation) {
+    if (!o->worker_urls.empty()) {
+      return absl::InvalidArgumentError(
+          "--worker-urls is for plain mode; with --pd-disaggregation give --prefill and --decode");
+    }
+    if (o->prefill.empty() || o->decode_urls.empty()) {
+      return absl::InvalidArgumentError(
+          "--pd-disaggregation needs at least one --prefill URL [BOOTSTRAP_PORT] and one "
+          "--decode URL (workers can also be added later through the admin API only in plain "
+          "mode)");
+    }
+    for (const PrefillEndpoint& p : o->prefill) {
+      if (!p.bootstrap_port) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--prefill ", p.url,
+                         ": a bootstrap port is required in PD mode (the worker's "
+                         "--disaggregation-bootstrap-port)"));
+      }
+    }
+  } else if (!o->prefill.empty() || !o->decode_urls.empty()) {
+    return absl::InvalidArgumentError("--prefill and --decode need --pd-disaggregation");
+  }
+  if (o->prefill_policy.empty()) o->prefill_policy = o->policy;
+  if (o->decode_policy.empty()) o->decode_policy = o->policy;
+  if (o->max_concurrent_requests == 0 || o->max_concurrent_requests < -1) {
+    return absl::InvalidArgumentError("--max-concurrent-requests must be -1 or positive");
+  }
+  if (!o->api_key.empty() && o->api_key == o->admin_key) {
+    return absl::InvalidArgumentError("--admin-key must differ from --api-key");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,94 @@
+// tandem-router's options: the flags of `sglang_router.launch_router` for the same concepts, with
+// SGLang's defaults, so launch scripts translate line by line (DESIGN.md).
+#ifndef TANDEM_ROUTER_ROUTER_OPTIONS_H_
+#define TANDEM_ROUTER_ROUTER_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/flags.h"
+
+namespace tandem::router {
+
+// A prefill worker as given by `--prefill URL [BOOTSTRAP_PORT]`.
+struct PrefillEndpoint {
+  std::string url;                    // the worker's gRPC address, e.g. http://10.0.0.1:8000
+  std::optional<int> bootstrap_port;  // absent: "none" or omitted
+};
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int port = 30000;
+  std::string api_key;    // clients must send "Authorization: Bearer <key>"
+  std::string admin_key;  // the admin API's key (separate from the client key)
+
+  // Workers.
+  bool pd_disaggregation = false;
+  std::vector<std::string> prefill_tokens;  // raw --prefill tokens, see ParsePrefillEndpoints
+  std::vector<std::string> decode_urls;
+  std::vector<std::string> worker_urls;  // plain mode: colocated workers
+  std::vector<PrefillEndpoint> prefill;  // filled by ValidateRouterOptions
+
+  // Policies.
+  std::string policy = "cache_aware";
+  std::string prefill_policy;  // "" = --policy
+  std::string decode_policy;   // "" = --policy
+  double cache_threshold = 0.3;
+  int balance_abs_threshold = 64;
+  double balance_rel_threshold = 1.5;
+  int eviction_interval_secs = 120;
+  int64_t max_tree_size = int64_t{1} << 26;
+  int worker_load_check_interval = 10;
+
+  // Limits.
+  int64_t max_payload_size = int64_t{512} << 20;
+  int request_timeout_secs = 1800;
+  int max_concurrent_requests = -1;  // -1: unbounded
+  int queue_size = 100;
+  int queue_timeout_secs = 60;
+
+  // Retries (before the first token only).
+  int retry_max_retries = 5;
+  int retry_initial_backoff_ms = 50;
+  int retry_max_backoff_ms = 30000;
+  double retry_backoff_multiplier = 1.5;
+  double retry_jitter_factor = 0.2;
+  bool disable_retries = false;
+
+  // Health checks and circuit breaker.
+  int health_failure_threshold = 3;
+  int health_success_threshold = 2;
+  int health_check_timeout_secs = 5;
+  int health_check_interval_secs = 60;
+  int cb_failure_threshold = 10;
+  int cb_success_threshold = 3;
+  int cb_timeout_duration_secs = 60;
+  int cb_window_duration_secs = 120;
+  bool disable_circuit_breaker = false;
+
+  // Tokenizer / chat template source (the router tokenizes for cache_aware and chat).
+  std::string model_path;
+  std::string tokenizer_path;
+
+  std::vector<std::string> request_id_headers;  // "" = x-request-id, x-correlation-id, ...
+  std::string cluster_secret_file;              // to authenticate to workers
+};
+
+// Registers every flag on `flags`; `options` must outlive flags.Parse().
+void RegisterRouterFlags(Flags& flags, RouterOptions* options);
+
+// Turns `--prefill` tokens into endpoints: each URL starts an endpoint, an integer or "none"
+// right after it is its bootstrap port. Errors name the bad token.
+absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,
+                                   std::vector<PrefillEndpoint>* out);
+
+// Cross-flag checks (PD mode needs --prefill and --decode, plain mode --worker-urls, policies
+// known, thresholds in range) and fills `prefill`. Errors name the flags involved.
+absl::Status ValidateRouterOptions(RouterOptions* options);
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_ROUTER_OPTIONS_H_

@@ -1,0 +1,104 @@
+#include "router/router_options.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/flags.h"
+#include "gtest/gtest.h"
+
+namespace tandem::router {
+namespace {
+
+struct Parsed {
+  std::optional<int> exit_code;
+  std::string error;
+  RouterOptions options;
+};
+
+Parsed Parse(const std::vector<std::string>& args) {
+  Parsed p;
+  Flags flags("tandem-router", "test");
+  std::ostringstream out, err;
+  flags.SetOutput(&out, &err);
+  RegisterRouterFlags(flags, &p.options);
+  p.exit_code = flags.Parse(args);
+  p.error = err.str();
+  return p;
+}
+
+TEST(RouterOptionsTest, SglangPdCommandLineTranslatesAsIs) {
+  // The router line of the seeds' launch scripts, with our binary's name.
+  Parsed p = Parse({"--pd-disaggregation", "--policy", "cache_aware", "--prefill",
+                    "http://10.0.0.1:8000", "8998", "--prefill", "http://10.0.0.2:8000", "8999",
+                    "--decode", "http://10.0.0.3:8001", "--decode", "http://10.0.0.4:8001",
+                    "--host", "127.0.0.1", "--port", "6688"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  ASSERT_EQ(p.options.prefill.size(), 2u);
+  EXPECT_EQ(p.options.prefill[0].url, "http://10.0.0.1:8000");
+  EXPECT_EQ(p.options.prefill[0].bootstrap_port, 8998);
+  EXPECT_EQ(p.options.prefill[1].bootstrap_port, 8999);
+  EXPECT_EQ(p.options.decode_urls.size(), 2u);
+  EXPECT_EQ(p.options.port, 6688);
+  EXPECT_EQ(p.options.prefill_policy, "cache_aware");
+  EXPECT_EQ(p.options.decode_policy, "cache_aware");
+}
+
+TEST(RouterOptionsTest, SglangDefaults) {
+  Parsed p = Parse({"--worker-urls", "http://127.0.0.1:8001"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_EQ(p.options.port, 30000);
+  EXPECT_EQ(p.options.policy, "cache_aware");
+  EXPECT_DOUBLE_EQ(p.options.cache_threshold, 0.3);
+  EXPECT_EQ(p.options.balance_abs_threshold, 64);
+  EXPECT_DOUBLE_EQ(p.options.balance_rel_threshold, 1.5);
+  EXPECT_EQ(p.options.retry_max_retries, 5);
+}
+
+TEST(RouterOptionsTest, PrefillTokens) {
+  std::vector<PrefillEndpoint> eps;
+  ASSERT_TRUE(
+      ParsePrefillEndpoints({"http://a:1", "none", "http://b:2", "http://c:3", "77"}, &eps).ok());
+  ASSERT_EQ(eps.size(), 3u);
+  EXPECT_FALSE(eps[0].bootstrap_port.has_value());
+  EXPECT_FALSE(eps[1].bootstrap_port.has_value());
+  EXPECT_EQ(eps[2].bootstrap_port, 77);
+
+  auto s = ParsePrefillEndpoints({"8998"}, &eps);
+  EXPECT_NE(s.message().find("'8998' does not follow a URL"), std::string::npos) << s.message();
+  s = ParsePrefillEndpoints({"http://a:1", "70000"}, &eps);
+  EXPECT_NE(s.message().find("'70000' is not in [1, 65535]"), std::string::npos) << s.message();
+  s = ParsePrefillEndpoints({"banana"}, &eps);
+  EXPECT_NE(s.message().find("'banana'"), std::string::npos) << s.message();
+}
+
+TEST(RouterOptionsTest, CrossFlagErrorsNameTheFlags) {
+  Parsed p = Parse({"--pd-disaggregation", "--decode", "http://d:1"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  auto s = ValidateRouterOptions(&p.options);
+  EXPECT_NE(s.message().find("--prefill"), std::string::npos) << s.message();
+
+  p = Parse({"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:1"});
+  s = ValidateRouterOptions(&p.options);
+  EXPECT_NE(s.message().find("bootstrap port is required"), std::string::npos) << s.message();
+
+  p = Parse({"--prefill", "http://p:1", "8998"});
+  s = ValidateRouterOptions(&p.options);
+  EXPECT_NE(s.message().find("--pd-disaggregation"), std::string::npos) << s.message();
+
+  p = Parse({"--worker-urls", "http://w:1", "--api-key", "k", "--admin-key", "k"});
+  s = ValidateRouterOptions(&p.options);
+  EXPECT_NE(s.message().find("--admin-key must differ"), std::string::npos) << s.message();
+}
+
+TEST(RouterOptionsTest, BadFlagsExitWithTwo) {
+  EXPECT_EQ(Parse({"--policy", "fastest"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--cache-threshold", "1.5"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--port", "http"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--no-such-flag"}).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace tandem::router
