@@ -1,0 +1,253 @@
+#include "engine/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "engine/attention.h"
+#include "engine/kernels/matmul.h"
+#include "engine/ops.h"
+
+namespace tandem::engine {
+
+// Activations of one batch. Sized for the largest batch seen so far; grown only at the start of
+// Forward, never inside the layer loop.
+struct Model::RunState {
+  int64_t capacity = 0;                      // tokens
+  int64_t logit_capacity = 0;                // rows
+  std::vector<int64_t> positions;            // [T]
+  std::vector<const int32_t*> block_tables;  // [T] -> the token's sequence's block ids
+  std::vector<float> cos, sin;               // [T, head_dim / 2]
+  std::vector<float> x;                      // [T, hidden] residual stream
+  std::vector<bf16> xb;                      // [T, max(hidden, q_dim, intermediate)]
+  std::vector<float> q;                      // [T, n_heads * head_dim]
+  std::vector<float> k;                      // [T, n_kv_heads * head_dim]
+  std::vector<float> v;                      // [T, n_kv_heads * head_dim]
+  std::vector<float> att;                    // [T, n_heads * head_dim]
+  std::vector<float> proj;                   // [T, hidden] o_proj / down_proj output
+  std::vector<float> gate;                   // [T, intermediate]
+  std::vector<float> up;                     // [T, intermediate]
+  std::vector<int64_t> logit_rows;           // [R] token index of each wanted row
+  std::vector<bf16> xl;                      // [R, hidden] final-normed rows, bf16
+  std::vector<float> logits;                 // [R, vocab]
+  int64_t xb_stride = 0;
+
+  void Reserve(const ModelConfig& c, int64_t tokens, int64_t rows) {
+    if (tokens > capacity) {
+      capacity = tokens;
+      const auto T = static_cast<size_t>(tokens);
+      xb_stride = std::max({c.hidden_size, c.q_dim(), c.intermediate_size});
+      positions.resize(T);
+      block_tables.resize(T);
+      cos.resize(T * c.head_dim / 2);
+      sin.resize(T * c.head_dim / 2);
+      x.resize(T * c.hidden_size);
+      xb.resize(T * xb_stride);
+      q.resize(T * c.q_dim());
+      k.resize(T * c.kv_dim());
+      v.resize(T * c.kv_dim());
+      att.resize(T * c.q_dim());
+      proj.resize(T * c.hidden_size);
+      gate.resize(T * c.intermediate_size);
+      up.resize(T * c.intermediate_size);
+    }
+    if (rows > logit_capacity) {
+      logit_capacity = rows;
+      xl.resize(static_cast<size_t>(rows * c.hidden_size));
+      logits.resize(static_cast<size_t>(rows * c.vocab_size));
+    }
+    logit_rows.clear();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
+                                                   const ModelOptions& options) {
+  ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(model_dir + "/config.json"));
+  ASSIGN_OR_RETURN(std::unique_ptr<Weights> weights, Weights::Load(model_dir, config));
+  return std::make_unique<Model>(std::move(config), std::move(weights), options);
+}
+
+Model::Model(ModelConfig config, std::unique_ptr<Weights> weights, const ModelOptions& options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      pool_(options.threads),
+      inv_freq_(RopeInvFrequencies(config_)),
+      rs_(std::make_unique<RunState>()) {}
+
+Model::~Model() = default;
+
+absl::StatusOr<std::unique_ptr<KvCacheStorage>> Model::CreateKvCache(int64_t num_blocks,
+                                                                     int64_t block_size) const {
+  return KvCacheStorage::Create(config_.num_layers, num_blocks, block_size, config_.num_kv_heads,
+                                config_.head_dim);
+}
+
+absl::Status Model::Validate(const std::vector<SequenceInput>& batch,
+                             const KvCacheStorage& cache) const {
+  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  if (cache.num_layers() != config_.num_layers || cache.num_kv_heads() != config_.num_kv_heads ||
+      cache.head_dim() != config_.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache shaped for ", cache.num_layers(), " layers x ", cache.num_kv_heads(),
+                     " kv heads x ", cache.head_dim(), " head_dim, model has ", config_.num_layers,
+                     " x ", config_.num_kv_heads, " x ", config_.head_dim));
+  }
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceInput& in = batch[s];
+    const std::string where = absl::StrCat("batch sequence ", s, ": ");
+    if (in.tokens.empty()) return absl::InvalidArgumentError(where + "no tokens");
+    if (in.start_pos < 0) return absl::InvalidArgumentError(where + "negative start position");
+    const int64_t end = in.start_pos + static_cast<int64_t>(in.tokens.size());
+    if (end > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "position ", end - 1,
+                                                     " beyond max_position_embeddings ",
+                                                     config_.max_position_embeddings));
+    }
+    const int64_t blocks_needed = (end + cache.block_size() - 1) / cache.block_size();
+    if (static_cast<int64_t>(in.block_ids.size()) < blocks_needed) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "block table has ", in.block_ids.size(),
+                                                     " blocks, ", blocks_needed, " needed for ",
+                                                     end, " positions"));
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      if (in.block_ids[b] < 0 || in.block_ids[b] >= cache.num_blocks()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "block id ", in.block_ids[b], " outside the cache"));
+      }
+    }
+    for (int32_t t : in.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "token id ", t, " outside the vocabulary of ", config_.vocab_size));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<SequenceInput>& batch,
+                                                      KvCacheStorage* cache,
+                                                      const LayerKvCallback& on_layer_kv) {
+  if (cache == nullptr) return absl::InvalidArgumentError("no KV cache");
+  RETURN_IF_ERROR(Validate(batch, *cache));
+  const ModelConfig& c = config_;
+  RunState& rs = *rs_;
+  int64_t n_tokens = 0, n_rows = 0;
+  for (const SequenceInput& in : batch) {
+    n_tokens += static_cast<int64_t>(in.tokens.size());
+    n_rows += in.want_logits ? 1 : 0;
+  }
+  rs.Reserve(c, n_tokens, n_rows);
+
+  // Embedding rows (bf16 -> fp32, exact), positions, block tables and RoPE angles per token.
+  const int64_t half = c.head_dim / 2;
+  int64_t t = 0;
+  for (const SequenceInput& in : batch) {
+    for (size_t i = 0; i < in.tokens.size(); ++i, ++t) {
+      ConvertBf16ToF32(weights_->embed + static_cast<int64_t>(in.tokens[i]) * c.hidden_size,
+                       rs.x.data() + t * c.hidden_size, c.hidden_size);
+      rs.positions[t] = in.start_pos + static_cast<int64_t>(i);
+      rs.block_tables[t] = in.block_ids.data();
+      RopeCosSin(rs.positions[t], inv_freq_.data(), half, rs.cos.data() + t * half,
+                 rs.sin.data() + t * half);
+    }
+    if (in.want_logits) rs.logit_rows.push_back(t - 1);
+  }
+
+  for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, n_tokens, cache, on_layer_kv);
+
+  // Final norm and lm_head on the wanted rows only.
+  const int64_t h = c.hidden_size;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    RmsNormToBf16(rs.x.data() + rs.logit_rows[r] * h, h, 1, h, weights_->final_norm.data(),
+                  c.rms_norm_eps, rs.xl.data() + r * h, h);
+  }
+  if (n_rows > 0) {
+    MatmulBf16(rs.xl.data(), h, n_rows, h, weights_->lm_head, c.vocab_size, rs.logits.data(),
+               c.vocab_size, &pool_);
+  }
+  return std::span<const float>(rs.logits.data(), static_cast<size_t>(n_rows * c.vocab_size));
+}
+
+void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCallback& cb) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_->layers[l];
+  RunState& rs = *rs_;
+  const int64_t h = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.intermediate_size;
+  const int64_t hd = c.head_dim, half = hd / 2, xs = rs.xb_stride;
+  const float eps = c.rms_norm_eps;
+
+  // Attention block: xb = bf16(rmsnorm(x)); q, k, v projections.
+  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+    RmsNormToBf16(rs.x.data() + b * h, h, e - b, h, w.attn_norm.data(), eps, rs.xb.data() + b * xs,
+                  xs);
+  });
+  MatmulBf16(rs.xb.data(), xs, T, h, w.wq, qd, rs.q.data(), qd, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, h, w.wk, kvd, rs.k.data(), kvd, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, h, w.wv, kvd, rs.v.data(), kvd, &pool_);
+
+  // Bias, q/k norm, RoPE, then K (after RoPE) and V into the cache as bf16.
+  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* q = rs.q.data() + t * qd;
+      float* k = rs.k.data() + t * kvd;
+      float* v = rs.v.data() + t * kvd;
+      if (!w.bq.empty()) {
+        for (int64_t i = 0; i < qd; ++i) q[i] += w.bq[i];
+        for (int64_t i = 0; i < kvd; ++i) k[i] += w.bk[i];
+        for (int64_t i = 0; i < kvd; ++i) v[i] += w.bv[i];
+      }
+      if (!w.q_norm.empty()) {
+        RmsNorm(q, hd, c.num_heads, hd, w.q_norm.data(), eps, q, hd);
+        RmsNorm(k, hd, c.num_kv_heads, hd, w.k_norm.data(), eps, k, hd);
+      }
+      const float* cs = rs.cos.data() + t * half;
+      const float* sn = rs.sin.data() + t * half;
+      for (int64_t hh = 0; hh < c.num_heads; ++hh) ApplyRope(q + hh * hd, hd, cs, sn);
+      for (int64_t hh = 0; hh < c.num_kv_heads; ++hh) ApplyRope(k + hh * hd, hd, cs, sn);
+      const int64_t pos = rs.positions[t];
+      const int32_t block = rs.block_tables[t][pos / cache->block_size()];
+      const int64_t slot = pos % cache->block_size();
+      ConvertF32ToBf16(k, cache->K(l, block, slot), kvd);
+      ConvertF32ToBf16(v, cache->V(l, block, slot), kvd);
+    }
+  });
+  if (cb) cb(l);
+
+  AttentionBatch ab;
+  ab.n_tokens = T;
+  ab.q = rs.q.data();
+  ab.positions = rs.positions.data();
+  ab.block_tables = rs.block_tables.data();
+  ab.out = rs.att.data();
+  PagedAttention(*cache, l, c.num_heads, ab, &pool_);
+
+  // o_proj and residual.
+  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      ConvertF32ToBf16(rs.att.data() + t * qd, rs.xb.data() + t * xs, qd);
+    }
+  });
+  MatmulBf16(rs.xb.data(), xs, T, qd, w.wo, h, rs.proj.data(), h, &pool_);
+  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
+    RmsNormToBf16(rs.x.data() + b * h, h, e - b, h, w.mlp_norm.data(), eps, rs.xb.data() + b * xs,
+                  xs);
+  });
+
+  // MLP: down(bf16(silu(gate) * up)), residual.
+  MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate, f, rs.gate.data(), f, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, h, w.w_up, f, rs.up.data(), f, &pool_);
+  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      SiluMulToBf16(rs.gate.data() + t * f, rs.up.data() + t * f, f, rs.xb.data() + t * xs);
+    }
+  });
+  MatmulBf16(rs.xb.data(), xs, T, f, w.w_down, h, rs.proj.data(), h, &pool_);
+  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
+  });
+}
+
+}  // namespace tandem::engine

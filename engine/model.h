@@ -1,0 +1,93 @@
+// Model: a decoder-only transformer (Llama / Qwen2 / Qwen3) forward pass over a paged KV cache.
+//
+// Reads top to bottom like llama2.c: ModelConfig (hyper-parameters), Weights (read-only, memory
+// mapped), RunState (per-batch activations, preallocated and grown only between batches), and
+// Forward. One Forward call runs a batch that mixes prompt chunks and decode tokens: for each
+// sequence, the tokens of this step, the absolute position of the first one, its block table, and
+// whether the logits of its last token are wanted. The new tokens' K/V are written into the cache
+// (K after RoPE, bf16) and every token attends over all cached positions of its sequence.
+//
+// Numerics follow notes/numerics.md; a token's logits are bit-identical whether it is computed
+// alone, in any batch, in any prefill chunking, or with any thread count (on one SIMD path).
+//
+// Thread-safety: a Model is not reentrant (one Forward at a time: RunState is shared); it uses its
+// own ThreadPool inside Forward. Weights are immutable and could be shared.
+// Ownership: the Model owns weights, thread pool and run state; the caller owns the KV cache
+// storage and block tables (the engine's scheduler manages them with BlockPool).
+#ifndef TANDEM_ENGINE_MODEL_H_
+#define TANDEM_ENGINE_MODEL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kernels/thread_pool.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "engine/weights.h"
+
+namespace tandem::engine {
+
+// One sequence's part of a batch.
+struct SequenceInput {
+  std::span<const int32_t> tokens;     // this step's tokens (>= 1)
+  int64_t start_pos = 0;               // absolute position of tokens[0]
+  std::span<const int32_t> block_ids;  // must cover positions [0, start_pos + tokens.size())
+  bool want_logits = false;            // logits of the last token of this step
+};
+
+// Called once per layer, after that layer's K/V for the whole batch is in the cache (before the
+// layer's attention). Runs on the Forward thread; must not call back into the Model.
+using LayerKvCallback = std::function<void(int64_t layer)>;
+
+struct ModelOptions {
+  int threads = 1;
+};
+
+class Model {
+ public:
+  // Loads config.json and the weights from `model_dir`. Errors name the file (and tensor).
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& model_dir,
+                                                     const ModelOptions& options);
+  // Builds from an already parsed config and loaded weights.
+  Model(ModelConfig config, std::unique_ptr<Weights> weights, const ModelOptions& options);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const Weights& weights() const { return *weights_; }
+  ThreadPool* pool() { return &pool_; }
+
+  // Creates KV storage shaped for this model.
+  absl::StatusOr<std::unique_ptr<KvCacheStorage>> CreateKvCache(int64_t num_blocks,
+                                                                int64_t block_size) const;
+
+  // Runs the batch. On success returns the logits of the sequences with want_logits, in batch
+  // order: [n_wanted, vocab] fp32, valid until the next Forward. Errors (InvalidArgument, nothing
+  // written to the cache): empty batch or sequence, token id out of range, negative start, a
+  // position beyond max_position_embeddings, a block table that does not cover the positions or
+  // names a block outside the cache, a cache shaped for another model.
+  absl::StatusOr<std::span<const float>> Forward(const std::vector<SequenceInput>& batch,
+                                                 KvCacheStorage* cache,
+                                                 const LayerKvCallback& on_layer_kv = nullptr);
+
+ private:
+  struct RunState;
+  absl::Status Validate(const std::vector<SequenceInput>& batch, const KvCacheStorage& cache) const;
+  void Layer(int64_t l, int64_t n_tokens, KvCacheStorage* cache, const LayerKvCallback& cb);
+
+  ModelConfig config_;
+  std::unique_ptr<Weights> weights_;
+  ThreadPool pool_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::unique_ptr<RunState> rs_;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_MODEL_H_

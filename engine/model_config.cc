@@ -1,0 +1,235 @@
+#include "engine/model_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <numbers>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::engine {
+namespace {
+
+using nlohmann::json;
+
+std::string Dump(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+absl::Status Invalid(const std::string& source, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// Reads an integer field; `required` fields must exist. Absent optional fields keep *out.
+absl::Status GetInt(const json& j, const std::string& source, const char* key, bool required,
+                    int64_t* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) return Invalid(source, absl::StrCat("missing field '", key, "'"));
+    return absl::OkStatus();
+  }
+  if (!it->is_number_integer()) {
+    return Invalid(source, absl::StrCat("field '", key, "' must be an integer, got ", Dump(*it)));
+  }
+  *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::Status GetFloat(const json& j, const std::string& source, const char* key, float* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) {
+    return Invalid(source, absl::StrCat("field '", key, "' must be a number, got ", Dump(*it)));
+  }
+  *out = static_cast<float>(it->get<double>());
+  if (!std::isfinite(*out)) return Invalid(source, absl::StrCat("field '", key, "' not finite"));
+  return absl::OkStatus();
+}
+
+absl::Status GetBool(const json& j, const std::string& source, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) {
+    return Invalid(source, absl::StrCat("field '", key, "' must be a boolean, got ", Dump(*it)));
+  }
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+// `eos_token_id` is an integer or a list of integers in HF configs.
+absl::Status GetTokenIds(const json& j, const std::string& source, const char* key,
+                         std::vector<int32_t>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  auto bad = [&] {
+    return Invalid(source,
+                   absl::StrCat("field '", key, "' must be a token id or a list of token ids, got ",
+                                Dump(*it)));
+  };
+  if (it->is_number_integer()) {
+    if (it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX) return bad();
+    out->push_back(static_cast<int32_t>(it->get<int64_t>()));
+    return absl::OkStatus();
+  }
+  if (!it->is_array()) return bad();
+  for (const json& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return bad();
+    }
+    out->push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRopeScaling(const json& j, const std::string& source, RopeScaling* out) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_object()) return Invalid(source, "field 'rope_scaling' must be an object or null");
+  const json& rs = *it;
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    auto t = rs.find(key);
+    if (t != rs.end() && t->is_string()) {
+      type = t->get<std::string>();
+      break;
+    }
+  }
+  if (type.empty()) return Invalid(source, "rope_scaling has no string 'rope_type' or 'type'");
+  if (type == "default") return absl::OkStatus();
+  if (type != "linear" && type != "llama3") {
+    return Invalid(source, absl::StrCat("unsupported rope_scaling type '", type,
+                                        "' (supported: linear, llama3)"));
+  }
+  out->type = type == "linear" ? RopeScaling::Type::kLinear : RopeScaling::Type::kLlama3;
+  const std::string ctx = source + " rope_scaling";
+  RETURN_IF_ERROR(GetFloat(rs, ctx, "factor", &out->factor));
+  if (!(out->factor > 0.0f)) return Invalid(ctx, "factor must be positive");
+  if (out->type == RopeScaling::Type::kLlama3) {
+    RETURN_IF_ERROR(GetFloat(rs, ctx, "low_freq_factor", &out->low_freq_factor));
+    RETURN_IF_ERROR(GetFloat(rs, ctx, "high_freq_factor", &out->high_freq_factor));
+    RETURN_IF_ERROR(GetInt(rs, ctx, "original_max_position_embeddings", true,
+                           &out->original_max_position_embeddings));
+    if (!(out->high_freq_factor > out->low_freq_factor) || !(out->low_freq_factor > 0.0f) ||
+        out->original_max_position_embeddings <= 0) {
+      return Invalid(ctx,
+                     "llama3 needs 0 < low_freq_factor < high_freq_factor and "
+                     "original_max_position_embeddings > 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
+                                                      const std::string& source) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid(source, "not valid JSON");
+  if (!j.is_object()) return Invalid(source, "top level is not a JSON object");
+
+  ModelConfig c;
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) return Invalid(source, "missing string 'model_type'");
+  c.model_type = mt->get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3") {
+    return Invalid(source, absl::StrCat("unsupported architecture: model_type '", c.model_type,
+                                        "' (supported: llama, qwen2, qwen3)"));
+  }
+  RETURN_IF_ERROR(GetInt(j, source, "hidden_size", true, &c.hidden_size));
+  RETURN_IF_ERROR(GetInt(j, source, "num_hidden_layers", true, &c.num_layers));
+  RETURN_IF_ERROR(GetInt(j, source, "num_attention_heads", true, &c.num_heads));
+  c.num_kv_heads = c.num_heads;
+  RETURN_IF_ERROR(GetInt(j, source, "num_key_value_heads", false, &c.num_kv_heads));
+  RETURN_IF_ERROR(GetInt(j, source, "intermediate_size", true, &c.intermediate_size));
+  RETURN_IF_ERROR(GetInt(j, source, "vocab_size", true, &c.vocab_size));
+  c.max_position_embeddings = 2048;
+  RETURN_IF_ERROR(GetInt(j, source, "max_position_embeddings", false, &c.max_position_embeddings));
+  RETURN_IF_ERROR(GetFloat(j, source, "rms_norm_eps", &c.rms_norm_eps));
+  RETURN_IF_ERROR(GetFloat(j, source, "rope_theta", &c.rope_theta));
+  RETURN_IF_ERROR(GetBool(j, source, "tie_word_embeddings", &c.tie_word_embeddings));
+  RETURN_IF_ERROR(ParseRopeScaling(j, source, &c.rope_scaling));
+  RETURN_IF_ERROR(GetTokenIds(j, source, "eos_token_id", &c.eos_token_ids));
+  std::vector<int32_t> bos;
+  RETURN_IF_ERROR(GetTokenIds(j, source, "bos_token_id", &bos));
+  if (!bos.empty()) c.bos_token_id = bos[0];
+
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
+                         {"num_hidden_layers", c.num_layers},
+                         {"num_attention_heads", c.num_heads},
+                         {"num_key_value_heads", c.num_kv_heads},
+                         {"intermediate_size", c.intermediate_size},
+                         {"vocab_size", c.vocab_size},
+                         {"max_position_embeddings", c.max_position_embeddings}}) {
+    if (v <= 0 || v > (int64_t{1} << 24)) {
+      return Invalid(source, absl::StrCat("field '", name, "' out of range: ", v));
+    }
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return Invalid(
+        source, absl::StrCat("num_attention_heads (", c.num_heads,
+                             ") is not a multiple of num_key_value_heads (", c.num_kv_heads, ")"));
+  }
+  c.head_dim = c.hidden_size / c.num_heads;
+  RETURN_IF_ERROR(GetInt(j, source, "head_dim", false, &c.head_dim));
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > 1024) {
+    return Invalid(source,
+                   absl::StrCat("head_dim must be even and in (0, 1024], got ", c.head_dim));
+  }
+  if (!j.contains("head_dim") && c.hidden_size % c.num_heads != 0) {
+    return Invalid(source, "hidden_size is not a multiple of num_attention_heads and no head_dim");
+  }
+  if (!(c.rms_norm_eps > 0.0f)) return Invalid(source, "rms_norm_eps must be positive");
+  if (!(c.rope_theta > 0.0f)) return Invalid(source, "rope_theta must be positive");
+  if (c.model_type == "qwen2") {
+    c.attention_bias = true;
+  } else {
+    RETURN_IF_ERROR(GetBool(j, source, "attention_bias", &c.attention_bias));
+  }
+  c.qk_norm = c.model_type == "qwen3";
+  for (int32_t id : c.eos_token_ids) {
+    if (id >= c.vocab_size) return Invalid(source, absl::StrCat("eos_token_id ", id, " >= vocab"));
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::FromFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return FromJsonText(ss.str(), path);
+}
+
+std::vector<float> RopeInvFrequencies(const ModelConfig& config) {
+  const int64_t half = config.head_dim / 2;
+  std::vector<float> inv(half);
+  const float dim = static_cast<float>(config.head_dim);
+  for (int64_t i = 0; i < half; ++i) {
+    // HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in fp32.
+    float exponent = static_cast<float>(2 * i) / dim;
+    inv[i] = 1.0f / std::pow(config.rope_theta, exponent);
+  }
+  const RopeScaling& rs = config.rope_scaling;
+  if (rs.type == RopeScaling::Type::kLinear) {
+    for (float& f : inv) f /= rs.factor;
+  } else if (rs.type == RopeScaling::Type::kLlama3) {
+    const float old_len = static_cast<float>(rs.original_max_position_embeddings);
+    const float low_wavelen = old_len / rs.low_freq_factor;
+    const float high_wavelen = old_len / rs.high_freq_factor;
+    for (float& f : inv) {
+      const float wavelen = static_cast<float>(2.0 * std::numbers::pi) / f;
+      float scaled = wavelen > low_wavelen ? f / rs.factor : f;
+      const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+      if (medium) {
+        const float smooth =
+            (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        scaled = (1.0f - smooth) * scaled / rs.factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
+}
+
+}  // namespace tandem::engine

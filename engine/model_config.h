@@ -1,0 +1,66 @@
+// ModelConfig: the architecture hyper-parameters of a Hugging Face decoder-only model, read from
+// its `config.json`. Supported `model_type`s: llama, qwen2, qwen3 (see DESIGN.md "Model core").
+//
+// A plain value type (copyable, immutable after parsing); thread-compatible.
+// Derived defaults follow Hugging Face: head_dim = hidden_size / num_attention_heads unless given
+// (qwen3 always gives it), num_key_value_heads = num_attention_heads unless given, qwen2 always has
+// q/k/v biases, llama has them only with `attention_bias: true`, qwen3 has q/k RMSNorm.
+#ifndef TANDEM_ENGINE_MODEL_CONFIG_H_
+#define TANDEM_ENGINE_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::engine {
+
+// `rope_scaling` of config.json. kNone when absent or null.
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;                  // llama3 only
+  float high_freq_factor = 4.0f;                 // llama3 only
+  int64_t original_max_position_embeddings = 0;  // llama3 only
+};
+
+struct ModelConfig {
+  std::string model_type;  // "llama", "qwen2" or "qwen3"
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections carry a bias (qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (qwen3)
+  std::vector<int32_t> eos_token_ids;
+  int32_t bos_token_id = -1;  // -1: none
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+
+  // Parses config.json text; `source` names the file in error messages. Errors: malformed JSON,
+  // missing or mistyped field, non-positive sizes, heads not divisible by kv heads, unsupported
+  // model_type or rope_scaling type (InvalidArgument, message names source and field/value).
+  static absl::StatusOr<ModelConfig> FromJsonText(const std::string& text,
+                                                  const std::string& source);
+  // Reads and parses `path` (NotFound if it cannot be read).
+  static absl::StatusOr<ModelConfig> FromFile(const std::string& path);
+};
+
+// RoPE inverse frequencies [head_dim / 2], computed in fp32 as Hugging Face does, with the config's
+// rope_scaling applied (numerics.md).
+std::vector<float> RopeInvFrequencies(const ModelConfig& config);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_MODEL_CONFIG_H_
