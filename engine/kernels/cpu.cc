@@ -1,0 +1,87 @@
+#include "engine/kernels/cpu.h"
+
+#include <cpuid.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+namespace tandem::engine {
+namespace {
+
+uint64_t ReadXcr0() {
+  uint32_t eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+SimdLevel ProbeHardware() {
+  unsigned int eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return SimdLevel::kScalar;
+  const bool fma = ecx & (1u << 12);
+  const bool osxsave = ecx & (1u << 27);
+  const bool avx = ecx & (1u << 28);
+  const bool f16c = ecx & (1u << 29);
+  if (!osxsave || !avx || !fma || !f16c) return SimdLevel::kScalar;
+  const uint64_t xcr0 = ReadXcr0();
+  if ((xcr0 & 0x6) != 0x6) return SimdLevel::kScalar;  // OS saves XMM and YMM state
+  if (__get_cpuid_max(0, nullptr) < 7) return SimdLevel::kScalar;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  const bool avx2 = ebx & (1u << 5);
+  if (!avx2) return SimdLevel::kScalar;
+  const bool avx512f = ebx & (1u << 16);
+  const bool avx512dq = ebx & (1u << 17);
+  const bool avx512bw = ebx & (1u << 30);
+  const bool avx512vl = ebx & (1u << 31);
+  const bool os_zmm = (xcr0 & 0xe6) == 0xe6;  // opmask, ZMM_Hi256, Hi16_ZMM saved too
+  if (!(avx512f && avx512dq && avx512bw && avx512vl && os_zmm)) return SimdLevel::kAvx2;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  const bool avx512bf16 = eax & (1u << 5);
+  return avx512bf16 ? SimdLevel::kAvx512Bf16 : SimdLevel::kAvx512;
+}
+
+SimdLevel ApplyEnvCap(SimdLevel hw) {
+  const char* env = std::getenv("TANDEM_SIMD");
+  if (env == nullptr || *env == '\0') return hw;
+  for (SimdLevel level :
+       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16}) {
+    if (std::strcmp(env, SimdLevelName(level)) == 0) return level < hw ? level : hw;
+  }
+  std::fprintf(stderr,
+               "TANDEM_SIMD=%s is not one of scalar, avx2, avx512, avx512bf16; ignoring it "
+               "(using %s)\n",
+               env, SimdLevelName(hw));
+  return hw;
+}
+
+}  // namespace
+
+SimdLevel DetectHardwareSimd() {
+  static const SimdLevel level = ProbeHardware();
+  return level;
+}
+
+SimdLevel DetectSimd() {
+  static const SimdLevel level = ApplyEnvCap(DetectHardwareSimd());
+  return level;
+}
+
+bool SimdLevelSupported(SimdLevel level) { return level <= DetectHardwareSimd(); }
+
+const char* SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+    case SimdLevel::kAvx512Bf16:
+      return "avx512bf16";
+  }
+  return "unknown";
+}
+
+}  // namespace tandem::engine

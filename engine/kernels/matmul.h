@@ -1,0 +1,47 @@
+// bf16 x bf16 -> fp32 matrix multiplication with a batch-independent reduction order.
+//
+//   y[i, j] = sum_p x[i, p] * w[j, p]      i < m, j < n, p < k
+//
+// x: bf16 [m, k], row stride ldx (elements). w: bf16 [n, k] row-major with stride k (the Hugging
+// Face nn.Linear layout, used in place, e.g. memory-mapped). y: fp32 [m, n], row stride ldy.
+// y is written, not accumulated into. pool may be null (runs on the calling thread).
+// Thread-safe for distinct outputs; x and w are only read.
+//
+// Reduction order (the engine's determinism contract: a row's result never depends on
+// m, on the other rows in the call, on tiling or on the thread count). For each y[i, j], with
+// a[p] = x[i, p], b[p] = w[j, p] (both exact in fp32) and a[p] = b[p] = 0 for p >= k:
+//   acc[l] = +0                                   for 8 lanes l = 0..7
+//   for each block q = 0, 1, ..., ceil(k / 16) - 1, with p = 16 q + 2 l:
+//     acc[l] = fma(a[p + 1], b[p + 1], acc[l])
+//     acc[l] = fma(a[p], b[p], acc[l])
+//   y = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+// every operation in fp32, round-to-nearest-even, with denormal inputs treated as zero and
+// denormal results flushed to zero (DAZ/FTZ). This is exactly what vdpbf16ps computes (an fp32
+// FMA with DAZ in, FTZ out, odd element first) on 8 lanes, so the AVX-512-BF16, AVX-512, AVX2 and
+// scalar paths give bit-identical results. The scalar path emulates DAZ/FTZ in software; it can
+// differ from the others only when an fma result lies within half an ulp of FLT_MIN (the
+// tininess-after-rounding boundary), which real activations and weights never reach.
+// Threads partition n (output features); each y[i, j] is computed by one thread over all of k.
+#ifndef TANDEM_ENGINE_KERNELS_MATMUL_H_
+#define TANDEM_ENGINE_KERNELS_MATMUL_H_
+
+#include <cstdint>
+
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/cpu.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace tandem::engine {
+
+// Uses the best path for DetectSimd() (chosen once per process).
+void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
+                float* y, int64_t ldy, ThreadPool* pool);
+
+// Same, on an explicit path; for tests and benchmarks that compare paths. Aborts when the CPU
+// cannot run `level` (check SimdLevelSupported first).
+void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
+                        const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_KERNELS_MATMUL_H_

@@ -1,0 +1,208 @@
+#include "engine/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/cpu.h"
+#include "engine/kernels/thread_pool.h"
+
+namespace tandem::engine {
+namespace {
+
+std::vector<SimdLevel> AvailableLevels() {
+  std::vector<SimdLevel> levels;
+  for (SimdLevel level :
+       {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512, SimdLevel::kAvx512Bf16}) {
+    if (SimdLevelSupported(level)) levels.push_back(level);
+  }
+  return levels;
+}
+
+std::vector<bf16> RandomBf16(int64_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<bf16> v(count);
+  for (auto& e : v) e = F32ToBf16(dist(rng));
+  return v;
+}
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof(b));
+  return b;
+}
+
+// Exact-ish reference: double accumulation of exact products, and the bound on the fp32 error of
+// any summation order: |error| <= gamma_k * sum |x w| with gamma_k = k u / (1 - k u), u = 2^-24.
+void Reference(const std::vector<bf16>& x, int64_t ldx, int64_t m, int64_t k,
+               const std::vector<bf16>& w, int64_t n, std::vector<double>* y,
+               std::vector<double>* abs_sum) {
+  y->assign(m * n, 0.0);
+  abs_sum->assign(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, a = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double prod =
+            static_cast<double>(Bf16ToF32(x[i * ldx + p])) * Bf16ToF32(w[j * k + p]);
+        s += prod;
+        a += std::fabs(prod);
+      }
+      (*y)[i * n + j] = s;
+      (*abs_sum)[i * n + j] = a;
+    }
+  }
+}
+
+struct Shape {
+  int64_t m, k, n;
+};
+
+class MatmulLevelTest : public ::testing::TestWithParam<SimdLevel> {};
+
+TEST_P(MatmulLevelTest, MatchesDoubleReferenceWithinFp32Bound) {
+  const SimdLevel level = GetParam();
+  for (const Shape& s : {Shape{1, 16, 4}, Shape{1, 1, 1}, Shape{3, 37, 5}, Shape{7, 131, 9},
+                         Shape{13, 64, 17}, Shape{33, 896, 19}, Shape{5, 15, 3}}) {
+    const int64_t ldx = s.k + 3, ldy = s.n + 2;
+    const auto x = RandomBf16(s.m * ldx, 1 + s.k);
+    const auto w = RandomBf16(s.n * s.k, 2 + s.n);
+    std::vector<float> y(s.m * ldy, -12345.0f);
+    MatmulBf16ForLevel(level, x.data(), ldx, s.m, s.k, w.data(), s.n, y.data(), ldy, nullptr);
+    std::vector<double> ref, abs_sum;
+    Reference(x, ldx, s.m, s.k, w, s.n, &ref, &abs_sum);
+    const double u = std::ldexp(1.0, -24);
+    const double gamma = (s.k + 2) * u / (1 - (s.k + 2) * u);
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        const double bound = gamma * abs_sum[i * s.n + j] + 1e-30;
+        EXPECT_NEAR(y[i * ldy + j], ref[i * s.n + j], bound)
+            << SimdLevelName(level) << " m=" << s.m << " k=" << s.k << " n=" << s.n << " i=" << i
+            << " j=" << j;
+      }
+      // The padding columns of y between rows are untouched.
+      for (int64_t j = s.n; j < ldy && i + 1 < s.m; ++j) EXPECT_EQ(y[i * ldy + j], -12345.0f);
+    }
+  }
+}
+
+// A row's result must not depend on the batch it is in, on tile remainders or on threads.
+TEST_P(MatmulLevelTest, RowResultIndependentOfBatchAndThreads) {
+  const SimdLevel level = GetParam();
+  for (const Shape& s : {Shape{129, 203, 23}, Shape{129, 896, 66}}) {
+    const auto x = RandomBf16(s.m * s.k, 11);
+    const auto w = RandomBf16(s.n * s.k, 12);
+    // Row i alone (m = 1, single thread) is the baseline.
+    std::vector<float> alone(s.m * s.n);
+    for (int64_t i = 0; i < s.m; ++i) {
+      MatmulBf16ForLevel(level, x.data() + i * s.k, s.k, 1, s.k, w.data(), s.n,
+                         alone.data() + i * s.n, s.n, nullptr);
+    }
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (int64_t m : {int64_t{7}, int64_t{32}, int64_t{129}, int64_t{2}, int64_t{12}}) {
+        for (int64_t start : {int64_t{0}, s.m - m}) {
+          std::vector<float> y(m * s.n);
+          MatmulBf16ForLevel(level, x.data() + start * s.k, s.k, m, s.k, w.data(), s.n, y.data(),
+                             s.n, &pool);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < s.n; ++j) {
+              ASSERT_EQ(Bits(y[i * s.n + j]), Bits(alone[(start + i) * s.n + j]))
+                  << SimdLevelName(level) << " threads=" << threads << " m=" << m
+                  << " row=" << start + i << " col=" << j << " k=" << s.k;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, MatmulLevelTest, ::testing::ValuesIn(AvailableLevels()),
+                         [](const auto& info) { return std::string(SimdLevelName(info.param)); });
+
+// Every path computes the same bits (the order of matmul.h), including near-cancellation.
+TEST(MatmulTest, BitIdenticalAcrossSimdLevels) {
+  const auto levels = AvailableLevels();
+  for (const Shape& s : {Shape{1, 896, 37}, Shape{5, 77, 13}, Shape{40, 300, 21},
+                         Shape{16, 4864, 8}, Shape{3, 1, 2}}) {
+    const auto x = RandomBf16(s.m * s.k, 21, 3.0f);
+    const auto w = RandomBf16(s.n * s.k, 22, 0.02f);
+    std::vector<float> base(s.m * s.n);
+    MatmulBf16ForLevel(SimdLevel::kScalar, x.data(), s.k, s.m, s.k, w.data(), s.n, base.data(), s.n,
+                       nullptr);
+    for (SimdLevel level : levels) {
+      std::vector<float> y(s.m * s.n);
+      ThreadPool pool(2);
+      MatmulBf16ForLevel(level, x.data(), s.k, s.m, s.k, w.data(), s.n, y.data(), s.n, &pool);
+      for (int64_t e = 0; e < s.m * s.n; ++e) {
+        ASSERT_EQ(Bits(y[e]), Bits(base[e]))
+            << SimdLevelName(level) << " m=" << s.m << " k=" << s.k << " n=" << s.n << " e=" << e;
+      }
+    }
+  }
+}
+
+// Denormal inputs count as zero and denormal results flush to zero on every path (vdpbf16ps).
+TEST(MatmulTest, DenormalsAreFlushedOnEveryPath) {
+  const int64_t k = 40, n = 3;
+  std::vector<bf16> x(k, F32ToBf16(1.0f));
+  std::vector<bf16> w(n * k, 0);
+  w[0 * k + 5] = 0x0001;             // smallest bf16 denormal: treated as 0
+  w[1 * k + 7] = F32ToBf16(1e-30f);  // normal, product normal
+  w[1 * k + 8] = F32ToBf16(-1e-30f);
+  w[2 * k + 3] = F32ToBf16(std::ldexp(1.0f, -100));
+  x[3] = F32ToBf16(std::ldexp(1.0f, -30));  // product 2^-130: a denormal result, flushed
+  for (SimdLevel level : AvailableLevels()) {
+    std::vector<float> y(n, 7.0f);
+    MatmulBf16ForLevel(level, x.data(), k, 1, k, w.data(), n, y.data(), n, nullptr);
+    EXPECT_EQ(Bits(y[0]), 0u) << SimdLevelName(level);
+    EXPECT_EQ(Bits(y[1]), 0u) << SimdLevelName(level);
+    EXPECT_EQ(std::fabs(y[2]), 0.0f) << SimdLevelName(level);
+  }
+}
+
+TEST(MatmulTest, InfAndNanPropagate) {
+  const int64_t k = 33, n = 2;
+  std::vector<bf16> x(k, F32ToBf16(1.0f));
+  std::vector<bf16> w(n * k, F32ToBf16(0.5f));
+  w[0 * k + 32] = F32ToBf16(INFINITY);  // in the k tail block
+  w[1 * k + 4] = F32ToBf16(NAN);
+  for (SimdLevel level : AvailableLevels()) {
+    std::vector<float> y(n);
+    MatmulBf16ForLevel(level, x.data(), k, 1, k, w.data(), n, y.data(), n, nullptr);
+    EXPECT_TRUE(std::isinf(y[0]) && y[0] > 0) << SimdLevelName(level);
+    EXPECT_TRUE(std::isnan(y[1])) << SimdLevelName(level);
+  }
+}
+
+TEST(MatmulTest, DefaultDispatchMatchesItsLevel) {
+  const int64_t m = 9, k = 100, n = 11;
+  const auto x = RandomBf16(m * k, 31);
+  const auto w = RandomBf16(n * k, 32);
+  std::vector<float> a(m * n), b(m * n);
+  MatmulBf16(x.data(), k, m, k, w.data(), n, a.data(), n, nullptr);
+  MatmulBf16ForLevel(DetectSimd(), x.data(), k, m, k, w.data(), n, b.data(), n, nullptr);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+TEST(MatmulTest, EmptyShapesWriteNothing) {
+  std::vector<bf16> x(16, F32ToBf16(1.0f)), w(16, F32ToBf16(1.0f));
+  for (SimdLevel level : AvailableLevels()) {
+    std::vector<float> y(4, 3.0f);
+    MatmulBf16ForLevel(level, x.data(), 16, 0, 16, w.data(), 1, y.data(), 1, nullptr);
+    MatmulBf16ForLevel(level, x.data(), 16, 1, 16, w.data(), 0, y.data(), 1, nullptr);
+    EXPECT_EQ(y[0], 3.0f);
+    // k = 0: an empty sum is +0.
+    MatmulBf16ForLevel(level, x.data(), 16, 1, 0, w.data(), 1, y.data(), 1, nullptr);
+    EXPECT_EQ(Bits(y[0]), 0u) << SimdLevelName(level);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -1,0 +1,91 @@
+#include "engine/kernels/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "engine/kernels/cpu.h"
+
+namespace tandem::engine {
+namespace {
+
+// Runs ParallelFor(n) and checks every index is visited exactly once, by contiguous ranges that
+// match ThreadPool::Range.
+void CheckCoverage(ThreadPool& pool, int64_t n) {
+  std::vector<std::atomic<int>> hits(n);
+  std::atomic<int> calls{0};
+  pool.ParallelFor(n, [&](int64_t begin, int64_t end) {
+    EXPECT_LT(begin, end);
+    calls.fetch_add(1);
+    for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+  const int64_t expected_calls = n < pool.size() ? n : pool.size();
+  EXPECT_EQ(calls.load(), expected_calls) << "n=" << n;
+}
+
+TEST(ThreadPoolTest, CoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7},
+                      int64_t{1000}, int64_t{100003}}) {
+      CheckCoverage(pool, n);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, NonPositiveSizeMeansOne) {
+  ThreadPool pool(0);
+  EXPECT_EQ(pool.size(), 1);
+  CheckCoverage(pool, 10);
+}
+
+TEST(ThreadPoolTest, RangesAreContiguousAndBalanced) {
+  for (int parts : {1, 2, 3, 7}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{6}, int64_t{10}, int64_t{101}}) {
+      int64_t expect_begin = 0;
+      for (int t = 0; t < parts; ++t) {
+        int64_t b, e;
+        ThreadPool::Range(n, parts, t, &b, &e);
+        EXPECT_EQ(b, expect_begin);
+        EXPECT_GE(e - b, n / parts);
+        EXPECT_LE(e - b, n / parts + 1);
+        expect_begin = e;
+      }
+      EXPECT_EQ(expect_begin, n);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ManyBackToBackCalls) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  for (int round = 0; round < 2000; ++round) {
+    pool.ParallelFor(5, [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
+  }
+  EXPECT_EQ(sum.load(), 2000 * 5);
+}
+
+TEST(ThreadPoolTest, NestedCallRunsInline) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> inner{0};
+  pool.ParallelFor(2, [&](int64_t b, int64_t e) {
+    pool.ParallelFor(10, [&](int64_t ib, int64_t ie) { inner.fetch_add(ie - ib); });
+  });
+  EXPECT_EQ(inner.load(), 20);
+}
+
+TEST(CpuTest, LevelNamesAndOrder) {
+  EXPECT_STREQ(SimdLevelName(SimdLevel::kScalar), "scalar");
+  EXPECT_STREQ(SimdLevelName(SimdLevel::kAvx2), "avx2");
+  EXPECT_STREQ(SimdLevelName(SimdLevel::kAvx512), "avx512");
+  EXPECT_STREQ(SimdLevelName(SimdLevel::kAvx512Bf16), "avx512bf16");
+  EXPECT_LE(DetectSimd(), DetectHardwareSimd());
+  EXPECT_TRUE(SimdLevelSupported(SimdLevel::kScalar));
+  EXPECT_TRUE(SimdLevelSupported(DetectHardwareSimd()));
+}
+
+}  // namespace
+}  // namespace tandem::engine
