@@ -1,0 +1,167 @@
+// HttpServer: the asynchronous HTTP/1.1 server every Tandem daemon runs (/metrics, /health) and
+// the router builds its client API on (OpenAI routes, SSE streams to many clients).
+//
+// Model: one io_context run by `threads` threads; each connection is served on its own strand,
+// one request at a time (keep-alive; pipelined requests are answered in order). Routes are exact
+// (method, path) pairs registered with Handle() before Start(). A handler runs on an I/O thread
+// and must not block: it answers at once, or keeps the HttpResponder (move-only) and answers
+// later from any thread. Two ways to answer:
+//   - responder.Send(HttpResponse{...}): a whole response with Content-Length;
+//   - responder.StartStream(200, "text/event-stream"): a chunked response; the returned
+//     HttpStream is thread-safe, may be kept and written from any thread (Write/Finish), and
+//     reports when the client has gone away (closed(), OnClose()).
+// A responder destroyed without answering sends 500, so a request is never left hanging.
+//
+// Client disconnects: while a request is being handled or streamed, the server watches the
+// socket; a client that closes it (or resets) marks the exchange closed and runs the OnClose
+// callback once, so the caller can cancel upstream work. (If the client has already pipelined
+// its next request, that request's bytes hide a later disconnect until the next write fails.)
+//
+// Back-pressure: each stream buffers at most `max_stream_buffer_bytes` not yet written to the
+// socket, and a single socket write may take at most `write_timeout`. A client that falls
+// further behind is treated as gone: its connection is closed, Write() returns false and
+// OnClose runs. Producers therefore never block and memory per client is bounded.
+//
+// Limits and errors (bodies are JSON {"error":{"message","type","code"}}): body larger than
+// max_body_bytes -> 413, headers larger than max_header_bytes -> 431, malformed request -> 400;
+// these close the connection. Unknown path -> 404, known path with another method -> 405 (with
+// Allow). A connection idle for `idle_timeout` between requests, or taking longer than
+// `read_timeout` to deliver a request once it started, is closed (slow clients cannot hold
+// connections). Beyond `max_connections`, new connections are closed at once.
+//
+// Thread-safety: Handle() before Start() only; Start()/Stop() from one controlling thread, never
+// from a handler. Everything else is thread-safe. Stop() (also run by the destructor) closes the
+// listener and every connection (open streams see OnClose) and joins the threads; after it,
+// responders and streams still held by callers are inert.
+#ifndef TANDEM_COMMON_HTTP_SERVER_H_
+#define TANDEM_COMMON_HTTP_SERVER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/http_types.h"
+
+namespace tandem {
+
+class MetricsRegistry;
+
+namespace http_internal {
+class Exchange;
+class ServerCore;
+}  // namespace http_internal
+
+struct HttpServerOptions {
+  std::string host = "0.0.0.0";  // an IP address or a name resolving to one
+  uint16_t port = 0;             // 0 picks an ephemeral port; see HttpServer::port()
+  int threads = 1;
+  size_t max_body_bytes = 16 << 20;
+  size_t max_header_bytes = 16 << 10;
+  std::chrono::milliseconds idle_timeout{60000};   // between requests on a connection
+  std::chrono::milliseconds read_timeout{30000};   // one request, first byte to last
+  std::chrono::milliseconds write_timeout{30000};  // one socket write
+  size_t max_stream_buffer_bytes = 4 << 20;        // per stream, see "Back-pressure"
+  int max_connections = 10000;
+  std::string server_header = "tandem";
+};
+
+// The writer side of a chunked (streamed) response. Thread-safe; shared by the server and any
+// number of producer threads (shared_ptr: whoever writes keeps it).
+class HttpStream {
+ public:
+  explicit HttpStream(std::shared_ptr<http_internal::Exchange> exchange);
+  HttpStream(const HttpStream&) = delete;
+  HttpStream& operator=(const HttpStream&) = delete;
+
+  // Queues `data` as the next part of the body. Returns false, dropping the data, when the
+  // stream is finished or closed, or when the client is too slow (see "Back-pressure"; the
+  // connection is then closed). Empty data is accepted and sends nothing.
+  bool Write(std::string data);
+  // Ends the body once the queued data is written; later writes return false.
+  void Finish();
+  // True once the client went away, was too slow, or the server stopped.
+  bool closed() const;
+  // Runs `callback` once when the stream becomes closed (on an I/O thread), or at once on the
+  // calling thread if it already is. Not run after a normal Finish. Replaces any previous one.
+  void OnClose(std::function<void()> callback);
+
+ private:
+  std::shared_ptr<http_internal::Exchange> exchange_;
+};
+using HttpStreamPtr = std::shared_ptr<HttpStream>;
+
+// The right to answer one request. Move-only; answer with exactly one of Send or StartStream,
+// from any thread, now or later. Destroying it unanswered sends a 500.
+class HttpResponder {
+ public:
+  explicit HttpResponder(std::shared_ptr<http_internal::Exchange> exchange);
+  HttpResponder(HttpResponder&&) noexcept;
+  HttpResponder& operator=(HttpResponder&&) noexcept;
+  HttpResponder(const HttpResponder&) = delete;
+  HttpResponder& operator=(const HttpResponder&) = delete;
+  ~HttpResponder();
+
+  void Send(HttpResponse response);
+  // Starts a chunked response with this status, content type and extra headers (for SSE pass
+  // "text/event-stream"; Cache-Control: no-cache is added unless given).
+  HttpStreamPtr StartStream(int status, const std::string& content_type,
+                            const HttpHeaders& headers = {});
+  // Whether the client has gone away while the request was being handled, and a callback for
+  // it (same contract as HttpStream::OnClose), so long handlers can stop early.
+  bool client_gone() const;
+  void OnClientGone(std::function<void()> callback);
+
+ private:
+  std::shared_ptr<http_internal::Exchange> exchange_;
+};
+
+// Handlers take the request by value (move out what you keep) and the responder.
+using HttpHandler = std::function<void(HttpRequest request, HttpResponder responder)>;
+
+class HttpServer {
+ public:
+  explicit HttpServer(HttpServerOptions options);
+  ~HttpServer();  // Stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Registers the handler for exactly `method` + `path` (no trailing-slash or prefix matching).
+  // Must be called before Start(); registering the same pair twice replaces the handler.
+  void Handle(const std::string& method, const std::string& path, HttpHandler handler);
+
+  // Binds host:port, listens and starts the threads. Errors (bad host, address in use,
+  // permission) name the address. Calling Start twice is FailedPrecondition.
+  absl::Status Start();
+  // The bound port (the ephemeral one when options.port was 0); 0 before Start().
+  uint16_t port() const { return port_; }
+  // Closes the listener and all connections and joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  HttpServerOptions options_;
+  std::unique_ptr<http_internal::ServerCore> core_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+// Registers GET /metrics (Prometheus text of `registry`, which must outlive the server) and
+// GET /health: 200 {"status":"ok"} when health_fn() is OK, otherwise 503
+// {"status":"unhealthy","error":{"message":<status message>,...}}. health_fn runs on an I/O
+// thread per request and must be cheap and non-blocking.
+void AddStandardRoutes(HttpServer& server, const MetricsRegistry& registry,
+                       std::function<absl::Status()> health_fn);
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_HTTP_SERVER_H_
