@@ -1,0 +1,145 @@
+// kernels_bench: the bf16 matmul against this machine's limits, measured in the same run.
+//
+//   kernels_bench --threads 2 --json out.json
+//
+// Prints the DRAM read bandwidth, oneDNN's bf16 matmul rate and OpenBLAS's fp32 rate, then our
+// MatmulBf16 at decode sizes (m = 1, 8, 16, 32: GB/s of weights streamed and the ratio to the
+// bandwidth) and at a prefill size (m = 1024: GFLOP/s and the ratio to oneDNN and OpenBLAS).
+// Decode shapes cycle through copies of the weights totalling more than 256 MiB, so each call
+// reads its weights from DRAM as a model's layers do. TANDEM_SIMD caps the path, as in the engine.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench/probe/probe.h"
+#include "engine/kernels/bf16.h"
+#include "engine/kernels/cpu.h"
+#include "engine/kernels/matmul.h"
+#include "engine/kernels/thread_pool.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::bench {
+namespace {
+
+using engine::bf16;
+using Clock = std::chrono::steady_clock;
+
+std::vector<bf16> RandomWeights(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<bf16> v(count);
+  for (auto& e : v) e = engine::F32ToBf16(dist(rng));
+  return v;
+}
+
+// Best seconds per call of MatmulBf16 with m rows over `copies` weight matrices [n, k] used in turn.
+double TimeMatmul(const std::vector<std::vector<bf16>>& copies, int64_t m, int64_t n, int64_t k,
+                  engine::ThreadPool* pool, double min_seconds) {
+  const std::vector<bf16> x = RandomWeights(m * k, 3);
+  std::vector<float> y(m * n);
+  for (const auto& w : copies) {  // warm-up: page-in and scratch allocation
+    engine::MatmulBf16(x.data(), k, m, k, w.data(), n, y.data(), n, pool);
+  }
+  double best = 1e30, spent = 0;
+  int calls = 0;
+  while (spent < min_seconds || calls < 5 * static_cast<int>(copies.size())) {
+    const auto& w = copies[calls % copies.size()];
+    const auto t0 = Clock::now();
+    engine::MatmulBf16(x.data(), k, m, k, w.data(), n, y.data(), n, pool);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, s);
+    spent += s;
+    ++calls;
+  }
+  return best;
+}
+
+int Run(int threads, const std::string& json_path) {
+  nlohmann::json out;
+  out["threads"] = threads;
+  out["simd"] = engine::SimdLevelName(engine::DetectSimd());
+  std::printf("kernels_bench: %d thread(s), matmul path %s\n", threads,
+              engine::SimdLevelName(engine::DetectSimd()));
+
+  const double bw = MeasureReadBandwidthGBs(threads);
+  std::printf("DRAM read bandwidth            %8.1f GB/s\n", bw);
+  out["read_bandwidth_gb_s"] = bw;
+
+  const int64_t pm = 1024, pn = 4864, pk = 896;
+  std::string dnnl_impl, blas_core;
+  const double dnnl = MeasureBf16GemmGflops(threads, pm, pn, pk, &dnnl_impl);
+  const double blas = MeasureFp32GemmGflops(threads, pm, pn, pk, &blas_core);
+  std::printf("oneDNN bf16 matmul %ldx%ldx%ld %8.1f GFLOP/s (%s)\n", pm, pn, pk, dnnl,
+              dnnl_impl.c_str());
+  std::printf("OpenBLAS sgemm     %ldx%ldx%ld %8.1f GFLOP/s (core %s)\n", pm, pn, pk, blas,
+              blas_core.c_str());
+  out["onednn_bf16_gflops"] = dnnl;
+  out["onednn_impl"] = dnnl_impl;
+  out["openblas_fp32_gflops"] = blas;
+  out["openblas_core"] = blas_core;
+
+  engine::ThreadPool pool(threads);
+  struct Shape {
+    int64_t n, k;
+  };
+  for (const Shape& s : {Shape{4864, 896}, Shape{151936, 896}}) {
+    const int64_t bytes = s.n * s.k * 2;
+    const int64_t n_copies = std::max<int64_t>(1, (256LL << 20) / bytes + 1);
+    std::vector<std::vector<bf16>> copies;
+    for (int64_t c = 0; c < n_copies; ++c) copies.push_back(RandomWeights(s.n * s.k, 10 + c));
+    double t1 = 0;
+    for (int64_t m : {1, 8, 16, 32}) {
+      const double t = TimeMatmul(copies, m, s.n, s.k, &pool, 1.0);
+      if (m == 1) t1 = t;
+      const double gbs = bytes / t / 1e9;
+      std::printf("matmul m=%-4ld n=%-6ld k=%ld  %8.1f us  %6.1f GB/s of weights  %.2fx bandwidth"
+                  "  time/m1 %.2f\n",
+                  m, s.n, s.k, t * 1e6, gbs, gbs / bw, t / t1);
+      const std::string key = "decode_n" + std::to_string(s.n) + "_m" + std::to_string(m);
+      out[key + "_us"] = t * 1e6;
+      out[key + "_gb_s"] = gbs;
+      out[key + "_ratio_bw"] = gbs / bw;
+    }
+  }
+
+  {
+    std::vector<std::vector<bf16>> w;
+    w.push_back(RandomWeights(pn * pk, 5));
+    const double t = TimeMatmul(w, pm, pn, pk, &pool, 2.0);
+    const double gflops = 2.0 * pm * pn * pk / t / 1e9;
+    std::printf("matmul m=%ld n=%ld k=%ld  %8.1f GFLOP/s  %.2fx oneDNN bf16  %.2fx OpenBLAS fp32\n",
+                pm, pn, pk, gflops, dnnl > 0 ? gflops / dnnl : 0.0, gflops / blas);
+    out["prefill_gflops"] = gflops;
+    out["prefill_ratio_onednn"] = dnnl > 0 ? gflops / dnnl : 0.0;
+    out["prefill_ratio_openblas_fp32"] = gflops / blas;
+  }
+
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << out.dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  tandem::bench::SetOpenBlasCoreTypeAndReexec(argv);
+  CLI::App app{"bf16 matmul against the machine's bandwidth and GEMM rate"};
+  int threads = 1;
+  std::string json;
+  app.add_option("--threads", threads, "threads for every measurement")->check(CLI::Range(1, 256));
+  app.add_option("--json", json, "write the figures to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+  return tandem::bench::Run(threads, json);
+}

@@ -1,0 +1,172 @@
+#include "bench/probe/probe.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <thread>
+#include <vector>
+
+#include "engine/kernels/cpu.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Reads [p, p + bytes) with 32-byte loads; the xor keeps the loads from being optimised away.
+__attribute__((target("avx2"))) uint64_t ReadAvx2(const char* p, int64_t bytes) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  return static_cast<uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 3));
+}
+
+uint64_t ReadSse2(const char* p, int64_t bytes) {
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 64 <= bytes; i += 64) {
+    a0 = _mm_xor_si128(a0, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i)));
+    a1 = _mm_xor_si128(a1, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16)));
+    a2 = _mm_xor_si128(a2, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 32)));
+    a3 = _mm_xor_si128(a3, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 48)));
+  }
+  const __m128i a = _mm_xor_si128(_mm_xor_si128(a0, a1), _mm_xor_si128(a2, a3));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(a));
+}
+
+volatile uint64_t g_sink;
+
+}  // namespace
+
+double MeasureReadBandwidthGBs(int threads) { return MeasureReadBandwidthGBs(threads, 1LL << 30); }
+
+double MeasureReadBandwidthGBs(int threads, int64_t bytes) {
+  threads = std::max(threads, 1);
+  const int64_t slice = bytes / threads / 4096 * 4096;
+  const int64_t total = slice * threads;
+  std::unique_ptr<char, FreeDeleter> buf(static_cast<char*>(std::aligned_alloc(4096, total)));
+  if (!buf) return 0;
+  // Each thread first-touches its own slice (pages end up near the thread that reads them).
+  const bool avx2 = engine::DetectSimd() >= engine::SimdLevel::kAvx2;
+  auto run = [&](bool fill) {
+    std::vector<std::thread> pool;
+    std::vector<uint64_t> sums(threads);
+    const auto start = Clock::now();
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        char* p = buf.get() + t * slice;
+        if (fill) {
+          std::memset(p, t + 1, slice);
+        } else {
+          sums[t] = avx2 ? ReadAvx2(p, slice) : ReadSse2(p, slice);
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = Seconds(start, Clock::now());
+    for (uint64_t v : sums) g_sink = g_sink ^ v;
+    return s;
+  };
+  run(true);
+  const int passes = bytes >= (256LL << 20) ? 5 : 50;
+  double best = 1e30;
+  for (int i = 0; i < passes; ++i) best = std::min(best, run(false));
+  return total / best / 1e9;
+}
+
+double MeasureBf16GemmGflops(int threads, int64_t m, int64_t n, int64_t k, std::string* impl) {
+  try {
+    omp_set_num_threads(std::max(threads, 1));
+    using dnnl::memory;
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream strm(eng);
+    const memory::desc a_md({m, k}, memory::data_type::bf16, memory::format_tag::ab);
+    // Weights stored [n, k] (the nn.Linear layout) and read as [k, n]: tag "ba".
+    const memory::desc b_md({k, n}, memory::data_type::bf16, memory::format_tag::ba);
+    const memory::desc c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+    if (impl != nullptr) *impl = pd.impl_info_str();
+    const dnnl::matmul prim(pd);
+    memory a(a_md, eng), b(b_md, eng), c(c_md, eng);
+    auto fill = [](memory& mem, size_t bytes) {
+      uint16_t* p = static_cast<uint16_t*>(mem.get_data_handle());
+      for (size_t i = 0; i < bytes / 2; ++i) p[i] = 0x3c00 + (i * 7919 % 256);  // ~1/128..1/64
+    };
+    fill(a, a_md.get_size());
+    fill(b, b_md.get_size());
+    auto once = [&] {
+      prim.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+      strm.wait();
+    };
+    once();
+    const double flop = 2.0 * m * n * k;
+    const int reps = std::max(3, static_cast<int>(2e10 / flop));
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      once();
+      best = std::min(best, Seconds(t0, Clock::now()));
+    }
+    return flop / best / 1e9;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oneDNN bf16 matmul unavailable: %s\n", e.what());
+    return 0;
+  }
+}
+
+double MeasureFp32GemmGflops(int threads, int64_t m, int64_t n, int64_t k, std::string* core) {
+  openblas_set_num_threads(std::max(threads, 1));
+  if (core != nullptr) *core = openblas_get_corename();
+  std::vector<float> a(m * k), b(n * k), c(m * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.01f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.01f;
+  auto once = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a.data(),
+                static_cast<blasint>(k), b.data(), static_cast<blasint>(k), 0.0f, c.data(),
+                static_cast<blasint>(n));
+  };
+  once();
+  const double flop = 2.0 * m * n * k;
+  const int reps = std::max(3, static_cast<int>(2e10 / flop));
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    once();
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return flop / best / 1e9;
+}
+
+void SetOpenBlasCoreTypeAndReexec(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (engine::DetectHardwareSimd() < engine::SimdLevel::kAvx512) return;
+  setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  execv("/proc/self/exe", argv);
+  // execv only returns on failure: continue with OpenBLAS's own choice.
+  std::perror("re-executing with OPENBLAS_CORETYPE=SkylakeX");
+}
+
+}  // namespace tandem::bench

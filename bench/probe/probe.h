@@ -1,0 +1,43 @@
+// Machine probes: the physical limits that benchmarks report their figures against.
+//
+// Each probe measures, in the calling process and right now, one ceiling of this machine, so a
+// benchmark can print "ours / limit measured in the same run" on a shared, noisy host. Probes take
+// seconds, allocate what they need and free it before returning. Not thread-safe: run one at a
+// time, with the machine otherwise as quiet as the benchmark itself.
+#ifndef TANDEM_BENCH_PROBE_PROBE_H_
+#define TANDEM_BENCH_PROBE_PROBE_H_
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::bench {
+
+// Streaming read bandwidth from DRAM in GB/s (1e9 bytes/s): `threads` threads each read their
+// slice of a buffer much larger than the last-level cache (1 GiB), best of a few passes.
+double MeasureReadBandwidthGBs(int threads);
+
+// Same, over a buffer of `bytes` (e.g. one that fits in L2 to measure cache bandwidth).
+double MeasureReadBandwidthGBs(int threads, int64_t bytes);
+
+// oneDNN's bf16 matmul rate in GFLOP/s (2 m n k per call) for bf16 [m, k] x bf16 [k, n] -> fp32,
+// best of a few timed runs after a warm-up, on `threads` OpenMP threads. 0 if oneDNN cannot
+// create the primitive on this CPU. impl, when non-null, receives oneDNN's implementation name
+// (e.g. "brg:avx512_core_bf16"), which says whether it found a native bf16 kernel.
+double MeasureBf16GemmGflops(int threads, int64_t m, int64_t n, int64_t k,
+                             std::string* impl = nullptr);
+
+// OpenBLAS cblas_sgemm rate in GFLOP/s for fp32 [m, k] x [k, n]. core, when non-null, receives
+// the kernel family OpenBLAS chose (openblas_get_corename()).
+double MeasureFp32GemmGflops(int threads, int64_t m, int64_t n, int64_t k,
+                             std::string* core = nullptr);
+
+// OpenBLAS picks its kernels from cpuid when the library is loaded, and it mis-detects AVX-512
+// Zen CPUs as Haswell (half the fp32 rate; PERF.md). Call first thing in main(): on a CPU with
+// AVX-512, when OPENBLAS_CORETYPE is unset, it sets OPENBLAS_CORETYPE=SkylakeX and re-executes the
+// program so the library's load-time detection sees it (a setenv after the library is loaded would
+// be too late). Otherwise it returns and does nothing.
+void SetOpenBlasCoreTypeAndReexec(char** argv);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_BENCH_PROBE_PROBE_H_
