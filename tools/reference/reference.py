@@ -1,0 +1,255 @@
+"""PyTorch reference forward of the engine's models (Llama, Qwen2, Qwen3), to numerics.md.
+
+Written to Hugging Face's modeling conventions (modeling_llama / modeling_qwen2 / modeling_qwen3):
+RMSNorm as (x * rsqrt(mean(x^2) + eps)) * w, rotate_half RoPE with inv_freq computed in fp32 and
+rope_scaling (default, linear, llama3), GQA by repeat_kv (query head h reads KV head
+h // (n_heads / n_kv_heads)), Qwen2 q/k/v bias, Qwen3 q/k RMSNorm before RoPE, tied or untied
+lm_head, SiLU-gated MLP. On top of HF's fp32 computation it applies the engine's rounding points:
+  - weights are bf16 (fp16/fp32 checkpoints rounded to bf16, nearest-even, at load);
+  - every linear layer rounds its input to bf16 and accumulates in fp32; biases added in fp32;
+  - K (after RoPE) and V are rounded to bf16, as the KV cache stores them;
+  - everything else (residual, norms, RoPE, softmax, SiLU, logits) stays fp32.
+
+Sums: by default every dot product (linear layers, q.k, probs.v, the RMSNorm mean) is accumulated in
+float64 and rounded once to fp32, i.e. the reference gives the correctly rounded fp32 result of
+each reduction. That makes the goldens independent of the BLAS, CPU and thread count they were made
+on. Any fp32 accumulation order (the engine's) differs from it by reduction rounding, which a bf16
+rounding point can amplify to ~1e-3..1e-2 in the logits; `Model(dir, exact=False)` uses plain fp32
+torch ops instead, which make_goldens.py uses to measure that spread for the tolerance it records.
+
+Usage as a library:
+  model = load_model("models/tandem-tiny-fortunes")
+  logits = model.forward(ids)            # [len(ids), vocab] fp32, causal, positions 0..n-1
+  ids, margins = model.greedy(prompt, 64)
+"""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hf_safetensors import read_model_tensors, round_to_bf16, to_f32  # noqa: E402
+
+SUPPORTED = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+             "qwen3": "Qwen3ForCausalLM"}
+
+
+class ModelError(ValueError):
+    """A model directory the reference cannot run; the message names the file and field."""
+
+
+def bf16(x):
+    """fp32 tensor -> fp32 tensor of the nearest bf16 values (round to nearest even)."""
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+class Config:
+    def __init__(self, model_dir):
+        path = os.path.join(model_dir, "config.json")
+        with open(path, encoding="utf-8") as f:
+            c = json.load(f)
+        self.model_type = c.get("model_type")
+        if self.model_type not in SUPPORTED:
+            raise ModelError(f"{path}: unsupported model_type {self.model_type!r}")
+        if c.get("hidden_act", "silu") != "silu":
+            raise ModelError(f"{path}: unsupported hidden_act {c['hidden_act']!r}")
+        try:
+            self.hidden = int(c["hidden_size"])
+            self.layers = int(c["num_hidden_layers"])
+            self.heads = int(c["num_attention_heads"])
+            self.kv_heads = int(c.get("num_key_value_heads") or self.heads)
+            self.intermediate = int(c["intermediate_size"])
+            self.vocab = int(c["vocab_size"])
+        except KeyError as e:
+            raise ModelError(f"{path}: missing {e.args[0]}") from None
+        self.head_dim = int(c.get("head_dim") or self.hidden // self.heads)
+        self.eps = float(c.get("rms_norm_eps", 1e-6))
+        self.rope_theta = float(c.get("rope_theta", 10000.0))
+        self.rope_scaling = c.get("rope_scaling")
+        self.tie = bool(c.get("tie_word_embeddings", False))
+        self.qkv_bias = self.model_type == "qwen2" or bool(c.get("attention_bias", False))
+        if c.get("attention_bias") and self.model_type != "qwen2":
+            raise ModelError(f"{path}: attention_bias (o_proj bias) is not in the engine contract")
+        self.qk_norm = self.model_type == "qwen3"
+        if self.heads % self.kv_heads:
+            raise ModelError(f"{path}: {self.heads} heads not a multiple of {self.kv_heads}")
+
+
+def rope_inv_freq(cfg):
+    """inv_freq [head_dim / 2] in fp32 as HF's rope init functions compute it."""
+    dim = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    rs = cfg.rope_scaling
+    if not rs:
+        return inv_freq
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind == "default":
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / rs["factor"]
+    if kind == "llama3":
+        factor = rs["factor"]
+        low, high = rs["low_freq_factor"], rs["high_freq_factor"]
+        old_ctx = rs["original_max_position_embeddings"]
+        low_freq_wavelen, high_freq_wavelen = old_ctx / low, old_ctx / high
+        wavelen = 2 * math.pi / inv_freq
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+        is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return torch.where(is_medium, smoothed, inv_freq_llama)
+    raise ModelError(f"rope_scaling type {kind!r} is not supported")
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Model:
+    """Weights as fp32 tensors holding bf16 values; forward per numerics.md."""
+
+    def __init__(self, model_dir, exact=True):
+        self.dir = model_dir
+        self.exact = exact
+        self.cfg = cfg = Config(model_dir)
+        tensors = read_model_tensors(model_dir)
+
+        def get(name, shape):
+            if name not in tensors:
+                raise ModelError(f"{model_dir}: missing tensor {name}")
+            dtype, bits = tensors[name]
+            if tuple(bits.shape) != tuple(shape):
+                raise ModelError(f"{model_dir}: tensor {name} has shape {list(bits.shape)}, "
+                                 f"expected {list(shape)}")
+            values = to_f32(dtype, bits)
+            if dtype != "BF16":
+                values = round_to_bf16(values)
+            return torch.from_numpy(np.array(values, dtype=np.float32))
+
+        h, hd, nh, nkv = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads
+        self.embed = get("model.embed_tokens.weight", (cfg.vocab, h))
+        self.layers = []
+        for i in range(cfg.layers):
+            p = f"model.layers.{i}."
+            layer = {
+                "input_norm": get(p + "input_layernorm.weight", (h,)),
+                "q": get(p + "self_attn.q_proj.weight", (nh * hd, h)),
+                "k": get(p + "self_attn.k_proj.weight", (nkv * hd, h)),
+                "v": get(p + "self_attn.v_proj.weight", (nkv * hd, h)),
+                "o": get(p + "self_attn.o_proj.weight", (h, nh * hd)),
+                "post_norm": get(p + "post_attention_layernorm.weight", (h,)),
+                "gate": get(p + "mlp.gate_proj.weight", (cfg.intermediate, h)),
+                "up": get(p + "mlp.up_proj.weight", (cfg.intermediate, h)),
+                "down": get(p + "mlp.down_proj.weight", (h, cfg.intermediate)),
+            }
+            if cfg.qkv_bias:
+                layer["q_bias"] = get(p + "self_attn.q_proj.bias", (nh * hd,))
+                layer["k_bias"] = get(p + "self_attn.k_proj.bias", (nkv * hd,))
+                layer["v_bias"] = get(p + "self_attn.v_proj.bias", (nkv * hd,))
+            if cfg.qk_norm:
+                layer["q_norm"] = get(p + "self_attn.q_norm.weight", (hd,))
+                layer["k_norm"] = get(p + "self_attn.k_norm.weight", (hd,))
+            self.layers.append(layer)
+        self.norm = get("model.norm.weight", (h,))
+        if cfg.tie:
+            self.lm_head = self.embed
+        else:
+            self.lm_head = get("lm_head.weight", (cfg.vocab, h))
+        self.inv_freq = rope_inv_freq(cfg)
+
+    def matmul(self, a, b):
+        """a @ b with fp32 inputs and an fp32 result (see "Sums" above)."""
+        if self.exact:
+            return (a.double() @ b.double()).float()
+        return a @ b
+
+    def rms_norm(self, x, w):
+        if self.exact:
+            variance = x.double().pow(2).mean(-1, keepdim=True).float()
+        else:
+            variance = x.pow(2).mean(-1, keepdim=True)
+        return (x * torch.rsqrt(variance + self.cfg.eps)) * w
+
+    def linear(self, x, w, b=None):
+        y = self.matmul(bf16(x), w.t())
+        return y if b is None else y + b
+
+    def rope(self, x, positions):
+        """x [n, heads, head_dim]; HF: x * cos + rotate_half(x) * sin, cos/sin in fp32."""
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        return x * cos + rotate_half(x) * sin
+
+    @torch.no_grad()
+    def forward(self, ids):
+        """ids: list of token ids at positions 0..n-1 -> logits [n, vocab] fp32."""
+        cfg = self.cfg
+        ids = torch.as_tensor(list(ids), dtype=torch.int64)
+        if ids.numel() == 0:
+            raise ValueError("forward needs at least one token")
+        if int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab:
+            raise ValueError(f"token id out of range [0, {cfg.vocab})")
+        n, nh, nkv, hd = ids.numel(), cfg.heads, cfg.kv_heads, cfg.head_dim
+        positions = torch.arange(n)
+        mask = torch.full((n, n), float("-inf")).triu(1)
+        scale = hd ** -0.5
+        x = self.embed[ids]  # [n, hidden]
+        for L in self.layers:
+            h = self.rms_norm(x, L["input_norm"])
+            q = self.linear(h, L["q"], L.get("q_bias")).view(n, nh, hd)
+            k = self.linear(h, L["k"], L.get("k_bias")).view(n, nkv, hd)
+            v = self.linear(h, L["v"], L.get("v_bias")).view(n, nkv, hd)
+            if cfg.qk_norm:
+                q = self.rms_norm(q, L["q_norm"])
+                k = self.rms_norm(k, L["k_norm"])
+            q = self.rope(q, positions)
+            k = bf16(self.rope(k, positions))  # KV cache holds bf16
+            v = bf16(v)
+            rep = nh // nkv
+            k = k.repeat_interleave(rep, dim=1).transpose(0, 1)  # [nh, n, hd]
+            v = v.repeat_interleave(rep, dim=1).transpose(0, 1)
+            scores = self.matmul(q.transpose(0, 1), k.transpose(1, 2)) * scale + mask
+            probs = torch.softmax(scores, dim=-1)  # [nh, n, n], fp32, max-subtracted
+            attn = self.matmul(probs, v).transpose(0, 1).reshape(n, nh * hd)  # [n, nh * hd]
+            x = x + self.linear(attn, L["o"])
+            h = self.rms_norm(x, L["post_norm"])
+            g = torch.nn.functional.silu(self.linear(h, L["gate"]))
+            x = x + self.linear(g * self.linear(h, L["up"]), L["down"])
+        return self.linear(self.rms_norm(x, self.norm), self.lm_head)  # [n, vocab]
+
+    def greedy(self, prompt_ids, steps):
+        """Greedy continuation by argmax (lowest id on exact ties): (new ids, top1-top2 margins),
+        plus the last-position logits of the prompt itself."""
+        ids = list(prompt_ids)
+        new, margins, prompt_logits = [], [], None
+        for _ in range(steps):
+            logits = self.forward(ids)[-1]
+            if prompt_logits is None:
+                prompt_logits = logits.clone()
+            top = torch.topk(logits, 2)
+            best = int(torch.nonzero(logits == top.values[0])[0])
+            new.append(best)
+            margins.append(float(top.values[0] - top.values[1]))
+            ids.append(best)
+        return new, margins, prompt_logits
+
+
+def load_model(model_dir, exact=True):
+    return Model(model_dir, exact)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="greedy continuation with the reference forward")
+    ap.add_argument("model_dir")
+    ap.add_argument("ids", nargs="+", type=int, help="prompt token ids")
+    ap.add_argument("--steps", type=int, default=16)
+    a = ap.parse_args()
+    out, margins, _ = load_model(a.model_dir).greedy(a.ids, a.steps)
+    print(json.dumps({"greedy_ids": out, "min_margin": min(margins)}))
