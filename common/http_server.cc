@@ -1,0 +1,294 @@
+#include "common/http_server.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/http_session.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem {
+namespace http_internal {
+namespace {
+
+std::string FormatEndpoint(const tcp::endpoint& endpoint) {
+  const net::ip::address address = endpoint.address();
+  if (address.is_v6()) return absl::StrCat("[", address.to_string(), "]:", endpoint.port());
+  return absl::StrCat(address.to_string(), ":", endpoint.port());
+}
+
+std::string FormatHostPort(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+ServerCore::ServerCore(HttpServerOptions options)
+    : options_(std::move(options)),
+      work_(net::make_work_guard(ioc_)),
+      accept_strand_(net::make_strand(ioc_)),
+      acceptor_(accept_strand_),
+      accept_retry_(accept_strand_) {}
+
+void ServerCore::Handle(const std::string& method, const std::string& path, HttpHandler handler) {
+  routes_[path][method] = std::move(handler);
+}
+
+absl::StatusOr<uint16_t> ServerCore::Listen() {
+  const std::string where = FormatHostPort(options_.host, options_.port);
+  beast::error_code ec;
+  tcp::endpoint endpoint;
+  const net::ip::address address = net::ip::make_address(options_.host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(address, options_.port);
+  } else {
+    tcp::resolver resolver(ioc_);
+    auto results = resolver.resolve(options_.host, std::to_string(options_.port), ec);
+    if (ec || results.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot listen on ", where, ": cannot resolve host: ", ec ? ec.message() : "no address"));
+    }
+    endpoint = results.begin()->endpoint();
+  }
+  auto fail = [&](const char* step) {
+    const std::string message =
+        absl::StrCat("cannot listen on ", where, ": ", step, ": ", ec.message());
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+    if (ec == net::error::address_in_use) return absl::UnavailableError(message);
+    if (ec == net::error::access_denied) return absl::PermissionDeniedError(message);
+    if (ec == boost::system::errc::address_not_available) return absl::InvalidArgumentError(message);
+    return absl::UnavailableError(message);
+  };
+  acceptor_.open(endpoint.protocol(), ec);
+  if (ec) return fail("open");
+  acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (ec) return fail("setsockopt");
+  acceptor_.bind(endpoint, ec);
+  if (ec) return fail("bind");
+  acceptor_.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return fail("listen");
+  const tcp::endpoint local = acceptor_.local_endpoint(ec);
+  if (ec) return fail("getsockname");
+  return local.port();
+}
+
+void ServerCore::StartAccepting() {
+  net::dispatch(accept_strand_, [this] { Accept(); });
+}
+
+void ServerCore::Accept() {
+  if (stopping_) return;
+  acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
+    OnAccept(ec, std::move(socket));
+  });
+}
+
+void ServerCore::OnAccept(beast::error_code ec, tcp::socket socket) {
+  if (stopping_ || ec == net::error::operation_aborted) {
+    beast::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  if (ec) {
+    // Typically out of file descriptors: back off instead of spinning on the error.
+    spdlog::warn("http: accept failed: {}; retrying in 100 ms", ec.message());
+    accept_retry_.expires_after(std::chrono::milliseconds(100));
+    accept_retry_.async_wait([this](beast::error_code wait_ec) {
+      if (!wait_ec) Accept();
+    });
+    return;
+  }
+  beast::error_code endpoint_ec;
+  const tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
+  std::string peer = endpoint_ec ? "unknown" : FormatEndpoint(remote);
+  std::shared_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(sessions_.size()) >= options_.max_connections) {
+      spdlog::warn("http: {} connections open (the limit); refusing {}", sessions_.size(), peer);
+      beast::error_code ignored;
+      socket.close(ignored);
+    } else {
+      const uint64_t id = next_session_id_++;
+      session = std::make_shared<Session>(std::move(socket), this, id, std::move(peer));
+      sessions_.emplace(id, session);
+    }
+  }
+  if (session != nullptr) session->Start();
+  Accept();
+}
+
+void ServerCore::Run() {
+  for (;;) {
+    try {
+      ioc_.run();
+      return;
+    } catch (const std::exception& e) {
+      // Handlers catch their own errors; this is a bug, but one connection's problem must not
+      // take the server down.
+      spdlog::error("http: exception escaped an I/O handler: {}", e.what());
+    }
+  }
+}
+
+void ServerCore::Shutdown() {
+  // On the accept strand, so no session is registered after the snapshot below.
+  net::post(accept_strand_, [this] {
+    stopping_ = true;
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+    accept_retry_.cancel();
+    std::vector<std::shared_ptr<Session>> sessions;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, weak] : sessions_) {
+        if (auto session = weak.lock()) sessions.push_back(std::move(session));
+      }
+    }
+    for (const auto& session : sessions) session->PostClose();
+  });
+  work_.reset();
+}
+
+void ServerCore::Dispatch(HttpRequest request, HttpResponder responder) const {
+  const auto route = routes_.find(request.path);
+  if (route == routes_.end()) {
+    responder.Send(HttpResponse::Error(404, absl::StrCat("no route for ", request.path)));
+    return;
+  }
+  const auto handler = route->second.find(request.method);
+  if (handler == route->second.end()) {
+    std::vector<std::string> allowed;
+    for (const auto& [method, unused] : route->second) allowed.push_back(method);
+    HttpResponse response = HttpResponse::Error(
+        405, absl::StrCat("method ", request.method, " not allowed on ", request.path,
+                          " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+    response.headers.emplace_back("Allow", absl::StrJoin(allowed, ", "));
+    responder.Send(std::move(response));
+    return;
+  }
+  const std::string method = request.method;
+  const std::string path = request.path;
+  try {
+    // If the handler throws, its responder parameter is destroyed unanswered: a 500 goes out.
+    handler->second(std::move(request), std::move(responder));
+  } catch (const std::exception& e) {
+    spdlog::error("http: handler for {} {} threw: {}", method, path, e.what());
+  } catch (...) {
+    spdlog::error("http: handler for {} {} threw a non-exception", method, path);
+  }
+}
+
+void ServerCore::RemoveSession(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  sessions_.erase(id);
+}
+
+}  // namespace http_internal
+
+// ---------------------------------------------------------------------------------------------
+// HttpStream and HttpResponder
+
+HttpStream::HttpStream(std::shared_ptr<http_internal::Exchange> exchange)
+    : exchange_(std::move(exchange)) {}
+
+bool HttpStream::Write(std::string data) { return exchange_->Write(std::move(data)); }
+void HttpStream::Finish() { exchange_->Finish(); }
+bool HttpStream::closed() const { return exchange_->closed(); }
+void HttpStream::OnClose(std::function<void()> callback) {
+  exchange_->SetOnClose(std::move(callback));
+}
+
+HttpResponder::HttpResponder(std::shared_ptr<http_internal::Exchange> exchange)
+    : exchange_(std::move(exchange)) {}
+HttpResponder::HttpResponder(HttpResponder&&) noexcept = default;
+
+HttpResponder& HttpResponder::operator=(HttpResponder&& other) noexcept {
+  if (this != &other) {
+    if (exchange_ != nullptr) {
+      exchange_->Send(HttpResponse::Error(500, "the request handler did not answer"));
+    }
+    exchange_ = std::move(other.exchange_);
+  }
+  return *this;
+}
+
+HttpResponder::~HttpResponder() {
+  // No-op when already answered.
+  if (exchange_ != nullptr) {
+    exchange_->Send(HttpResponse::Error(500, "the request handler did not answer"));
+  }
+}
+
+void HttpResponder::Send(HttpResponse response) {
+  if (exchange_ == nullptr) return;
+  exchange_->Send(std::move(response));
+  exchange_.reset();
+}
+
+HttpStreamPtr HttpResponder::StartStream(int status, const std::string& content_type,
+                                         const HttpHeaders& headers) {
+  if (exchange_ == nullptr) {
+    // Already answered: a stream that accepts nothing.
+    auto dead = std::make_shared<http_internal::Exchange>(nullptr, 0);
+    dead->MarkClosed();
+    return std::make_shared<HttpStream>(std::move(dead));
+  }
+  exchange_->StartStream(status, content_type, headers);
+  auto stream = std::make_shared<HttpStream>(std::move(exchange_));
+  exchange_.reset();
+  return stream;
+}
+
+bool HttpResponder::client_gone() const {
+  return exchange_ == nullptr ? false : exchange_->closed();
+}
+
+void HttpResponder::OnClientGone(std::function<void()> callback) {
+  if (exchange_ != nullptr) exchange_->SetOnClose(std::move(callback));
+}
+
+// ---------------------------------------------------------------------------------------------
+// HttpServer
+
+HttpServer::HttpServer(HttpServerOptions options)
+    : options_(std::move(options)), core_(std::make_unique<http_internal::ServerCore>(options_)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Handle(const std::string& method, const std::string& path, HttpHandler handler) {
+  if (started_) {
+    std::fprintf(stderr, "HttpServer::Handle(%s %s) called after Start()\n", method.c_str(),
+                 path.c_str());
+    std::abort();
+  }
+  core_->Handle(method, path, std::move(handler));
+}
+
+absl::Status HttpServer::Start() {
+  if (started_) return absl::FailedPreconditionError("HttpServer already started");
+  absl::StatusOr<uint16_t> port = core_->Listen();
+  if (!port.ok()) return port.status();
+  started_ = true;
+  port_ = *port;
+  core_->StartAccepting();
+  const int threads = options_.threads < 1 ? 1 : options_.threads;
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([core = core_.get()] { core->Run(); });
+  }
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  core_->Shutdown();
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
+}
+
+}  // namespace tandem
