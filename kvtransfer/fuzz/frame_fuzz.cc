@@ -1,0 +1,15 @@
+// libFuzzer entry point over every parser that reads bytes from the network: frame headers,
+// handshake bodies, descriptors and compatibility records. Build with clang:
+//   clang++ -std=c++20 -fsanitize=fuzzer,address -I. kvtransfer/fuzz/frame_fuzz.cc \
+//     kvtransfer/{frame,descriptor,wire}.cc -labsl_status -labsl_strings ...
+// The same corpus-free mutation loop also runs as a unit test (tests/kvtransfer/parser_fuzz_test).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvtransfer/fuzz/parse_all.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  tandem::kv::ParseAllForFuzzing(data, size);
+  return 0;
+}

@@ -1,0 +1,45 @@
+// The connecting half of the tcp backend: opens a peer's lanes and authenticates each one.
+//
+// ConnectLanes runs the handshake of frame.h on the calling thread: for every lane a DEALER
+// socket (heartbeats on, no reconnection: a lost connection means a dead peer) with a monitor
+// socket reporting its disconnection. It verifies the server's proof before sending its own, so
+// a server without the secret learns nothing usable. The returned sockets may then move to
+// another thread (ZMQ allows it after a full memory barrier, e.g. a mutex hand-over).
+#ifndef TANDEM_KVTRANSFER_TCP_TCP_CLIENT_H_
+#define TANDEM_KVTRANSFER_TCP_TCP_CLIENT_H_
+
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvtransfer/descriptor.h"
+
+namespace tandem::kv {
+
+struct ClientOptions {
+  std::string endpoint;    // the peer's tcp:// endpoint
+  std::string local_name;  // our engine name
+  std::string peer_name;   // the name the peer's descriptor announced
+  std::string secret;
+  CompatibilityRecord compat;  // ours; the peer checks it
+  int heartbeat_ms = 1000;
+  std::string monitor_prefix;  // unique inproc:// prefix for the monitor sockets
+};
+
+// One authenticated connection. Owns its sockets; close with CloseLane().
+struct ClientLane {
+  zmq::socket_t socket;   // DEALER
+  zmq::socket_t monitor;  // PAIR receiving `socket`'s disconnect events
+  uint64_t session = 0;   // the id the server assigned
+};
+
+absl::StatusOr<std::vector<ClientLane>> ConnectLanes(zmq::context_t& ctx,
+                                                     const ClientOptions& options, int lanes,
+                                                     absl::Time deadline);
+void CloseLane(ClientLane& lane);
+
+}  // namespace tandem::kv
+
+#endif  // TANDEM_KVTRANSFER_TCP_TCP_CLIENT_H_
