@@ -246,6 +246,8 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--chat-share", type=float, default=0.15)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--export-only", action="store_true",
+                   help="export the checkpoint in --work as it is (after an interrupted run)")
     p.add_argument("--time-probe", type=int, default=0,
                    help="run N steps, print seconds per step, and exit")
     return p.parse_args(argv)
@@ -276,7 +278,7 @@ def main(argv):
                       indent=2)
         print(f"tokenizer: {len(merges)} merges in {time.time() - t0:.1f} s", flush=True)
     tok = bpe_tokenizer.Tokenizer.from_file(tok_path)
-    eot, im_end = tok.specials["<|endoftext|>"], tok.specials["<|im_end|>"]
+    eot = tok.specials["<|endoftext|>"]
 
     data_path = os.path.join(args.work, f"tokens-{args.seed}-{tok.size}.npy")
     if os.path.exists(data_path):
@@ -312,7 +314,9 @@ def main(argv):
     ckpt = os.path.join(args.work, "checkpoint.pt")
     if os.path.exists(ckpt) and not args.time_probe:
         state = torch.load(ckpt)
-        if state["args"] == vars(args):
+        def training_args(d):  # the arguments that shape the training run
+            return {k: v for k, v in d.items() if k not in ("export_only", "out", "work")}
+        if training_args(state["args"]) == training_args(vars(args)):
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
             gen.set_state(state["gen"])
@@ -323,6 +327,13 @@ def main(argv):
     print(f"model: {n_params / 1e6:.2f}M params, {args.steps} steps of "
           f"{args.batch}x{args.ctx} tokens", flush=True)
 
+    if args.export_only:
+        if step == 0:
+            raise SystemExit(f"--export-only: no checkpoint for these arguments in {args.work}")
+        if "val_loss" not in log[-1]:
+            log.append(dict(log[-1], val_loss=round(eval_loss(model, val, args.ctx), 4)))
+        export(args, cfg, model, tok, log, n_params, fortunes, len(ids), elapsed, step)
+        return
     warmup = max(1, args.steps // 25)
     t_seg = time.time()
     while step < args.steps:
@@ -353,7 +364,7 @@ def main(argv):
             os.replace(ckpt + ".tmp", ckpt)
             t_seg = time.time()
 
-    export(args, cfg, model, tok, log, n_params, fortunes, len(ids), elapsed)
+    export(args, cfg, model, tok, log, n_params, fortunes, len(ids), elapsed, step)
     print(f"done in {(time.time() - t_start) / 60:.1f} min", flush=True)
 
 
@@ -361,7 +372,7 @@ def main(argv):
 # Export
 
 
-def export(args, cfg, model, tok, log, n_params, fortunes, n_tokens, elapsed):
+def export(args, cfg, model, tok, log, n_params, fortunes, n_tokens, elapsed, steps_done):
     eot, im_start, im_end = (tok.specials[s] for s in bpe_tokenizer.SPECIAL_TOKENS)
     tensors = [(n, "BF16", to_bf16_bits(a)) for n, a in model.hf_state()]
     write_safetensors(os.path.join(args.out, "model.safetensors"), tensors)
@@ -401,10 +412,12 @@ def export(args, cfg, model, tok, log, n_params, fortunes, n_tokens, elapsed):
         samples.append((prompt, greedy, warm))
     chat = "<|im_start|>user\nTell me a fortune about computers.<|im_end|>\n<|im_start|>assistant\n"
     chat_out = tok.decode(generate(model, tok.encode(chat), 80, 0.8, gen, stop, args.ctx))
-    write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples, chat_out, tok)
+    write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples, chat_out, tok,
+                 steps_done)
 
 
-def write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples, chat_out, tok):
+def write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples, chat_out, tok,
+                 steps_done):
     last = log[-1]
     val = [e for e in log if "val_loss" in e][-1]["val_loss"]
     size = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
@@ -440,7 +453,9 @@ def write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples,
         f"- Tokenizer: byte-level BPE, {len(tok.ranks)} merges trained on the corpus, Qwen2 "
         "pre-tokenizer regex, NFC, special tokens `<|endoftext|>` (end of a fortune, also EOS), "
         "`<|im_start|>`, `<|im_end|>`; ChatML chat template.",
-        f"- Trained {args.steps} steps of {args.batch} x {args.ctx} tokens, AdamW (lr {args.lr}, "
+        f"- Trained {steps_done} steps"
+        + (f" (of a {args.steps}-step schedule, stopped early)" if steps_done < args.steps else "")
+        + f" of {args.batch} x {args.ctx} tokens, AdamW (lr {args.lr}, "
         "betas 0.9/0.95, weight decay 0.1, warmup then cosine to 10%), clip 1.0, fp32, seed "
         f"{args.seed}, 2 threads under `nice -n 10` on a shared 2-core EPYC: "
         f"{elapsed / 60:.1f} minutes.",

@@ -1,4 +1,6 @@
-"""PyTorch reference forward of the engine's models (Llama, Qwen2, Qwen3), to numerics.md.
+"""PyTorch reference forward of the engine's models (Llama, Qwen2, Qwen3).
+
+It implements the numerical contract of DESIGN.md ("Engine numerics").
 
 Written to Hugging Face's modeling conventions (modeling_llama / modeling_qwen2 / modeling_qwen3):
 RMSNorm as (x * rsqrt(mean(x^2) + eps)) * w, rotate_half RoPE with inv_freq computed in fp32 and
@@ -111,7 +113,7 @@ def rotate_half(x):
 
 
 class Model:
-    """Weights as fp32 tensors holding bf16 values; forward per numerics.md."""
+    """Weights as fp32 tensors holding bf16 values; forward per DESIGN.md "Engine numerics"."""
 
     def __init__(self, model_dir, exact=True):
         self.dir = model_dir
@@ -186,21 +188,30 @@ class Model:
         cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
         return x * cos + rotate_half(x) * sin
 
+    def new_cache(self):
+        """Per-layer K/V of the positions computed so far (bf16 values in fp32 tensors)."""
+        return {"len": 0, "k": [None] * self.cfg.layers, "v": [None] * self.cfg.layers}
+
     @torch.no_grad()
-    def forward(self, ids):
-        """ids: list of token ids at positions 0..n-1 -> logits [n, vocab] fp32."""
+    def forward(self, ids, cache=None):
+        """ids: tokens at positions cache.len .. cache.len + n - 1 (0.. without a cache) ->
+        logits [n, vocab] fp32. With a cache, appends these positions' K/V to it."""
         cfg = self.cfg
         ids = torch.as_tensor(list(ids), dtype=torch.int64)
         if ids.numel() == 0:
             raise ValueError("forward needs at least one token")
         if int(ids.min()) < 0 or int(ids.max()) >= cfg.vocab:
             raise ValueError(f"token id out of range [0, {cfg.vocab})")
+        if cache is None:
+            cache = self.new_cache()
+        start = cache["len"]
         n, nh, nkv, hd = ids.numel(), cfg.heads, cfg.kv_heads, cfg.head_dim
-        positions = torch.arange(n)
-        mask = torch.full((n, n), float("-inf")).triu(1)
+        positions = torch.arange(start, start + n)
+        mask = torch.full((n, start + n), float("-inf")).triu(start + 1)  # causal
         scale = hd ** -0.5
+        rep = nh // nkv
         x = self.embed[ids]  # [n, hidden]
-        for L in self.layers:
+        for li, L in enumerate(self.layers):
             h = self.rms_norm(x, L["input_norm"])
             q = self.linear(h, L["q"], L.get("q_bias")).view(n, nh, hd)
             k = self.linear(h, L["k"], L.get("k_bias")).view(n, nkv, hd)
@@ -209,34 +220,44 @@ class Model:
                 q = self.rms_norm(q, L["q_norm"])
                 k = self.rms_norm(k, L["k_norm"])
             q = self.rope(q, positions)
-            k = bf16(self.rope(k, positions))  # KV cache holds bf16
+            k = bf16(self.rope(k, positions))  # the KV cache holds bf16
             v = bf16(v)
-            rep = nh // nkv
-            k = k.repeat_interleave(rep, dim=1).transpose(0, 1)  # [nh, n, hd]
-            v = v.repeat_interleave(rep, dim=1).transpose(0, 1)
-            scores = self.matmul(q.transpose(0, 1), k.transpose(1, 2)) * scale + mask
-            probs = torch.softmax(scores, dim=-1)  # [nh, n, n], fp32, max-subtracted
-            attn = self.matmul(probs, v).transpose(0, 1).reshape(n, nh * hd)  # [n, nh * hd]
+            if start:
+                k = torch.cat((cache["k"][li], k))
+                v = torch.cat((cache["v"][li], v))
+            cache["k"][li], cache["v"][li] = k, v  # [start + n, nkv, hd]
+            keys = k.repeat_interleave(rep, dim=1).transpose(0, 1)  # [nh, start + n, hd]
+            values = v.repeat_interleave(rep, dim=1).transpose(0, 1)
+            scores = self.matmul(q.transpose(0, 1), keys.transpose(1, 2)) * scale + mask
+            probs = self.softmax(scores)  # [nh, n, start + n]
+            attn = self.matmul(probs, values).transpose(0, 1).reshape(n, nh * hd)
             x = x + self.linear(attn, L["o"])
             h = self.rms_norm(x, L["post_norm"])
             g = torch.nn.functional.silu(self.linear(h, L["gate"]))
             x = x + self.linear(g * self.linear(h, L["up"]), L["down"])
+        cache["len"] = start + n
         return self.linear(self.rms_norm(x, self.norm), self.lm_head)  # [n, vocab]
 
+    def softmax(self, scores):
+        """Softmax over the last axis with max-subtraction (exact: float64, rounded once)."""
+        if self.exact:
+            return torch.softmax(scores.double(), dim=-1).float()
+        return torch.softmax(scores, dim=-1)
+
     def greedy(self, prompt_ids, steps):
-        """Greedy continuation by argmax (lowest id on exact ties): (new ids, top1-top2 margins),
-        plus the last-position logits of the prompt itself."""
-        ids = list(prompt_ids)
-        new, margins, prompt_logits = [], [], None
-        for _ in range(steps):
-            logits = self.forward(ids)[-1]
-            if prompt_logits is None:
-                prompt_logits = logits.clone()
+        """Greedy continuation by argmax (lowest id on exact ties), one token per step through
+        the KV cache. Returns (new ids, top1 - top2 margin at each step, prompt's last logits)."""
+        cache = self.new_cache()
+        logits = self.forward(prompt_ids, cache)[-1]
+        prompt_logits = logits.clone()
+        new, margins = [], []
+        for step in range(steps):
             top = torch.topk(logits, 2)
             best = int(torch.nonzero(logits == top.values[0])[0])
             new.append(best)
             margins.append(float(top.values[0] - top.values[1]))
-            ids.append(best)
+            if step + 1 < steps:
+                logits = self.forward([best], cache)[-1]
         return new, margins, prompt_logits
 
 

@@ -168,7 +168,8 @@ def naive_rope(vec, pos, inv_freq):
 
 
 def naive_forward(model_dir, ids):
-    """Last-position logits for `ids`, written from numerics.md independently of reference.py."""
+    """Last-position logits for `ids`, written from DESIGN.md "Engine numerics", not from
+    reference.py."""
     with open(os.path.join(model_dir, "config.json")) as f:
         c = json.load(f)
     c.setdefault("head_dim", c["hidden_size"] // c["num_attention_heads"])
@@ -184,9 +185,8 @@ def naive_forward(model_dir, ids):
         qs = []
         for pos, x in enumerate(xs):
             h = naive_rms(x, W[p + "input_layernorm.weight"], eps)
-            q = naive_linear(h, W[p + "self_attn.q_proj.weight"], W.get(p + "self_attn.q_proj.bias"))
-            k = naive_linear(h, W[p + "self_attn.k_proj.weight"], W.get(p + "self_attn.k_proj.bias"))
-            v = naive_linear(h, W[p + "self_attn.v_proj.weight"], W.get(p + "self_attn.v_proj.bias"))
+            q, k, v = (naive_linear(h, W[p + f"self_attn.{m}_proj.weight"],
+                                    W.get(p + f"self_attn.{m}_proj.bias")) for m in "qkv")
             qh, kh = [], []
             for head in range(nh):
                 vec = q[head * hd:(head + 1) * hd]
@@ -245,6 +245,12 @@ def check_reference(msm, tmp):
             check(diff <= 1e-5 * max(1.0, scale) and int(ours.argmax()) == int(naive.argmax()),
                   f"reference == naive: {preset} ({extra[1]}) n={n}: max |dlogit| {diff:.2e} "
                   f"(max |logit| {scale:.2f})")
+            # Prefill in two chunks through the KV cache == one full forward.
+            cache = model.new_cache()
+            model.forward(ids[:n // 2 + 1], cache)
+            if n > 1:
+                chunked = model.forward(ids[n // 2 + 1:], cache)[-1].numpy()
+                check(np.array_equal(chunked, ours), f"chunked prefill == full forward, n={n}")
 
 
 def main():

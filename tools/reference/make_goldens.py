@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Writes tests/engine/goldens/<name>.json from the reference forward (reference.py).
+
+For each golden model and each prompt length (1, 7, 33, 100, 180 tokens) it stores the prompt ids,
+the fp32 logits of the last prompt position, the 64-token greedy continuation and the top1-top2
+logit margin at each greedy step. Prompts are drawn from a seeded generator (random ids for the
+synthetic models, English text for the shipped one); a candidate is kept only if every greedy
+margin is at least --min-margin and a plain-fp32 run of the reference (different summation order)
+gives the same 64 tokens, so the goldens do not hinge on last-bit differences. The JSON also
+records the largest logit difference seen between the exact and the plain-fp32 reference, and the
+logit tolerance derived from it.
+
+Run from the repository root: /usr/bin/python3 tools/reference/make_goldens.py [--only NAME]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import bpe_tokenizer  # noqa: E402
+import reference  # noqa: E402
+
+GOLDENS = [
+    # (golden name, model dir relative to the repo, prompt source)
+    ("tandem-tiny-fortunes", "models/tandem-tiny-fortunes", "text"),
+    ("qwen3-tiny", "tests/engine/models/qwen3-tiny", "random"),
+    ("llama-tiny", "tests/engine/models/llama-tiny", "random"),
+    ("qwen2-tiny-fp32-sharded", "tests/engine/models/qwen2-tiny-fp32-sharded", "random"),
+]
+PROMPT_LENGTHS = [1, 7, 33, 100, 180]
+GREEDY_STEPS = 64
+
+TEXT = """\
+The best way to predict the future is to invent it. A journey of a thousand miles begins with a
+single step, but the first step is usually into a puddle. Never put off until tomorrow what you
+can do the day after tomorrow. When in doubt, tell the truth; it will confound your enemies and
+astound your friends. The computer is a moron, and the programmer who trusts it is another one.
+There are two kinds of people in the world: those who finish what they start, and so on. You will
+be successful in your work, and your friends will wonder why. Life is what happens to you while
+you are busy making other plans. He who laughs last thinks slowest. A clean desk is a sign of a
+cluttered desk drawer. Today is the first day of the rest of your life, so do not waste it on a
+meeting. Love is an ideal thing, marriage a real thing. All the world's a stage, and most of us
+are desperately unrehearsed. The early bird gets the worm, but the second mouse gets the cheese.
+Experience is what you get when you did not get what you wanted. If at first you do not succeed,
+destroy all evidence that you tried. Q: How many programmers does it take to change a light bulb?
+A: None, that is a hardware problem. Your lucky number has been disconnected. Do not worry about
+the world coming to an end today. It is already tomorrow in Australia. Everything should be made
+as simple as possible, but not simpler. The trouble with the rat race is that even if you win,
+you are still a rat. Nothing is impossible for the man who does not have to do it himself.
+"""
+
+
+def candidates(source, model_dir, vocab, length, rng):
+    """Endless seeded stream of candidate prompts of `length` tokens."""
+    if source == "random":
+        while True:
+            yield rng.integers(0, vocab, length).tolist()
+    tok = bpe_tokenizer.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    ids = tok.encode(TEXT.replace("\n", " "))
+    if len(ids) < length + 1:
+        raise SystemExit(f"prompt text has only {len(ids)} tokens, need {length}")
+    while True:
+        start = int(rng.integers(0, len(ids) - length))
+        yield ids[start:start + length]
+
+
+def make_case(exact, plain, prompt, min_margin):
+    """(greedy ids, margins, last logits, stable, spread). The plain-fp32 greedy run, which is
+    the slow part, is only made for candidates whose margins already pass."""
+    greedy, margins, logits = exact.greedy(prompt, GREEDY_STEPS)
+    spread = float((logits - plain.forward(prompt)[-1]).abs().max())
+    stable = False
+    if min(margins) >= min_margin:
+        stable = plain.greedy(prompt, GREEDY_STEPS)[0] == greedy
+    return greedy, margins, logits, stable, spread
+
+
+def make_golden(name, rel_dir, source, min_margin, attempts):
+    model_dir = os.path.join(REPO, rel_dir)
+    exact = reference.load_model(model_dir, exact=True)
+    plain = reference.load_model(model_dir, exact=False)
+    vocab = exact.cfg.vocab
+    rng = np.random.default_rng(20240 + sum(map(ord, name)))
+    cases, spreads, notes = [], [], []
+    for length in PROMPT_LENGTHS:
+        best = None
+        for attempt, prompt in zip(range(attempts), candidates(source, model_dir, vocab, length,
+                                                               rng)):
+            greedy, margins, logits, stable, spread = make_case(exact, plain, prompt,
+                                                                 min_margin)
+            spreads.append(spread)
+            score = min(margins) if stable or min(margins) < min_margin else -1.0
+            if best is None or score > best[0]:
+                best = (score, prompt, greedy, margins, logits, attempt)
+            if score >= min_margin:
+                break
+        score, prompt, greedy, margins, logits, attempt = best
+        if score < min_margin:
+            notes.append(f"prompt length {length}: no candidate in {attempts} reached margin "
+                         f"{min_margin}; kept the best (min margin {score:.2e})")
+        print(f"  {name} len {length}: candidate {attempt}, min margin {min(margins):.4f}",
+              flush=True)
+        cases.append({
+            "prompt_ids": prompt,
+            "last_logits": [float(f"{v:.9g}") for v in logits.tolist()],
+            "greedy_ids": greedy,
+            "greedy_margins": [float(f"{m:.6g}") for m in margins],
+        })
+    spread = max(spreads)
+    atol = float(f"{max(1e-2, 4 * spread):.1g}")
+    note = (
+        "Reference = tools/reference/reference.py: the rounding points of DESIGN.md \"Engine "
+        "numerics\" (bf16 weights, bf16-rounded linear inputs and KV cache, fp32 elsewhere) "
+        "with every sum accumulated in float64 and rounded once to fp32. An engine accumulating "
+        "in fp32 in another order differs in the last bits of each sum; where such a difference "
+        "crosses a bf16 rounding point (a linear input, a K/V element) it grows to one bf16 ulp "
+        "(2^-8 relative) and spreads to the logits. Measured here: plain fp32 torch vs the "
+        f"reference, max |dlogit| = {spread:.2e} over {len(spreads)} prompts. Compare "
+        f"last_logits with an absolute tolerance of logit_atol = {atol} (4x that, at least "
+        "1e-2) and demand identical greedy_ids: every case was chosen so that each of its "
+        f"{GREEDY_STEPS} greedy steps has a top1-top2 margin >= {min_margin} (see "
+        "greedy_margins) and the plain fp32 reference gives the same tokens."
+        + (" " + " ".join(notes) if notes else ""))
+    doc = {"model_dir": rel_dir, "tolerance_note": note, "logit_atol": atol,
+           "greedy_steps": GREEDY_STEPS, "generated_by": "tools/reference/make_goldens.py",
+           "cases": cases}
+    out_dir = os.path.join(REPO, "tests", "engine", "goldens")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {os.path.relpath(path, REPO)}: {len(cases)} cases, spread {spread:.2e}, "
+          f"atol {atol}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", action="append", help="golden name(s) to regenerate")
+    ap.add_argument("--min-margin", type=float, default=2e-2)
+    ap.add_argument("--attempts", type=int, default=150)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name, rel_dir, source in GOLDENS:
+        if args.only and name not in args.only:
+            continue
+        if not os.path.isdir(os.path.join(REPO, rel_dir)):
+            print(f"skip {name}: {rel_dir} does not exist", flush=True)
+            continue
+        t0 = time.time()
+        make_golden(name, rel_dir, source, args.min_margin, args.attempts)
+        print(f"  {time.time() - t0:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
