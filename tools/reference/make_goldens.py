@@ -109,12 +109,16 @@ def make_golden(name, rel_dir, source, min_margin, attempts):
                          f"{min_margin}; kept the best (min margin {score:.2e})")
         print(f"  {name} len {length}: candidate {attempt}, min margin {min(margins):.4f}",
               flush=True)
-        cases.append({
-            "prompt_ids": prompt,
+        case = {"prompt_ids": prompt}
+        if source == "text":
+            tok = bpe_tokenizer.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+            case["prompt_text"] = tok.decode(prompt)
+            case["greedy_text"] = tok.decode(greedy)
+        cases.append(dict(case, **{
             "last_logits": [float(f"{v:.9g}") for v in logits.tolist()],
             "greedy_ids": greedy,
             "greedy_margins": [float(f"{m:.6g}") for m in margins],
-        })
+        }))
     spread = max(spreads)
     atol = float(f"{max(1e-2, 4 * spread):.1g}")
     note = (
@@ -128,7 +132,8 @@ def make_golden(name, rel_dir, source, min_margin, attempts):
         f"last_logits with an absolute tolerance of logit_atol = {atol} (4x that, at least "
         "1e-2) and demand identical greedy_ids: every case was chosen so that each of its "
         f"{GREEDY_STEPS} greedy steps has a top1-top2 margin >= {min_margin} (see "
-        "greedy_margins) and the plain fp32 reference gives the same tokens."
+        "greedy_margins) and the plain fp32 reference gives the same tokens. Greedy decoding "
+        "does not stop at end-of-text tokens (ignore_eos)."
         + (" " + " ".join(notes) if notes else ""))
     doc = {"model_dir": rel_dir, "tolerance_note": note, "logit_atol": atol,
            "greedy_steps": GREEDY_STEPS, "generated_by": "tools/reference/make_goldens.py",
