@@ -1,0 +1,195 @@
+#include "engine/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/engine/model/test_util.h"
+
+namespace tandem::engine {
+namespace {
+
+using testing::TinyModelSpec;
+
+absl::StatusOr<std::unique_ptr<Weights>> LoadDir(const std::string& dir) {
+  auto c = ModelConfig::FromFile(dir + "/config.json");
+  if (!c.ok()) return c.status();
+  return Weights::Load(dir, *c);
+}
+
+void ExpectMatches(const Weights& w, const std::map<std::string, std::vector<float>>& values,
+                   const TinyModelSpec& s) {
+  const auto& embed = values.at("model.embed_tokens.weight");
+  for (size_t i = 0; i < embed.size(); ++i) {
+    if (s.dtype == "F16") {  // fp16 storage rounds first, then the loader rounds to bf16
+      ASSERT_NEAR(Bf16ToF32(w.embed[i]), embed[i], 1e-2f * std::abs(embed[i]) + 7e-5f) << i;
+    } else {
+      ASSERT_EQ(w.embed[i], F32ToBf16(embed[i])) << i;
+    }
+  }
+  const auto& down = values.at("model.layers.1.mlp.down_proj.weight");
+  for (size_t i = 0; i < down.size(); ++i) {
+    // fp16 storage rounds first; compare with a tolerance there, exactly otherwise.
+    if (s.dtype == "F16") {
+      // (the test's fp16 writer flushes fp16 subnormals, hence the absolute term)
+      ASSERT_NEAR(Bf16ToF32(w.layers[1].w_down[i]), down[i], 1e-2f * std::abs(down[i]) + 7e-5f);
+    } else {
+      ASSERT_EQ(w.layers[1].w_down[i], F32ToBf16(down[i])) << i;
+    }
+  }
+  const auto& norm = values.at("model.norm.weight");
+  for (size_t i = 0; i < norm.size(); ++i) {
+    if (s.dtype != "F16") {
+      ASSERT_EQ(w.final_norm[i], Bf16ToF32(F32ToBf16(norm[i])));
+    }
+  }
+  if (s.tie) {
+    EXPECT_EQ(w.lm_head, w.embed);
+  } else {
+    EXPECT_NE(w.lm_head, w.embed);
+  }
+}
+
+TEST(WeightsTest, LoadsEveryDtypeAndShardedFiles) {
+  for (const char* dtype : {"BF16", "F16", "F32"}) {
+    for (int shards : {1, 3}) {
+      for (const char* type : {"llama", "qwen2", "qwen3"}) {
+        TinyModelSpec s;
+        s.dtype = dtype;
+        s.shards = shards;
+        s.model_type = type;
+        s.tie = shards == 3;
+        const std::string dir =
+            testing::MakeTempDir(std::string(dtype) + type + std::to_string(shards));
+        auto values = testing::WriteTinyModel(dir, s);
+        auto w = LoadDir(dir);
+        ASSERT_TRUE(w.ok()) << w.status();
+        ExpectMatches(**w, values, s);
+        EXPECT_EQ((*w)->layers[0].bq.empty(), std::string(type) != "qwen2");
+        EXPECT_EQ((*w)->layers[0].q_norm.empty(), std::string(type) != "qwen3");
+      }
+    }
+  }
+}
+
+// fp16 special values (subnormals, infinities, NaN) widen exactly and then round to bf16.
+TEST(WeightsTest, Fp16ValuesConvertExactly) {
+  const std::string dir = testing::MakeTempDir("m");
+  TinyModelSpec s;
+  s.dtype = "F16";
+  testing::WriteTinyModel(dir, s);
+  const std::string path = dir + "/model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto header =
+      ParseSafetensorsHeader(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+  ASSERT_TRUE(header.ok());
+  const uint16_t patterns[] = {0x0001, 0x03ff, 0x3c00, 0xfc00, 0x7e00, 0x8000, 0x7bff};
+  const float expect[] = {std::ldexp(1.0f, -24),
+                          1023 * std::ldexp(1.0f, -24),
+                          1.0f,
+                          -std::numeric_limits<float>::infinity(),
+                          NAN,
+                          -0.0f,
+                          65504.0f};
+  const size_t at = header->data_offset + header->tensors.at("model.norm.weight").begin;
+  std::memcpy(&bytes[at], patterns, sizeof(patterns));
+  testing::WriteFile(path, bytes);
+  auto w = LoadDir(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (size_t i = 0; i < std::size(patterns); ++i) {
+    if (std::isnan(expect[i])) {
+      EXPECT_TRUE(std::isnan((*w)->final_norm[i]));
+    } else {
+      EXPECT_EQ((*w)->final_norm[i], Bf16ToF32(F32ToBf16(expect[i]))) << i;
+      EXPECT_EQ(std::signbit((*w)->final_norm[i]), std::signbit(expect[i])) << i;
+    }
+  }
+}
+
+TEST(WeightsTest, MissingTensorNamesFileAndTensor) {
+  const std::string dir = testing::MakeTempDir("m");
+  TinyModelSpec s;
+  testing::WriteTinyModel(dir, s);
+  // Rewrite config as qwen2: its biases are not in the file.
+  std::ifstream in(dir + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["model_type"] = "qwen2";
+  testing::WriteFile(dir + "/config.json", j.dump());
+  auto w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound);
+  const std::string msg(w.status().message());
+  EXPECT_NE(msg.find("model.layers.0.self_attn.q_proj.bias"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+}
+
+TEST(WeightsTest, WrongShapeNamesTensorAndShapes) {
+  const std::string dir = testing::MakeTempDir("m");
+  TinyModelSpec s;
+  testing::WriteTinyModel(dir, s);
+  std::ifstream in(dir + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["intermediate_size"] = 80;
+  testing::WriteFile(dir + "/config.json", j.dump());
+  auto w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  const std::string msg(w.status().message());
+  EXPECT_NE(msg.find("mlp.gate_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[96, 64]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[80, 64]"), std::string::npos) << msg;
+}
+
+TEST(WeightsTest, TruncatedFileIsAnError) {
+  const std::string dir = testing::MakeTempDir("m");
+  testing::WriteTinyModel(dir, TinyModelSpec());
+  const std::string path = dir + "/model.safetensors";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  auto w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  const std::string msg(w.status().message());
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST(WeightsTest, NoWeightsFileAndBadIndex) {
+  const std::string dir = testing::MakeTempDir("m");
+  testing::WriteTinyModel(dir, TinyModelSpec());
+  std::filesystem::remove(dir + "/model.safetensors");
+  auto w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(std::string(w.status().message()).find("model.safetensors"), std::string::npos);
+  testing::WriteFile(dir + "/model.safetensors.index.json",
+                     R"({"weight_map": {"model.norm.weight": "../../etc/passwd"}})");
+  w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(std::string(w.status().message()).find("invalid shard"), std::string::npos)
+      << w.status();
+  testing::WriteFile(dir + "/model.safetensors.index.json", "{broken");
+  w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(std::string(w.status().message()).find("index.json"), std::string::npos);
+}
+
+TEST(WeightsTest, UnsupportedDtype) {
+  const std::string dir = testing::MakeTempDir("m");
+  testing::WriteTinyModel(dir, TinyModelSpec());
+  std::map<std::string, testing::RawTensor> t;
+  t["model.embed_tokens.weight"] = {"I32", {97, 64}, std::string(97 * 64 * 4, '\0')};
+  testing::WriteFile(dir + "/model.safetensors", testing::SafetensorsBytes(t));
+  auto w = LoadDir(dir);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(std::string(w.status().message()).find("unsupported dtype I32"), std::string::npos)
+      << w.status();
+}
+
+}  // namespace
+}  // namespace tandem::engine
