@@ -4,7 +4,10 @@
 //
 // Prints the DRAM read bandwidth, oneDNN's bf16 matmul rate and OpenBLAS's fp32 rate, then our
 // MatmulBf16 at decode sizes (m = 1, 8, 16, 32: GB/s of weights streamed and the ratio to the
-// bandwidth) and at a prefill size (m = 1024: GFLOP/s and the ratio to oneDNN and OpenBLAS).
+// bandwidth, and to the call's bound: the larger of weight-read time and multiply-add time at the
+// measured FMA peak) and at a prefill size (m = 1024: GFLOP/s and the ratio to oneDNN, OpenBLAS
+// and the FMA peak). oneDNN 2.6 has bf16 matmul only on AVX-512 CPUs; elsewhere it reports 0 and
+// OpenBLAS's fp32 rate is the library baseline.
 // Decode shapes cycle through copies of the weights totalling more than 256 MiB, so each call
 // reads its weights from DRAM as a model's layers do. TANDEM_SIMD caps the path, as in the engine.
 #include <algorithm>
@@ -37,7 +40,8 @@ std::vector<bf16> RandomWeights(int64_t count, uint32_t seed) {
   return v;
 }
 
-// Best seconds per call of MatmulBf16 with m rows over `copies` weight matrices [n, k] used in turn.
+// Best seconds per call of MatmulBf16 with m rows over `copies` weight matrices [n, k] used in
+// turn.
 double TimeMatmul(const std::vector<std::vector<bf16>>& copies, int64_t m, int64_t n, int64_t k,
                   engine::ThreadPool* pool, double min_seconds) {
   const std::vector<bf16> x = RandomWeights(m * k, 3);
@@ -69,6 +73,15 @@ int Run(int threads, const std::string& json_path) {
   const double bw = MeasureReadBandwidthGBs(threads);
   std::printf("DRAM read bandwidth            %8.1f GB/s\n", bw);
   out["read_bandwidth_gb_s"] = bw;
+  // The compute ceiling of our path: one fp32 FMA lane per multiply-add on the AVX2/AVX-512
+  // paths; vdpbf16ps does two multiply-adds per lane at the FMA rate.
+  const double fma_peak = MeasureFmaPeakGflops(threads);
+  const double path_peak =
+      fma_peak * (engine::DetectSimd() == engine::SimdLevel::kAvx512Bf16 ? 2 : 1);
+  std::printf("AVX2 FMA peak                  %8.1f GFLOP/s (our path's ceiling: %.1f)\n", fma_peak,
+              path_peak);
+  out["fma_peak_gflops"] = fma_peak;
+  out["path_peak_gflops"] = path_peak;
 
   const int64_t pm = 1024, pn = 4864, pk = 896;
   std::string dnnl_impl, blas_core;
@@ -97,12 +110,17 @@ int Run(int threads, const std::string& json_path) {
       const double t = TimeMatmul(copies, m, s.n, s.k, &pool, 1.0);
       if (m == 1) t1 = t;
       const double gbs = bytes / t / 1e9;
-      std::printf("matmul m=%-4ld n=%-6ld k=%ld  %8.1f us  %6.1f GB/s of weights  %.2fx bandwidth"
-                  "  time/m1 %.2f\n",
-                  m, s.n, s.k, t * 1e6, gbs, gbs / bw, t / t1);
+      const double gflops = 2.0 * m * s.n * s.k / t / 1e9;
+      // The time this call cannot beat: reading the weights once, or doing its multiply-adds.
+      const double bound = std::max(bytes / (bw * 1e9), 2.0 * m * s.n * s.k / (path_peak * 1e9));
+      std::printf(
+          "matmul m=%-3ld n=%-6ld k=%ld %9.1f us %6.1f GB/s %.2fx bw %6.1f GFLOP/s"
+          " %.2fx bound  t/t(m=1) %.2f\n",
+          m, s.n, s.k, t * 1e6, gbs, gbs / bw, gflops, bound / t, t / t1);
       const std::string key = "decode_n" + std::to_string(s.n) + "_m" + std::to_string(m);
       out[key + "_us"] = t * 1e6;
       out[key + "_gb_s"] = gbs;
+      out[key + "_ratio_bound"] = bound / t;
       out[key + "_ratio_bw"] = gbs / bw;
     }
   }
@@ -112,8 +130,11 @@ int Run(int threads, const std::string& json_path) {
     w.push_back(RandomWeights(pn * pk, 5));
     const double t = TimeMatmul(w, pm, pn, pk, &pool, 2.0);
     const double gflops = 2.0 * pm * pn * pk / t / 1e9;
-    std::printf("matmul m=%ld n=%ld k=%ld  %8.1f GFLOP/s  %.2fx oneDNN bf16  %.2fx OpenBLAS fp32\n",
-                pm, pn, pk, gflops, dnnl > 0 ? gflops / dnnl : 0.0, gflops / blas);
+    std::printf(
+        "matmul m=%ld n=%ld k=%ld  %8.1f GFLOP/s  %.2fx oneDNN bf16  %.2fx OpenBLAS fp32"
+        "  %.2fx path peak\n",
+        pm, pn, pk, gflops, dnnl > 0 ? gflops / dnnl : 0.0, gflops / blas, gflops / path_peak);
+    out["prefill_ratio_path_peak"] = gflops / path_peak;
     out["prefill_gflops"] = gflops;
     out["prefill_ratio_onednn"] = dnnl > 0 ? gflops / dnnl : 0.0;
     out["prefill_ratio_openblas_fp32"] = gflops / blas;

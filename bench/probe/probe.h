@@ -12,12 +12,18 @@
 
 namespace tandem::bench {
 
-// Streaming read bandwidth from DRAM in GB/s (1e9 bytes/s): `threads` threads each read their
-// slice of a buffer much larger than the last-level cache (1 GiB), best of a few passes.
+// Streaming read bandwidth from DRAM in GB/s (1e9 bytes/s): `threads` threads each read a
+// 64 MiB window of a buffer much larger than the last-level cache (1 GiB), windows rotating over
+// the buffer; the best of many such passes.
 double MeasureReadBandwidthGBs(int threads);
 
 // Same, over a buffer of `bytes` (e.g. one that fits in L2 to measure cache bandwidth).
 double MeasureReadBandwidthGBs(int threads, int64_t bytes);
+
+// Peak fp32 FMA rate of the AVX2 units in GFLOP/s (2 flops per lane per FMA), from a
+// register-only loop on `threads` threads; 0 without AVX2. The compute ceiling of the AVX2 matmul
+// path, whose every multiply-add is one fp32 FMA lane.
+double MeasureFmaPeakGflops(int threads);
 
 // oneDNN's bf16 matmul rate in GFLOP/s (2 m n k per call) for bf16 [m, k] x bf16 [k, n] -> fp32,
 // best of a few timed runs after a warm-up, on `threads` OpenMP threads. 0 if oneDNN cannot

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/kernels/matmul_internal.h"
@@ -12,8 +13,10 @@
 namespace tandem::engine::internal {
 namespace avx2 {
 #define TANDEM_MATMUL_ENTRY MatmulEntry
+#define TANDEM_MATMUL_DIRECT_ROWS 2
 #include "engine/kernels/matmul_avx_impl.inc"
 #undef TANDEM_MATMUL_ENTRY
+#undef TANDEM_MATMUL_DIRECT_ROWS
 
 // Same rounding as F32ToBf16: RNE, NaN forced quiet.
 void ConvertEntry(const float* src, bf16* dst, int64_t n) {

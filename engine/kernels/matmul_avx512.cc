@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/kernels/matmul_internal.h"
@@ -19,8 +20,10 @@
 namespace tandem::engine::internal {
 namespace avx512 {
 #define TANDEM_MATMUL_ENTRY MatmulEntry
+#define TANDEM_MATMUL_DIRECT_ROWS 4
 #include "engine/kernels/matmul_avx_impl.inc"
 #undef TANDEM_MATMUL_ENTRY
+#undef TANDEM_MATMUL_DIRECT_ROWS
 }  // namespace avx512
 
 void MatmulBf16Avx512(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
@@ -69,30 +72,40 @@ void Tile(const bf16* xb, int64_t xs, const bf16* w, int64_t k, float* y, int64_
   const int64_t full = k / 16;
   const int tail = static_cast<int>(k % 16);
   __m256 acc[R][C];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   __m256i v[C];
   for (int64_t q = 0; q < full; ++q) {
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const bf16* src = w + c * k + 16 * q;
       _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
       v[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * xs + 16 * q));
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_dpbf16_ps(acc[r][c], AsBh(xv), AsBh(v[c]));
     }
   }
   if (tail) {
     const __mmask16 mask = static_cast<__mmask16>((1u << tail) - 1);
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) v[c] = _mm256_maskz_loadu_epi16(mask, w + c * k + 16 * full);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m256i xv =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + r * xs + 16 * full));
+#pragma GCC unroll 16
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_dpbf16_ps(acc[r][c], AsBh(xv), AsBh(v[c]));
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
     for (int c = 0; c < C; ++c) y[r * ldy + c] = ReduceLanes(acc[r][c]);
 }
 

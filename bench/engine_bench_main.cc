@@ -1,0 +1,225 @@
+// engine_bench: the model core's decode and prefill speed beside this machine's limits, all
+// measured in one run (PERF.md).
+//
+//   engine_bench --model-path /tmp/qwen05 --threads 2 --json out.json
+//
+// Limits measured first: DRAM read bandwidth (bench/probe) and oneDNN's bf16 GEMM rate at the
+// prefill shape [prompt, hidden] x [hidden, intermediate]. Then:
+//   decode, batch B in {1, 8, 32}: B sequences with a `--context`-token prompt each (prefilled,
+//     untimed), then `--decode-steps` batched decode steps, timed; tok/s = B * steps / time.
+//   prefill: one `--prefill-tokens` prompt in one forward pass (logits of the last token); best of
+//     `--repeats`.
+// Bounds:
+//   decode_bound_tok_s_b1 = bandwidth / (weight bytes read per step + KV bytes read per step at
+//     the mean context of the timed steps + one embedding row)
+//   prefill_bound_tok_s = GEMM rate / FLOPs per prompt token, where FLOPs per token =
+//     2 x (linear-layer weights) + attention (4 x layers x heads x head_dim x mean context) +
+//     2 x lm_head / prompt length (the lm_head runs for the last token only).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench/probe/probe.h"
+#include "engine/kernels/cpu.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using engine::BlockPool;
+using engine::BlockTable;
+using engine::SequenceInput;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+struct Bench {
+  engine::Model* model;
+  int64_t vocab;
+
+  // Returns decode tok/s for `batch` sequences of `context` prompt tokens and `steps` steps.
+  double Decode(int batch, int64_t context, int steps, int repeats) {
+    const int64_t per_seq = context + steps;
+    const int32_t blocks_per_seq = static_cast<int32_t>((per_seq + 15) / 16);
+    BlockPool pool(blocks_per_seq * batch, 16);
+    auto kv = model->CreateKvCache(pool.num_blocks(), 16);
+    if (!kv.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", std::string(kv.status().message()).c_str());
+      std::exit(1);
+    }
+    std::vector<BlockTable> tables(static_cast<size_t>(batch));
+    std::vector<BlockPool::AppendRequest> reqs;
+    for (auto& t : tables) reqs.push_back({&t, per_seq});
+    if (!pool.Commit(*pool.PlanAppend(reqs)).ok()) std::exit(1);
+    // Prefill each sequence (untimed), in chunks to bound activation memory.
+    std::vector<std::vector<int32_t>> prompts;
+    for (int b = 0; b < batch; ++b) prompts.push_back(RandomTokens(context, vocab, 100 + b));
+    for (int b = 0; b < batch; ++b) {
+      auto r = model->Forward({{prompts[b], 0, tables[b].block_ids, false}}, kv->get());
+      if (!r.ok()) std::exit(1);
+    }
+    double best = 0;
+    std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+    for (int rep = 0; rep < repeats; ++rep) {
+      const auto t0 = Clock::now();
+      for (int s = 0; s < steps; ++s) {
+        std::vector<SequenceInput> in;
+        for (int b = 0; b < batch; ++b) {
+          in.push_back({std::span<const int32_t>(&next[b], 1), context + s, tables[b].block_ids,
+                        true});
+        }
+        auto r = model->Forward(in, kv->get());
+        if (!r.ok()) std::exit(1);
+        for (int b = 0; b < batch; ++b) next[b] = static_cast<int32_t>((next[b] * 31 + s) % vocab);
+      }
+      const double tps = batch * steps / Seconds(t0, Clock::now());
+      best = std::max(best, tps);
+    }
+    return best;
+  }
+
+  double Prefill(int64_t tokens, int repeats) {
+    const int32_t blocks = static_cast<int32_t>((tokens + 15) / 16);
+    BlockPool pool(blocks, 16);
+    auto kv = model->CreateKvCache(blocks, 16);
+    if (!kv.ok()) std::exit(1);
+    BlockTable t;
+    if (!pool.Commit(*pool.PlanAppend({{&t, tokens}})).ok()) std::exit(1);
+    const auto prompt = RandomTokens(tokens, vocab, 7);
+    double best = 0;
+    for (int rep = 0; rep < repeats; ++rep) {
+      const auto t0 = Clock::now();
+      auto r = model->Forward({{prompt, 0, t.block_ids, true}}, kv->get());
+      if (!r.ok()) std::exit(1);
+      best = std::max(best, tokens / Seconds(t0, Clock::now()));
+    }
+    return best;
+  }
+};
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  using namespace tandem;
+  CLI::App app("engine_bench: model-core decode/prefill speed against the machine's limits");
+  std::string model_path, json_path;
+  int threads = 2, steps = 16, repeats = 2;
+  int64_t context = 256, prefill_tokens = 1024;
+  std::vector<int> batches = {1, 8, 32};
+  app.add_option("--model-path", model_path, "Hugging Face model directory")->required();
+  app.add_option("--threads", threads, "compute threads")->check(CLI::Range(1, 256));
+  app.add_option("--json", json_path, "write the results as JSON here");
+  app.add_option("--context", context, "prompt tokens per sequence before timed decode steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--decode-steps", steps, "timed decode steps")->check(CLI::Range(1, 100000));
+  app.add_option("--prefill-tokens", prefill_tokens, "prompt length of the prefill run")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--repeats", repeats, "timed repetitions (best is kept)")
+      ->check(CLI::Range(1, 100));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  auto model = engine::Model::Load(model_path, {threads});
+  if (!model.ok()) {
+    std::fprintf(stderr, "engine_bench: %s\n", std::string(model.status().message()).c_str());
+    return 2;
+  }
+  const engine::ModelConfig& c = (*model)->config();
+  std::printf("model %s: %lld layers, hidden %lld, heads %lld/%lld, intermediate %lld, vocab %lld; "
+              "SIMD %s; %d threads\n",
+              c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
+              (long long)c.num_heads, (long long)c.num_kv_heads, (long long)c.intermediate_size,
+              (long long)c.vocab_size, engine::SimdLevelName(engine::DetectSimd()), threads);
+
+  std::string gemm_impl;
+  const double bandwidth = bench::MeasureReadBandwidthGBs(threads);
+  const double gemm = bench::MeasureBf16GemmGflops(threads, prefill_tokens, c.intermediate_size,
+                                                   c.hidden_size, &gemm_impl);
+  std::printf("machine: read bandwidth %.1f GB/s, oneDNN bf16 GEMM %.1f GFLOP/s (%s)\n",
+              bandwidth, gemm, gemm_impl.c_str());
+
+  Bench bench{model->get(), c.vocab_size};
+  nlohmann::json out;
+  out["model_path"] = model_path;
+  out["threads"] = threads;
+  out["simd"] = engine::SimdLevelName(engine::DetectSimd());
+  out["read_bandwidth_gbs"] = bandwidth;
+  out["bf16_gemm_gflops"] = gemm;
+  out["bf16_gemm_impl"] = gemm_impl;
+  out["decode_context"] = context;
+
+  // Decode bound at batch 1.
+  const double mean_ctx = context + (steps - 1) / 2.0 + 1;
+  const double kv_bytes = 2.0 * c.num_layers * c.kv_dim() * 2 * mean_ctx;
+  const double weight_bytes = static_cast<double>((*model)->weights().matrix_bytes_per_step()) +
+                              2.0 * c.hidden_size;
+  const double decode_bound = bandwidth * 1e9 / (weight_bytes + kv_bytes);
+  out["decode_bytes_per_step_b1"] = weight_bytes + kv_bytes;
+  out["decode_bound_tok_s_b1"] = decode_bound;
+
+  std::printf("\n%-22s %12s %12s %8s\n", "run", "tok/s", "bound", "ratio");
+  double b1 = 0;
+  for (int b : batches) {
+    const double tps = bench.Decode(b, context, steps, repeats);
+    out["decode_tok_s_b" + std::to_string(b)] = tps;
+    if (b == 1) {
+      b1 = tps;
+      out["decode_ratio_b1"] = tps / decode_bound;
+      std::printf("%-22s %12.1f %12.1f %8.3f\n", "decode batch 1", tps, decode_bound,
+                  tps / decode_bound);
+    } else {
+      std::printf("%-22s %12.1f %12s %8s   (%.2fx batch 1)\n",
+                  ("decode batch " + std::to_string(b)).c_str(), tps, "", "", tps / b1);
+      out["decode_speedup_b" + std::to_string(b)] = tps / b1;
+    }
+  }
+
+  const double linear_params =
+      static_cast<double>(c.num_layers) *
+      (c.hidden_size * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) + 3.0 * c.hidden_size * c.intermediate_size);
+  const double attn_flops =
+      4.0 * c.num_layers * c.num_heads * c.head_dim * (prefill_tokens + 1) / 2.0;
+  const double flops_per_token = 2.0 * linear_params + attn_flops +
+                                 2.0 * c.vocab_size * c.hidden_size / prefill_tokens;
+  const double prefill_bound = gemm * 1e9 / flops_per_token;
+  const double prefill = bench.Prefill(prefill_tokens, repeats);
+  std::printf("%-22s %12.1f %12.1f %8.3f   (%.1f GFLOP/s)\n",
+              ("prefill " + std::to_string(prefill_tokens)).c_str(), prefill, prefill_bound,
+              prefill / prefill_bound, prefill * flops_per_token / 1e9);
+  out["prefill_tokens"] = prefill_tokens;
+  out["prefill_flops_per_token"] = flops_per_token;
+  out["prefill_tok_s"] = prefill;
+  out["prefill_bound_tok_s"] = prefill_bound;
+  out["prefill_ratio"] = prefill / prefill_bound;
+  out["prefill_gflops"] = prefill * flops_per_token / 1e9;
+
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << out.dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "engine_bench: cannot write %s\n", json_path.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
