@@ -25,6 +25,14 @@ absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(std::string_view name) {
 }
 
 absl::Status InitLogging(const std::string& program, const std::string& level) {
+  // Colours only when stderr is a terminal; log files stay plain.
+  return InitLogging(
+      program, level,
+      std::make_shared<spdlog::sinks::stderr_color_sink_mt>(spdlog::color_mode::automatic));
+}
+
+absl::Status InitLogging(const std::string& program, const std::string& level,
+                         spdlog::sink_ptr sink) {
   std::string name = level;
   std::string source = "--log-level";
   if (name.empty()) {
@@ -39,8 +47,6 @@ absl::Status InitLogging(const std::string& program, const std::string& level) {
   absl::StatusOr<spdlog::level::level_enum> parsed = ParseLogLevel(name);
   if (!parsed.ok()) return Annotate(parsed.status(), absl::StrCat(source, ": "));
 
-  // Colours only when stderr is a terminal; log files stay plain.
-  auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>(spdlog::color_mode::automatic);
   auto logger = std::make_shared<spdlog::logger>(program, std::move(sink));
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %^%l%$ %n[%t] %v", spdlog::pattern_time_type::utc);
   logger->set_level(*parsed);

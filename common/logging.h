@@ -41,16 +41,20 @@ absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(std::string_view name);
 // is unset or empty, info. An unknown level is InvalidArgument saying where it came from; the
 // previous logger is then left in place. Warnings and above are flushed immediately.
 absl::Status InitLogging(const std::string& program, const std::string& level);
+// The same, writing to `sink` instead of stderr (tests, tools that log to a file).
+absl::Status InitLogging(const std::string& program, const std::string& level,
+                         spdlog::sink_ptr sink);
 
 }  // namespace tandem
 
-// LOG_RID(level, rid, format, args...): logs `rid=<rid> <message>` on the default logger at
-// spdlog level `level` (trace, debug, info, warn, error, critical). `format` must be a literal.
-#define LOG_RID(level, rid, format, ...)                               \
+// LOG_RID(severity, rid, format, args...): logs `rid=<rid> <message>` on the default logger at
+// spdlog level `severity`: trace, debug, info, warn, err or critical (spdlog's enum names; the
+// line shows trace, debug, info, warning, error, critical). `format` must be a literal.
+#define LOG_RID(severity, rid, format, ...)                            \
   do {                                                                 \
     ::spdlog::logger* tandem_logger_ = ::spdlog::default_logger_raw(); \
-    if (tandem_logger_->should_log(::spdlog::level::level)) {          \
-      tandem_logger_->log(::spdlog::level::level, "rid={} " format,    \
+    if (tandem_logger_->should_log(::spdlog::level::severity)) {       \
+      tandem_logger_->log(::spdlog::level::severity, "rid={} " format, \
                           (rid)__VA_OPT__(, ) __VA_ARGS__);            \
     }                                                                  \
   } while (0)

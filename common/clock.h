@@ -1,0 +1,48 @@
+// Monotonic time for timeouts and deadlines (never the wall clock, which can jump).
+//
+//   Deadline deadline = Deadline::After(std::chrono::seconds(5));
+//   while (!deadline.expired()) { ... wait_for(deadline.remaining()) ... }
+//
+// Deadline is a value type; thread-compatible (const methods may be called concurrently).
+#ifndef TANDEM_COMMON_CLOCK_H_
+#define TANDEM_COMMON_CLOCK_H_
+
+#include <algorithm>
+#include <chrono>
+
+namespace tandem {
+
+using MonoClock = std::chrono::steady_clock;
+
+inline MonoClock::time_point MonoNow() { return MonoClock::now(); }
+
+// A point in monotonic time after which an operation should give up.
+class Deadline {
+ public:
+  // A deadline `timeout` from now; a zero or negative timeout is already expired.
+  static Deadline After(MonoClock::duration timeout) { return Deadline(MonoNow() + timeout); }
+  static Deadline At(MonoClock::time_point when) { return Deadline(when); }
+  // A deadline that never expires.
+  static Deadline Never() { return Deadline(MonoClock::time_point::max()); }
+
+  bool expired() const { return MonoNow() >= when_; }
+  bool is_never() const { return when_ == MonoClock::time_point::max(); }
+  MonoClock::time_point when() const { return when_; }
+  // Time left, never negative; MonoClock::duration::max() for Never().
+  MonoClock::duration remaining() const {
+    if (is_never()) return MonoClock::duration::max();
+    return std::max(MonoClock::duration::zero(), when_ - MonoNow());
+  }
+  // The earlier of two deadlines.
+  static Deadline Earliest(const Deadline& a, const Deadline& b) {
+    return a.when_ <= b.when_ ? a : b;
+  }
+
+ private:
+  explicit Deadline(MonoClock::time_point when) : when_(when) {}
+  MonoClock::time_point when_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_COMMON_CLOCK_H_
