@@ -81,8 +81,8 @@ struct Bench {
       for (int s = 0; s < steps; ++s) {
         std::vector<SequenceInput> in;
         for (int b = 0; b < batch; ++b) {
-          in.push_back({std::span<const int32_t>(&next[b], 1), context + s, tables[b].block_ids,
-                        true});
+          in.push_back(
+              {std::span<const int32_t>(&next[b], 1), context + s, tables[b].block_ids, true});
         }
         auto r = model->Forward(in, kv->get());
         if (!r.ok()) std::exit(1);
@@ -145,18 +145,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   const engine::ModelConfig& c = (*model)->config();
-  std::printf("model %s: %lld layers, hidden %lld, heads %lld/%lld, intermediate %lld, vocab %lld; "
-              "SIMD %s; %d threads\n",
-              c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
-              (long long)c.num_heads, (long long)c.num_kv_heads, (long long)c.intermediate_size,
-              (long long)c.vocab_size, engine::SimdLevelName(engine::DetectSimd()), threads);
+  std::printf(
+      "model %s: %lld layers, hidden %lld, heads %lld/%lld, intermediate %lld, vocab %lld; "
+      "SIMD %s; %d threads\n",
+      c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
+      (long long)c.num_heads, (long long)c.num_kv_heads, (long long)c.intermediate_size,
+      (long long)c.vocab_size, engine::SimdLevelName(engine::DetectSimd()), threads);
 
   std::string gemm_impl;
   const double bandwidth = bench::MeasureReadBandwidthGBs(threads);
   const double gemm = bench::MeasureBf16GemmGflops(threads, prefill_tokens, c.intermediate_size,
                                                    c.hidden_size, &gemm_impl);
-  std::printf("machine: read bandwidth %.1f GB/s, oneDNN bf16 GEMM %.1f GFLOP/s (%s)\n",
-              bandwidth, gemm, gemm_impl.c_str());
+  std::printf("machine: read bandwidth %.1f GB/s, oneDNN bf16 GEMM %.1f GFLOP/s (%s)\n", bandwidth,
+              gemm, gemm_impl.c_str());
 
   Bench bench{model->get(), c.vocab_size};
   nlohmann::json out;
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
   // Decode bound at batch 1.
   const double mean_ctx = context + (steps - 1) / 2.0 + 1;
   const double kv_bytes = 2.0 * c.num_layers * c.kv_dim() * 2 * mean_ctx;
-  const double weight_bytes = static_cast<double>((*model)->weights().matrix_bytes_per_step()) +
-                              2.0 * c.hidden_size;
+  const double weight_bytes =
+      static_cast<double>((*model)->weights().matrix_bytes_per_step()) + 2.0 * c.hidden_size;
   const double decode_bound = bandwidth * 1e9 / (weight_bytes + kv_bytes);
   out["decode_bytes_per_step_b1"] = weight_bytes + kv_bytes;
   out["decode_bound_tok_s_b1"] = decode_bound;
@@ -195,12 +196,12 @@ int main(int argc, char** argv) {
   }
 
   const double linear_params =
-      static_cast<double>(c.num_layers) *
-      (c.hidden_size * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) + 3.0 * c.hidden_size * c.intermediate_size);
+      static_cast<double>(c.num_layers) * (c.hidden_size * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) +
+                                           3.0 * c.hidden_size * c.intermediate_size);
   const double attn_flops =
       4.0 * c.num_layers * c.num_heads * c.head_dim * (prefill_tokens + 1) / 2.0;
-  const double flops_per_token = 2.0 * linear_params + attn_flops +
-                                 2.0 * c.vocab_size * c.hidden_size / prefill_tokens;
+  const double flops_per_token =
+      2.0 * linear_params + attn_flops + 2.0 * c.vocab_size * c.hidden_size / prefill_tokens;
   const double prefill_bound = gemm * 1e9 / flops_per_token;
   const double prefill = bench.Prefill(prefill_tokens, repeats);
   std::printf("%-22s %12.1f %12.1f %8.3f   (%.1f GFLOP/s)\n",
