@@ -148,8 +148,8 @@ std::vector<WriteOp> StridedOps(uint64_t write_bytes, int count, uint64_t base) 
   const uint64_t stride = write_bytes * 2 > kRegionBytes / count ? write_bytes : write_bytes * 2;
   for (int i = 0; i < count; ++i) {
     uint64_t off = (base + i * stride) % (kRegionBytes - write_bytes + 1);
-    ops.push_back(WriteOp{1, i * write_bytes % (kRegionBytes - write_bytes + 1), 2, off,
-                          write_bytes});
+    ops.push_back(
+        WriteOp{1, i * write_bytes % (kRegionBytes - write_bytes + 1), 2, off, write_bytes});
   }
   return ops;
 }
@@ -208,8 +208,8 @@ double KvPrompt(Pair& p, std::mt19937_64& rng) {
     for (int kv = 0; kv < 2; ++kv) {
       for (int b = 0; b < kBlocks; ++b) {
         uint64_t src = ((layer * 2 + kv) * static_cast<uint64_t>(kBlocks) + b) * kBlockBytes;
-        uint64_t dst = ((layer * 2 + kv) * static_cast<uint64_t>(kPoolBlocks) + pool[b]) *
-                       kBlockBytes;
+        uint64_t dst =
+            ((layer * 2 + kv) * static_cast<uint64_t>(kPoolBlocks) + pool[b]) * kBlockBytes;
         ops.push_back(WriteOp{1, src, 2, dst, kBlockBytes});
       }
     }
@@ -256,9 +256,13 @@ int main(int argc, char** argv) {
       std::printf("%-10llu %-6d %10.2f %10.2f %8.2f %10.3f %10.3f\n",
                   static_cast<unsigned long long>(size), ops, raw, pt.gbps, pt.gbps / raw,
                   pt.p50_ms, pt.p99_ms);
-      out["sweep"].push_back({{"write_bytes", size}, {"batch_ops", ops}, {"raw_tcp_gbps", raw},
-                              {"tcp_gbps", pt.gbps}, {"ratio", pt.gbps / raw},
-                              {"p50_ms", pt.p50_ms}, {"p99_ms", pt.p99_ms}});
+      out["sweep"].push_back({{"write_bytes", size},
+                              {"batch_ops", ops},
+                              {"raw_tcp_gbps", raw},
+                              {"tcp_gbps", pt.gbps},
+                              {"ratio", pt.gbps / raw},
+                              {"p50_ms", pt.p50_ms},
+                              {"p99_ms", pt.p99_ms}});
       if (size == (1 << 20) && ops == 16) {
         raw_1mib = raw;
         tcp_1mib = pt.gbps;
@@ -272,10 +276,11 @@ int main(int argc, char** argv) {
   const double kv_bytes = 24.0 * 2 * 128 * 4096;
   std::printf("\nraw TCP 1 MiB: %.2f GB/s   tcp backend 1 MiB x16: %.2f GB/s   ratio %.3f\n",
               raw_1mib, tcp_1mib, tcp_1mib / raw_1mib);
-  std::printf("KV 2048-token prompt (24 layers, %.1f MiB, 6144 blocks of 4 KiB): median %.2f ms,"
-              " %.2f GB/s (min %.2f ms over %zu runs)\n",
-              kv_bytes / (1 << 20), kv_med, kv_bytes / (kv_med / 1e3) / 1e9,
-              *std::min_element(kv_ms.begin(), kv_ms.end()), kv_ms.size());
+  std::printf(
+      "KV 2048-token prompt (24 layers, %.1f MiB, 6144 blocks of 4 KiB): median %.2f ms,"
+      " %.2f GB/s (min %.2f ms over %zu runs)\n",
+      kv_bytes / (1 << 20), kv_med, kv_bytes / (kv_med / 1e3) / 1e9,
+      *std::min_element(kv_ms.begin(), kv_ms.end()), kv_ms.size());
   out["raw_tcp_gbps"] = raw_1mib;
   out["tcp_gbps_1mib"] = tcp_1mib;
   out["tcp_ratio_1mib"] = tcp_1mib / raw_1mib;

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kvtransfer/fake/fake_engine.h"
+#include "kvtransfer/rdma/rdma_engine.h"
 #include "kvtransfer/rdma/verbs.h"
 #include "kvtransfer/tcp/tcp_engine.h"
 
@@ -18,7 +19,7 @@ absl::StatusOr<TransferEnginePtr> CreateTransferEngine(const std::string& backen
     auto verbs =
         rdma::CreateIbverbs(options.rdma_device, options.rdma_port, options.rdma_gid_index);
     if (!verbs.ok()) return verbs.status();
-    return absl::UnimplementedError("rdma: engine not built yet");
+    return CreateRdmaEngine(std::move(options), std::move(*verbs));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown transfer backend '", backend,

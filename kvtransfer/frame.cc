@@ -32,6 +32,10 @@ const char* FrameTypeName(FrameType type) {
       return "bye";
     case FrameType::kFlush:
       return "flush";
+    case FrameType::kControl:
+      return "control";
+    case FrameType::kControlReply:
+      return "control_reply";
   }
   return "unknown";
 }

@@ -53,8 +53,10 @@ enum class FrameType : uint8_t {
   kNotifyAck = 10,
   kBye = 11,
   kFlush = 12,
+  kControl = 13,
+  kControlReply = 14,
 };
-inline constexpr uint8_t kMaxFrameType = 12;
+inline constexpr uint8_t kMaxFrameType = 14;
 
 inline constexpr uint16_t kFlagAck = 1;  // kWrite: acknowledge the batch on this connection
 inline constexpr uint16_t kKnownFlags = kFlagAck;

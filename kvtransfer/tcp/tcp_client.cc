@@ -92,6 +92,30 @@ absl::Status Handshake(ClientLane& lane, const ClientOptions& o, absl::Time dead
 
 }  // namespace
 
+absl::StatusOr<std::string> ControlCall(ClientLane& lane, const std::string& body,
+                                        absl::Time deadline) {
+  FrameHeader h;
+  h.type = FrameType::kControl;
+  h.session = lane.session;
+  try {
+    SendFrame(lane.socket, h, body);
+    ASSIGN_OR_RETURN(auto reply, RecvFrame(lane.socket, deadline, "a control reply"));
+    if (reply.first.type == FrameType::kNack) {
+      auto code = static_cast<absl::StatusCode>(reply.first.code);
+      if (code == absl::StatusCode::kOk || reply.first.code > 16)
+        code = absl::StatusCode::kInternal;
+      return absl::Status(code, reply.second.substr(0, kMaxReasonBytes));
+    }
+    if (reply.first.type != FrameType::kControlReply) {
+      return absl::DataLossError(
+          absl::StrCat("expected a control reply, got ", FrameTypeName(reply.first.type)));
+    }
+    return reply.second;
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("control call failed: ", e.what()));
+  }
+}
+
 void CloseLane(ClientLane& lane) {
   if (lane.socket) {
     lane.socket.set(zmq::sockopt::linger, 0);

@@ -40,6 +40,11 @@ absl::StatusOr<std::vector<ClientLane>> ConnectLanes(zmq::context_t& ctx,
                                                      absl::Time deadline);
 void CloseLane(ClientLane& lane);
 
+// Sends a kControl request on an authenticated lane and waits for its kControlReply body; a
+// kNack becomes the error it carries.
+absl::StatusOr<std::string> ControlCall(ClientLane& lane, const std::string& body,
+                                        absl::Time deadline);
+
 }  // namespace tandem::kv
 
 #endif  // TANDEM_KVTRANSFER_TCP_TCP_CLIENT_H_

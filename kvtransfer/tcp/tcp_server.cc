@@ -46,6 +46,21 @@ void TcpServer::HandleMessage(zmq::socket_t& router, std::vector<zmq::message_t>
       ack.batch = h.batch;
       return Reply(router, rid, ack, "");
     }
+    case FrameType::kControl: {
+      absl::StatusOr<std::string> reply =
+          on_control_ ? on_control_(s.client_name, parts[2].to_string())
+                      : absl::UnimplementedError("this engine takes no control requests");
+      FrameHeader r;
+      r.batch = h.batch;
+      if (reply.ok()) {
+        r.type = FrameType::kControlReply;
+        return Reply(router, rid, r, *reply);
+      }
+      r.type = FrameType::kNack;
+      r.code = static_cast<uint32_t>(reply.status().code());
+      return Reply(router, rid, r,
+                   std::string(reply.status().message()).substr(0, kMaxReasonBytes));
+    }
     case FrameType::kBye:
       sessions_.erase(it);
       session_order_.erase(std::remove(session_order_.begin(), session_order_.end(), rid),

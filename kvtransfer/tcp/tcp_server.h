@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,13 +25,22 @@
 
 namespace tandem::kv {
 
+// Answers a kControl request of an authenticated peer (its engine name, the request body).
+using ControlHandler =
+    std::function<absl::StatusOr<std::string>(const std::string& peer, const std::string& body)>;
+
 class TcpServer {
  public:
   static constexpr size_t kMaxSessions = 4096;
 
-  // `regions` and `counters` must outlive the server.
-  TcpServer(const EngineOptions& options, const RegionTable* regions, EngineCounters* counters)
-      : options_(options), regions_(regions), counters_(counters) {}
+  // `regions` and `counters` must outlive the server. Without `on_control`, kControl frames are
+  // refused.
+  TcpServer(const EngineOptions& options, const RegionTable* regions, EngineCounters* counters,
+            ControlHandler on_control = nullptr)
+      : options_(options),
+        regions_(regions),
+        counters_(counters),
+        on_control_(std::move(on_control)) {}
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;
 
@@ -62,6 +72,7 @@ class TcpServer {
   const EngineOptions& options_;
   const RegionTable* regions_;
   EngineCounters* counters_;
+  ControlHandler on_control_;
   std::map<std::string, Session> sessions_;
   std::deque<std::string> session_order_;  // insertion order, for eviction
 };
