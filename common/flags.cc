@@ -240,7 +240,8 @@ class Flags::YamlConfig : public CLI::Config {
 
 Flags::Flags(std::string program, std::string description)
     : program_(std::move(program)), app_(std::move(description), program_) {
-  app_.set_config("--config", "", "YAML file of options (keys are flag names); flags win");
+  app_.set_config("--config", "", "YAML file of options (keys are flag names); flags win")
+      ->type_name("FILE");
   app_.config_formatter(std::make_shared<YamlConfig>(this));
   app_.set_version_flag("--version", absl::StrCat(program_, " ", kTandemVersion));
   app_.add_option(

@@ -56,6 +56,11 @@ std::string CheckUnsignedInteger(const std::string& text, uint64_t max);
 std::string CheckFloat(const std::string& text);
 
 template <typename T>
+struct IsVector : std::false_type {};
+template <typename T, typename A>
+struct IsVector<std::vector<T, A>> : std::true_type {};
+
+template <typename T>
 struct ElementType {
   using type = T;
 };
@@ -112,7 +117,8 @@ class Flags {
     if constexpr (std::is_same_v<T, bool>) {
       option = app_.add_flag(flag, *value, help);
     } else {
-      option = app_.add_option(flag, *value, help)->capture_default_str();
+      option = app_.add_option(flag, *value, help);
+      if constexpr (!flags_internal::IsVector<T>::value) option->capture_default_str();
       if (auto validator =
               flags_internal::StrictValidator<typename flags_internal::ElementType<T>::type>()) {
         option->check(*validator);

@@ -7,9 +7,35 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 
 namespace tandem {
+namespace {
+
+// %* in the pattern: the message with CR and LF escaped, so that every event stays one line
+// even when a message quotes peer input.
+class OneLineMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const char* data = msg.payload.data();
+    const size_t size = msg.payload.size();
+    size_t start = 0;
+    for (size_t i = 0; i < size; ++i) {
+      if (data[i] != '\n' && data[i] != '\r') continue;
+      dest.append(data + start, data + i);
+      dest.append(data[i] == '\n' ? std::string_view("\\n") : std::string_view("\\r"));
+      start = i + 1;
+    }
+    dest.append(data + start, data + size);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<OneLineMessage>();
+  }
+};
+
+}  // namespace
 
 absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(std::string_view name) {
   const std::string lower = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
@@ -48,7 +74,9 @@ absl::Status InitLogging(const std::string& program, const std::string& level,
   if (!parsed.ok()) return Annotate(parsed.status(), absl::StrCat(source, ": "));
 
   auto logger = std::make_shared<spdlog::logger>(program, std::move(sink));
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %^%l%$ %n[%t] %v", spdlog::pattern_time_type::utc);
+  auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  formatter->add_flag<OneLineMessage>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %^%l%$ %n[%t] %*");
+  logger->set_formatter(std::move(formatter));
   logger->set_level(*parsed);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(std::move(logger));

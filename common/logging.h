@@ -3,14 +3,15 @@
 // Line format (UTC):
 //   2026-11-22T02:56:53.123456Z info tandem-router[4711] listening on 0.0.0.0:30000
 //   <time>                      <level> <program>[<thread id>] <message>
-// Messages are written as given; call sites keep them to one line (no embedded newlines).
+// Levels print as trace, debug, info, warning, error, critical.
+// Line breaks inside a message are written as \n and \r, so one event is always one line.
 //
 // InitLogging installs the default spdlog logger, so code anywhere logs with the spdlog API:
 //   spdlog::info("loaded {} layers", n);
 // and tags a line with a request id with LOG_RID, which costs nothing beyond a level check when
 // the level is disabled and adds `rid=<id> ` in front of the message:
 //   LOG_RID(warn, rid, "prefill worker {} failed: {}", url, status.ToString());
-//   -> ... warn tandem-router[4711] rid=3f2a9c... prefill worker http://h:8000 failed: ...
+//   -> ... warning tandem-router[4711] rid=3f2a9c... prefill worker http://h:8000 failed: ...
 // `rid` may be anything fmt can format (a string, a 64-bit room id, ...).
 //
 // Thread-safety: InitLogging is called once from main() before other threads start; logging

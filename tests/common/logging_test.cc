@@ -1,5 +1,6 @@
 #include "common/logging.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <regex>
@@ -53,6 +54,14 @@ TEST_F(LoggingTest, RequestIdTag) {
   EXPECT_THAT(out_.str(), HasSubstr("] rid=42 no args\n"));
   EXPECT_THAT(out_.str(), HasSubstr(" error tandem-test["));
   EXPECT_THAT(out_.str(), HasSubstr("] rid=r9 code 500\n"));
+}
+
+TEST_F(LoggingTest, MultiLineMessageStaysOneLine) {
+  ASSERT_TRUE(InitLogging("tandem-test", "info", sink_).ok());
+  spdlog::warn("bad request body: {}", "line one\nline two\r\n");
+  const std::string text = out_.str();
+  EXPECT_THAT(text, HasSubstr("bad request body: line one\\nline two\\r\\n\n"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1);
 }
 
 TEST_F(LoggingTest, LevelFiltersLines) {
