@@ -242,7 +242,10 @@ def parse_args(argv):
     p.add_argument("--ctx", type=int, default=256, help="training window (tokens)")
     p.add_argument("--max-position", type=int, default=512)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=320)
+    p.add_argument("--steps", type=int, default=320, help="steps of the first cosine cycle")
+    p.add_argument("--extra-steps", type=int, default=0,
+                   help="steps of a second cosine cycle at half the peak lr (warm restart); "
+                        "a finished run resumes from its checkpoint to add them")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--chat-share", type=float, default=0.15)
     p.add_argument("--threads", type=int, default=2)
@@ -315,7 +318,8 @@ def main(argv):
     if os.path.exists(ckpt) and not args.time_probe:
         state = torch.load(ckpt)
         def training_args(d):  # the arguments that shape the training run
-            return {k: v for k, v in d.items() if k not in ("export_only", "out", "work")}
+            return {k: v for k, v in d.items()
+                    if k not in ("export_only", "out", "work", "extra_steps")}
         if training_args(state["args"]) == training_args(vars(args)):
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
@@ -324,7 +328,8 @@ def main(argv):
             print(f"resumed at step {step}", flush=True)
         else:
             print("checkpoint is from different arguments; starting over", flush=True)
-    print(f"model: {n_params / 1e6:.2f}M params, {args.steps} steps of "
+    total = args.steps + args.extra_steps
+    print(f"model: {n_params / 1e6:.2f}M params, {args.steps}+{args.extra_steps} steps of "
           f"{args.batch}x{args.ctx} tokens", flush=True)
 
     if args.export_only:
@@ -336,9 +341,10 @@ def main(argv):
         return
     warmup = max(1, args.steps // 25)
     t_seg = time.time()
-    while step < args.steps:
+    while step < total:
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, warmup)
+            g["lr"] = (lr_at(step, args.steps, args.lr, warmup) if step < args.steps else
+                       lr_at(step - args.steps, args.extra_steps, args.lr / 2, warmup))
         x, y = batches(train, args.batch, args.ctx, gen)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
@@ -350,11 +356,11 @@ def main(argv):
             dt = (time.time() - t_seg) / step
             print(f"{dt:.3f} s/step, {args.batch * args.ctx / dt:.0f} tok/s", flush=True)
             return
-        if step % 25 == 0 or step == args.steps:
+        if step % 25 == 0 or step in (args.steps, total):
             elapsed += time.time() - t_seg
             t_seg = time.time()
             entry = {"step": step, "loss": round(loss.item(), 4), "minutes": round(elapsed / 60, 2)}
-            if step % 100 == 0 or step == args.steps:
+            if step % 100 == 0 or step in (args.steps, total):
                 entry["val_loss"] = round(eval_loss(model, val, args.ctx), 4)
             log.append(entry)
             print(json.dumps(entry), flush=True)
@@ -456,9 +462,13 @@ def write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples,
         "pre-tokenizer regex, NFC, special tokens `<|endoftext|>` (end of a fortune, also EOS), "
         "`<|im_start|>`, `<|im_end|>`; ChatML chat template.",
         f"- Trained {steps_done} steps"
-        + (f" (of a {args.steps}-step schedule, stopped early)" if steps_done < args.steps else "")
-        + f" of {args.batch} x {args.ctx} tokens, AdamW (lr {args.lr}, "
-        "betas 0.9/0.95, weight decay 0.1, warmup then cosine to 10%), clip 1.0, fp32, seed "
+        + (f" (of {args.steps + args.extra_steps} planned, stopped early)"
+           if steps_done < args.steps + args.extra_steps else "")
+        + f" of {args.batch} x {args.ctx} tokens, AdamW (lr {args.lr}, betas 0.9/0.95, weight "
+        f"decay 0.1, warmup then cosine to 10% over {args.steps} steps"
+        + (f", then a warm restart at lr {args.lr / 2} with cosine over {args.extra_steps} steps"
+           if args.extra_steps else "")
+        + "), clip 1.0, fp32, seed "
         f"{args.seed}, {args.threads} threads under `nice -n 10`: {elapsed / 60:.1f} minutes of "
         "wall time on a 2-core machine shared with parallel C++ builds (the process got a "
         "fraction of the cores).",
