@@ -92,6 +92,11 @@ bool Exchange::closed() const {
   return state_ == State::kClosed || overflowed_;
 }
 
+bool Exchange::answered() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kResponding || state_ == State::kDone;
+}
+
 void Exchange::SetOnClose(std::function<void()> callback) {
   {
     absl::MutexLock lock(&mu_);
@@ -307,8 +312,11 @@ void Session::OnRequest() {
     }
     request.query = *std::move(query);
   }
-  ArmWatch();
+  std::shared_ptr<Exchange> exchange = current_;
   core_->Dispatch(std::move(request), std::move(responder));
+  // Watch for a disconnect only while someone may still act on it: most requests are answered
+  // inside the handler, and arming the watch costs system calls.
+  if (!exchange->answered()) ArmWatch();
 }
 
 void Session::ArmWatch() {

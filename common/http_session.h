@@ -56,6 +56,9 @@ class Exchange {
   bool Write(std::string data) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish() ABSL_LOCKS_EXCLUDED(mu_);
   bool closed() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True once a whole response was handed over (Send); the client can no longer be "gone"
+  // in a way the handler could act on.
+  bool answered() const ABSL_LOCKS_EXCLUDED(mu_);
   void SetOnClose(std::function<void()> callback) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Session side (its strand).
