@@ -18,33 +18,24 @@ size_t CharLength(std::string_view piece, size_t i) {
   return n == 0 ? 1 : n;
 }
 
-absl::Status ParseMergePair(const Json& entry, const std::string& path, std::string* left,
-                            std::string* right) {
-  if (entry.is_string()) {
-    // Legacy form "left right": exactly one space separates the two halves.
-    const std::string& line = entry.get_ref<const std::string&>();
-    const size_t space = line.find(' ');
-    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-      return json_fields::FieldError(path, absl::StrCat("merge \"", line,
-                                                        "\" is not two tokens separated by "
-                                                        "one space"));
-    }
-    *left = line.substr(0, space);
-    *right = line.substr(space + 1);
-    return absl::OkStatus();
+// Legacy form "left right": exactly one space separates the two halves.
+absl::Status SplitLegacyMerge(const std::string& line, const std::string& path, std::string* left,
+                              std::string* right) {
+  const size_t space = line.find(' ');
+  if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+    return json_fields::FieldError(
+        path, absl::StrCat("merge \"", line, "\" is not two tokens separated by one space"));
   }
-  if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
-    *left = entry[0].get<std::string>();
-    *right = entry[1].get<std::string>();
-    return absl::OkStatus();
-  }
-  return json_fields::FieldError(path, "expected \"a b\" or [\"a\", \"b\"]");
+  *left = line.substr(0, space);
+  *right = line.substr(space + 1);
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model,
-                                                             const std::string& path) {
+                                                             const std::string& path,
+                                                             const BpeTables* tables) {
   RETURN_IF_ERROR(json_fields::ExpectObject(model, path));
   // Older files omit `type` for BPE; a vocab plus merges identifies it.
   std::string type = "BPE";
@@ -59,19 +50,49 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model,
   }
   std::unique_ptr<BpeModel> bpe(new BpeModel());
 
+  // Gather the vocabulary and merges, streamed by the reader or from the DOM.
   const std::string vocab_path = json_fields::Join(path, "vocab");
-  ASSIGN_OR_RETURN(const Json* vocab, json_fields::Member(model, path, "vocab"));
-  RETURN_IF_ERROR(json_fields::ExpectObject(*vocab, vocab_path));
+  std::vector<std::pair<std::string, int64_t>> dom_vocab;
+  const std::vector<std::pair<std::string, int64_t>>* vocab = &tables->vocab;
+  if (!tables->has_vocab) {
+    ASSIGN_OR_RETURN(const Json* v, json_fields::Member(model, path, "vocab"));
+    RETURN_IF_ERROR(json_fields::ExpectObject(*v, vocab_path));
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+          it.value().get<int64_t>() > INT32_MAX - 1) {
+        return json_fields::FieldError(absl::StrCat(vocab_path, "[\"", it.key(), "\"]"),
+                                       "expected a non-negative integer id");
+      }
+      dom_vocab.emplace_back(it.key(), it.value().get<int64_t>());
+    }
+    vocab = &dom_vocab;
+  }
+  const std::string merges_path = json_fields::Join(path, "merges");
+  std::vector<BpeTables::MergeEntry> dom_merges;
+  const std::vector<BpeTables::MergeEntry>* merges = &tables->merges;
+  if (!tables->has_merges) {
+    if (const Json* m = json_fields::OptionalMember(model, "merges")) {
+      RETURN_IF_ERROR(json_fields::ExpectArray(*m, merges_path));
+      for (size_t i = 0; i < m->size(); ++i) {
+        const Json& entry = (*m)[i];
+        if (entry.is_string()) {
+          dom_merges.push_back({entry.get<std::string>(), std::string(), true});
+        } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
+                   entry[1].is_string()) {
+          dom_merges.push_back({entry[0].get<std::string>(), entry[1].get<std::string>(), false});
+        } else {
+          return json_fields::FieldError(json_fields::Index(merges_path, i),
+                                         "expected \"a b\" or [\"a\", \"b\"]");
+        }
+      }
+    }
+    merges = &dom_merges;
+  }
+
   bpe->vocab_.reserve(vocab->size());
   int64_t max_id = -1;
-  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX - 1) {
-      return json_fields::FieldError(absl::StrCat(vocab_path, "[\"", it.key(), "\"]"),
-                                     "expected a non-negative integer id");
-    }
-    const int64_t id = it.value().get<int64_t>();
-    bpe->vocab_[it.key()] = static_cast<int32_t>(id);
+  for (const auto& [token, id] : *vocab) {
+    bpe->vocab_[token] = static_cast<int32_t>(id);
     max_id = std::max(max_id, id);
   }
   if (max_id > 16 * 1024 * 1024) {
@@ -81,30 +102,31 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model,
   bpe->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   for (const auto& [token, id] : bpe->vocab_) bpe->id_to_token_[id] = token;
 
-  const std::string merges_path = json_fields::Join(path, "merges");
-  const Json* merges = json_fields::OptionalMember(model, "merges");
-  if (merges != nullptr) {
-    RETURN_IF_ERROR(json_fields::ExpectArray(*merges, merges_path));
-    bpe->merges_.reserve(merges->size());
-    std::string left, right;
-    for (size_t i = 0; i < merges->size(); ++i) {
-      const std::string entry_path = json_fields::Index(merges_path, i);
-      RETURN_IF_ERROR(ParseMergePair((*merges)[i], entry_path, &left, &right));
-      auto l = bpe->vocab_.find(left);
-      auto r = bpe->vocab_.find(right);
-      auto m = bpe->vocab_.find(left + right);
-      for (const auto& [it, name] : {std::pair{l, &left}, std::pair{r, &right},
-                                     std::pair{m, static_cast<std::string*>(nullptr)}}) {
-        if (it == bpe->vocab_.end()) {
-          return json_fields::FieldError(
-              entry_path,
-              absl::StrCat("token \"", name ? *name : left + right, "\" is not in the vocabulary"));
-        }
-      }
-      // The first occurrence of a pair sets its rank, as in the reference implementation.
-      bpe->merges_.try_emplace(PairKey(l->second, r->second),
-                               MergeTarget{static_cast<int32_t>(i), m->second});
+  bpe->merges_.reserve(merges->size());
+  std::string left, right, joined;
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const std::string entry_path = json_fields::Index(merges_path, i);
+    const BpeTables::MergeEntry& entry = (*merges)[i];
+    if (entry.legacy) {
+      RETURN_IF_ERROR(SplitLegacyMerge(entry.left, entry_path, &left, &right));
+    } else {
+      left = entry.left;
+      right = entry.right;
     }
+    joined = left + right;
+    auto l = bpe->vocab_.find(left);
+    auto r = bpe->vocab_.find(right);
+    auto m = bpe->vocab_.find(joined);
+    for (const auto& [it, name] :
+         {std::pair{l, &left}, std::pair{r, &right}, std::pair{m, &joined}}) {
+      if (it == bpe->vocab_.end()) {
+        return json_fields::FieldError(
+            entry_path, absl::StrCat("token \"", *name, "\" is not in the vocabulary"));
+      }
+    }
+    // The first occurrence of a pair sets its rank, as in the reference implementation.
+    bpe->merges_.try_emplace(PairKey(l->second, r->second),
+                             MergeTarget{static_cast<int32_t>(i), m->second});
   }
 
   if (const Json* unk = json_fields::OptionalMember(model, "unk_token")) {

@@ -18,15 +18,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/tokenizer/json_fields.h"
+#include "engine/tokenizer/tokenizer_json_reader.h"
 
 namespace tandem::engine {
 
 class BpeModel {
  public:
-  // Parses tokenizer.json's `model` object found at `path`. Any other model type (Unigram,
+  // Parses tokenizer.json's `model` object found at `path`, taking the vocabulary and merges
+  // from `tables` where the streaming reader extracted them. Any other model type (Unigram,
   // WordPiece, WordLevel) is an error naming it.
   static absl::StatusOr<std::unique_ptr<BpeModel>> FromJson(const json_fields::Json& model,
-                                                            const std::string& path);
+                                                            const std::string& path,
+                                                            const BpeTables* tables);
   BpeModel(const BpeModel&) = delete;
   BpeModel& operator=(const BpeModel&) = delete;
 

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/json_fields.h"
+#include "engine/tokenizer/tokenizer_json_reader.h"
 #include "engine/tokenizer/tokenizer_state.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -118,10 +119,11 @@ absl::Status ParseDecoder(const Json& value, const std::string& path, bool* byte
                                  absl::StrCat("unsupported decoder type \"", type, "\""));
 }
 
-absl::Status ParseTokenizerJson(const Json& root, Tokenizer::State* state) {
+absl::Status ParseTokenizerJson(const Json& root, const BpeTables& tables,
+                                Tokenizer::State* state) {
   RETURN_IF_ERROR(json_fields::ExpectObject(root, "(root)"));
   ASSIGN_OR_RETURN(const Json* model, json_fields::Member(root, "", "model"));
-  ASSIGN_OR_RETURN(state->model, BpeModel::FromJson(*model, "model"));
+  ASSIGN_OR_RETURN(state->model, BpeModel::FromJson(*model, "model", &tables));
   ASSIGN_OR_RETURN(
       state->added,
       AddedVocabulary::FromJson(json_fields::OptionalMember(root, "added_tokens"), "added_tokens"));
@@ -219,8 +221,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromStrings(
     const std::string& source) {
   auto state = std::make_unique<State>();
   const std::string prefix = absl::StrCat(source, ": ");
-  ASSIGN_OR_RETURN(const Json root, ParseJson(tokenizer_contents), prefix);
-  RETURN_IF_ERROR(ParseTokenizerJson(root, state.get()), prefix);
+  BpeTables tables;
+  ASSIGN_OR_RETURN(const Json root, ReadTokenizerJson(tokenizer_contents, &tables), prefix);
+  RETURN_IF_ERROR(ParseTokenizerJson(root, tables, state.get()), prefix);
   State* raw = state.get();
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer(std::move(state)));
   // The config is resolved against the loaded vocabulary, so it is parsed second.
