@@ -74,8 +74,10 @@ absl::StatusOr<std::string> RenderChatMl(const Tokenizer::State& state,
   if (default_system && (messages.empty() || messages[0].role != "system")) {
     absl::StrAppend(&out, "<|im_start|>system\n", std::string(kQwenDefaultSystem), "<|im_end|>\n");
   }
+  // Qwen2.5 folds tool results into user turns; plain ChatML templates print every role as is.
+  const bool qwen_tools = Contains(state.chat_template, "<tool_response>");
   for (size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i].role == "tool") {
+    if (qwen_tools && messages[i].role == "tool") {
       AppendToolMessage(messages, i, &out);
       continue;
     }

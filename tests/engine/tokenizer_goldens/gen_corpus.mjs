@@ -64,6 +64,10 @@ const fixed = [
   "x".repeat(1000), "\n".repeat(50), " ".repeat(100), "!".repeat(64), "😀".repeat(40), "中".repeat(100),
   "9".repeat(70), "_".repeat(40), "-=".repeat(40), "ﷺ ﷻ", "𝕳𝖊𝖑𝖑𝖔 math fraktur", "𝟘𝟙𝟚 double-struck",
   "ǅungla Ǆ ǆ", "İstanbul ıi", "ß ẞ straße", "ﬀ ﬃ", "K kelvin", "µ micro μ mu", "Ω ohm",
+  // Characters on which regex engines disagree about \s or case folding.
+  "a\u0085b", "a \u0085 b\u0085\u0085", "x\ufeffy", "a \ufeff b", "it'ſ IT'S It'S",
+  "\u180e mongolian vowel separator", "\u000b\u000c vertical tab form feed", "\u001c\u001d\u001e\u001f",
+  "tab\t \t space", "word\n   \n  next", "end with newline\n", "  \n\n  ", "x \u2029 y \u2028",
 ];
 
 // Fragments for the random mixtures.

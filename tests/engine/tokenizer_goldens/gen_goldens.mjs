@@ -100,7 +100,8 @@ for (const source of sources) {
         } catch (e) {
           continue;  // A template that rejects this conversation (e.g. tool roles).
         }
-        chatGoldens.push({ tokenizer: source.name, add_generation_prompt, messages, rendered });
+        chatGoldens.push({ tokenizer: source.name, tokenizer_dir: relative(repoRoot, source.dir),
+                           add_generation_prompt, messages, rendered });
       }
     }
   }
