@@ -16,10 +16,22 @@ constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string ToString(beast::string_view view) { return std::string(view.data(), view.size()); }
 
-bool IsHopByHop(const std::string& name) {
-  return absl::EqualsIgnoreCase(name, "content-length") ||
-         absl::EqualsIgnoreCase(name, "transfer-encoding") ||
-         absl::EqualsIgnoreCase(name, "connection") || absl::EqualsIgnoreCase(name, "content-type");
+bool HasLineBreak(const std::string& text) {
+  return text.find_first_of("\r\n") != std::string::npos;
+}
+
+// Whether a handler-supplied header may be sent: the server owns framing headers, and a line
+// break (e.g. from echoed peer input) would let a value inject headers or split the response.
+bool AcceptableHeader(const std::string& name, const std::string& value) {
+  if (name.empty() || HasLineBreak(name) || HasLineBreak(value)) return false;
+  return !absl::EqualsIgnoreCase(name, "content-length") &&
+         !absl::EqualsIgnoreCase(name, "transfer-encoding") &&
+         !absl::EqualsIgnoreCase(name, "connection") &&
+         !absl::EqualsIgnoreCase(name, "content-type");
+}
+
+std::string SafeContentType(const std::string& content_type) {
+  return HasLineBreak(content_type) ? "application/octet-stream" : content_type;
 }
 
 }  // namespace
@@ -359,9 +371,9 @@ void Session::WriteResponse(HttpResponse response) {
   response_->result(static_cast<unsigned>(response.status));
   response_->reason(StatusReason(response.status));
   response_->set(http::field::server, options_.server_header);
-  response_->set(http::field::content_type, response.content_type);
+  response_->set(http::field::content_type, SafeContentType(response.content_type));
   for (const auto& [name, value] : response.headers) {
-    if (!IsHopByHop(name)) response_->insert(name, value);
+    if (AcceptableHeader(name, value)) response_->insert(name, value);
   }
   response_->body() = std::move(response.body);
   response_->keep_alive(keep_alive_);
@@ -398,10 +410,10 @@ void Session::WriteStreamHeader(int status, const std::string& content_type,
   stream_header_->result(static_cast<unsigned>(status));
   stream_header_->reason(StatusReason(status));
   stream_header_->set(http::field::server, options_.server_header);
-  stream_header_->set(http::field::content_type, content_type);
+  stream_header_->set(http::field::content_type, SafeContentType(content_type));
   bool has_cache_control = false;
   for (const auto& [name, value] : headers) {
-    if (IsHopByHop(name)) continue;
+    if (!AcceptableHeader(name, value)) continue;
     has_cache_control = has_cache_control || absl::EqualsIgnoreCase(name, "cache-control");
     stream_header_->insert(name, value);
   }

@@ -440,6 +440,32 @@ TEST_F(HttpServerTest, UnansweredOrThrowingHandlerGives500) {
   EXPECT_EQ(thrown->status, 500);
 }
 
+TEST_F(HttpServerTest, HandlerHeadersCannotBreakFraming) {
+  AddRoute("GET", "/headers", [](HttpRequest, HttpResponder responder) {
+    HttpResponse response = HttpResponse::Text(200, "ok");
+    response.headers = {{"X-Fine", "yes"},
+                        {"X-Evil", "a\r\nSet-Cookie: injected=1"},
+                        {"Content-Length", "999"},
+                        {"Connection", "close"}};
+    responder.Send(std::move(response));
+  });
+  StartServer();
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.SendRequest("GET", "/headers"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->headers["x-fine"], "yes");
+  EXPECT_EQ(response->headers.count("x-evil"), 0u);
+  EXPECT_EQ(response->headers.count("set-cookie"), 0u);
+  EXPECT_EQ(response->headers["content-length"], "2");
+  EXPECT_EQ(response->body, "ok");
+  // Still keep-alive: the handler's Connection header was ignored.
+  ASSERT_TRUE(client.SendRequest("GET", "/health"));
+  auto next = client.ReadResponse();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200);
+}
+
 TEST_F(HttpServerTest, ConcurrentClients) {
   StartServer();
   constexpr int kClients = 8;
