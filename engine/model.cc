@@ -1,6 +1,7 @@
 #include "engine/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,27 @@
 #include "engine/ops.h"
 
 namespace tandem::engine {
+namespace {
+
+// Adds the time since the previous Lap to *slot when profiling (a no-op otherwise).
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(bool on) : on_(on) {
+    if (on_) last_ = std::chrono::steady_clock::now();
+  }
+  void Lap(double* slot) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    *slot += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+}  // namespace
 
 // Activations of one batch. Sized for the largest batch seen so far; grown only at the start of
 // Forward, never inside the layer loop.
@@ -73,7 +95,8 @@ Model::Model(ModelConfig config, std::unique_ptr<Weights> weights, const ModelOp
       weights_(std::move(weights)),
       pool_(options.threads),
       inv_freq_(RopeInvFrequencies(config_)),
-      rs_(std::make_unique<RunState>()) {}
+      rs_(std::make_unique<RunState>()),
+      profiling_(options.profile) {}
 
 Model::~Model() = default;
 
@@ -139,6 +162,8 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
     n_rows += in.want_logits ? 1 : 0;
   }
   rs.Reserve(c, n_tokens, n_rows);
+  PhaseTimer timer(profiling_);
+  ++profile_.calls;
 
   // Embedding rows (bf16 -> fp32, exact), positions, block tables and RoPE angles per token.
   const int64_t half = c.head_dim / 2;
@@ -155,7 +180,9 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
     if (in.want_logits) rs.logit_rows.push_back(t - 1);
   }
 
+  timer.Lap(&profile_.norms);
   for (int64_t l = 0; l < c.num_layers; ++l) Layer(l, n_tokens, cache, on_layer_kv);
+  timer = PhaseTimer(profiling_);
 
   // Final norm and lm_head on the wanted rows only.
   const int64_t h = c.hidden_size;
@@ -167,6 +194,7 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
     MatmulBf16(rs.xl.data(), h, n_rows, h, weights_->lm_head, c.vocab_size, rs.logits.data(),
                c.vocab_size, &pool_);
   }
+  timer.Lap(&profile_.lm_head);
   return std::span<const float>(rs.logits.data(), static_cast<size_t>(n_rows * c.vocab_size));
 }
 
@@ -177,6 +205,8 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   const int64_t h = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.intermediate_size;
   const int64_t hd = c.head_dim, half = hd / 2, xs = rs.xb_stride;
   const float eps = c.rms_norm_eps;
+  PhaseTimer timer(profiling_);
+  ForwardProfile& pr = profile_;
 
   // Attention block: xb = bf16(rmsnorm(x)); q, k, v projections.
   pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
@@ -213,7 +243,9 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
       ConvertF32ToBf16(v, cache->V(l, block, slot), kvd);
     }
   });
+  timer.Lap(&pr.rope_kv);
   if (cb) cb(l);
+  timer = PhaseTimer(profiling_);  // the callback's time is not the model's
 
   AttentionBatch ab;
   ab.n_tokens = T;
@@ -222,6 +254,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   ab.block_tables = rs.block_tables.data();
   ab.out = rs.att.data();
   PagedAttention(*cache, l, c.num_heads, ab, &pool_);
+  timer.Lap(&pr.attention);
 
   // o_proj and residual.
   pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
@@ -230,24 +263,31 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
     }
   });
   MatmulBf16(rs.xb.data(), xs, T, qd, w.wo, h, rs.proj.data(), h, &pool_);
+  timer.Lap(&pr.o_proj);
   pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
     RmsNormToBf16(rs.x.data() + b * h, h, e - b, h, w.mlp_norm.data(), eps, rs.xb.data() + b * xs,
                   xs);
   });
 
+  timer.Lap(&pr.norms);
+
   // MLP: down(bf16(silu(gate) * up)), residual.
   MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate, f, rs.gate.data(), f, &pool_);
   MatmulBf16(rs.xb.data(), xs, T, h, w.w_up, f, rs.up.data(), f, &pool_);
+  timer.Lap(&pr.mlp_gate_up);
   pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       SiluMulToBf16(rs.gate.data() + t * f, rs.up.data() + t * f, f, rs.xb.data() + t * xs);
     }
   });
+  timer.Lap(&pr.mlp_act);
   MatmulBf16(rs.xb.data(), xs, T, f, w.w_down, h, rs.proj.data(), h, &pool_);
+  timer.Lap(&pr.mlp_down);
   pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
   });
+  timer.Lap(&pr.norms);
 }
 
 }  // namespace tandem::engine

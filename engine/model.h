@@ -46,6 +46,26 @@ using LayerKvCallback = std::function<void(int64_t layer)>;
 
 struct ModelOptions {
   int threads = 1;
+  bool profile = false;  // accumulate per-phase wall time into Model::profile()
+};
+
+// Wall time per phase of Forward, summed over calls (seconds), when ModelOptions::profile is set.
+// For benchmarks: says where a step's time goes without a profiler.
+struct ForwardProfile {
+  double qkv_proj = 0;     // q/k/v matmuls
+  double rope_kv = 0;      // bias, q/k norm, RoPE, K/V write to the cache
+  double attention = 0;    // paged attention
+  double o_proj = 0;       // o matmul
+  double mlp_gate_up = 0;  // gate and up matmuls
+  double mlp_act = 0;      // SiLU * up
+  double mlp_down = 0;     // down matmul
+  double norms = 0;        // RMSNorms, residual adds, embedding
+  double lm_head = 0;      // final norm + lm_head matmul
+  int64_t calls = 0;
+  double total() const {
+    return qkv_proj + rope_kv + attention + o_proj + mlp_gate_up + mlp_act + mlp_down + norms +
+           lm_head;
+  }
 };
 
 class Model {
@@ -62,6 +82,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const Weights& weights() const { return *weights_; }
   ThreadPool* pool() { return &pool_; }
+  const ForwardProfile& profile() const { return profile_; }
+  void ResetProfile() { profile_ = ForwardProfile(); }
 
   // Creates KV storage shaped for this model.
   absl::StatusOr<std::unique_ptr<KvCacheStorage>> CreateKvCache(int64_t num_blocks,
@@ -86,6 +108,8 @@ class Model {
   ThreadPool pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::unique_ptr<RunState> rs_;
+  bool profiling_ = false;
+  ForwardProfile profile_;
 };
 
 }  // namespace tandem::engine
