@@ -3,6 +3,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/tokenizer/byte_level.h"
@@ -200,6 +201,30 @@ TEST(TokenizerTest, PostProcessorTemplateAddsBos) {
   EXPECT_EQ(tokenizer->bos_token_id(), 500);
   ASSERT_TRUE(tokenizer->TokenId("<|im_end|>").has_value());
   EXPECT_THAT(tokenizer->eos_token_ids(), ::testing::Contains(*tokenizer->TokenId("<|im_end|>")));
+}
+
+TEST(TokenizerTest, ConcurrentEncodeAgreesWithSerial) {
+  auto tokenizer = Load(ByteLevelTokenizer(kMerges, true));
+  ASSERT_NE(tokenizer, nullptr);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) {
+    texts.push_back("hello world " + std::to_string(i * 7919) + " wörld 世界 <|im_end|>" +
+                    std::string(static_cast<size_t>(i % 13), 'l'));
+  }
+  std::vector<std::vector<int32_t>> serial;
+  for (const std::string& t : texts) serial.push_back(tokenizer->Encode(t));
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (size_t i = 0; i < texts.size(); ++i) {
+        const size_t k = (i * 31 + static_cast<size_t>(w) * 17) % texts.size();
+        if (tokenizer->Encode(texts[k]) != serial[k]) ++mismatches[w];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(mismatches, ::testing::Each(0));
 }
 
 TEST(IncrementalDetokenizerTest, HoldsBackSplitCharacters) {
