@@ -213,9 +213,11 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
     RmsNormToBf16(rs.x.data() + b * h, h, e - b, h, w.attn_norm.data(), eps, rs.xb.data() + b * xs,
                   xs);
   });
+  timer.Lap(&pr.norms);
   MatmulBf16(rs.xb.data(), xs, T, h, w.wq, qd, rs.q.data(), qd, &pool_);
   MatmulBf16(rs.xb.data(), xs, T, h, w.wk, kvd, rs.k.data(), kvd, &pool_);
   MatmulBf16(rs.xb.data(), xs, T, h, w.wv, kvd, rs.v.data(), kvd, &pool_);
+  timer.Lap(&pr.qkv_proj);
 
   // Bias, q/k norm, RoPE, then K (after RoPE) and V into the cache as bf16.
   pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
