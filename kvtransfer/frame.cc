@@ -36,6 +36,8 @@ const char* FrameTypeName(FrameType type) {
       return "control";
     case FrameType::kControlReply:
       return "control_reply";
+    case FrameType::kWriteMulti:
+      return "write_multi";
   }
   return "unknown";
 }
@@ -151,6 +153,35 @@ absl::Status CheckReasonBody(const std::string& body) {
     return absl::InvalidArgumentError(absl::StrCat("reason is ", body.size(), " bytes"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<PackedWrite>> ParsePackedWrites(const void* body, size_t size) {
+  WireReader r(body, size);
+  ASSIGN_OR_RETURN(uint32_t count, r.U32("packed count"), "write_multi: ");
+  if (count == 0 || count > kMaxPackedWrites || count > r.remaining() / kPackedEntryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("write_multi: bad write count ", count));
+  }
+  std::vector<PackedWrite> writes(count);
+  uint64_t total = 0;
+  for (PackedWrite& w : writes) {
+    ASSIGN_OR_RETURN(w.region, r.U32("packed region"), "write_multi: ");
+    ASSIGN_OR_RETURN(w.offset, r.U64("packed offset"), "write_multi: ");
+    ASSIGN_OR_RETURN(w.length, r.U64("packed length"), "write_multi: ");
+    if (w.length > r.remaining() || total + w.length > r.remaining()) {
+      return absl::InvalidArgumentError("write_multi: payload lengths exceed the frame");
+    }
+    total += w.length;
+  }
+  if (total != r.remaining()) {
+    return absl::InvalidArgumentError(absl::StrCat("write_multi: entries describe ", total,
+                                                   " payload bytes, frame has ", r.remaining()));
+  }
+  const uint8_t* p = static_cast<const uint8_t*>(body) + (size - r.remaining());
+  for (PackedWrite& w : writes) {
+    w.data = p;
+    p += w.length;
+  }
+  return writes;
 }
 
 }  // namespace tandem::kv

@@ -25,6 +25,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,8 +56,9 @@ enum class FrameType : uint8_t {
   kFlush = 12,
   kControl = 13,
   kControlReply = 14,
+  kWriteMulti = 15,
 };
-inline constexpr uint8_t kMaxFrameType = 14;
+inline constexpr uint8_t kMaxFrameType = 15;
 
 inline constexpr uint16_t kFlagAck = 1;  // kWrite: acknowledge the batch on this connection
 inline constexpr uint16_t kKnownFlags = kFlagAck;
@@ -96,6 +98,19 @@ absl::StatusOr<ChallengeBody> DecodeChallenge(const std::string& body);
 // kAuth's body is the raw proof; kReject/kNack bodies are a reason of at most kMaxReasonBytes.
 absl::Status CheckAuthBody(const std::string& body);
 absl::Status CheckReasonBody(const std::string& body);
+
+// One write inside a kWriteMulti body; `data` points into the body.
+struct PackedWrite {
+  RegionId region = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  const uint8_t* data = nullptr;
+};
+inline constexpr size_t kMaxPackedWrites = 65536;
+inline constexpr size_t kPackedEntryBytes = 20;
+// Parses a kWriteMulti body (untrusted): the count, every entry and the payload sizes must add
+// up exactly to the body.
+absl::StatusOr<std::vector<PackedWrite>> ParsePackedWrites(const void* body, size_t size);
 
 }  // namespace tandem::kv
 

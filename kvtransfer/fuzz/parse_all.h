@@ -23,7 +23,19 @@ inline int ParseAllForFuzzing(const uint8_t* data, size_t size) {
     const std::string body = bytes.substr(kFrameHeaderSize);
     accepted += DecodeHello(body).ok();
     accepted += DecodeChallenge(body).ok();
+    auto packed = ParsePackedWrites(body.data(), body.size());
+    if (packed.ok()) {
+      ++accepted;
+      for (const PackedWrite& w : *packed) {
+        // Every payload lies inside the body.
+        if (w.data < reinterpret_cast<const uint8_t*>(body.data()) ||
+            w.data + w.length > reinterpret_cast<const uint8_t*>(body.data()) + body.size()) {
+          __builtin_trap();
+        }
+      }
+    }
   }
+  accepted += ParsePackedWrites(data, size).ok();
   accepted += DecodeHello(bytes).ok();
   accepted += DecodeChallenge(bytes).ok();
   accepted += DecodeCompat(bytes).ok();

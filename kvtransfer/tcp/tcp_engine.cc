@@ -22,6 +22,7 @@
 #include "kvtransfer/region_table.h"
 #include "kvtransfer/tcp/tcp_client.h"
 #include "kvtransfer/tcp/tcp_server.h"
+#include "kvtransfer/wire.h"
 
 namespace tandem::kv {
 namespace {
@@ -300,6 +301,8 @@ class TcpEngine final : public TransferEngine {
   }
 
  private:
+  // Small writes are packed into frames of up to this many payload bytes.
+  static constexpr uint64_t kPackBytes = 1 << 20;
   // A bound on one frame's payload that the receiver accepts (slices are at most this).
   static constexpr uint64_t kMaxFramePayload = 64ull << 20;
 
@@ -342,6 +345,9 @@ class TcpEngine final : public TransferEngine {
   void ReadMonitor(Peer& p, int lane);
   void PumpLane(Peer& p, int lane);
   void PumpNotifies(Peer& p);
+  // Sends the lane's leading small slices of one batch as one kWriteMulti frame; false if the
+  // lane is full.
+  bool SendPacked(Peer& p, int lane, TxBatch& tx);
   void SettleLane(BatchId id, int lane, bool acked);
   void KillPeer(Peer& p, const std::string& why);
   void ClosePeer(Peer& p);
@@ -594,6 +600,11 @@ void TcpEngine::PumpLane(Peer& p, int lane) {
       q.pop_front();
       continue;
     }
+    if (s.length < kZeroCopyBytes && q.size() > 1 && q[1].batch == s.batch &&
+        q[1].length < kZeroCopyBytes) {
+      if (!SendPacked(p, lane, tx)) return;
+      continue;
+    }
     h.type = FrameType::kWrite;
     h.flags = s.last_on_lane ? kFlagAck : 0;
     h.region = s.region;
@@ -617,6 +628,57 @@ void TcpEngine::PumpLane(Peer& p, int lane) {
     DequeuedBytes(p.id, s.length);
     q.pop_front();
   }
+}
+
+bool TcpEngine::SendPacked(Peer& p, int lane, TxBatch& tx) {
+  auto& q = p.queues[lane];
+  const BatchId batch = q.front().batch;
+  size_t n = 0;
+  uint64_t payload = 0;
+  bool ack = false;
+  while (n < q.size() && n < kMaxPackedWrites && q[n].batch == batch &&
+         q[n].length < kZeroCopyBytes && payload + q[n].length <= kPackBytes) {
+    payload += q[n].length;
+    ack = q[n].last_on_lane;
+    ++n;
+    if (ack) break;
+  }
+  const size_t size = 4 + n * kPackedEntryBytes + payload;
+  FrameHeader h;
+  h.type = FrameType::kWriteMulti;
+  h.flags = ack ? kFlagAck : 0;
+  h.session = p.lanes[lane].session;
+  h.batch = batch;
+  h.length = size;
+  auto header = EncodeHeader(h);
+  zmq::socket_t& sock = p.lanes[lane].socket;
+  if (!sock.send(zmq::buffer(header.data(), header.size()),
+                 zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    return false;
+  }
+  zmq::message_t body(size);
+  std::string dir;
+  dir.reserve(4 + n * kPackedEntryBytes);
+  WireWriter w(&dir);
+  w.U32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    w.U32(q[i].region);
+    w.U64(q[i].remote_offset);
+    w.U64(q[i].length);
+  }
+  uint8_t* out = static_cast<uint8_t*>(body.data());
+  std::memcpy(out, dir.data(), dir.size());
+  out += dir.size();
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(out, q[i].data, q[i].length);
+    out += q[i].length;
+  }
+  sock.send(body, zmq::send_flags::dontwait);
+  tx.lane_sent[lane] = true;
+  tracker_.MarkInProgress(batch);
+  DequeuedBytes(p.id, payload);
+  q.erase(q.begin(), q.begin() + n);
+  return true;
 }
 
 void TcpEngine::PumpNotifies(Peer& p) {

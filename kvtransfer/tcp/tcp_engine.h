@@ -5,10 +5,12 @@
 // ranges are both contiguous merge), cut into slices of at most `slice_bytes`, and the slices are
 // spread round-robin over the lanes. Payloads at least kZeroCopyBytes long are sent straight
 // from registered memory (constant ZMQ messages, no copy; see the lifetime rule in
-// transfer_engine.h). The receiver checks each write against its RegionTable and copies it into
-// the region, then acknowledges the last slice of the batch on each lane; the batch is kCompleted
-// when every lane it used acknowledged. A notification waits until every earlier batch to that
-// peer is settled (acknowledged, rejected or flushed) and then goes out on lane 0.
+// transfer_engine.h); runs of smaller slices of one batch are packed into kWriteMulti frames of
+// up to 1 MiB (one copy, far fewer messages: a KV block is often a few KiB). The receiver checks
+// each write against its RegionTable and copies it into the region, then acknowledges the last
+// slice of the batch on each lane; the batch is kCompleted when every lane it used acknowledged. A
+// notification waits until every earlier batch to that peer is settled (acknowledged, rejected or
+// flushed) and then goes out on lane 0.
 //
 // Failure: a lane's disconnect (peer killed, heartbeat timeout after 3 heartbeat intervals) marks
 // the peer dead and fails its running batches at once; deadlines are enforced by the I/O thread.

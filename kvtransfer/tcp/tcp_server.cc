@@ -31,6 +31,8 @@ void TcpServer::HandleMessage(zmq::socket_t& router, std::vector<zmq::message_t>
   switch (h.type) {
     case FrameType::kWrite:
       return OnWrite(router, rid, s, h, parts[2]);
+    case FrameType::kWriteMulti:
+      return OnWriteMulti(router, rid, s, h, parts[2]);
     case FrameType::kFlush: {
       FrameHeader ack;
       ack.type = FrameType::kAck;
@@ -137,21 +139,7 @@ void TcpServer::OnWrite(zmq::socket_t& router, const std::string& rid, const Ses
   } else {
     dst = regions_->CheckIncomingWrite(s.client_name, h.region, h.offset, h.length);
   }
-  if (!dst.ok()) {
-    uint64_t n = ++counters_->writes_rejected;
-    if (ShouldLogNth(n)) {
-      spdlog::warn("kv tcp: rejected write from '{}' (batch {}): {} [{} rejected so far]",
-                   s.client_name, h.batch, std::string(dst.status().message()), n);
-    }
-    FrameHeader nack;
-    nack.type = FrameType::kNack;
-    nack.flags = h.flags & kFlagAck;
-    nack.batch = h.batch;
-    nack.code = static_cast<uint32_t>(dst.status().code());
-    std::string reason(dst.status().message());
-    if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
-    return Reply(router, rid, nack, reason);
-  }
+  if (!dst.ok()) return Nack(router, rid, s, h, dst.status());
   std::memcpy(*dst, body.data(), h.length);
   counters_->writes_applied++;
   counters_->bytes_applied += h.length;
@@ -161,6 +149,60 @@ void TcpServer::OnWrite(zmq::socket_t& router, const std::string& rid, const Ses
     ack.batch = h.batch;
     Reply(router, rid, ack, "");
   }
+}
+
+void TcpServer::OnWriteMulti(zmq::socket_t& router, const std::string& rid, const Session& s,
+                             const FrameHeader& h, const zmq::message_t& body) {
+  absl::StatusOr<std::vector<PackedWrite>> writes;
+  if (h.length != body.size()) {
+    writes = absl::InvalidArgumentError(
+        absl::StrCat("write_multi header says ", h.length, " bytes, payload has ", body.size()));
+  } else {
+    writes = ParsePackedWrites(body.data(), body.size());
+  }
+  // Check every write first: a frame is applied whole or not at all.
+  std::vector<uint8_t*> dst;
+  absl::Status status = writes.status();
+  if (status.ok()) {
+    dst.reserve(writes->size());
+    for (const PackedWrite& w : *writes) {
+      auto d = regions_->CheckIncomingWrite(s.client_name, w.region, w.offset, w.length);
+      if (!d.ok()) {
+        status = d.status();
+        break;
+      }
+      dst.push_back(*d);
+    }
+  }
+  if (!status.ok()) return Nack(router, rid, s, h, status);
+  for (size_t i = 0; i < dst.size(); ++i) {
+    std::memcpy(dst[i], (*writes)[i].data, (*writes)[i].length);
+  }
+  counters_->writes_applied += dst.size();
+  counters_->bytes_applied += h.length - 4 - kPackedEntryBytes * dst.size();
+  if (h.flags & kFlagAck) {
+    FrameHeader ack;
+    ack.type = FrameType::kAck;
+    ack.batch = h.batch;
+    Reply(router, rid, ack, "");
+  }
+}
+
+void TcpServer::Nack(zmq::socket_t& router, const std::string& rid, const Session& s,
+                     const FrameHeader& h, const absl::Status& why) {
+  uint64_t n = ++counters_->writes_rejected;
+  if (ShouldLogNth(n)) {
+    spdlog::warn("kv tcp: rejected write from '{}' (batch {}): {} [{} rejected so far]",
+                 s.client_name, h.batch, std::string(why.message()), n);
+  }
+  FrameHeader nack;
+  nack.type = FrameType::kNack;
+  nack.flags = h.flags & kFlagAck;
+  nack.batch = h.batch;
+  nack.code = static_cast<uint32_t>(why.code());
+  std::string reason(why.message());
+  if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
+  Reply(router, rid, nack, reason);
 }
 
 void TcpServer::Reply(zmq::socket_t& router, const std::string& rid, const FrameHeader& h,

@@ -64,6 +64,10 @@ class TcpServer {
   void OnAuth(zmq::socket_t& router, const std::string& rid, const std::string& body);
   void OnWrite(zmq::socket_t& router, const std::string& rid, const Session& s,
                const FrameHeader& h, const zmq::message_t& body);
+  void OnWriteMulti(zmq::socket_t& router, const std::string& rid, const Session& s,
+                    const FrameHeader& h, const zmq::message_t& body);
+  void Nack(zmq::socket_t& router, const std::string& rid, const Session& s, const FrameHeader& h,
+            const absl::Status& why);
   void Reply(zmq::socket_t& router, const std::string& rid, const FrameHeader& h,
              const std::string& body);
   void Reject(zmq::socket_t& router, const std::string& rid, const std::string& reason);

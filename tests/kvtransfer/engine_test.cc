@@ -99,6 +99,22 @@ TEST_P(EngineTest, RandomBatchesRoundTripByteForByte) {
   EXPECT_GT(b->engine->stats().bytes_applied, 0u);
 }
 
+TEST_P(EngineTest, ManySmallScatteredWritesLandExactly) {
+  auto a = MakeNode("a"), b = MakeNode("b");
+  PeerId peer = Connect(*a, *b);
+  std::vector<WriteOp> ops;
+  std::vector<uint8_t> expected(kSize, 0);
+  for (uint64_t i = 0; i < 512; ++i) {  // KV-block-sized writes into every other 4 KiB slot
+    WriteOp op{1, i * 4096, 2, (511 - i) * 8192, 4096 - (i % 7)};
+    std::memcpy(expected.data() + op.remote_offset, a->src.data() + op.local_offset, op.length);
+    ops.push_back(op);
+  }
+  BatchStatus s = SubmitAndWait(*a, peer, ops);
+  ASSERT_EQ(s.state, BatchState::kCompleted) << s.error;
+  EXPECT_EQ(b->dst, expected);
+  EXPECT_EQ(b->engine->stats().writes_applied, 512u);
+}
+
 TEST_P(EngineTest, OutOfBoundsOpsAreRejectedAtSubmit) {
   auto a = MakeNode("a"), b = MakeNode("b");
   PeerId peer = Connect(*a, *b);
