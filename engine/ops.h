@@ -13,10 +13,12 @@ namespace tandem::engine {
 
 // exp(x) in fp32 to within ~2 ulp (Cephes polynomial, range reduction by ln 2), written with
 // plain IEEE operations in a fixed order so that it vectorises and gives the same bits on every
-// path. Inputs below -87.3 give a tiny positive value (about 1e-38), above 88.7 give ~3e38; NaN
-// propagates.
+// path. Inputs are clamped to [-87.34, 88]: below, the result is ~1e-38 instead of a denormal or
+// zero; above, ~1.65e38 instead of inf (SiLU and softmax only need the limits' direction). NaN
+// propagates. The clamps also keep the float -> int conversion of n in range (no UB).
 inline float ExpF(float x) {
-  x = x < 88.3762626647949f ? x : 88.3762626647949f;
+  const float in = x;
+  x = x < 88.0f ? x : 88.0f;
   x = x > -87.3365478515625f ? x : -87.3365478515625f;
   // n = round(x / ln 2) via the 1.5 * 2^23 trick (exact for |n| < 2^22).
   const float magic = 12582912.0f;
@@ -33,7 +35,7 @@ inline float ExpF(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
+  return in != in ? in : y * scale;
 }
 
 // y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w   for r < rows; x, y: [rows, dim] with
