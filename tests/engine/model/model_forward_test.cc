@@ -133,7 +133,7 @@ class Reference {
   std::map<std::string, std::vector<double>> w_;
 };
 
-// ---- Helpers driving the model through the block pool. ----
+// ---- Driving the model through the block pool. ----
 struct Harness {
   std::unique_ptr<Model> model;
   std::unique_ptr<KvCacheStorage> kv;

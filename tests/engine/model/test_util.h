@@ -1,4 +1,4 @@
-// Test helpers: writing safetensors files and tiny random HF model directories.
+// Test utilities: writing safetensors files and tiny random HF model directories.
 #ifndef TANDEM_TESTS_ENGINE_MODEL_TEST_UTIL_H_
 #define TANDEM_TESTS_ENGINE_MODEL_TEST_UTIL_H_
 
