@@ -20,6 +20,11 @@ double MeasureReadBandwidthGBs(int threads);
 // Same, over a buffer of `bytes` (e.g. one that fits in L2 to measure cache bandwidth).
 double MeasureReadBandwidthGBs(int threads, int64_t bytes);
 
+// Reads [p, p + bytes) once with the widest loads the CPU has and returns a value derived from
+// the bytes (so the reads cannot be optimised away). Any alignment; a tail shorter than 128
+// bytes is not read. For timing a pure read of the same buffers a kernel reads.
+uint64_t StreamRead(const void* p, int64_t bytes);
+
 // Peak fp32 FMA rate of the AVX2 units in GFLOP/s (2 flops per lane per FMA), from a
 // register-only loop on `threads` threads; 0 without AVX2. The compute ceiling of the AVX2 matmul
 // path, whose every multiply-add is one fp32 FMA lane.

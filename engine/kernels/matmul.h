@@ -22,6 +22,13 @@
 // differ from the others only when an fma result lies within half an ulp of FLT_MIN (the
 // tininess-after-rounding boundary), which real activations and weights never reach.
 // Threads partition n (output features); each y[i, j] is computed by one thread over all of k.
+//
+// Paths and cost. Every path widens x once per call into thread-local scratch (4 m k bytes on the
+// calling thread, reused across calls). For m < 16 the weights are streamed once, straight from
+// their bf16 storage, through tiles of 8 weight rows (decode: memory-bound at m = 1). For m >= 16
+// each tile of 4 weight rows is widened into per-thread scratch (64 k bytes) and reused by all
+// rows (prefill: compute-bound, one fp32 FMA per multiply-add on AVX2). The AVX-512-BF16 path
+// uses vdpbf16ps on 4 x 4 register tiles and needs no widening.
 #ifndef TANDEM_ENGINE_KERNELS_MATMUL_H_
 #define TANDEM_ENGINE_KERNELS_MATMUL_H_
 
