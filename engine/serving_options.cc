@@ -10,10 +10,8 @@
 namespace tandem::engine {
 
 void RegisterServingFlags(Flags& flags, ServingOptions* o) {
-  flags
-      .Add("--model-path", &o->model_path,
-           "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
-      ->required();
+  flags.Add("--model-path", &o->model_path,
+            "Hugging Face model directory (config.json, *.safetensors, tokenizer.json); required");
   flags.Add("--served-model-name", &o->served_model_name,
             "Model name reported to clients (default: the model directory's name)");
   flags
@@ -44,6 +42,9 @@ void RegisterServingFlags(Flags& flags, ServingOptions* o) {
 absl::Status ValidateServingOptions(const ServingOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (o.model_path.empty()) {
+    return absl::InvalidArgumentError("--model-path is required (a Hugging Face model directory)");
+  }
   if (!fs::is_directory(o.model_path, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--model-path: '", o.model_path, "' is not a directory"));

@@ -28,10 +28,10 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--pd-disaggregation", &o->pd_disaggregation,
             "Prefill-decode disaggregated mode (--prefill and --decode)");
   flags
-      .Add("--prefill", &o->prefill_tokens,
+      .Add("--prefill", &o->prefill_args,
            "Prefill worker URL and optional bootstrap port: --prefill URL [BOOTSTRAP_PORT]; repeat")
       ->expected(1, 2);
-  flags.Add("--decode", &o->decode_urls, "Decode worker URL; repeat")->expected(1);
+  flags.Add("--decode", &o->decode_urls, "Decode worker URL; repeat");
   flags.Add("--worker-urls", &o->worker_urls, "Colocated workers (plain mode)");
 
   auto policies = CLI::IsMember(kPolicies);
@@ -156,7 +156,11 @@ absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,
 }
 
 absl::Status ValidateRouterOptions(RouterOptions* o) {
-  RETURN_IF_ERROR(ParsePrefillEndpoints(o->prefill_tokens, &o->prefill));
+  std::vector<std::string> tokens;
+  for (const auto& occurrence : o->prefill_args) {
+    tokens.insert(tokens.end(), occurrence.begin(), occurrence.end());
+  }
+  RETURN_IF_ERROR(ParsePrefillEndpoints(tokens, &o->prefill));
   if (o->pd_disaggregation) {
     if (!o->worker_urls.empty()) {
       return absl::InvalidArgumentError(

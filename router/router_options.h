@@ -27,7 +27,7 @@ struct RouterOptions {
 
   // Workers.
   bool pd_disaggregation = false;
-  std::vector<std::string> prefill_tokens;  // raw --prefill tokens, see ParsePrefillEndpoints
+  std::vector<std::vector<std::string>> prefill_args;  // --prefill occurrences, as given
   std::vector<std::string> decode_urls;
   std::vector<std::string> worker_urls;  // plain mode: colocated workers
   std::vector<PrefillEndpoint> prefill;  // filled by ValidateRouterOptions

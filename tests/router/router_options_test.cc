@@ -1,5 +1,6 @@
 #include "router/router_options.h"
 
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,6 +44,23 @@ TEST(RouterOptionsTest, SglangPdCommandLineTranslatesAsIs) {
   EXPECT_EQ(p.options.port, 6688);
   EXPECT_EQ(p.options.prefill_policy, "cache_aware");
   EXPECT_EQ(p.options.decode_policy, "cache_aware");
+}
+
+TEST(RouterOptionsTest, PrefillListFromYamlMatchesTheCommandLine) {
+  const std::string path = ::testing::TempDir() + "/router.yaml";
+  {
+    std::ofstream f(path);
+    f << "pd-disaggregation: true\n"
+         "prefill: [[\"http://10.0.0.1:8000\", 8998], [\"http://10.0.0.2:8000\", 8999]]\n"
+         "decode: [\"http://10.0.0.3:8001\"]\n";
+  }
+  Parsed p = Parse({"--config", path});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  ASSERT_EQ(p.options.prefill.size(), 2u);
+  EXPECT_EQ(p.options.prefill[1].url, "http://10.0.0.2:8000");
+  EXPECT_EQ(p.options.prefill[1].bootstrap_port, 8999);
+  EXPECT_EQ(p.options.decode_urls.size(), 1u);
 }
 
 TEST(RouterOptionsTest, SglangDefaults) {

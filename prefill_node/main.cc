@@ -1,0 +1,25 @@
+// tandem-prefill: flags -> config -> PrefillServer -> wait for SIGINT/SIGTERM.
+#include "common/daemon.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "prefill_node/prefill_server.h"
+
+int main(int argc, char** argv) {
+  tandem::BlockShutdownSignals();
+  tandem::Flags flags("tandem-prefill",
+                      "Prefill worker: computes prompts' KV caches and pushes them to decode "
+                      "workers");
+  tandem::prefill::PrefillOptions options;
+  tandem::prefill::RegisterPrefillFlags(flags, &options);
+  if (auto exit_code = flags.Parse(argc, argv)) return *exit_code;
+  if (auto s = tandem::InitLogging("tandem-prefill", flags.log_level()); !s.ok()) {
+    return tandem::ReportStartupFailure("tandem-prefill", s);
+  }
+  auto server = tandem::prefill::PrefillServer::Create(options);
+  if (!server.ok()) return tandem::ReportStartupFailure("tandem-prefill", server.status());
+  int sig = tandem::WaitForShutdownSignal();
+  spdlog::info("signal {}: shutting down", sig);
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,175 @@
+#include "tests/integration/process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace tandem::itest {
+namespace {
+
+std::vector<char*> Argv(const std::vector<std::string>& args) {
+  std::vector<char*> out;
+  for (const auto& a : args) out.push_back(const_cast<char*>(a.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    // Children must not inherit blocked signals from the test process.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    auto args = Argv(argv);
+    execv(args[0], args.data());
+    fprintf(stderr, "exec %s failed\n", args[0]);
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string TempLog() {
+  char path[] = "/tmp/tandem-test-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+std::string BinaryPath(const std::string& name) {
+  return std::string(TANDEM_BINARY_DIR) + "/bin/" + name;
+}
+
+std::string SourcePath(const std::string& relative) {
+  return std::string(TANDEM_SOURCE_DIR) + "/" + relative;
+}
+
+RunResult RunToExit(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  Process p(argv);
+  RunResult r;
+  auto code = p.Wait(timeout);
+  if (!code) {
+    r.timed_out = true;
+    p.Signal(SIGKILL);
+    p.Wait(std::chrono::seconds(5));
+  } else {
+    r.exit_code = *code;
+  }
+  r.out = p.Output();
+  return r;
+}
+
+Process::Process(const std::vector<std::string>& argv) : log_path_(TempLog()) {
+  pid_ = Spawn(argv, log_path_);
+}
+
+Process::~Process() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  unlink(log_path_.c_str());
+}
+
+void Process::Signal(int sig) {
+  if (pid_ > 0 && !reaped_) kill(pid_, sig);
+}
+
+std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string Process::Output() const { return ReadFile(log_path_); }
+
+HttpReply HttpGet(int port, const std::string& path) {
+  HttpReply reply;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return reply;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return reply;
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return reply;
+  }
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) raw.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (raw.rfind("HTTP/1.1 ", 0) != 0 || raw.size() < 12) return reply;
+  reply.status = std::atoi(raw.substr(9, 3).c_str());
+  auto body_at = raw.find("\r\n\r\n");
+  if (body_at != std::string::npos) reply.body = raw.substr(body_at + 4);
+  return reply;
+}
+
+bool WaitForHttp(int port, const std::string& path, int status, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (HttpGet(port, path).status == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+}  // namespace tandem::itest

@@ -1,0 +1,64 @@
+// Test support: run a real binary as a child process, capture its output, signal it, wait for it
+// with a deadline; and tiny HTTP/1.1 GET over a loopback socket. Integration tests only.
+#ifndef TANDEM_TESTS_INTEGRATION_PROCESS_H_
+#define TANDEM_TESTS_INTEGRATION_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::itest {
+
+// Path of a binary built into build*/bin.
+std::string BinaryPath(const std::string& name);
+// Path below the source tree.
+std::string SourcePath(const std::string& relative);
+
+struct RunResult {
+  int exit_code = -1;  // -1 when killed by a signal or timed out
+  bool timed_out = false;
+  std::string out;  // stdout and stderr, interleaved
+};
+
+// Runs `argv` to completion (killed after `timeout`), capturing stdout+stderr.
+RunResult RunToExit(const std::vector<std::string>& argv,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// A child process running in the background; killed (SIGKILL) on destruction if still running.
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& argv);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit; returns the exit code, -1 if signalled, nullopt on timeout.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  // Everything the process printed so far (stdout+stderr go to a temp file).
+  std::string Output() const;
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string log_path_;
+};
+
+struct HttpReply {
+  int status = 0;  // 0: no answer
+  std::string body;
+};
+// GET http://127.0.0.1:port/path, one request, connection closed after.
+HttpReply HttpGet(int port, const std::string& path);
+// Polls `path` until it answers with `status` or the deadline passes.
+bool WaitForHttp(int port, const std::string& path, int status, std::chrono::milliseconds timeout);
+// A TCP port that was free a moment ago on 127.0.0.1.
+int FreePort();
+
+}  // namespace tandem::itest
+
+#endif  // TANDEM_TESTS_INTEGRATION_PROCESS_H_
