@@ -60,7 +60,8 @@ absl::StatusOr<uint16_t> ServerCore::Listen() {
     acceptor_.close(ignored);
     if (ec == net::error::address_in_use) return absl::UnavailableError(message);
     if (ec == net::error::access_denied) return absl::PermissionDeniedError(message);
-    if (ec == boost::system::errc::address_not_available) return absl::InvalidArgumentError(message);
+    if (ec == boost::system::errc::address_not_available)
+      return absl::InvalidArgumentError(message);
     return absl::UnavailableError(message);
   };
   acceptor_.open(endpoint.protocol(), ec);
