@@ -264,18 +264,26 @@ int main(int argc, char** argv) {
                               {"p50_ms", pt.p50_ms},
                               {"p99_ms", pt.p99_ms}});
       if (size == (1 << 20) && ops == 16) {
-        raw_1mib = raw;
-        tcp_1mib = pt.gbps;
+        raw_1mib = std::max(raw_1mib, raw);
+        tcp_1mib = std::max(tcp_1mib, pt.gbps);
       }
     }
+  }
+  // The headline ratio: raw and ours alternate three times and each keeps its best, so that a
+  // burst of load from other processes does not land on one side only.
+  for (int round = 0; round < 3; ++round) {
+    raw_1mib = std::max(raw_1mib, RawTcpGbps(1 << 20, secs));
+    tcp_1mib = std::max(tcp_1mib, MeasureEngine(*pair, 1 << 20, 16, secs).gbps);
   }
   std::mt19937_64 rng(1);
   std::vector<double> kv_ms;
   for (int i = 0; i < 7; ++i) kv_ms.push_back(KvPrompt(*pair, rng));
   const double kv_med = Percentile(kv_ms, 0.5);
   const double kv_bytes = 24.0 * 2 * 128 * 4096;
-  std::printf("\nraw TCP 1 MiB: %.2f GB/s   tcp backend 1 MiB x16: %.2f GB/s   ratio %.3f\n",
-              raw_1mib, tcp_1mib, tcp_1mib / raw_1mib);
+  std::printf(
+      "\nbest of 4 alternating runs: raw TCP 1 MiB: %.2f GB/s   tcp backend 1 MiB x16: "
+      "%.2f GB/s   ratio %.3f\n",
+      raw_1mib, tcp_1mib, tcp_1mib / raw_1mib);
   std::printf(
       "KV 2048-token prompt (24 layers, %.1f MiB, 6144 blocks of 4 KiB): median %.2f ms,"
       " %.2f GB/s (min %.2f ms over %zu runs)\n",
@@ -285,6 +293,7 @@ int main(int argc, char** argv) {
   out["tcp_gbps_1mib"] = tcp_1mib;
   out["tcp_ratio_1mib"] = tcp_1mib / raw_1mib;
   out["kv2048_ms"] = kv_med;
+  out["kv2048_ms_min"] = *std::min_element(kv_ms.begin(), kv_ms.end());
   out["kv2048_gbps"] = kv_bytes / (kv_med / 1e3) / 1e9;
   out["lanes"] = lanes;
   out["slice_bytes"] = slice;

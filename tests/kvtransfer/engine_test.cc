@@ -22,9 +22,10 @@ constexpr uint64_t kSize = 4 << 20;
 // notification handler saw.
 struct Node {
   std::vector<uint8_t> src, dst;
-  TransferEnginePtr engine;
   absl::Mutex mu;
-  std::vector<std::pair<std::string, uint64_t>> notes;  // message, dst checksum at arrival
+  std::vector<std::pair<std::string, uint64_t>> notes;
+  // Last: destroyed first, so its threads stop before the memory and `notes` they touch go.
+  TransferEnginePtr engine;  // message, dst checksum at arrival
 };
 
 class EngineTest : public ::testing::TestWithParam<std::string> {
