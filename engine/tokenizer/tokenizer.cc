@@ -274,10 +274,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::st
   return FromFiles(dir + "/tokenizer.json", probe.good() ? config : std::string());
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view raw) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view raw, bool add_special_tokens) const {
   const State& s = *state_;
   const std::string text = SanitizeUtf8(raw);
-  std::vector<int32_t> ids = s.prefix_ids;
+  std::vector<int32_t> ids;
+  if (add_special_tokens) ids = s.prefix_ids;
   std::vector<std::string> pieces;
   auto encode_plain = [&](std::string_view plain) {
     pieces.clear();
@@ -303,7 +304,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view raw) const {
       }
     }
   }
-  ids.insert(ids.end(), s.suffix_ids.begin(), s.suffix_ids.end());
+  if (add_special_tokens) ids.insert(ids.end(), s.suffix_ids.begin(), s.suffix_ids.end());
   return ids;
 }
 

@@ -65,7 +65,10 @@ class Tokenizer {
   // post-processor's special tokens are added (as Hugging Face's encode with
   // add_special_tokens=True). Any bytes are accepted: ill-formed UTF-8 is first replaced by
   // U+FFFD (one per maximal ill-formed subpart).
-  std::vector<int32_t> Encode(std::string_view text) const;
+  std::vector<int32_t> Encode(std::string_view text) const { return Encode(text, true); }
+  // The same; with `add_special_tokens` false the post-processor's tokens (e.g. BOS) are left
+  // out. Use that for text rendered by ApplyChatTemplate, which already carries them.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
 
   // Ids → text. Added tokens contribute their content (special ones are dropped with
   // `skip_special_tokens`), other tokens their bytes; ill-formed UTF-8 in the result becomes

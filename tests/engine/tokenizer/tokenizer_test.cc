@@ -198,6 +198,7 @@ TEST(TokenizerTest, PostProcessorTemplateAddsBos) {
   auto tokenizer = Load(t, R"({"bos_token": "<s>", "eos_token": {"content": "<|im_end|>"}})");
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_THAT(tokenizer->Encode("a"), ElementsAre(500, 'a'));
+  EXPECT_THAT(tokenizer->Encode("a", /*add_special_tokens=*/false), ElementsAre('a'));
   EXPECT_EQ(tokenizer->bos_token_id(), 500);
   ASSERT_TRUE(tokenizer->TokenId("<|im_end|>").has_value());
   EXPECT_THAT(tokenizer->eos_token_ids(), ::testing::Contains(*tokenizer->TokenId("<|im_end|>")));
