@@ -78,7 +78,7 @@ void MatmulBf16Scalar(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf
     }
   };
   if (pool != nullptr) {
-    pool->ParallelFor(n, body);
+    pool->ParallelFor(n, m * n * k, body);
   } else {
     body(0, n);
   }

@@ -161,7 +161,7 @@ void MatmulEntry(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w
     Columns(xb, xs, m, w, k, j0, j1, y, ldy);
   };
   if (pool != nullptr) {
-    pool->ParallelFor(n_units, body);
+    pool->ParallelFor(n_units, m * n * k, body);
   } else {
     body(0, n_units);
   }

@@ -57,7 +57,7 @@ void ThreadPool::RunRange(int index) {
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  if (n_threads_ == 1 || tls_in_parallel_for) {
+  if (n == 1 || n_threads_ == 1 || tls_in_parallel_for) {
     fn(0, n);
     return;
   }
@@ -79,6 +79,15 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   caller_sleeping_ = true;
   done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
   caller_sleeping_ = false;
+}
+
+void ThreadPool::ParallelFor(int64_t n, int64_t total_work,
+                             const std::function<void(int64_t, int64_t)>& fn) {
+  if (total_work < min_parallel_work_) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  ParallelFor(n, fn);
 }
 
 void ThreadPool::WorkerLoop(int index) {

@@ -38,14 +38,30 @@ class ThreadPool {
   // Range t of size() ranges over [0, n): [begin, end). Exposed so callers can predict the split.
   static void Range(int64_t n, int parts, int t, int64_t* begin, int64_t* end);
 
-  // Runs fn(begin, end) on each non-empty range; returns when all have returned.
+  // Runs fn(begin, end) on each non-empty range; returns when all have returned. With n == 1
+  // the single range runs on the calling thread and no worker is woken.
   void ParallelFor(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+  // The same, but runs fn(0, n) on the calling thread when `total_work` (the caller's estimate
+  // of the whole job, e.g. multiply-adds) is below min_parallel_work(): handing a job of a few
+  // microseconds to workers costs more than it saves, and on a loaded machine each handoff can
+  // wait a whole scheduler quantum. Results never depend on the split (callers partition work so
+  // that they do not), so this only changes speed.
+  void ParallelFor(int64_t n, int64_t total_work,
+                   const std::function<void(int64_t begin, int64_t end)>& fn);
+
+  // Default: about a million multiply-adds (tens of microseconds of one core's work). Tests that
+  // must exercise the split on small shapes set 0.
+  static constexpr int64_t kDefaultMinParallelWork = int64_t{1} << 20;
+  int64_t min_parallel_work() const { return min_parallel_work_; }
+  void set_min_parallel_work(int64_t work) { min_parallel_work_ = work; }
 
  private:
   void WorkerLoop(int index);
   void RunRange(int index);
 
   const int n_threads_;
+  int64_t min_parallel_work_ = kDefaultMinParallelWork;
   std::vector<std::thread> workers_;
 
   std::mutex call_mu_;  // serialises ParallelFor callers

@@ -105,6 +105,7 @@ TEST_P(MatmulLevelTest, RowResultIndependentOfBatchAndThreads) {
     }
     for (int threads : {1, 2, 3}) {
       ThreadPool pool(threads);
+      pool.set_min_parallel_work(0);  // small shapes must still be split across the threads
       for (int64_t m : {int64_t{7}, int64_t{32}, int64_t{129}, int64_t{2}, int64_t{12}}) {
         for (int64_t start : {int64_t{0}, s.m - m}) {
           std::vector<float> y(m * s.n);
@@ -139,6 +140,7 @@ TEST(MatmulTest, BitIdenticalAcrossSimdLevels) {
     for (SimdLevel level : levels) {
       std::vector<float> y(s.m * s.n);
       ThreadPool pool(2);
+      pool.set_min_parallel_work(0);
       MatmulBf16ForLevel(level, x.data(), s.k, s.m, s.k, w.data(), s.n, y.data(), s.n, &pool);
       for (int64_t e = 0; e < s.m * s.n; ++e) {
         ASSERT_EQ(Bits(y[e]), Bits(base[e]))

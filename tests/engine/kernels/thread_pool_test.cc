@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "engine/kernels/cpu.h"
@@ -85,6 +86,33 @@ TEST(CpuTest, LevelNamesAndOrder) {
   EXPECT_LE(DetectSimd(), DetectHardwareSimd());
   EXPECT_TRUE(SimdLevelSupported(SimdLevel::kScalar));
   EXPECT_TRUE(SimdLevelSupported(DetectHardwareSimd()));
+}
+
+TEST(ThreadPoolTest, SmallJobsRunOnTheCallingThread) {
+  ThreadPool pool(3);
+  const std::thread::id caller = std::this_thread::get_id();
+  int calls = 0;
+  bool all_on_caller = true;
+  pool.ParallelFor(100, pool.min_parallel_work() - 1, [&](int64_t begin, int64_t end) {
+    ++calls;
+    all_on_caller = all_on_caller && std::this_thread::get_id() == caller;
+    EXPECT_EQ(begin, 0);
+    EXPECT_EQ(end, 100);
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(all_on_caller);
+
+  // A single item never wakes a worker either.
+  pool.ParallelFor(1, [&](int64_t, int64_t) { EXPECT_EQ(std::this_thread::get_id(), caller); });
+
+  // At or above the threshold the job is split over every thread.
+  std::atomic<int> ranges{0};
+  pool.ParallelFor(100, pool.min_parallel_work(), [&](int64_t, int64_t) { ++ranges; });
+  EXPECT_EQ(ranges.load(), 3);
+  pool.set_min_parallel_work(0);
+  ranges = 0;
+  pool.ParallelFor(100, 1, [&](int64_t, int64_t) { ++ranges; });
+  EXPECT_EQ(ranges.load(), 3);
 }
 
 }  // namespace

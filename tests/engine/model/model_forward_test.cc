@@ -144,6 +144,9 @@ struct Harness {
     auto m = Model::Load(dir, {threads});
     EXPECT_TRUE(m.ok()) << m.status();
     h.model = std::move(*m);
+    // The tiny test models' layers are below the pool's default work threshold; force the
+    // split so the thread-count invariance tests really run on several threads.
+    h.model->pool()->set_min_parallel_work(0);
     h.kv = *h.model->CreateKvCache(64, block_size);
     h.pool = std::make_unique<BlockPool>(64, block_size);
     return h;
