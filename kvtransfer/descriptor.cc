@@ -146,4 +146,17 @@ absl::StatusOr<Descriptor> DecodeDescriptor(const std::string& bytes) {
   return d;
 }
 
+absl::StatusOr<Descriptor> DecodePeerDescriptor(const std::string& backend,
+                                                const std::string& bytes,
+                                                const CompatibilityRecord& local) {
+  const std::string prefix = absl::StrCat(backend, ": ");
+  ASSIGN_OR_RETURN(Descriptor d, DecodeDescriptor(bytes), prefix);
+  if (d.backend != backend || d.endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "descriptor is for backend '", d.backend, "', not ", backend));
+  }
+  RETURN_IF_ERROR(CheckCompatible(local, d.compat), prefix);
+  return d;
+}
+
 }  // namespace tandem::kv

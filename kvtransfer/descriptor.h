@@ -66,6 +66,12 @@ struct Descriptor {
 std::string EncodeDescriptor(const Descriptor& d);
 absl::StatusOr<Descriptor> DecodeDescriptor(const std::string& bytes);
 
+// What every backend's ImportPeer checks first: `bytes` decodes, names `backend` and at least one
+// endpoint, and its compatibility record equals `local`. Errors start with "<backend>: ".
+absl::StatusOr<Descriptor> DecodePeerDescriptor(const std::string& backend,
+                                                const std::string& bytes,
+                                                const CompatibilityRecord& local);
+
 // Encodes / decodes only the compatibility record (sent in the handshake).
 void EncodeCompat(const CompatibilityRecord& c, std::string* out);
 absl::StatusOr<CompatibilityRecord> DecodeCompat(const std::string& bytes);

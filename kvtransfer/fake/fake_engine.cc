@@ -88,13 +88,11 @@ class FakeEngine final : public TransferEngine {
     if (state() != EngineState::kServing) {
       return absl::FailedPreconditionError("fake: ImportPeer() before Start()");
     }
-    ASSIGN_OR_RETURN(Descriptor d, DecodeDescriptor(descriptor));
-    if (d.backend != "fake" || d.endpoints.size() != 1 ||
-        !absl::StartsWith(d.endpoints[0], kScheme)) {
+    ASSIGN_OR_RETURN(Descriptor d, DecodePeerDescriptor("fake", descriptor, options_.compat));
+    if (d.endpoints.size() != 1 || !absl::StartsWith(d.endpoints[0], kScheme)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("fake: descriptor of backend '", d.backend, "' is not a fake endpoint"));
+          absl::StrCat("fake: descriptor endpoint '", d.endpoints[0], "' is not a fake endpoint"));
     }
-    RETURN_IF_ERROR(CheckCompatible(options_.compat, d.compat));
     {
       absl::MutexLock reg(&RegistryMu());
       auto it = Registry().find(d.engine_name);

@@ -307,12 +307,7 @@ absl::StatusOr<PeerId> RdmaEngine::ImportPeer(const std::string& descriptor) {
   if (state() != EngineState::kServing) {
     return absl::FailedPreconditionError("rdma: ImportPeer() before Start()");
   }
-  ASSIGN_OR_RETURN(Descriptor d, DecodeDescriptor(descriptor), "rdma: ");
-  if (d.backend != "rdma" || d.endpoints.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rdma: descriptor is for backend '", d.backend, "', not rdma"));
-  }
-  RETURN_IF_ERROR(CheckCompatible(options_.compat, d.compat), "rdma: ");
+  ASSIGN_OR_RETURN(Descriptor d, DecodePeerDescriptor("rdma", descriptor, options_.compat));
   ClientOptions copts;
   copts.endpoint = d.endpoints[0];
   copts.local_name = options_.name;

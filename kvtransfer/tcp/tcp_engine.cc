@@ -155,12 +155,7 @@ class TcpEngine final : public TransferEngine {
     if (state() != EngineState::kServing) {
       return absl::FailedPreconditionError("tcp: ImportPeer() before Start()");
     }
-    ASSIGN_OR_RETURN(Descriptor d, DecodeDescriptor(descriptor), "tcp: ");
-    if (d.backend != "tcp" || d.endpoints.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tcp: descriptor is for backend '", d.backend, "', not tcp"));
-    }
-    RETURN_IF_ERROR(CheckCompatible(options_.compat, d.compat), "tcp: ");
+    ASSIGN_OR_RETURN(Descriptor d, DecodePeerDescriptor("tcp", descriptor, options_.compat));
     auto peer = std::make_unique<Peer>();
     peer->desc = d;
     PeerId id;

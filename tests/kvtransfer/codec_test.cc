@@ -79,6 +79,33 @@ TEST(CompatTest, NamesFirstMismatchWithBothValues) {
       std::string::npos);
 }
 
+TEST(DescriptorTest, PeerDescriptorIsCheckedForBackendEndpointAndCompat) {
+  Descriptor d = SampleDescriptor();
+  const std::string bytes = EncodeDescriptor(d);
+  auto ok = DecodePeerDescriptor(d.backend, bytes, d.compat);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, d);
+
+  auto wrong_backend = DecodePeerDescriptor("rdma", bytes, d.compat);
+  ASSERT_FALSE(wrong_backend.ok());
+  EXPECT_EQ(wrong_backend.status().message(),
+            "rdma: descriptor is for backend '" + d.backend + "', not rdma");
+
+  CompatibilityRecord local = d.compat;
+  local.layer_count += 4;
+  auto incompatible = DecodePeerDescriptor(d.backend, bytes, local);
+  ASSERT_FALSE(incompatible.ok());
+  EXPECT_EQ(incompatible.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(incompatible.status().message().find(d.backend + ": incompatible peer: layer_count"),
+            std::string::npos)
+      << incompatible.status();
+
+  Descriptor no_endpoint = d;
+  no_endpoint.endpoints.clear();
+  EXPECT_FALSE(DecodePeerDescriptor(d.backend, EncodeDescriptor(no_endpoint), d.compat).ok());
+  EXPECT_FALSE(DecodePeerDescriptor(d.backend, bytes.substr(0, 9), d.compat).ok());
+}
+
 TEST(FrameTest, HeaderRoundTripsAndRejectsGarbage) {
   FrameHeader h;
   h.type = FrameType::kWrite;
