@@ -1,6 +1,9 @@
 #include "common/daemon.h"
 
 #include <iostream>
+#include <utility>
+
+#include "common/status.h"
 
 namespace tandem {
 
@@ -16,6 +19,15 @@ int ReportStartupFailure(const std::string& program, const absl::Status& status)
     default:
       return kExitStartFailed;
   }
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(
+    const HttpServerOptions& options, const MetricsRegistry& registry,
+    std::function<absl::Status()> health_fn, const std::string& port_flag) {
+  auto server = std::make_unique<HttpServer>(options);
+  AddStandardRoutes(*server, registry, std::move(health_fn));
+  RETURN_IF_ERROR(server->Start(), port_flag);
+  return server;
 }
 
 }  // namespace tandem

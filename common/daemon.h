@@ -4,9 +4,14 @@
 #ifndef TANDEM_COMMON_DAEMON_H_
 #define TANDEM_COMMON_DAEMON_H_
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
 
 namespace tandem {
 
@@ -17,6 +22,13 @@ inline constexpr int kExitStartFailed = 1;
 // when the operator's input is at fault (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
 // OUT_OF_RANGE, DATA_LOSS: e.g. a corrupt model file), otherwise kExitStartFailed.
 int ReportStartupFailure(const std::string& program, const absl::Status& status);
+
+// Starts the HTTP endpoint every daemon has: /metrics rendered from `registry` and /health from
+// `health_fn` (AddStandardRoutes). Errors (e.g. the port is in use) are prefixed with `port_flag`
+// ("--http-port: ") so the operator knows which flag to change. `registry` must outlive the server.
+absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(
+    const HttpServerOptions& options, const MetricsRegistry& registry,
+    std::function<absl::Status()> health_fn, const std::string& port_flag);
 
 }  // namespace tandem
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "common/daemon.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
@@ -18,13 +19,15 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   HttpServerOptions http;
   http.host = server->options_.host;
   http.port = static_cast<uint16_t>(server->options_.http_port);
-  server->http_ = std::make_unique<HttpServer>(http);
-  AddStandardRoutes(*server->http_, server->metrics_, [] {
-    return absl::UnavailableError(
-        "tandem-decode: the decode leg, KV reservation and token streaming are not part of this "
-        "build; this daemon serves only /metrics and /health");
-  });
-  RETURN_IF_ERROR(server->http_->Start(), "--http-port: ");
+  ASSIGN_OR_RETURN(server->http_, StartStatusEndpoint(
+                                      http, server->metrics_,
+                                      [] {
+                                        return absl::UnavailableError(
+                                            "tandem-decode: the decode leg, KV reservation and "
+                                            "token streaming are not part of this "
+                                            "build; this daemon serves only /metrics and /health");
+                                      },
+                                      "--http-port: "));
   spdlog::info("tandem-decode {} model {} ({} layers), {} mode, HTTP on {}:{}", kTandemVersion,
                engine::ServedModelName(server->options_.serving), server->model_.num_layers,
                server->options_.local_prefill ? "colocated" : "disaggregated",

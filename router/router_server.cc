@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/daemon.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
@@ -17,13 +18,15 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.host = o.host;
   http.port = static_cast<uint16_t>(o.port);
   http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
-  server->http_ = std::make_unique<HttpServer>(http);
-  AddStandardRoutes(*server->http_, server->metrics_, [] {
-    return absl::UnavailableError(
-        "tandem-router: request routing is not part of this build; this process serves only "
-        "/metrics and /health");
-  });
-  RETURN_IF_ERROR(server->http_->Start(), "--port: ");
+  ASSIGN_OR_RETURN(server->http_, StartStatusEndpoint(
+                                      http, server->metrics_,
+                                      [] {
+                                        return absl::UnavailableError(
+                                            "tandem-router: request routing is not part of this "
+                                            "build; this process serves only "
+                                            "/metrics and /health");
+                                      },
+                                      "--port: "));
   spdlog::info("tandem-router {} on {}:{} ({} mode, {} prefill, {} decode, {} plain workers)",
                kTandemVersion, o.host, server->http_->port(), o.pd_disaggregation ? "pd" : "plain",
                o.prefill.size(), o.decode_urls.size(), o.worker_urls.size());
