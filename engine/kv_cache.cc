@@ -84,6 +84,7 @@ absl::Status BlockPool::Commit(const Plan& plan) {
       free_list_.pop_back();
       ref_counts_[b] = 1;
       t->block_ids.push_back(b);
+      Notify(b);
     }
     t->num_tokens += plan.requests[i].num_new_tokens;
   }
@@ -95,6 +96,7 @@ absl::Status BlockPool::AddRef(const std::vector<int32_t>& blocks) {
   if (absl::Status s = CheckOwned(blocks); !s.ok()) return s;
   for (int32_t b : blocks) ++ref_counts_[b];
   ++version_;
+  for (int32_t b : blocks) Notify(b);
   return absl::OkStatus();
 }
 
@@ -109,9 +111,46 @@ absl::Status BlockPool::Release(BlockTable* table) {
   for (int32_t b : table->block_ids) {
     if (--ref_counts_[b] == 0) free_list_.push_back(b);
   }
+  for (int32_t b : table->block_ids) Notify(b);
   table->block_ids.clear();
   table->num_tokens = 0;
   ++version_;
+  return absl::OkStatus();
+}
+
+absl::Status BlockPool::ReleaseBlocks(std::span<const int32_t> blocks) {
+  if (blocks.empty()) return absl::OkStatus();  // no mutation: outstanding plans stay valid
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int32_t b = blocks[i];
+    absl::Status error;
+    if (b < 0 || b >= num_blocks()) {
+      error = absl::InvalidArgumentError(
+          absl::StrCat("block id ", b, " outside the pool of ", num_blocks(), " blocks"));
+    } else if (ref_counts_[b] == 0) {
+      error = absl::InvalidArgumentError(
+          absl::StrCat("block ", b, " is free (or listed more times than it has references)"));
+    }
+    if (!error.ok()) {
+      // Undo entries [0, i) newest first: walking back, the state after entry j is restored, so a
+      // zero count at j means entry j pushed the block, and it is the last push left.
+      for (size_t j = i; j-- > 0;) {
+        if (ref_counts_[blocks[j]] == 0) free_list_.pop_back();
+        ++ref_counts_[blocks[j]];
+      }
+      return error;
+    }
+    if (--ref_counts_[b] == 0) free_list_.push_back(b);
+  }
+  ++version_;
+  for (int32_t b : blocks) Notify(b);
+  return absl::OkStatus();
+}
+
+absl::Status BlockPool::SetRefObserver(BlockRefObserver* observer) {
+  if (observer != nullptr && observer_ != nullptr && observer_ != observer) {
+    return absl::FailedPreconditionError("the block pool already has a reference observer");
+  }
+  observer_ = observer;
   return absl::OkStatus();
 }
 

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,17 @@ inline constexpr int kDefaultKvBlockSize = 16;
 struct BlockTable {
   std::vector<int32_t> block_ids;
   int64_t num_tokens = 0;
+};
+
+// Told about every change of a block's reference count, after it happened, so that an owner of
+// references (the radix prefix cache) learns when other holders drop theirs without scanning.
+class BlockRefObserver {
+ public:
+  virtual ~BlockRefObserver() = default;
+  // `block`'s count is now `ref_count`. Called from inside BlockPool's mutating methods, once per
+  // listed block (a block listed twice is reported twice, with its final count both times). The
+  // observer must not call the pool's mutating methods.
+  virtual void OnRefCountChanged(int32_t block, int32_t ref_count) = 0;
 };
 
 class BlockPool {
@@ -81,13 +93,26 @@ class BlockPool {
   // Drops the table's reference on each of its blocks, frees those reaching zero, and clears the
   // table. InvalidArgument, changing nothing, if a block is out of range or already free.
   absl::Status Release(BlockTable* table);
+  // Drops one reference per entry of `blocks` (a block listed twice loses two) and frees those
+  // reaching zero: the inverse of AddRef for references not kept in a BlockTable.
+  // InvalidArgument, changing nothing, if a block is out of range or would drop below zero.
+  absl::Status ReleaseBlocks(std::span<const int32_t> blocks);
+
+  // Installs `observer` (not owned; must stay valid until replaced by nullptr) to hear about every
+  // reference count change. At most one observer: FailedPrecondition if another one is installed.
+  // nullptr removes the current observer.
+  absl::Status SetRefObserver(BlockRefObserver* observer);
 
  private:
   absl::Status CheckOwned(const std::vector<int32_t>& blocks) const;
+  void Notify(int32_t block) const {
+    if (observer_ != nullptr) observer_->OnRefCountChanged(block, ref_counts_[block]);
+  }
   int32_t block_size_;
-  std::vector<int32_t> ref_counts_;  // [num_blocks]
-  std::vector<int32_t> free_list_;   // LIFO of free block ids
-  uint64_t version_ = 0;             // bumped by every mutation
+  BlockRefObserver* observer_ = nullptr;  // not owned
+  std::vector<int32_t> ref_counts_;       // [num_blocks]
+  std::vector<int32_t> free_list_;        // LIFO of free block ids
+  uint64_t version_ = 0;                  // bumped by every mutation
 };
 
 // Storage for K and V of every layer, bf16, one contiguous region per layer ("layer-major"):
