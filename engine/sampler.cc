@@ -1,34 +1,200 @@
 #include "engine/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/cpu.h"
+#include "engine/ops.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace tandem::engine {
+namespace {
 
-absl::Status ValidateSamplingParams(const SamplingParams& p) {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+
+// False if any value is NaN or +inf (one branch-free pass that vectorises).
+bool AllBelowInfinity(std::span<const float> row) {
+  bool ok = true;
+  for (float v : row) ok &= v < kPosInf;
+  return ok;
+}
+
+absl::Status Invalid(const std::string& name, const std::string& range, const std::string& got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("sampling_params.", name, " must be ", range, ", got ", got));
+}
+
+std::string Num(float v) { return absl::StrCat(v); }
+
+// out[i] = exp((row[i] - max_logit) * scale), 0 where row[i] is -inf; returns the sum (in
+// double, 8 interleaved lanes in a fixed order). Plain IEEE operations without FMA, so the
+// scalar and AVX2 builds give the same bits.
+__attribute__((always_inline)) inline double ExpShiftedBody(const float* row, size_t n,
+                                                            float max_logit, float scale,
+                                                            float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const float e = ExpF((row[i] - max_logit) * scale);
+    out[i] = row[i] == kNegInf ? 0.0f : e;
+  }
+  double lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (size_t j = 0; j < 8; ++j) lanes[j] += static_cast<double>(out[i + j]);
+  }
+  double sum = 0.0;
+  for (; i < n; ++i) sum += static_cast<double>(out[i]);
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+double ExpShiftedScalar(const float* row, size_t n, float max_logit, float scale, float* out) {
+  return ExpShiftedBody(row, n, max_logit, scale, out);
+}
+
+// ExpF on 8 lanes: the same IEEE operations in the same order (min/max return the clamp bound
+// for NaN, as ExpF's comparisons do; inputs here are never NaN).
+__attribute__((target("avx2"))) inline __m256 ExpF8(__m256 x) {
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f));
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 n = _mm256_sub_ps(
+      _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic), magic);
+  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y =
+      _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+__attribute__((target("avx2"))) double ExpShiftedAvx2(const float* row, size_t n, float max_logit,
+                                                      float scale, float* out) {
+  const __m256 vmax = _mm256_set1_ps(max_logit);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 ninf = _mm256_set1_ps(kNegInf);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(row + i);
+    const __m256 e = ExpF8(_mm256_mul_ps(_mm256_sub_ps(v, vmax), vscale));
+    _mm256_storeu_ps(out + i, _mm256_andnot_ps(_mm256_cmp_ps(v, ninf, _CMP_EQ_OQ), e));
+  }
+  for (; i < n; ++i) {
+    const float e = ExpF((row[i] - max_logit) * scale);
+    out[i] = row[i] == kNegInf ? 0.0f : e;
+  }
+  // The sum exactly as ExpShiftedBody adds it.
+  __m256d lo = _mm256_setzero_pd();
+  __m256d hi = _mm256_setzero_pd();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(out + i)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(out + i + 4)));
+  }
+  double lanes[8];
+  _mm256_storeu_pd(lanes, lo);
+  _mm256_storeu_pd(lanes + 4, hi);
+  double sum = 0.0;
+  for (; i < n; ++i) sum += static_cast<double>(out[i]);
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+double ExpShifted(std::span<const float> row, float max_logit, float scale,
+                  std::vector<float>* out) {
+  static const bool avx2 = DetectSimd() >= SimdLevel::kAvx2;
+  out->resize(row.size());
+  return avx2 ? ExpShiftedAvx2(row.data(), row.size(), max_logit, scale, out->data())
+              : ExpShiftedScalar(row.data(), row.size(), max_logit, scale, out->data());
+}
+
+// Heavier first, then the lower id: a strict total order, so the kept set is exact.
+struct ByWeightThenId {
+  bool operator()(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) const {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  }
+};
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size) {
+  if (vocab_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 1, got ", vocab_size));
+  }
   if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be a finite number >= 0, got ", p.temperature));
+    return Invalid("temperature", "a finite number >= 0 (0 = greedy)", Num(p.temperature));
   }
   if (p.top_k < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k must be -1 (disabled) or >= 1, got ", p.top_k));
+    return Invalid("top_k", "-1 or 0 (no limit) or >= 1", absl::StrCat(p.top_k));
   }
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", p.top_p));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return Invalid("top_p", "in (0, 1]", Num(p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return Invalid("min_p", "in [0, 1]", Num(p.min_p));
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return Invalid("frequency_penalty", "in [-2, 2]", Num(p.frequency_penalty));
   }
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", p.min_p));
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return Invalid("presence_penalty", "in [-2, 2]", Num(p.presence_penalty));
+  }
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 2.0f)) {
+    return Invalid("repetition_penalty", "in (0, 2]", Num(p.repetition_penalty));
+  }
+  if (p.max_new_tokens < 0) {
+    return Invalid("max_new_tokens", ">= 0", absl::StrCat(p.max_new_tokens));
+  }
+  if (p.min_new_tokens < 0 || p.min_new_tokens > p.max_new_tokens) {
+    return Invalid("min_new_tokens",
+                   absl::StrCat("in [0, max_new_tokens] = [0, ", p.max_new_tokens, "]"),
+                   absl::StrCat(p.min_new_tokens));
+  }
+  if (p.stop.size() > kMaxStopStrings) {
+    return Invalid("stop", absl::StrCat("at most ", kMaxStopStrings, " strings"),
+                   absl::StrCat(p.stop.size()));
+  }
+  for (size_t i = 0; i < p.stop.size(); ++i) {
+    const std::string name = absl::StrCat("stop[", i, "]");
+    if (p.stop[i].empty()) return Invalid(name, "a non-empty string", "\"\"");
+    if (p.stop[i].size() > kMaxStopStringBytes) {
+      return Invalid(name, absl::StrCat("at most ", kMaxStopStringBytes, " bytes long"),
+                     absl::StrCat(p.stop[i].size(), " bytes"));
+    }
+    if (!IsValidUtf8(p.stop[i])) return Invalid(name, "valid UTF-8", "ill-formed bytes");
+  }
+  for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
+    const int32_t id = p.stop_token_ids[i];
+    if (id < 0 || id >= vocab_size) {
+      return Invalid(absl::StrCat("stop_token_ids[", i, "]"),
+                     absl::StrCat("in [0, vocab_size) = [0, ", vocab_size, ")"), absl::StrCat(id));
+    }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params) {
-  if (absl::Status s = ValidateSamplingParams(params); !s.ok()) return s;
-  return Sampler(params);
+absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params, int32_t vocab_size,
+                                        std::vector<int32_t> eos_token_ids) {
+  if (absl::Status s = ValidateSamplingParams(params, vocab_size); !s.ok()) return s;
+  std::vector<int32_t> masked;
+  for (int32_t id : eos_token_ids) {
+    if (id >= 0 && id < vocab_size) masked.push_back(id);
+  }
+  masked.insert(masked.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
+  std::sort(masked.begin(), masked.end());
+  masked.erase(std::unique(masked.begin(), masked.end()), masked.end());
+  return Sampler(params, vocab_size, std::move(masked));
 }
+
+Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> masked_ids)
+    : params_(params), vocab_size_(vocab_size), masked_(std::move(masked_ids)), rng_(params.seed) {}
 
 int32_t Argmax(std::span<const float> logits) {
   if (logits.empty()) return -1;
@@ -39,59 +205,141 @@ int32_t Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(best);
 }
 
-absl::StatusOr<int32_t> Sampler::Sample(std::span<const float> logits) {
-  if (logits.empty()) return absl::InvalidArgumentError("empty logits row");
-  for (float v : logits) {
-    if (std::isnan(v)) return absl::InvalidArgumentError("NaN in logits");
-  }
-  if (params_.temperature == 0.0f) return Argmax(logits);
+bool Sampler::HasPenalties() const {
+  return !counts_.empty() &&
+         (params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+          params_.presence_penalty != 0.0f);
+}
 
-  // Softmax of logits / temperature in double (stable, max-subtracted).
-  const int32_t best = Argmax(logits);
-  const double inv_t = 1.0 / static_cast<double>(params_.temperature);
-  const double max_l = static_cast<double>(logits[best]) * inv_t;
-  candidates_.clear();
-  double total = 0.0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double e = std::exp(static_cast<double>(logits[i]) * inv_t - max_l);
-    if (e > 0.0) {
-      candidates_.emplace_back(static_cast<float>(e), static_cast<int32_t>(i));
-      total += e;
+std::span<const float> Sampler::Penalized(std::span<const float> logits) {
+  const bool penalties = HasPenalties();
+  const bool mask = MaskActive();
+  if (!penalties && !mask) return logits;
+  work_.assign(logits.begin(), logits.end());
+  if (penalties) {
+    const float r = params_.repetition_penalty;
+    for (const auto& [id, count] : counts_) {
+      float l = work_[static_cast<size_t>(id)];
+      l = l > 0.0f ? l / r : l * r;
+      l -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
+      work_[static_cast<size_t>(id)] = l;
     }
   }
-  auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  };
-  size_t keep = candidates_.size();
-  const bool limit_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep;
-  if (limit_k) keep = static_cast<size_t>(params_.top_k);
-  if (limit_k || params_.top_p < 1.0f || params_.min_p > 0.0f) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
-                      candidates_.end(), by_prob);
-    if (limit_k) {
-      total = 0.0;
-      for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
-    }
-    if (params_.top_p < 1.0f) {
-      double mass = 0.0;
-      size_t i = 0;
-      while (i < keep) {
-        mass += candidates_[i].first;
-        ++i;
-        if (mass >= params_.top_p * total) break;
+  if (mask) {
+    for (int32_t id : masked_) work_[static_cast<size_t>(id)] = kNegInf;
+  }
+  return work_;
+}
+
+absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
+  if (logits.size() != static_cast<size_t>(vocab_size_)) {
+    return absl::InvalidArgumentError(absl::StrCat("logits row has ", logits.size(),
+                                                   " entries, expected vocab_size ", vocab_size_));
+  }
+  if (!AllBelowInfinity(logits)) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (std::isnan(logits[i]) || logits[i] == kPosInf) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("logits[", i, "] is ", std::isnan(logits[i]) ? "NaN" : "+inf"));
       }
-      keep = i;
     }
-    if (params_.min_p > 0.0f) {
-      // Probabilities relative to the top token (whose unnormalised weight is 1).
-      size_t i = 1;
-      while (i < keep && candidates_[i].first >= params_.min_p * candidates_[0].first) ++i;
-      keep = i;
-    }
-    total = 0.0;
-    for (size_t i = 0; i < keep; ++i) total += candidates_[i].first;
   }
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+  const std::span<const float> row = Penalized(logits);
+  const int32_t best = Argmax(row);
+  const float max_logit = row[static_cast<size_t>(best)];
+  if (max_logit == kNegInf) {
+    return absl::InvalidArgumentError(
+        "every token of the logits row is -inf (masked): nothing can be sampled");
+  }
+
+  std::vector<float>& probs = work_probs_;
+  const double sum = ExpShifted(row, max_logit, 1.0f, &probs);
+  const double log_sum = std::log(sum);
+  int32_t token = best;
+  if (params_.temperature != 0.0f && params_.top_k != 1) {
+    double total = sum;
+    if (params_.temperature != 1.0f) {
+      total = ExpShifted(row, max_logit, 1.0f / params_.temperature, &probs);
+    }
+    token = Draw(probs, total);
+  }
+  SampleResult result;
+  result.token = token;
+  result.logprob = static_cast<float>(static_cast<double>(row[static_cast<size_t>(token)]) -
+                                      max_logit - log_sum);
+  ++counts_[token];
+  ++num_generated_;
+  return result;
+}
+
+void Sampler::Observe(int32_t token) {
+  if (token >= 0 && token < vocab_size_) ++counts_[token];
+  ++num_generated_;
+}
+
+int32_t Sampler::Draw(std::span<const float> probs, double total) {
+  const bool limit_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < probs.size();
+  const bool limit_p = params_.top_p < 1.0f;
+  const bool limit_min_p = params_.min_p > 0.0f;
+  auto uniform = [this](double bound) {
+    return static_cast<double>(rng_() >> 11) * 0x1.0p-53 * bound;
+  };
+  if (!limit_k && !limit_p && !limit_min_p) {
+    const double u = uniform(total);
+    double acc = 0.0;
+    int32_t last = 0;
+    for (size_t i = 0; i < probs.size(); ++i) {
+      if (probs[i] == 0.0f) continue;
+      acc += probs[i];
+      last = static_cast<int32_t>(i);
+      if (u < acc) return last;
+    }
+    return last;
+  }
+
+  // min_p: the largest weight is exp(0) = 1, so the threshold is min_p itself.
+  const float threshold = params_.min_p;
+  candidates_.clear();
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > 0.0f && probs[i] >= threshold) {
+      candidates_.emplace_back(probs[i], static_cast<int32_t>(i));
+    }
+  }
+  size_t keep = candidates_.size();
+  size_t sorted = 0;
+  if (limit_k && static_cast<size_t>(params_.top_k) < keep) {
+    keep = static_cast<size_t>(params_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
+                      candidates_.end(), ByWeightThenId());
+    sorted = keep;
+  }
+  if (limit_p) {
+    // Keep a token while the mass before it is <= top_p of the whole distribution. Sorts a
+    // growing prefix only: a peaked distribution is decided after a few hundred candidates.
+    const double budget = static_cast<double>(params_.top_p) * total;
+    double mass = 0.0;
+    size_t i = 0;
+    size_t want = std::min(keep, size_t{256});
+    while (i < keep) {
+      if (i == sorted) {
+        // Select the next `want - sorted` heaviest (linear on average), then order only them.
+        auto first = candidates_.begin() + static_cast<ptrdiff_t>(sorted);
+        auto middle = candidates_.begin() + static_cast<ptrdiff_t>(want);
+        std::nth_element(first, middle, candidates_.begin() + static_cast<ptrdiff_t>(keep),
+                         ByWeightThenId());
+        std::sort(first, middle, ByWeightThenId());
+        sorted = want;
+        want = std::min(keep, want * 4);
+      }
+      if (mass > budget) break;
+      mass += candidates_[i].first;
+      ++i;
+    }
+    keep = i;
+  }
+  double kept_total = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept_total += candidates_[i].first;
+  const double u = uniform(kept_total);
   double acc = 0.0;
   for (size_t i = 0; i < keep; ++i) {
     acc += candidates_[i].first;

@@ -1,52 +1,118 @@
-// Sampler: picks the next token from a row of logits with a request's sampling parameters.
+// Sampling parameters of a request and the Sampler that picks its next token from a row of
+// logits.
 //
-// Order (as SGLang): temperature == 0 means greedy (argmax, lowest id on ties); otherwise
-// logits / temperature -> softmax -> keep the top_k most likely -> keep the smallest prefix
-// (by descending probability) whose mass reaches top_p -> drop tokens with probability below
-// min_p * max probability -> renormalise and draw with the request's RNG.
+// Per step, in this order:
+//  1. Penalties over the tokens generated so far (returned by Sample or passed to Observe; the
+//     prompt is not counted, as in SGLang's penalizers and OpenAI's API):
+//     repetition_penalty (HF/SGLang: a seen token's logit l becomes l / r if l > 0, else l * r),
+//     then frequency_penalty * count + presence_penalty * (count > 0) is subtracted (OpenAI).
+//  2. While fewer than min_new_tokens tokens have been generated, the EOS ids and
+//     stop_token_ids get -inf (they cannot be chosen).
+//  3. logprob of the chosen token = log_softmax of the row after steps 1-2, before temperature
+//     and before any top-k/top-p/min-p truncation (the model's distribution under penalties).
+//  4. temperature == 0 (or top_k == 1): greedy, argmax with the lowest id on ties. Otherwise
+//     softmax(row / temperature), then three masks over that full distribution, as SGLang's
+//     reference sampler applies them: keep the top_k most likely; keep a token if the mass of
+//     the tokens more likely than it is <= top_p; keep a token if its probability is
+//     >= min_p * the largest probability. The kept tokens are renormalised and one is drawn with
+//     the request's RNG. Ordering ties are broken by the lower id, so results are exact.
 // The RNG (mt19937_64) is seeded per request, so a seeded request samples the same tokens
 // whatever else runs in the batch.
 //
-// Thread-compatible: one Sampler per request; Sample mutates the RNG state.
+// Thread-compatible: one Sampler per request; Sample and Observe mutate it. Copyable and
+// movable (it owns only plain containers).
 #ifndef TANDEM_ENGINE_SAMPLER_H_
 #define TANDEM_ENGINE_SAMPLER_H_
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace tandem::engine {
 
+// At most this many stop strings per request, each at most kMaxStopStringBytes long (a stop
+// string is matched against the held-back tail of the text on every token).
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+
+// SGLang's names and defaults.
 struct SamplingParams {
-  float temperature = 1.0f;  // >= 0; 0 = greedy
-  int32_t top_k = -1;        // -1 or 0: no limit; else >= 1
-  float top_p = 1.0f;        // (0, 1]
-  float min_p = 0.0f;        // [0, 1]
-  uint64_t seed = 0;
+  float temperature = 1.0f;             // >= 0; 0 = greedy
+  int32_t top_k = -1;                   // -1 (or 0): no limit; else >= 1
+  float top_p = 1.0f;                   // (0, 1]
+  float min_p = 0.0f;                   // [0, 1]
+  uint64_t seed = 0;                    // the engine fills a random one when the request has none
+  float frequency_penalty = 0.0f;       // [-2, 2], OpenAI semantics over generated tokens
+  float presence_penalty = 0.0f;        // [-2, 2], OpenAI semantics over generated tokens
+  float repetition_penalty = 1.0f;      // (0, 2], HF/SGLang semantics over generated tokens
+  int32_t max_new_tokens = 128;         // >= 0
+  int32_t min_new_tokens = 0;           // [0, max_new_tokens]: EOS/stop ids masked until reached
+  std::vector<std::string> stop;        // stop strings: non-empty, valid UTF-8, see limits above
+  std::vector<int32_t> stop_token_ids;  // each in [0, vocab_size)
+  bool ignore_eos = false;              // EOS does not end the request (stop_token_ids still do)
+  bool skip_special_tokens = true;      // special tokens contribute no text
+  bool no_stop_trim = false;            // keep the matched stop string in the text
 };
 
-// InvalidArgument naming the parameter when a value is out of range or not finite.
-absl::Status ValidateSamplingParams(const SamplingParams& params);
+// OK, or InvalidArgument whose message names the parameter and its allowed range, e.g.
+// "sampling_params.top_p must be in (0, 1], got 1.5". `vocab_size` bounds stop_token_ids.
+absl::Status ValidateSamplingParams(const SamplingParams& params, int32_t vocab_size);
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0.0f;  // see step 3 above; <= 0
+};
 
 class Sampler {
  public:
-  // `params` must have passed ValidateSamplingParams (Create checks it).
-  static absl::StatusOr<Sampler> Create(const SamplingParams& params);
+  // Validates `params` (the error of ValidateSamplingParams). `eos_token_ids` (ids outside the
+  // vocabulary are ignored) are masked together with stop_token_ids while fewer than
+  // min_new_tokens tokens have been generated.
+  static absl::StatusOr<Sampler> Create(const SamplingParams& params, int32_t vocab_size,
+                                        std::vector<int32_t> eos_token_ids);
 
-  // The next token for `logits` [vocab]. InvalidArgument on an empty row or NaN logits.
-  absl::StatusOr<int32_t> Sample(std::span<const float> logits);
+  // The next token for `logits` [vocab_size], after penalties over the tokens generated so far;
+  // records the token. InvalidArgument on a row whose size is not vocab_size, on NaN or +inf, and
+  // when every token is masked (-inf everywhere). Never changes state on error.
+  absl::StatusOr<SampleResult> Sample(std::span<const float> logits);
 
+  // Records a token generated elsewhere (the first token sampled by a prefill worker) so that
+  // penalties and min_new_tokens count it. An id outside the vocabulary counts towards
+  // num_generated but not towards penalties.
+  void Observe(int32_t token);
+
+  // Tokens returned by Sample plus tokens passed to Observe.
+  int64_t num_generated() const { return num_generated_; }
   const SamplingParams& params() const { return params_; }
 
  private:
-  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> masked_ids);
+
+  bool HasPenalties() const;
+  bool MaskActive() const { return num_generated_ < params_.min_new_tokens && !masked_.empty(); }
+  // Applies steps 1-2 to a copy of `logits` in work_ and returns it, or returns `logits` itself
+  // when neither applies.
+  std::span<const float> Penalized(std::span<const float> logits);
+  // Draws from `probs` [vocab_size] (unnormalised, the largest exactly 1, summing to `total`)
+  // under the top-k/top-p/min-p masks.
+  int32_t Draw(std::span<const float> probs, double total);
+
   SamplingParams params_;
+  int32_t vocab_size_;
+  std::vector<int32_t> masked_;  // EOS ids and stop_token_ids, deduplicated, in range
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch, reused across calls
+  int64_t num_generated_ = 0;
+  std::unordered_map<int32_t, int32_t> counts_;        // generated token id -> occurrences
+  std::vector<float> work_;                            // [vocab_size] penalized logits, scratch
+  std::vector<float> work_probs_;                      // [vocab_size] exp weights, scratch
+  std::vector<std::pair<float, int32_t>> candidates_;  // (weight, id) scratch
 };
 
 // Argmax with the lowest index on ties; -1 for an empty row.

@@ -57,8 +57,6 @@ int Run(const Options& o) {
   sp.top_k = o.top_k;
   sp.min_p = o.min_p;
   sp.seed = o.seed;
-  auto sampler = engine::Sampler::Create(sp);
-  if (!sampler.ok()) return Fail(2, std::string(sampler.status().message()));
   if (o.max_new_tokens < 0) return Fail(2, "--max-new-tokens must be >= 0");
 
   auto tokenizer = engine::Tokenizer::FromModelDir(o.model_path);
@@ -91,6 +89,10 @@ int Run(const Options& o) {
 
   std::set<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
   for (int32_t id : (*tokenizer)->eos_token_ids()) eos.insert(id);
+  sp.max_new_tokens = o.max_new_tokens;
+  auto sampler = engine::Sampler::Create(sp, static_cast<int32_t>(config.vocab_size),
+                                         std::vector<int32_t>(eos.begin(), eos.end()));
+  if (!sampler.ok()) return Fail(2, std::string(sampler.status().message()));
 
   constexpr int kBlockSize = engine::kDefaultKvBlockSize;
   BlockPool pool(static_cast<int32_t>((total + kBlockSize - 1) / kBlockSize), kBlockSize);
@@ -120,10 +122,10 @@ int Run(const Options& o) {
     auto next = sampler->Sample(logits);
     if (!next.ok()) return Fail(1, std::string(next.status().message()));
     ++generated;
-    if (eos.count(*next)) break;
-    std::cout << detok.Push(*next) << std::flush;
+    if (eos.count(next->token)) break;
+    std::cout << detok.Push(next->token) << std::flush;
     if (pos + 1 >= total) break;
-    const int32_t tok = *next;
+    const int32_t tok = next->token;
     auto r = (*model)->Forward({{std::span<const int32_t>(&tok, 1), pos, table.block_ids, true}},
                                kv->get());
     if (!r.ok()) return Fail(1, std::string(r.status().message()));
