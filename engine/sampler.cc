@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -280,72 +281,102 @@ void Sampler::Observe(int32_t token) {
 int32_t Sampler::Draw(std::span<const float> probs, double total) {
   const bool limit_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < probs.size();
   const bool limit_p = params_.top_p < 1.0f;
-  const bool limit_min_p = params_.min_p > 0.0f;
-  auto uniform = [this](double bound) {
-    return static_cast<double>(rng_() >> 11) * 0x1.0p-53 * bound;
-  };
-  if (!limit_k && !limit_p && !limit_min_p) {
-    const double u = uniform(total);
+  // min_p: the largest weight is exp(0) = 1, so the threshold is min_p itself (0: off).
+  const float threshold = params_.min_p;
+  const double budget = static_cast<double>(params_.top_p) * total;
+
+  if (!limit_k && !limit_p) {  // at most min_p: one pass over the row, no candidate list
+    double kept_total = total;
+    if (threshold > 0.0f) {
+      kept_total = 0.0;
+      for (float w : probs) kept_total += w >= threshold ? static_cast<double>(w) : 0.0;
+    }
+    const double u = Uniform(kept_total);
     double acc = 0.0;
-    int32_t last = 0;
+    int32_t last = -1;  // always set: the most likely token (weight 1) passes any threshold
     for (size_t i = 0; i < probs.size(); ++i) {
-      if (probs[i] == 0.0f) continue;
+      if (probs[i] == 0.0f || probs[i] < threshold) continue;
       acc += probs[i];
       last = static_cast<int32_t>(i);
       if (u < acc) return last;
     }
-    return last;
+    return last;  // rounding left u at the very end
   }
 
-  // min_p: the largest weight is exp(0) = 1, so the threshold is min_p itself.
-  const float threshold = params_.min_p;
   candidates_.clear();
-  for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] > 0.0f && probs[i] >= threshold) {
-      candidates_.emplace_back(probs[i], static_cast<int32_t>(i));
+  if (limit_k) {
+    for (size_t i = 0; i < probs.size(); ++i) {
+      if (probs[i] > 0.0f && probs[i] >= threshold) {
+        candidates_.emplace_back(probs[i], static_cast<int32_t>(i));
+      }
     }
-  }
-  size_t keep = candidates_.size();
-  size_t sorted = 0;
-  if (limit_k && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
+    size_t keep = std::min(candidates_.size(), static_cast<size_t>(params_.top_k));
     std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
                       candidates_.end(), ByWeightThenId());
-    sorted = keep;
-  }
-  if (limit_p) {
-    // Keep a token while the mass before it is <= top_p of the whole distribution. Sorts a
-    // growing prefix only: a peaked distribution is decided after a few hundred candidates.
-    const double budget = static_cast<double>(params_.top_p) * total;
-    double mass = 0.0;
-    size_t i = 0;
-    size_t want = std::min(keep, size_t{256});
-    while (i < keep) {
-      if (i == sorted) {
-        // Select the next `want - sorted` heaviest (linear on average), then order only them.
-        auto first = candidates_.begin() + static_cast<ptrdiff_t>(sorted);
-        auto middle = candidates_.begin() + static_cast<ptrdiff_t>(want);
-        std::nth_element(first, middle, candidates_.begin() + static_cast<ptrdiff_t>(keep),
-                         ByWeightThenId());
-        std::sort(first, middle, ByWeightThenId());
-        sorted = want;
-        want = std::min(keep, want * 4);
-      }
-      if (mass > budget) break;
-      mass += candidates_[i].first;
-      ++i;
+    if (limit_p) {
+      double mass = 0.0;  // of the tokens before candidate i
+      size_t i = 0;
+      while (i < keep && mass <= budget) mass += candidates_[i++].first;
+      keep = i;
     }
-    keep = i;
+    candidates_.resize(keep);
+  } else {
+    KeepTopP(probs, threshold, budget);
   }
+
   double kept_total = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept_total += candidates_[i].first;
-  const double u = uniform(kept_total);
+  for (const auto& c : candidates_) kept_total += c.first;
+  const double u = Uniform(kept_total);
   double acc = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += candidates_[i].first;
-    if (u < acc) return candidates_[i].second;
+  for (const auto& c : candidates_) {
+    acc += c.first;
+    if (u < acc) return c.second;
   }
-  return candidates_[keep - 1].second;
+  return candidates_.back().second;
+}
+
+void Sampler::KeepTopP(std::span<const float> probs, float threshold, double budget) {
+  // Buckets by the float bits of the weight (monotone in the weight): 128 per octave below 1,
+  // the last one collects everything under 2^-32. Whole buckets before the one where the
+  // cumulative mass passes the budget are kept unsorted; only that bucket is sorted.
+  constexpr uint32_t kBuckets = 4096;
+  auto bucket_of = [](float w) {
+    uint32_t bits;
+    std::memcpy(&bits, &w, sizeof(bits));
+    const uint32_t below_one = bits >= 0x3F800000u ? 0u : 0x3F800000u - bits;
+    return std::min(below_one >> 16, kBuckets - 1);
+  };
+  bucket_mass_.assign(kBuckets, 0.0);
+  for (float w : probs) {
+    if (w > 0.0f && w >= threshold) bucket_mass_[bucket_of(w)] += w;
+  }
+  uint32_t cut = kBuckets;  // first bucket whose end passes the budget
+  double before = 0.0;      // mass of the buckets before `cut`
+  for (uint32_t b = 0; b < kBuckets; ++b) {
+    if (before + bucket_mass_[b] > budget) {
+      cut = b;
+      break;
+    }
+    before += bucket_mass_[b];
+  }
+  boundary_.clear();
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const float w = probs[i];
+    if (!(w > 0.0f && w >= threshold)) continue;
+    const uint32_t b = bucket_of(w);
+    if (b < cut) {
+      candidates_.emplace_back(w, static_cast<int32_t>(i));
+    } else if (b == cut) {
+      boundary_.emplace_back(w, static_cast<int32_t>(i));
+    }
+  }
+  std::sort(boundary_.begin(), boundary_.end(), ByWeightThenId());
+  double mass = before;
+  for (const auto& c : boundary_) {
+    if (mass > budget) break;
+    candidates_.push_back(c);
+    mass += c.first;
+  }
 }
 
 }  // namespace tandem::engine

@@ -103,6 +103,11 @@ class Sampler {
   // Draws from `probs` [vocab_size] (unnormalised, the largest exactly 1, summing to `total`)
   // under the top-k/top-p/min-p masks.
   int32_t Draw(std::span<const float> probs, double total);
+  // Without top_k: appends to candidates_ the tokens top_p and min_p keep (in no particular but
+  // deterministic order). Linear in the vocabulary plus a sort of one bucket.
+  void KeepTopP(std::span<const float> probs, float threshold, double budget);
+  // Uniform in [0, bound) from the request's RNG.
+  double Uniform(double bound) { return static_cast<double>(rng_() >> 11) * 0x1.0p-53 * bound; }
 
   SamplingParams params_;
   int32_t vocab_size_;
@@ -112,7 +117,9 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;        // generated token id -> occurrences
   std::vector<float> work_;                            // [vocab_size] penalized logits, scratch
   std::vector<float> work_probs_;                      // [vocab_size] exp weights, scratch
-  std::vector<std::pair<float, int32_t>> candidates_;  // (weight, id) scratch
+  std::vector<std::pair<float, int32_t>> candidates_;  // (weight, id) scratch: kept tokens
+  std::vector<std::pair<float, int32_t>> boundary_;    // scratch of KeepTopP
+  std::vector<double> bucket_mass_;                    // scratch of KeepTopP
 };
 
 // Argmax with the lowest index on ties; -1 for an empty row.

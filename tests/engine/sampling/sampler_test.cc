@@ -296,15 +296,20 @@ TEST(SamplerTest, TopPOverALargeFlatVocabularyMatchesAFullSort) {
     mass += std::exp(static_cast<double>(row[order[i]]) - row[order[0]]);
   }
   ASSERT_GT(keep, 1000);
-  SamplingParams p;
-  p.top_p = 0.5f;
-  p.seed = 9;
-  Sampler s = Make(p, n);
-  int32_t max_rank = 0;
-  for (int32_t t : Generate(s, row, 20000))
-    max_rank = std::max(max_rank, rank[static_cast<size_t>(t)]);
-  EXPECT_LE(max_rank, keep);  // one token of slack for rounding at the cut
-  EXPECT_GT(max_rank, keep - 50);
+  // Without top_k (bucketed selection) and with a top_k that limits nothing (sorted prefix).
+  for (int32_t top_k : {-1, n - 1}) {
+    SamplingParams p;
+    p.top_p = 0.5f;
+    p.top_k = top_k;
+    p.seed = 9;
+    Sampler s = Make(p, n);
+    int32_t max_rank = 0;
+    for (int32_t t : Generate(s, row, 1500)) {
+      max_rank = std::max(max_rank, rank[static_cast<size_t>(t)]);
+    }
+    EXPECT_LE(max_rank, keep) << top_k;  // one token of slack for rounding at the cut
+    EXPECT_GT(max_rank, keep - 50) << top_k;
+  }
 }
 
 TEST(SamplerTest, SeedMakesSamplingReproducible) {

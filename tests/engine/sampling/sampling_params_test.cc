@@ -17,7 +17,9 @@ std::string Error(const SamplingParams& p, int32_t vocab = kVocab) {
   // Sampler::Create reports the same error.
   const auto sampler = Sampler::Create(p, vocab, {});
   EXPECT_FALSE(sampler.ok());
-  if (!sampler.ok()) EXPECT_EQ(sampler.status(), s);
+  if (!sampler.ok()) {
+    EXPECT_EQ(sampler.status(), s);
+  }
   return std::string(s.message());
 }
 
