@@ -12,6 +12,12 @@
 // Bounds:
 //   decode_bound_tok_s_b1 = bandwidth / (weight bytes read per step + KV bytes read per step at
 //     the mean context of the timed steps + one embedding row)
+//   decode_bB_speedup_cap = the most batch B can gain over batch 1 on this machine: B x (batch-1
+//     bound step time) / (batch-B bound step time), the latter the larger of reading the weights
+//     and B sequences' KV once and doing B tokens' FLOPs at the GEMM rate. Multiply-adds per
+//     weight byte grow with B, so past B ~ GEMM rate / bandwidth (FLOP/s per B/s of bf16 weights)
+//     a step is compute-bound and the speedup saturates near that ratio. Also given at the FMA
+//     peak (decode_bB_speedup_cap_fma_peak), the ceiling of our fp32-FMA kernels.
 //   prefill_bound_tok_s = GEMM rate / FLOPs per prompt token, where FLOPs per token =
 //     2 x (linear-layer weights) + attention (4 x layers x heads x head_dim x mean context) +
 //     2 x lm_head / prompt length (the lm_head runs for the last token only).
@@ -198,8 +204,11 @@ int main(int argc, char** argv) {
     gemm_source = "OpenBLAS fp32 sgemm (no oneDNN bf16 kernel on this CPU)";
     gemm_impl = core;
   }
-  std::printf("machine: read bandwidth %.1f GB/s, GEMM %.1f GFLOP/s [%s, %s]\n", bandwidth, gemm,
-              gemm_source.c_str(), gemm_impl.c_str());
+  // The FMA units' rate (a register-only loop, hardly disturbed by other load): the ceiling of any
+  // kernel whose multiply-adds are fp32 FMAs, as ours are without AVX-512-BF16.
+  const double fma_peak = bench::MeasureFmaPeakGflops(threads);
+  std::printf("machine: read bandwidth %.1f GB/s, GEMM %.1f GFLOP/s [%s, %s], FMA peak %.1f\n",
+              bandwidth, gemm, gemm_source.c_str(), gemm_impl.c_str(), fma_peak);
 
   Bench bench{model->get(), c.vocab_size};
   nlohmann::json out;
@@ -210,6 +219,7 @@ int main(int argc, char** argv) {
   out["gemm_gflops"] = gemm;
   out["gemm_source"] = gemm_source;
   out["gemm_impl"] = gemm_impl;
+  out["fma_peak_gflops"] = fma_peak;
   out["decode_context"] = context;
 
   // Decode bound at batch 1.
@@ -220,6 +230,18 @@ int main(int argc, char** argv) {
   const double decode_bound = bandwidth * 1e9 / (weight_bytes + kv_bytes);
   out["decode_bytes_per_step_b1"] = weight_bytes + kv_bytes;
   out["decode_bound_tok_s_b1"] = decode_bound;
+
+  // FLOPs of one decode token: every matrix (lm_head included) plus attention over the context.
+  const double decode_flops_per_token =
+      2.0 * (static_cast<double>((*model)->weights().matrix_bytes_per_step()) / 2.0) +
+      4.0 * c.num_layers * c.num_heads * c.head_dim * mean_ctx;
+  out["decode_flops_per_token"] = decode_flops_per_token;
+  auto speedup_cap = [&](int b, double gflops) {
+    const double t1 = (weight_bytes + kv_bytes) / (bandwidth * 1e9);
+    const double tb = std::max((weight_bytes + b * kv_bytes) / (bandwidth * 1e9),
+                               b * decode_flops_per_token / (gflops * 1e9));
+    return b * t1 / tb;
+  };
 
   std::printf("\n%-22s %12s %12s %8s\n", "run", "tok/s", "bound", "ratio");
   double b1 = 0;
@@ -233,9 +255,14 @@ int main(int argc, char** argv) {
                   decode_bound, tps / decode_bound);
       out["profile_decode_b1"] = PrintProfile("decode b1", (*model)->profile());
     } else {
-      std::printf("%-22s %12.1f %12s %8s   (%.2fx batch 1)\n",
-                  ("decode batch " + std::to_string(b)).c_str(), tps, "", "", tps / b1);
+      const double cap = speedup_cap(b, gemm), cap_fma = speedup_cap(b, fma_peak);
+      std::printf(
+          "%-22s %12.1f %12s %8s   (%.2fx batch 1; cap on this machine %.2fx at the GEMM rate, "
+          "%.2fx at the FMA peak)\n",
+          ("decode batch " + std::to_string(b)).c_str(), tps, "", "", tps / b1, cap, cap_fma);
       out["decode_speedup_b" + std::to_string(b)] = tps / b1;
+      out["decode_b" + std::to_string(b) + "_speedup_cap"] = cap;
+      out["decode_b" + std::to_string(b) + "_speedup_cap_fma_peak"] = cap_fma;
       out["profile_decode_b" + std::to_string(b)] =
           PrintProfile(("decode b" + std::to_string(b)).c_str(), (*model)->profile());
     }
