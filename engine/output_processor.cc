@@ -13,6 +13,8 @@ OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, const SamplingParam
       stop_ids_(params.stop_token_ids),
       no_stop_trim_(params.no_stop_trim),
       detok_(tokenizer, params.skip_special_tokens) {
+  // Validated params have no empty stop string; drop any anyway, it would match everywhere.
+  std::erase_if(stop_, [](const std::string& s) { return s.empty(); });
   if (!params.ignore_eos) {
     stop_ids_.insert(stop_ids_.end(), eos_token_ids.begin(), eos_token_ids.end());
   }

@@ -321,5 +321,22 @@ TEST(OutputProcessorTest, OutcomeIsIndependentOfTokenization) {
   }
 }
 
+TEST(OutputProcessorTest, AnEmptyStopStringNeverMatches) {
+  const Tokenizer& tok = FortunesTokenizer();
+  SamplingParams p;
+  p.stop = {"", "zz"};  // not validated: the empty one is ignored, "zz" still works
+  OutputProcessor out(tok, p, {});
+  std::string text;
+  for (int32_t id : ByteTokens(tok, "abc zz")) {
+    OutputProcessor::Update u = out.Push(id);
+    text += u.text;
+    if (u.finish) {
+      EXPECT_EQ(*u.finish, FinishReason::StopString("zz"));
+    }
+  }
+  EXPECT_EQ(text, "abc ");
+  EXPECT_TRUE(out.finished());
+}
+
 }  // namespace
 }  // namespace tandem::engine
