@@ -129,6 +129,14 @@ struct ByWeightThenId {
 
 }  // namespace
 
+struct Sampler::Scratch {
+  std::vector<float> logits;                        // [vocab_size] penalized logits
+  std::vector<float> probs;                         // [vocab_size] exp weights
+  std::vector<std::pair<float, int32_t>> kept;      // (weight, id) of the kept tokens
+  std::vector<std::pair<float, int32_t>> boundary;  // KeepTopP: the bucket at the cut
+  std::vector<double> bucket_mass;                  // KeepTopP: mass per weight bucket
+};
+
 absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size) {
   if (vocab_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 1, got ", vocab_size));
@@ -212,24 +220,25 @@ bool Sampler::HasPenalties() const {
           params_.presence_penalty != 0.0f);
 }
 
-std::span<const float> Sampler::Penalized(std::span<const float> logits) {
+std::span<const float> Sampler::Penalized(std::span<const float> logits, Scratch* scratch) const {
   const bool penalties = HasPenalties();
   const bool mask = MaskActive();
   if (!penalties && !mask) return logits;
-  work_.assign(logits.begin(), logits.end());
+  std::vector<float>& work = scratch->logits;
+  work.assign(logits.begin(), logits.end());
   if (penalties) {
     const float r = params_.repetition_penalty;
     for (const auto& [id, count] : counts_) {
-      float l = work_[static_cast<size_t>(id)];
+      float l = work[static_cast<size_t>(id)];
       l = l > 0.0f ? l / r : l * r;
       l -= params_.frequency_penalty * static_cast<float>(count) + params_.presence_penalty;
-      work_[static_cast<size_t>(id)] = l;
+      work[static_cast<size_t>(id)] = l;
     }
   }
   if (mask) {
-    for (int32_t id : masked_) work_[static_cast<size_t>(id)] = kNegInf;
+    for (int32_t id : masked_) work[static_cast<size_t>(id)] = kNegInf;
   }
-  return work_;
+  return work;
 }
 
 absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
@@ -245,7 +254,8 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
       }
     }
   }
-  const std::span<const float> row = Penalized(logits);
+  thread_local Scratch scratch;
+  const std::span<const float> row = Penalized(logits, &scratch);
   const int32_t best = Argmax(row);
   const float max_logit = row[static_cast<size_t>(best)];
   if (max_logit == kNegInf) {
@@ -253,7 +263,7 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
         "every token of the logits row is -inf (masked): nothing can be sampled");
   }
 
-  std::vector<float>& probs = work_probs_;
+  std::vector<float>& probs = scratch.probs;
   const double sum = ExpShifted(row, max_logit, 1.0f, &probs);
   const double log_sum = std::log(sum);
   int32_t token = best;
@@ -262,7 +272,7 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
     if (params_.temperature != 1.0f) {
       total = ExpShifted(row, max_logit, 1.0f / params_.temperature, &probs);
     }
-    token = Draw(probs, total);
+    token = Draw(probs, total, &scratch);
   }
   SampleResult result;
   result.token = token;
@@ -278,7 +288,8 @@ void Sampler::Observe(int32_t token) {
   ++num_generated_;
 }
 
-int32_t Sampler::Draw(std::span<const float> probs, double total) {
+int32_t Sampler::Draw(std::span<const float> probs, double total, Scratch* scratch) {
+  std::vector<std::pair<float, int32_t>>& candidates = scratch->kept;
   const bool limit_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < probs.size();
   const bool limit_p = params_.top_p < 1.0f;
   // min_p: the largest weight is exp(0) = 1, so the threshold is min_p itself (0: off).
@@ -303,39 +314,43 @@ int32_t Sampler::Draw(std::span<const float> probs, double total) {
     return last;  // rounding left u at the very end
   }
 
-  candidates_.clear();
+  candidates.clear();
   if (limit_k) {
     for (size_t i = 0; i < probs.size(); ++i) {
       if (probs[i] > 0.0f && probs[i] >= threshold) {
-        candidates_.emplace_back(probs[i], static_cast<int32_t>(i));
+        candidates.emplace_back(probs[i], static_cast<int32_t>(i));
       }
     }
-    size_t keep = std::min(candidates_.size(), static_cast<size_t>(params_.top_k));
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
-                      candidates_.end(), ByWeightThenId());
+    size_t keep = std::min(candidates.size(), static_cast<size_t>(params_.top_k));
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<ptrdiff_t>(keep),
+                      candidates.end(), ByWeightThenId());
     if (limit_p) {
       double mass = 0.0;  // of the tokens before candidate i
       size_t i = 0;
-      while (i < keep && mass <= budget) mass += candidates_[i++].first;
+      while (i < keep && mass <= budget) mass += candidates[i++].first;
       keep = i;
     }
-    candidates_.resize(keep);
+    candidates.resize(keep);
   } else {
-    KeepTopP(probs, threshold, budget);
+    KeepTopP(probs, threshold, budget, scratch);
   }
 
   double kept_total = 0.0;
-  for (const auto& c : candidates_) kept_total += c.first;
+  for (const auto& c : candidates) kept_total += c.first;
   const double u = Uniform(kept_total);
   double acc = 0.0;
-  for (const auto& c : candidates_) {
+  for (const auto& c : candidates) {
     acc += c.first;
     if (u < acc) return c.second;
   }
-  return candidates_.back().second;
+  return candidates.back().second;
 }
 
-void Sampler::KeepTopP(std::span<const float> probs, float threshold, double budget) {
+void Sampler::KeepTopP(std::span<const float> probs, float threshold, double budget,
+                       Scratch* scratch) {
+  std::vector<std::pair<float, int32_t>>& candidates = scratch->kept;
+  std::vector<std::pair<float, int32_t>>& boundary = scratch->boundary;
+  std::vector<double>& bucket_mass = scratch->bucket_mass;
   // Buckets by the float bits of the weight (monotone in the weight): 128 per octave below 1,
   // the last one collects everything under 2^-32. Whole buckets before the one where the
   // cumulative mass passes the budget are kept unsorted; only that bucket is sorted.
@@ -346,35 +361,35 @@ void Sampler::KeepTopP(std::span<const float> probs, float threshold, double bud
     const uint32_t below_one = bits >= 0x3F800000u ? 0u : 0x3F800000u - bits;
     return std::min(below_one >> 16, kBuckets - 1);
   };
-  bucket_mass_.assign(kBuckets, 0.0);
+  bucket_mass.assign(kBuckets, 0.0);
   for (float w : probs) {
-    if (w > 0.0f && w >= threshold) bucket_mass_[bucket_of(w)] += w;
+    if (w > 0.0f && w >= threshold) bucket_mass[bucket_of(w)] += w;
   }
   uint32_t cut = kBuckets;  // first bucket whose end passes the budget
   double before = 0.0;      // mass of the buckets before `cut`
   for (uint32_t b = 0; b < kBuckets; ++b) {
-    if (before + bucket_mass_[b] > budget) {
+    if (before + bucket_mass[b] > budget) {
       cut = b;
       break;
     }
-    before += bucket_mass_[b];
+    before += bucket_mass[b];
   }
-  boundary_.clear();
+  boundary.clear();
   for (size_t i = 0; i < probs.size(); ++i) {
     const float w = probs[i];
     if (!(w > 0.0f && w >= threshold)) continue;
     const uint32_t b = bucket_of(w);
     if (b < cut) {
-      candidates_.emplace_back(w, static_cast<int32_t>(i));
+      candidates.emplace_back(w, static_cast<int32_t>(i));
     } else if (b == cut) {
-      boundary_.emplace_back(w, static_cast<int32_t>(i));
+      boundary.emplace_back(w, static_cast<int32_t>(i));
     }
   }
-  std::sort(boundary_.begin(), boundary_.end(), ByWeightThenId());
+  std::sort(boundary.begin(), boundary.end(), ByWeightThenId());
   double mass = before;
-  for (const auto& c : boundary_) {
+  for (const auto& c : boundary) {
     if (mass > budget) break;
-    candidates_.push_back(c);
+    candidates.push_back(c);
     mass += c.first;
   }
 }

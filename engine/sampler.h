@@ -15,12 +15,16 @@
 //     reference sampler applies them: keep the top_k most likely; keep a token if the mass of
 //     the tokens more likely than it is <= top_p; keep a token if its probability is
 //     >= min_p * the largest probability. The kept tokens are renormalised and one is drawn with
-//     the request's RNG. Ordering ties are broken by the lower id, so results are exact.
+//     the request's RNG. Ordering ties are broken by the lower id. Weights use ExpF (scalar or
+//     AVX2, the same bits) and sums run in a fixed order, so a draw does not depend on the CPU
+//     path; the top_p cut sums mass per weight bucket, which may move the cut by one token of
+//     rounding compared with one running sum over the sorted tokens.
 // The RNG (mt19937_64) is seeded per request, so a seeded request samples the same tokens
 // whatever else runs in the batch.
 //
 // Thread-compatible: one Sampler per request; Sample and Observe mutate it. Copyable and
-// movable (it owns only plain containers).
+// movable (it owns only plain containers). Different Samplers may run on different threads at
+// once (scratch memory is per thread).
 #ifndef TANDEM_ENGINE_SAMPLER_H_
 #define TANDEM_ENGINE_SAMPLER_H_
 
@@ -95,17 +99,22 @@ class Sampler {
  private:
   Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> masked_ids);
 
+  // Per-thread scratch buffers of one Sample call (sampler.cc): a Sampler lives as long as its
+  // request, so vocabulary-sized buffers are kept per thread, not per request.
+  struct Scratch;
+
   bool HasPenalties() const;
   bool MaskActive() const { return num_generated_ < params_.min_new_tokens && !masked_.empty(); }
-  // Applies steps 1-2 to a copy of `logits` in work_ and returns it, or returns `logits` itself
-  // when neither applies.
-  std::span<const float> Penalized(std::span<const float> logits);
+  // Applies steps 1-2 to a copy of `logits` in scratch->logits and returns it, or returns
+  // `logits` itself when neither applies.
+  std::span<const float> Penalized(std::span<const float> logits, Scratch* scratch) const;
   // Draws from `probs` [vocab_size] (unnormalised, the largest exactly 1, summing to `total`)
   // under the top-k/top-p/min-p masks.
-  int32_t Draw(std::span<const float> probs, double total);
-  // Without top_k: appends to candidates_ the tokens top_p and min_p keep (in no particular but
+  int32_t Draw(std::span<const float> probs, double total, Scratch* scratch);
+  // Without top_k: sets scratch->kept to the tokens top_p and min_p keep (in no particular but
   // deterministic order). Linear in the vocabulary plus a sort of one bucket.
-  void KeepTopP(std::span<const float> probs, float threshold, double budget);
+  static void KeepTopP(std::span<const float> probs, float threshold, double budget,
+                       Scratch* scratch);
   // Uniform in [0, bound) from the request's RNG.
   double Uniform(double bound) { return static_cast<double>(rng_() >> 11) * 0x1.0p-53 * bound; }
 
@@ -114,12 +123,7 @@ class Sampler {
   std::vector<int32_t> masked_;  // EOS ids and stop_token_ids, deduplicated, in range
   std::mt19937_64 rng_;
   int64_t num_generated_ = 0;
-  std::unordered_map<int32_t, int32_t> counts_;        // generated token id -> occurrences
-  std::vector<float> work_;                            // [vocab_size] penalized logits, scratch
-  std::vector<float> work_probs_;                      // [vocab_size] exp weights, scratch
-  std::vector<std::pair<float, int32_t>> candidates_;  // (weight, id) scratch: kept tokens
-  std::vector<std::pair<float, int32_t>> boundary_;    // scratch of KeepTopP
-  std::vector<double> bucket_mass_;                    // scratch of KeepTopP
+  std::unordered_map<int32_t, int32_t> counts_;  // generated token id -> occurrences
 };
 
 // Argmax with the lowest index on ties; -1 for an empty row.
