@@ -1,43 +1,69 @@
 #include "decode_node/decode_server.h"
 
-#include <filesystem>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/daemon.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
 
 namespace tandem::decode {
+namespace {
+
+// After the drain timeout, aborted streams get this long to deliver their abort event.
+constexpr double kAbortGraceSeconds = 5.0;
+// gRPC's grace for RPCs still open when the service stops.
+constexpr double kGrpcGraceSeconds = 2.0;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions options) {
   RETURN_IF_ERROR(ValidateDecodeOptions(options));
-  const auto config_path = std::filesystem::path(options.serving.model_path) / "config.json";
-  ASSIGN_OR_RETURN(engine::ModelConfig model, engine::ModelConfig::FromFile(config_path.string()));
-  std::unique_ptr<DecodeServer> server(new DecodeServer(std::move(options), std::move(model)));
+  std::unique_ptr<DecodeServer> server(new DecodeServer(std::move(options)));
+  const DecodeOptions& o = server->options_;
+  ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(o.serving));
+  server->engine_->ExportMetrics(&server->metrics_);
+
+  worker::WorkerCoreOptions core;
+  core.role = o.local_prefill ? worker::WorkerRole::kColocated : worker::WorkerRole::kDecode;
+  core.model_path = o.serving.model_path;
+  core.served_model_name = engine::ServedModelName(o.serving);
+  core.transfer_backend = o.local_prefill ? "" : o.transfer.backend;
+  server->core_ = std::make_unique<worker::WorkerCore>(server->engine_.get(), std::move(core),
+                                                       &server->metrics_);
 
   HttpServerOptions http;
-  http.host = server->options_.host;
-  http.port = static_cast<uint16_t>(server->options_.http_port);
-  ASSIGN_OR_RETURN(server->http_, StartStatusEndpoint(
-                                      http, server->metrics_,
-                                      [] {
-                                        return absl::UnavailableError(
-                                            "tandem-decode: the decode leg, KV reservation and "
-                                            "token streaming are not part of this "
-                                            "build; this daemon serves only /metrics and /health");
-                                      },
-                                      "--http-port: "));
-  spdlog::info("tandem-decode {} model {} ({} layers), {} mode, HTTP on {}:{}", kTandemVersion,
-               engine::ServedModelName(server->options_.serving), server->model_.num_layers,
-               server->options_.local_prefill ? "colocated" : "disaggregated",
-               server->options_.host, server->http_->port());
-  spdlog::warn("tandem-decode: decode legs are not served by this build (/health reports 503)");
+  http.host = o.host;
+  http.port = static_cast<uint16_t>(o.http_port);
+  worker::WorkerCore* core_ptr = server->core_.get();
+  ASSIGN_OR_RETURN(server->http_,
+                   StartStatusEndpoint(
+                       http, server->metrics_,
+                       [core_ptr]() -> absl::Status {
+                         if (core_ptr->draining()) {
+                           return absl::UnavailableError("draining: this worker is shutting down");
+                         }
+                         return core_ptr->CheckHealth();
+                       },
+                       "--http-port: "));
+  ASSIGN_OR_RETURN(server->grpc_, worker::GrpcServer::Start(o.host, o.port, core_ptr, "--port: "));
+  const engine::SchedulerConfig& sc = server->engine_->config();
+  spdlog::info(
+      "tandem-decode {} model {} ({} layers), {} mode, {} KV blocks of {} tokens, gRPC on {}:{}, "
+      "HTTP on {}:{}",
+      kTandemVersion, engine::ServedModelName(o.serving),
+      server->engine_->model_config().num_layers, o.local_prefill ? "colocated" : "disaggregated",
+      sc.num_blocks, sc.block_size, o.host, server->grpc_->port(), o.host, server->http_->port());
+  if (!o.local_prefill) {
+    spdlog::warn(
+        "tandem-decode: KV handoff from prefill workers is not part of this build; decode legs "
+        "naming a prefill worker fail with UNIMPLEMENTED (run with --local-prefill to serve)");
+  }
   return server;
 }
 
-DecodeServer::DecodeServer(DecodeOptions options, engine::ModelConfig model)
-    : options_(std::move(options)), model_(std::move(model)) {
+DecodeServer::DecodeServer(DecodeOptions options) : options_(std::move(options)) {
   metrics_.AddGauge("tandem_worker_info", "Worker role and model", {"role", "model"})
       .WithLabels({options_.local_prefill ? "colocated" : "decode",
                    engine::ServedModelName(options_.serving)})
@@ -46,7 +72,28 @@ DecodeServer::DecodeServer(DecodeOptions options, engine::ModelConfig model)
 
 DecodeServer::~DecodeServer() { Shutdown(); }
 
+void DecodeServer::Drain() {
+  if (core_ == nullptr) return Shutdown();
+  core_->BeginDrain();
+  const int64_t live = core_->live_legs();
+  spdlog::info("draining: {} streams running, up to {} s to finish", live,
+               options_.drain_timeout_s);
+  if (!core_->WaitNoLegs(options_.drain_timeout_s)) {
+    spdlog::warn("drain timeout: aborting {} streams still running", core_->live_legs());
+    core_->AbortAllLegs(absl::StrCat("the worker is shutting down: streams still running after ",
+                                     options_.drain_timeout_s, " s (--drain-timeout) are aborted"));
+    if (!core_->WaitNoLegs(kAbortGraceSeconds)) {
+      spdlog::error("{} streams did not end after their abort", core_->live_legs());
+    }
+  }
+  Shutdown();
+}
+
 void DecodeServer::Shutdown() {
+  // gRPC first so no leg starts on a stopping engine; then the engine, whose shutdown ends any
+  // leg still live; the WorkerCore outlives both (destroyed with this object).
+  if (grpc_) grpc_->Shutdown(kGrpcGraceSeconds);
+  if (engine_) engine_->Shutdown();
   if (http_) http_->Stop();
 }
 

@@ -1,4 +1,4 @@
-// tandem-decode: flags -> config -> DecodeServer -> wait for SIGINT/SIGTERM.
+// tandem-decode: flags -> config -> DecodeServer -> wait for SIGINT/SIGTERM -> drain.
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   auto server = tandem::decode::DecodeServer::Create(options);
   if (!server.ok()) return tandem::ReportStartupFailure("tandem-decode", server.status());
   int sig = tandem::WaitForShutdownSignal();
-  spdlog::info("signal {}: shutting down", sig);
-  (*server)->Shutdown();
+  spdlog::info("signal {}: draining", sig);
+  (*server)->Drain();
   return 0;
 }

@@ -1,0 +1,103 @@
+#include "worker/conversions.h"
+
+#include <random>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "grpcpp/support/status.h"
+
+namespace tandem::worker {
+namespace {
+
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+}  // namespace
+
+absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::SamplingParams& p,
+                                                               int32_t vocab_size) {
+  engine::SamplingParams s;  // SGLang's defaults
+  if (p.has_temperature()) s.temperature = p.temperature();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  if (p.has_top_k()) s.top_k = p.top_k();
+  if (p.has_min_p()) s.min_p = p.min_p();
+  if (p.has_max_new_tokens()) s.max_new_tokens = p.max_new_tokens();
+  if (p.has_frequency_penalty()) s.frequency_penalty = p.frequency_penalty();
+  if (p.has_presence_penalty()) s.presence_penalty = p.presence_penalty();
+  // A request without a seed still samples reproducibly within itself; its seed is drawn here.
+  s.seed = p.has_seed() ? p.seed() : RandomSeed();
+  s.stop.assign(p.stop().begin(), p.stop().end());
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  s.skip_special_tokens = p.skip_special_tokens();
+  s.no_stop_trim = p.no_stop_trim();
+  if (absl::Status st = engine::ValidateSamplingParams(s, vocab_size); !st.ok()) return st;
+  return s;
+}
+
+proto::FinishReason FinishReasonToProto(const engine::FinishReason& reason) {
+  proto::FinishReason out;
+  switch (reason.kind) {
+    case engine::FinishReason::Kind::kLength:
+      out.set_type(proto::FinishReason::LENGTH);
+      out.set_length(static_cast<int32_t>(reason.length));
+      break;
+    case engine::FinishReason::Kind::kStop:
+      out.set_type(proto::FinishReason::STOP);
+      std::visit(
+          [&out](const auto& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, int32_t>) {
+              out.set_matched_token(m);
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              out.set_matched_str(m);
+            }
+          },
+          reason.matched);
+      break;
+    case engine::FinishReason::Kind::kAbort:
+      out.set_type(proto::FinishReason::ABORT);
+      out.set_message(reason.message);
+      break;
+  }
+  return out;
+}
+
+proto::PhaseTimings PhaseTimingsToProto(const LegTimings& t) {
+  proto::PhaseTimings out;
+  out.set_queue_s(t.queue);
+  out.set_prefill_compute_s(t.prefill_compute);
+  out.set_transfer_s(t.transfer);
+  out.set_first_token_s(t.first_token);
+  out.set_decode_s(t.decode);
+  return out;
+}
+
+void AppendOutput(const engine::RequestOutput& out, bool return_logprob,
+                  proto::DecodeEvent* event) {
+  event->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
+  if (return_logprob)
+    event->mutable_token_logprobs()->Add(out.logprobs.begin(), out.logprobs.end());
+  event->mutable_text()->append(out.text);
+  event->set_prompt_tokens(static_cast<int32_t>(out.prompt_tokens));
+  event->set_completion_tokens(static_cast<int32_t>(out.completion_tokens));
+  event->set_cached_tokens(static_cast<int32_t>(out.cached_tokens));
+  if (out.last) {
+    event->set_finished(true);
+    // A last output always carries a finish reason except a prefill-only request's, which a
+    // decode stream never sees; say so rather than send an unspecified type.
+    *event->mutable_finish_reason() = FinishReasonToProto(
+        out.finish ? *out.finish
+                   : engine::FinishReason::Abort("the request ended without a finish reason"));
+  }
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,46 @@
+// GrpcServer: a gRPC server serving the Worker service (proto/worker.proto) on top of a
+// WorkerCore, with the callback API so that thousands of decode streams need no thread each.
+//
+// Decode streams: the leg's events are queued as the engine produces them and written one at a
+// time; the last event ends the RPC with OK. A client that cancels (or whose stream breaks)
+// aborts the leg in the engine. Every path ends the RPC exactly once. Prefill is not served
+// here (UNIMPLEMENTED) until a prefill role provides it.
+//
+// Thread-safe. The WorkerCore is borrowed and must outlive the server. This header keeps gRPC's
+// headers out of its users (they are heavy to compile).
+#ifndef TANDEM_WORKER_GRPC_SERVER_H_
+#define TANDEM_WORKER_GRPC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/worker_core.h"
+
+namespace tandem::worker {
+
+class GrpcServer {
+ public:
+  // Listens on host:port (port 0: ephemeral). A port already in use (even by another process
+  // with SO_REUSEPORT) is UNAVAILABLE with a message naming `port_flag` and the address.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& host, int port,
+                                                           WorkerCore* core,
+                                                           const std::string& port_flag);
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  int port() const;
+  // Stops accepting; RPCs still open after `grace_seconds` are cancelled. Blocks until every RPC
+  // has ended. Idempotent.
+  void Shutdown(double grace_seconds);
+
+ private:
+  struct Impl;
+  explicit GrpcServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_GRPC_SERVER_H_

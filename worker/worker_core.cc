@@ -1,0 +1,364 @@
+#include "worker/worker_core.h"
+
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "common/version.h"
+#include "worker/conversions.h"
+
+namespace tandem::worker {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+proto::HealthResponse MakeHealth(proto::HealthResponse::Status status, std::string message) {
+  proto::HealthResponse h;
+  h.set_status(status);
+  h.set_message(std::move(message));
+  return h;
+}
+
+proto::ServerInfo::Role RoleToProto(WorkerRole role) {
+  switch (role) {
+    case WorkerRole::kPrefill:
+      return proto::ServerInfo::PREFILL;
+    case WorkerRole::kDecode:
+      return proto::ServerInfo::DECODE;
+    case WorkerRole::kColocated:
+      return proto::ServerInfo::COLOCATED;
+  }
+  return proto::ServerInfo::ROLE_UNSPECIFIED;
+}
+
+}  // namespace
+
+struct WorkerCore::Leg {
+  std::string rid;
+  uint64_t serial = 0;
+  uint64_t room = 0;
+  bool stream = true;
+  bool return_logprob = false;
+  bool had_transfer = false;  // fed by a prefill worker
+  DecodeEventSink sink;
+  Clock::time_point start;
+  std::atomic<bool> cancelled{false};  // the client went away
+  // Touched only on the engine loop thread:
+  std::optional<Clock::time_point> first_token;
+  proto::DecodeEvent pending;  // a non-streaming leg's accumulated event
+};
+
+WorkerCore::WorkerCore(engine::Engine* engine, WorkerCoreOptions options, MetricsRegistry* registry,
+                       KvHandoff* handoff)
+    : engine_(engine), options_(std::move(options)), handoff_(handoff), phase_metrics_(registry) {}
+
+WorkerCore::~WorkerCore() = default;
+
+std::string WorkerCore::NewRid(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%s%016x", prefix, rng());
+}
+
+absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& request,
+                                              DecodeEventSink sink) {
+  auto reject = [this](absl::Status s) {
+    phase_metrics_.RecordRejected();
+    return s;
+  };
+  if (draining_.load()) {
+    return reject(absl::UnavailableError(
+        "draining: this worker is shutting down and admits no new requests"));
+  }
+  const bool remote = !request.bootstrap_host().empty();
+  if (!remote && options_.role != WorkerRole::kColocated) {
+    return reject(absl::FailedPreconditionError(
+        "the request names no prefill worker (bootstrap_host is empty) but this worker runs "
+        "without --local-prefill and cannot prefill it"));
+  }
+  if (remote && options_.role == WorkerRole::kColocated) {
+    return reject(absl::FailedPreconditionError(
+        absl::StrCat("the request names prefill worker ", request.bootstrap_host(), ":",
+                     request.bootstrap_port(),
+                     " but this worker runs with --local-prefill and takes no KV "
+                     "handoff")));
+  }
+  if (remote && handoff_ == nullptr) {
+    return reject(
+        absl::UnimplementedError("KV handoff from a prefill worker is not part of this build"));
+  }
+  absl::StatusOr<engine::SamplingParams> sampling =
+      SamplingParamsFromProto(request.sampling_params(), engine_->model_config().vocab_size);
+  if (!sampling.ok()) return reject(sampling.status());
+
+  auto leg = std::make_shared<Leg>();
+  leg->rid = request.rid().empty() ? NewRid("req-") : request.rid();
+  leg->room = request.bootstrap_room();
+  leg->stream = request.stream();
+  leg->return_logprob = request.return_logprob();
+  leg->had_transfer = remote;
+  leg->sink = std::move(sink);
+  leg->start = Clock::now();
+
+  engine::Request r;
+  r.rid = leg->rid;
+  r.input_ids.assign(request.input_ids().begin(), request.input_ids().end());
+  r.sampling = *std::move(sampling);
+  r.return_logprob = request.return_logprob();
+  r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) { OnOutput(leg, out); };
+  if (remote) {
+    if (absl::Status s = handoff_->PrepareDecodeLeg(request, &r); !s.ok()) return reject(s);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (legs_.count(leg->rid)) {
+      return reject(
+          absl::AlreadyExistsError(absl::StrCat("request '", leg->rid, "' is already running")));
+    }
+    if (leg->room != 0) {
+      auto it = rooms_.find(leg->room);
+      if (it != rooms_.end()) {
+        return reject(absl::AlreadyExistsError(absl::StrCat(
+            "bootstrap_room ", leg->room, " is already in use by request '", it->second, "'")));
+      }
+      rooms_[leg->room] = leg->rid;
+    }
+    leg->serial = next_serial_++;
+    legs_[leg->rid] = leg;
+  }
+  if (absl::Status s = engine_->Submit(std::move(r)); !s.ok()) {
+    EndLeg(*leg);
+    return reject(s);
+  }
+  return LegId{leg->rid, leg->serial};
+}
+
+void WorkerCore::OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out) {
+  const Clock::time_point now = Clock::now();
+  if (!out.token_ids.empty()) {
+    last_output_ns_.store(NowNs());
+    if (!leg->first_token) leg->first_token = now;
+  }
+  proto::DecodeEvent streamed;
+  proto::DecodeEvent* event = leg->stream ? &streamed : &leg->pending;
+  if (leg->stream && out.token_ids.empty() && out.text.empty() && !out.last) return;
+  AppendOutput(out, leg->return_logprob, event);
+  if (!out.last) {
+    if (leg->stream) leg->sink(std::move(streamed));
+    return;
+  }
+  LegTimings t;
+  t.queue = out.timings.queue;
+  t.prefill_compute = leg->had_transfer ? 0.0 : out.timings.prefill;
+  t.first_token = leg->first_token ? Seconds(*leg->first_token - leg->start) : 0.0;
+  t.decode = out.timings.decode;
+  *event->mutable_timings() = PhaseTimingsToProto(t);
+  LegOutcome outcome = LegOutcome::kFinished;
+  if (leg->cancelled.load()) {
+    outcome = LegOutcome::kCancelled;
+  } else if (out.finish && out.finish->kind == engine::FinishReason::Kind::kAbort) {
+    outcome = LegOutcome::kAborted;
+  }
+  phase_metrics_.RecordLeg(t, leg->had_transfer, outcome);
+  if (leg->first_token) {
+    cache_query_tokens_.fetch_add(out.prompt_tokens);
+    cache_hit_tokens_.fetch_add(out.cached_tokens);
+  }
+  leg->sink(std::move(*event));
+  // After the sink: a drain that sees no legs knows every last event has been handed over.
+  EndLeg(*leg);
+}
+
+void WorkerCore::EndLeg(const Leg& leg) {
+  absl::MutexLock lock(&mu_);
+  auto it = legs_.find(leg.rid);
+  if (it != legs_.end() && it->second.get() == &leg) legs_.erase(it);
+  if (leg.room != 0) {
+    auto room = rooms_.find(leg.room);
+    if (room != rooms_.end() && room->second == leg.rid) rooms_.erase(room);
+  }
+}
+
+void WorkerCore::CancelDecode(const LegId& id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = legs_.find(id.rid);
+    if (it == legs_.end() || it->second->serial != id.serial) return;  // already ended
+    it->second->cancelled.store(true);
+  }
+  engine_->Abort(id.rid, "the client cancelled the request");
+}
+
+proto::AbortResponse WorkerCore::Abort(const proto::AbortRequest& request) {
+  std::string rid;
+  {
+    absl::MutexLock lock(&mu_);
+    if (request.target_case() == proto::AbortRequest::kBootstrapRoom) {
+      auto it = rooms_.find(request.bootstrap_room());
+      if (it != rooms_.end()) rid = it->second;
+    } else if (request.target_case() == proto::AbortRequest::kRid && legs_.count(request.rid())) {
+      rid = request.rid();
+    }
+  }
+  proto::AbortResponse response;
+  response.set_found(!rid.empty());
+  if (!rid.empty()) {
+    engine_->Abort(rid, request.reason().empty() ? "aborted by request" : request.reason());
+  }
+  return response;
+}
+
+void WorkerCore::Health(const proto::HealthRequest& request,
+                        std::function<void(proto::HealthResponse)> done) {
+  if (draining_.load()) {
+    done(MakeHealth(
+        proto::HealthResponse::DRAINING,
+        absl::StrCat("draining: finishing ", live_legs(), " requests and admitting none")));
+    return;
+  }
+  if (!request.generate()) {
+    done(MakeHealth(proto::HealthResponse::SERVING, "serving"));
+    return;
+  }
+  const double since_output = static_cast<double>(NowNs() - last_output_ns_.load()) * 1e-9;
+  if (last_output_ns_.load() != 0 && since_output < options_.health_recent_output_s) {
+    done(MakeHealth(proto::HealthResponse::SERVING,
+                    absl::StrFormat("the model produced a token %.3f s ago", since_output)));
+    return;
+  }
+  // A real one-token request through the whole engine: admission, forward pass, sampling.
+  engine::Request probe;
+  probe.rid = NewRid("health-");
+  probe.input_ids = {std::max<int32_t>(engine_->model_config().bos_token_id, 0)};
+  probe.sampling.temperature = 0;
+  probe.sampling.max_new_tokens = 1;
+  probe.sampling.ignore_eos = true;
+  auto shared_done = std::make_shared<std::function<void(proto::HealthResponse)>>(done);
+  probe.callbacks.on_output = [shared_done](const engine::RequestOutput& out) {
+    if (!out.last) return;
+    if (out.finish && out.finish->kind == engine::FinishReason::Kind::kAbort) {
+      (*shared_done)(
+          MakeHealth(proto::HealthResponse::NOT_SERVING,
+                     absl::StrCat("the health probe was aborted: ", out.finish->message)));
+    } else if (out.completion_tokens < 1) {
+      (*shared_done)(
+          MakeHealth(proto::HealthResponse::NOT_SERVING, "the health probe ended without a token"));
+    } else {
+      (*shared_done)(
+          MakeHealth(proto::HealthResponse::SERVING, "the model answered a one-token probe"));
+    }
+  };
+  if (absl::Status s = engine_->Submit(std::move(probe)); !s.ok()) {
+    (*shared_done)(MakeHealth(proto::HealthResponse::NOT_SERVING,
+                              absl::StrCat("the health probe was refused: ", s.message())));
+  }
+}
+
+absl::Status WorkerCore::CheckHealth() {
+  struct Result {
+    absl::Mutex mu;
+    std::optional<proto::HealthResponse> response ABSL_GUARDED_BY(mu);
+  };
+  auto result = std::make_shared<Result>();
+  proto::HealthRequest request;
+  request.set_generate(true);
+  Health(request, [result](proto::HealthResponse h) {
+    absl::MutexLock lock(&result->mu);
+    result->response = std::move(h);
+  });
+  absl::MutexLock lock(&result->mu);
+  auto answered = [&result]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(result->mu) {
+    return result->response.has_value();
+  };
+  if (!result->mu.AwaitWithTimeout(absl::Condition(&answered),
+                                   absl::Seconds(options_.health_generate_timeout_s))) {
+    return absl::UnavailableError(absl::StrCat("the model did not answer a one-token probe within ",
+                                               options_.health_generate_timeout_s, " s"));
+  }
+  if (result->response->status() == proto::HealthResponse::SERVING) return absl::OkStatus();
+  return absl::UnavailableError(result->response->message());
+}
+
+proto::LoadReport WorkerCore::GetLoad() const {
+  const engine::SchedulerLoad load = engine_->Load();
+  proto::LoadReport r;
+  r.set_running_requests(load.running + load.awaiting_kv + load.held);
+  r.set_queued_requests(load.waiting);
+  r.set_free_kv_blocks(load.free_blocks);
+  r.set_total_kv_blocks(load.total_blocks);
+  r.set_kv_block_size(engine_->config().block_size);
+  r.set_inflight_transfers(0);  // no KV handoff in this build
+  return r;
+}
+
+proto::FlushCacheResponse WorkerCore::FlushCache() {
+  proto::FlushCacheResponse r;
+  // Checked first so that the call never waits behind a forward pass.
+  if (const int64_t live = engine_->live_requests(); live > 0) {
+    r.set_flushed(false);
+    r.set_message(absl::StrCat("not flushed: ", live,
+                               " requests are running or queued; the cache is flushed only when "
+                               "the worker is idle"));
+    return r;
+  }
+  absl::Status s = engine_->FlushCache();
+  r.set_flushed(s.ok());
+  r.set_message(s.ok() ? "flushed the prefix cache" : absl::StrCat("not flushed: ", s.message()));
+  return r;
+}
+
+proto::ServerInfo WorkerCore::GetServerInfo() const {
+  const engine::SchedulerConfig& c = engine_->config();
+  proto::ServerInfo info;
+  info.set_role(RoleToProto(options_.role));
+  info.set_model_path(options_.model_path);
+  info.set_served_model_name(options_.served_model_name);
+  info.set_context_length(static_cast<int32_t>(c.context_length));
+  info.set_max_running_requests(c.max_running_requests);
+  info.set_chunked_prefill_size(c.chunked_prefill_size);
+  info.set_kv_block_size(c.block_size);
+  info.set_total_kv_blocks(c.num_blocks);
+  info.set_transfer_backend(options_.transfer_backend);
+  info.set_bootstrap_port(options_.bootstrap_port);
+  info.set_version(kTandemVersion);
+  info.set_avg_spec_accept_length(1.0);  // no speculative decoding: one token per step
+  info.set_cache_hit_tokens(cache_hit_tokens_.load());
+  info.set_cache_query_tokens(cache_query_tokens_.load());
+  return info;
+}
+
+void WorkerCore::BeginDrain() { draining_.store(true); }
+
+int64_t WorkerCore::live_legs() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(legs_.size());
+}
+
+bool WorkerCore::WaitNoLegs(double timeout_seconds) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return legs_.empty(); };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(timeout_seconds));
+}
+
+void WorkerCore::AbortAllLegs(const std::string& message) {
+  std::vector<std::string> rids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [rid, leg] : legs_) rids.push_back(rid);
+  }
+  for (const std::string& rid : rids) engine_->Abort(rid, message);
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,136 @@
+// WorkerCore: what the Worker gRPC service does, without gRPC: decode legs (submit to the Engine,
+// turn its outputs into DecodeEvents, abort), Abort by rid or bootstrap room, Health, GetLoad,
+// FlushCache, GetServerInfo, phase metrics and the drain. The gRPC reactors (grpc_server.cc)
+// only move messages between the wire and this class, so tests can drive it directly.
+//
+// Decode legs: StartDecode hands the request to the Engine; the leg's events go to the caller's
+// sink on the engine loop thread (possibly before StartDecode returns), each with the tokens
+// since the previous one, the last with `finished` set. A non-streaming leg gets only that last
+// event, holding everything. Every successful StartDecode ends with exactly one last event,
+// whatever happens (finish, Abort, client cancellation, drain, engine shutdown).
+//
+// Colocated legs (no bootstrap_host) need role kColocated (--local-prefill); otherwise
+// FAILED_PRECONDITION. Legs naming a prefill worker need a KvHandoff; without one they fail with
+// UNIMPLEMENTED. A colocated worker refuses them (FAILED_PRECONDITION): the prefill worker named
+// would hold the KV for a decode side that never comes.
+//
+// Thread-safe. The Engine, the MetricsRegistry and the KvHandoff are borrowed: they must outlive
+// this object, and the Engine must be shut down before this object is destroyed (its shutdown
+// delivers the last events of live legs, which reach back into this object).
+#ifndef TANDEM_WORKER_WORKER_CORE_H_
+#define TANDEM_WORKER_WORKER_CORE_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "engine/engine.h"
+#include "proto/worker.pb.h"
+#include "worker/phase_metrics.h"
+
+namespace tandem::worker {
+
+enum class WorkerRole { kPrefill, kDecode, kColocated };
+
+struct WorkerCoreOptions {
+  WorkerRole role = WorkerRole::kColocated;
+  std::string model_path;
+  std::string served_model_name;
+  std::string transfer_backend;  // tcp | rdma ("" on a colocated worker)
+  int bootstrap_port = 0;        // prefill workers
+  // Health(generate) counts a token produced this recently as proof that the model answers, so
+  // a busy worker is not declared dead because its probe waits behind real requests (as SGLang).
+  double health_recent_output_s = 2.0;
+  double health_generate_timeout_s = 30.0;  // CheckHealth: a probe slower than this fails
+};
+
+// The KV handoff from a prefill worker (disaggregated decode legs). Implemented by the decode
+// daemon's transfer glue; WorkerCore calls it for a leg whose bootstrap_host is set.
+class KvHandoff {
+ public:
+  virtual ~KvHandoff() = default;
+  // Turns `request` (rid, input ids, sampling and callbacks already filled) into a decode-only
+  // request fed by the prefill worker `leg` names. Errors end the leg before it starts.
+  virtual absl::Status PrepareDecodeLeg(const proto::DecodeRequest& leg,
+                                        engine::Request* request) = 0;
+};
+
+// Receives one leg's events; see the class comment.
+using DecodeEventSink = std::function<void(proto::DecodeEvent event)>;
+
+// Names one started leg (a rid may be reused by a later request once this one ended).
+struct LegId {
+  std::string rid;
+  uint64_t serial = 0;
+};
+
+class WorkerCore {
+ public:
+  WorkerCore(engine::Engine* engine, WorkerCoreOptions options, MetricsRegistry* registry,
+             KvHandoff* handoff = nullptr);
+  ~WorkerCore();
+  WorkerCore(const WorkerCore&) = delete;
+  WorkerCore& operator=(const WorkerCore&) = delete;
+
+  // Starts a decode leg (an empty rid gets a generated one). Errors, as the status to return to
+  // the caller: UNAVAILABLE while draining, INVALID_ARGUMENT naming the bad field or input,
+  // FAILED_PRECONDITION / UNIMPLEMENTED for a mode this worker cannot serve, ALREADY_EXISTS for a
+  // live rid, RESOURCE_EXHAUSTED when full. On error `sink` is never called.
+  absl::StatusOr<LegId> StartDecode(const proto::DecodeRequest& request, DecodeEventSink sink);
+  // The leg's client went away: abort it. Its last event still reaches the sink.
+  void CancelDecode(const LegId& leg);
+
+  proto::AbortResponse Abort(const proto::AbortRequest& request);
+  // `done` runs once, on the engine loop thread when a probe request runs, else inline.
+  void Health(const proto::HealthRequest& request, std::function<void(proto::HealthResponse)> done);
+  // Synchronous Health(generate=true) for the HTTP /health: OK, or why the worker is not serving.
+  absl::Status CheckHealth();
+  proto::LoadReport GetLoad() const;
+  // Does not wait behind a forward pass: a worker with live requests answers flushed=false.
+  proto::FlushCacheResponse FlushCache();
+  proto::ServerInfo GetServerInfo() const;
+
+  // Draining: new legs are refused with UNAVAILABLE, Health reports DRAINING.
+  void BeginDrain();
+  bool draining() const { return draining_.load(); }
+  int64_t live_legs() const;
+  // Blocks until no leg is live; false on timeout.
+  bool WaitNoLegs(double timeout_seconds);
+  // Aborts every live leg with `message` (their last events carry it).
+  void AbortAllLegs(const std::string& message);
+
+ private:
+  struct Leg;
+  using Clock = std::chrono::steady_clock;
+
+  void OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out);
+  void EndLeg(const Leg& leg);
+  std::string NewRid(const char* prefix);
+
+  engine::Engine* engine_;
+  const WorkerCoreOptions options_;
+  KvHandoff* handoff_;
+  PhaseMetrics phase_metrics_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> last_output_ns_{0};  // steady clock, of the latest token produced
+  std::atomic<int64_t> cache_hit_tokens_{0};
+  std::atomic<int64_t> cache_query_tokens_{0};
+
+  mutable absl::Mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Leg>> legs_ ABSL_GUARDED_BY(mu_);  // by rid
+  std::unordered_map<uint64_t, std::string> rooms_ ABSL_GUARDED_BY(mu_);             // room -> rid
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_WORKER_CORE_H_
