@@ -286,6 +286,10 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
 void Sampler::Observe(int32_t token) {
   if (token >= 0 && token < vocab_size_) ++counts_[token];
   ++num_generated_;
+  // The worker that sampled `token` drew once from its copy of this request's RNG (Sample
+  // draws exactly once when it draws at all); draw here too, so that the tokens after it are
+  // those a single worker would have sampled.
+  if (params_.temperature != 0.0f && params_.top_k != 1) (void)rng_();
 }
 
 int32_t Sampler::Draw(std::span<const float> probs, double total, Scratch* scratch) {

@@ -89,7 +89,8 @@ class Sampler {
 
   // Records a token generated elsewhere (the first token sampled by a prefill worker) so that
   // penalties and min_new_tokens count it. An id outside the vocabulary counts towards
-  // num_generated but not towards penalties.
+  // num_generated but not towards penalties. Advances the RNG as Sample would have, so a
+  // seeded request continues exactly as if this Sampler had drawn `token` itself.
   void Observe(int32_t token);
 
   // Tokens returned by Sample plus tokens passed to Observe.

@@ -1,0 +1,112 @@
+// Engine: the serving engine a worker daemon runs: the model, its tokenizer and a Scheduler
+// driven by one loop thread.
+//
+// Calls from any thread are posted to an inbox the loop drains between steps, so a caller never
+// waits for a forward pass (at most for the inbox lock). Submit checks the request at once and
+// returns the error to the caller; everything after that (tokens, text, the finish reason, an
+// abort) arrives through the request's callbacks, which run on the loop thread and must be quick
+// and must not block on the Engine. Hooks for the disaggregated daemons (prefill-only requests,
+// reserve-then-admit decode requests) are the Scheduler's; see scheduler.h.
+//
+// Shutdown (destructor or Shutdown()): new requests are refused, live ones end with
+// FinishReason::Abort("the engine is shutting down"), the loop joins.
+//
+// Thread-safe.
+#ifndef TANDEM_ENGINE_ENGINE_H_
+#define TANDEM_ENGINE_ENGINE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/serving_options.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace tandem::engine {
+
+// The SchedulerConfig the serving options describe for `model`: KV memory to blocks and the rest
+// by name. InvalidArgument naming the flag when the memory holds no block.
+absl::StatusOr<SchedulerConfig> SchedulerConfigFromOptions(const ServingOptions& options,
+                                                           const ModelConfig& model);
+
+class Engine {
+ public:
+  // Loads the model and tokenizer named by options.model_path and starts the loop. Errors name
+  // the flag or the file.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const ServingOptions& options);
+  // Takes over an already loaded model and tokenizer (tests, benchmarks).
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const SchedulerConfig& config,
+                                                        std::unique_ptr<Model> model,
+                                                        std::unique_ptr<Tokenizer> tokenizer);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates (errors as Scheduler::Validate), refuses a duplicate live rid (AlreadyExists) or a
+  // full engine (ResourceExhausted: running + queued at their limits), then queues.
+  absl::Status Submit(Request request);
+  // The rest act on the loop thread before the next step; an unknown rid is ignored (the request
+  // may have ended meanwhile).
+  void Abort(const std::string& rid, const std::string& message);
+  // `done` (optional) receives the Scheduler's status, on the loop thread.
+  void CompleteTransfer(const std::string& rid, int32_t first_token, float logprob,
+                        std::function<void(absl::Status)> done = nullptr);
+  void ReleaseHeld(const std::string& rid);
+  // Blocks until the loop has tried; FailedPrecondition while requests are live.
+  absl::Status FlushCache();
+  // Stops admitting, aborts live requests, joins the loop. Idempotent.
+  void Shutdown();
+
+  // Snapshot refreshed after every step.
+  SchedulerLoad Load() const;
+  int64_t live_requests() const;
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& model_config() const { return model_->config(); }
+  const SchedulerConfig& config() const { return config_; }
+  // Blocks until the loop has no live request (tests, drains). False on timeout.
+  bool WaitIdle(double timeout_seconds);
+
+  // Registers the engine's gauges and counters (tandem_engine_*) and keeps them current.
+  void ExportMetrics(MetricsRegistry* registry);
+
+ private:
+  Engine(const SchedulerConfig& config, std::unique_ptr<Model> model,
+         std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Scheduler> scheduler);
+  void Loop();
+  // False (command dropped) once shutting down.
+  bool Post(std::function<void(Scheduler&)> command);
+  void UpdateMetrics();
+
+  SchedulerConfig config_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Scheduler> scheduler_;  // loop thread only, after construction
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                         // inbox or stop
+  std::condition_variable idle_cv_;                    // live_ emptied
+  std::deque<std::function<void(Scheduler&)>> inbox_;  // guarded by mu_
+  std::unordered_set<std::string> live_;               // guarded by mu_
+  SchedulerLoad load_;                                 // guarded by mu_
+  bool stopping_ = false;                              // guarded by mu_
+  std::mutex join_mu_;                                 // serialises Shutdown's join
+  std::thread loop_;
+
+  struct Metrics;
+  std::unique_ptr<Metrics> metrics_;  // set before requests flow; loop thread updates
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_ENGINE_H_

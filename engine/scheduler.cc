@@ -1,0 +1,596 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine {
+namespace {
+
+// Block accounting is the scheduler's own bookkeeping: a failure here is a bug, not bad input,
+// and continuing would corrupt other requests' KV.
+void CheckBookkeeping(const absl::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "tandem: KV block bookkeeping failed in %s: %s\n", what,
+               std::string(status.message()).c_str());
+  std::abort();
+}
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+struct Scheduler::Sequence {
+  Request req;
+  State state = State::kWaiting;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int64_t prompt_len = 0;
+  int64_t num_computed = 0;   // positions whose K/V is in the cache
+  int64_t kv_reported = 0;    // kPrefillOnly: positions reported through on_kv_layer
+  int64_t cached_upto = 0;    // positions offered to the radix cache
+  int64_t cached_tokens = 0;  // prompt tokens matched at first admission
+  bool admitted_once = false;
+  BlockTable table;
+  std::optional<Sampler> sampler;
+  std::optional<OutputProcessor> output;
+  Clock::time_point submitted, admitted, first_token;
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+};
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config,
+                                                             Model* model,
+                                                             const Tokenizer* tokenizer) {
+  if (model == nullptr || tokenizer == nullptr) {
+    return absl::InvalidArgumentError("scheduler needs a model and a tokenizer");
+  }
+  SchedulerConfig c = config;
+  const int64_t max_pos = model->config().max_position_embeddings;
+  if (c.context_length <= 0) c.context_length = max_pos;
+  if (c.context_length > max_pos) {
+    return absl::InvalidArgumentError(absl::StrCat("--context-length ", c.context_length,
+                                                   " exceeds the model's max_position_embeddings ",
+                                                   max_pos));
+  }
+  if (c.num_blocks < 1 || c.num_blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV cache must hold between 1 and 2^30 blocks, got ", c.num_blocks));
+  }
+  if (c.block_size < 1 || c.block_size > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--page-size must be in [1, 1024], got ", c.block_size));
+  }
+  if (c.max_running_requests < 1 || c.chunked_prefill_size < 1 || c.max_prefill_tokens < 1 ||
+      c.max_queued_requests < 0) {
+    return absl::InvalidArgumentError(
+        "--max-running-requests, --chunked-prefill-size and --max-prefill-tokens must be >= 1");
+  }
+  auto storage = model->CreateKvCache(c.num_blocks, c.block_size);
+  if (!storage.ok()) return storage.status();
+  auto pool = std::make_unique<BlockPool>(static_cast<int32_t>(c.num_blocks), c.block_size);
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(c, model, tokenizer, std::move(pool), std::move(*storage)));
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, Model* model, const Tokenizer* tokenizer,
+                     std::unique_ptr<BlockPool> pool, std::unique_ptr<KvCacheStorage> storage)
+    : config_(config),
+      model_(model),
+      tokenizer_(tokenizer),
+      pool_(std::move(pool)),
+      storage_(std::move(storage)) {
+  eos_ids_ = model_->config().eos_token_ids;
+  for (int32_t id : tokenizer_->eos_token_ids()) {
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+  }
+  if (config_.enable_radix_cache) radix_ = std::make_unique<RadixCache>(pool_.get());
+}
+
+Scheduler::~Scheduler() {
+  for (auto& [rid, seq] : seqs_) {
+    if (!seq->table.block_ids.empty()) (void)pool_->Release(&seq->table);
+  }
+  radix_.reset();  // drops the cache's references before the pool goes
+}
+
+absl::Status Scheduler::Validate(const Request& request) const {
+  if (request.rid.empty()) return absl::InvalidArgumentError("rid must not be empty");
+  if (request.input_ids.empty()) {
+    return absl::InvalidArgumentError("the input is empty: a request needs at least one token");
+  }
+  const int32_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < request.input_ids.size(); ++i) {
+    const int32_t id = request.input_ids[i];
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input_ids[", i, "] = ", id, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  const int64_t prompt_len = static_cast<int64_t>(request.input_ids.size());
+  if (prompt_len >= config_.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("the input (", prompt_len,
+                                                   " tokens) is longer than the model's context ",
+                                                   "length (", config_.context_length, " tokens)"));
+  }
+  if (absl::Status s = ValidateSamplingParams(request.sampling, vocab); !s.ok()) return s;
+  const int64_t max_new =
+      std::min<int64_t>(request.sampling.max_new_tokens, config_.context_length - prompt_len);
+  const int64_t blocks = pool_->BlocksFor(prompt_len + max_new);
+  if (blocks > pool_->num_blocks()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request needs ", blocks, " KV blocks (", prompt_len, " prompt + ",
+                     max_new, " new tokens) but this worker's KV cache holds only ",
+                     pool_->num_blocks(), " blocks of ", pool_->block_size(), " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Submit(Request request) {
+  if (absl::Status s = Validate(request); !s.ok()) return s;
+  if (seqs_.count(request.rid)) {
+    return absl::AlreadyExistsError(absl::StrCat("request '", request.rid, "' is already running"));
+  }
+  if (static_cast<int64_t>(waiting_.size()) >= config_.max_queued_requests) {
+    return absl::ResourceExhaustedError(absl::StrCat("the queue is full (", waiting_.size(),
+                                                     " waiting requests, --max-queued-requests)"));
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->req = std::move(request);
+  SamplingParams& sp = seq->req.sampling;
+  seq->prompt_len = static_cast<int64_t>(seq->req.input_ids.size());
+  sp.max_new_tokens = static_cast<int32_t>(
+      std::min<int64_t>(sp.max_new_tokens, config_.context_length - seq->prompt_len));
+  sp.min_new_tokens = std::min(sp.min_new_tokens, sp.max_new_tokens);
+  auto sampler = Sampler::Create(sp, model_->config().vocab_size, eos_ids_);
+  if (!sampler.ok()) return sampler.status();
+  seq->sampler.emplace(std::move(*sampler));
+  seq->output.emplace(*tokenizer_, sp, eos_ids_);
+  seq->tokens = seq->req.input_ids;
+  seq->submitted = Clock::now();
+  Sequence* raw = seq.get();
+  seqs_.emplace(raw->req.rid, std::move(seq));
+  waiting_.push_back(raw);
+  return absl::OkStatus();
+}
+
+bool Scheduler::EnsureFree(int64_t blocks) {
+  if (pool_->num_free() >= blocks) return true;
+  if (radix_) radix_->Evict(blocks - pool_->num_free());
+  return pool_->num_free() >= blocks;
+}
+
+bool Scheduler::TryAdmit(Sequence* seq, int64_t reserve_blocks) {
+  const int64_t known = static_cast<int64_t>(seq->tokens.size());
+  int64_t matched = 0;
+  if (radix_ && seq->req.mode != RequestMode::kDecodeOnly) {
+    RadixCache::Match m = radix_->MatchAndRef(seq->tokens, known - 1);
+    seq->table.block_ids = std::move(m.block_ids);
+    seq->table.num_tokens = m.num_tokens;
+    matched = m.num_tokens;
+  }
+  const int64_t needed =
+      pool_->BlocksFor(known) - static_cast<int64_t>(seq->table.block_ids.size());
+  const int64_t available = pool_->num_free() + (radix_ ? radix_->evictable_blocks() : 0);
+  if (needed + reserve_blocks > available || !EnsureFree(needed)) {
+    if (!seq->table.block_ids.empty()) {
+      CheckBookkeeping(pool_->Release(&seq->table), "admission rollback");
+    }
+    seq->table = BlockTable();
+    return false;
+  }
+  auto plan = pool_->PlanAppend({{&seq->table, known - seq->table.num_tokens}});
+  CheckBookkeeping(plan.status(), "admission plan");
+  CheckBookkeeping(pool_->Commit(*plan), "admission commit");
+  seq->num_computed = matched;
+  seq->kv_reported = 0;
+  seq->cached_upto = matched;
+  if (!seq->admitted_once) {
+    seq->admitted_once = true;
+    seq->admitted = Clock::now();
+    seq->cached_tokens = std::min(matched, seq->prompt_len);
+    counters_.prompt_tokens += seq->prompt_len;
+    counters_.cached_prompt_tokens += seq->cached_tokens;
+  }
+  return true;
+}
+
+void Scheduler::ReleaseBlocks(Sequence* seq) {
+  if (!seq->table.block_ids.empty()) {
+    CheckBookkeeping(pool_->Release(&seq->table), "release");
+  }
+  seq->table = BlockTable();
+  seq->num_computed = 0;
+  seq->kv_reported = 0;
+  seq->cached_upto = 0;
+}
+
+void Scheduler::Preempt(Sequence* seq) {
+  running_.remove(seq);
+  ReleaseBlocks(seq);
+  seq->state = State::kWaiting;
+  waiting_.push_front(seq);
+  ++counters_.preemptions;
+}
+
+void Scheduler::CacheComputed(Sequence* seq) {
+  if (!radix_ || seq->req.mode == RequestMode::kDecodeOnly) return;
+  const int64_t bs = pool_->block_size();
+  const int64_t full = seq->num_computed / bs;
+  if (full * bs <= seq->cached_upto) return;
+  radix_->Insert(std::span<const int32_t>(seq->tokens.data(), static_cast<size_t>(full * bs)),
+                 std::span<const int32_t>(seq->table.block_ids.data(), static_cast<size_t>(full)));
+  seq->cached_upto = full * bs;
+}
+
+void Scheduler::Emit(Sequence* seq, RequestOutput out) {
+  out.rid = seq->req.rid;
+  out.prompt_tokens = seq->prompt_len;
+  out.completion_tokens = seq->generated();
+  out.cached_tokens = seq->cached_tokens;
+  if (out.last) {
+    const Clock::time_point now = Clock::now();
+    if (seq->admitted_once) {
+      out.timings.queue = Seconds(seq->admitted - seq->submitted);
+      if (seq->generated() > 0) {
+        out.timings.prefill = Seconds(seq->first_token - seq->admitted);
+        out.timings.decode = Seconds(now - seq->first_token);
+      } else {
+        out.timings.prefill = Seconds(now - seq->admitted);
+      }
+    } else {
+      out.timings.queue = Seconds(now - seq->submitted);
+    }
+  }
+  if (seq->req.callbacks.on_output) seq->req.callbacks.on_output(out);
+}
+
+void Scheduler::Remove(const std::string& rid) { seqs_.erase(rid); }
+
+void Scheduler::Finish(Sequence* seq, FinishReason reason, RequestOutput out) {
+  CacheComputed(seq);
+  ReleaseBlocks(seq);
+  running_.remove(seq);
+  if (reason.kind == FinishReason::Kind::kAbort) {
+    ++counters_.aborted_requests;
+  } else {
+    ++counters_.finished_requests;
+  }
+  out.last = true;
+  out.finish = std::move(reason);
+  Emit(seq, std::move(out));
+  Remove(seq->req.rid);
+}
+
+void Scheduler::AcceptToken(Sequence* seq, int32_t token, float logprob, RequestOutput* out) {
+  if (seq->generated() == 0) seq->first_token = Clock::now();
+  seq->tokens.push_back(token);
+  ++counters_.generated_tokens;
+  out->token_ids.push_back(token);
+  if (seq->req.return_logprob) out->logprobs.push_back(logprob);
+  OutputProcessor::Update u = seq->output->Push(token);
+  out->text += u.text;
+  if (u.finish) out->finish = std::move(u.finish);
+}
+
+absl::Status Scheduler::Abort(const std::string& rid, const std::string& message) {
+  auto it = seqs_.find(rid);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no live request '", rid, "'"));
+  }
+  Sequence* seq = it->second.get();
+  switch (seq->state) {
+    case State::kHeld:
+      ReleaseBlocks(seq);
+      ++counters_.aborted_requests;
+      Remove(rid);
+      return absl::OkStatus();
+    case State::kWaiting:
+      waiting_.remove(seq);
+      break;
+    case State::kRunning:
+    case State::kAwaitingKv:
+      break;
+  }
+  RequestOutput out;
+  out.text = seq->output->Flush();
+  Finish(seq, FinishReason::Abort(message), std::move(out));
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::CompleteTransfer(const std::string& rid, int32_t first_token,
+                                         float logprob) {
+  auto it = seqs_.find(rid);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no live request '", rid, "'"));
+  }
+  Sequence* seq = it->second.get();
+  if (seq->state != State::kAwaitingKv) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request '", rid, "' is not waiting for its KV cache"));
+  }
+  if (first_token < 0 || first_token >= model_->config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("first token ", first_token,
+                                                   " is outside the vocabulary [0, ",
+                                                   model_->config().vocab_size, ")"));
+  }
+  seq->num_computed = seq->prompt_len;
+  seq->sampler->Observe(first_token);
+  RequestOutput out;
+  AcceptToken(seq, first_token, logprob, &out);
+  seq->state = State::kRunning;
+  running_.push_back(seq);
+  if (out.finish || seq->generated() >= seq->req.sampling.max_new_tokens) {
+    FinishReason reason = out.finish ? *out.finish : FinishReason::Length(seq->generated());
+    out.text += seq->output->Flush();
+    Finish(seq, std::move(reason), std::move(out));
+  } else {
+    Emit(seq, std::move(out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ReleaseHeld(const std::string& rid) {
+  auto it = seqs_.find(rid);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no live request '", rid, "'"));
+  }
+  Sequence* seq = it->second.get();
+  if (seq->state != State::kHeld) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request '", rid, "' is not holding KV for a transfer"));
+  }
+  ReleaseBlocks(seq);
+  Remove(rid);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::FlushCache() {
+  if (!seqs_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot flush the cache while ", seqs_.size(), " requests are live"));
+  }
+  if (radix_) radix_->Clear();
+  return absl::OkStatus();
+}
+
+bool Scheduler::HasWork() const {
+  if (!running_.empty()) return true;
+  if (waiting_.empty()) return false;
+  int awaiting = 0;
+  for (const auto& [rid, s] : seqs_) awaiting += s->state == State::kAwaitingKv;
+  if (awaiting >= config_.max_running_requests) return false;
+  // Something waits and nothing runs: admission can only succeed if blocks can be found, and
+  // with nothing running every non-held block is free or evictable. Held and awaiting requests
+  // change through calls that the caller makes anyway.
+  const int64_t available = pool_->num_free() + (radix_ ? radix_->evictable_blocks() : 0);
+  const Sequence* front = waiting_.front();
+  return pool_->BlocksFor(static_cast<int64_t>(front->tokens.size())) <= available;
+}
+
+absl::StatusOr<StepStats> Scheduler::Step() {
+  StepStats st;
+  // 1. Decode growth: a sequence about to compute past its table gets its next block; when blocks
+  // run out, cached blocks are evicted, then the youngest running sequences preempted.
+  for (;;) {
+    std::vector<BlockPool::AppendRequest> growth;
+    int64_t needed = 0;
+    for (Sequence* seq : running_) {
+      const int64_t target = std::min<int64_t>(static_cast<int64_t>(seq->tokens.size()),
+                                               seq->num_computed + config_.chunked_prefill_size);
+      if (target > seq->table.num_tokens) {
+        growth.push_back({&seq->table, target - seq->table.num_tokens});
+        needed += pool_->BlocksFor(target) - static_cast<int64_t>(seq->table.block_ids.size());
+      }
+    }
+    if (growth.empty()) break;
+    if (EnsureFree(needed)) {
+      auto plan = pool_->PlanAppend(growth);
+      CheckBookkeeping(plan.status(), "growth plan");
+      CheckBookkeeping(pool_->Commit(*plan), "growth commit");
+      break;
+    }
+    Preempt(running_.back());
+    ++st.preempted;
+  }
+
+  // 2. The batch: running sequences first (decode tokens are not charged to the prefill budget).
+  struct Item {
+    Sequence* seq;
+    int64_t n;
+  };
+  std::vector<Item> items;
+  int64_t budget = config_.max_prefill_tokens;
+  for (Sequence* seq : running_) {
+    const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
+    if (remaining <= 0) continue;
+    int64_t n = 1;
+    if (remaining > 1) {
+      n = std::min<int64_t>({remaining, config_.chunked_prefill_size, budget});
+      if (n <= 0) continue;
+      budget -= n;
+    }
+    items.push_back({seq, n});
+  }
+
+  // 3. Admission.
+  int awaiting = 0;
+  for (const auto& [rid, s] : seqs_) awaiting += s->state == State::kAwaitingKv;
+  while (!waiting_.empty() &&
+         static_cast<int>(running_.size()) + awaiting < config_.max_running_requests) {
+    Sequence* seq = waiting_.front();
+    const bool decode_only = seq->req.mode == RequestMode::kDecodeOnly && seq->generated() == 0;
+    if (!decode_only && budget <= 0) break;
+    if (!TryAdmit(seq, static_cast<int64_t>(running_.size()))) break;
+    waiting_.pop_front();
+    ++st.admitted;
+    if (decode_only) {
+      seq->state = State::kAwaitingKv;
+      ++awaiting;
+      if (seq->req.callbacks.on_reserved) seq->req.callbacks.on_reserved(seq->table.block_ids);
+      continue;
+    }
+    seq->state = State::kRunning;
+    running_.push_back(seq);
+    const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
+    int64_t n =
+        remaining == 1 ? 1 : std::min<int64_t>({remaining, config_.chunked_prefill_size, budget});
+    if (remaining > 1) budget -= n;
+    items.push_back({seq, n});
+  }
+  if (items.empty()) return st;
+
+  // 4. Forward.
+  std::vector<SequenceInput> batch;
+  batch.reserve(items.size());
+  std::vector<Item> prefill_only;
+  for (const Item& it : items) {
+    Sequence* seq = it.seq;
+    const bool last = seq->num_computed + it.n == static_cast<int64_t>(seq->tokens.size());
+    batch.push_back({std::span<const int32_t>(seq->tokens.data() + seq->num_computed,
+                                              static_cast<size_t>(it.n)),
+                     seq->num_computed, seq->table.block_ids, last});
+    if (it.n > 1) {
+      st.prefill_tokens += it.n;
+    } else {
+      st.decode_tokens += 1;
+    }
+    if (seq->req.mode == RequestMode::kPrefillOnly && seq->req.callbacks.on_kv_layer) {
+      prefill_only.push_back(it);
+    }
+  }
+  st.num_sequences = static_cast<int>(items.size());
+  LayerKvCallback on_layer;
+  if (!prefill_only.empty()) {
+    on_layer = [&prefill_only](int64_t layer) {
+      for (const Item& it : prefill_only) {
+        Sequence* seq = it.seq;
+        seq->req.callbacks.on_kv_layer({seq->req.rid, layer, seq->table.block_ids, seq->kv_reported,
+                                        seq->num_computed + it.n});
+      }
+    };
+  }
+  absl::StatusOr<std::span<const float>> logits = model_->Forward(batch, storage_.get(), on_layer);
+  if (!logits.ok()) {
+    // Validation makes this unreachable for well-formed requests; fail the batch, not the worker.
+    const std::string message =
+        absl::StrCat("internal error in the forward pass: ", logits.status().message());
+    for (const Item& it : items) (void)Abort(it.seq->req.rid, message);
+    return logits.status();
+  }
+
+  // 5. Bookkeeping, sampling and outputs.
+  const int64_t vocab = model_->config().vocab_size;
+  int64_t row = 0;
+  for (const Item& it : items) {
+    Sequence* seq = it.seq;
+    seq->num_computed += it.n;
+    seq->kv_reported = seq->num_computed;
+    if (seq->num_computed < static_cast<int64_t>(seq->tokens.size())) {
+      CacheComputed(seq);  // a prompt chunk: its full blocks can serve others already
+      continue;
+    }
+    std::span<const float> r =
+        logits->subspan(static_cast<size_t>(row * vocab), static_cast<size_t>(vocab));
+    ++row;
+    if (seq->generated() == 0) CacheComputed(seq);
+    RequestOutput out;
+    if (seq->req.sampling.max_new_tokens == 0) {
+      ++st.finished;
+      Finish(seq, FinishReason::Length(0), std::move(out));
+      continue;
+    }
+    absl::StatusOr<SampleResult> next = seq->sampler->Sample(r);
+    if (!next.ok()) {
+      ++st.finished;
+      out.text = seq->output->Flush();
+      Finish(seq, FinishReason::Abort(absl::StrCat("sampling failed: ", next.status().message())),
+             std::move(out));
+      continue;
+    }
+    AcceptToken(seq, next->token, next->logprob, &out);
+    if (!out.finish && seq->generated() >= seq->req.sampling.max_new_tokens) {
+      out.finish = FinishReason::Length(seq->generated());
+      out.text += seq->output->Flush();
+    }
+    if (seq->req.mode == RequestMode::kPrefillOnly) {
+      // The first token ends this worker's part; the KV stays until ReleaseHeld.
+      running_.remove(seq);
+      seq->state = State::kHeld;
+      out.last = true;
+      out.kv_held = true;
+      Emit(seq, std::move(out));
+      continue;
+    }
+    if (out.finish) {
+      ++st.finished;
+      FinishReason reason = std::move(*out.finish);
+      Finish(seq, std::move(reason), std::move(out));
+    } else {
+      Emit(seq, std::move(out));
+    }
+  }
+  return st;
+}
+
+SchedulerLoad Scheduler::Load() const {
+  SchedulerLoad l;
+  l.running = static_cast<int>(running_.size());
+  l.waiting = static_cast<int>(waiting_.size());
+  for (const auto& [rid, s] : seqs_) {
+    l.awaiting_kv += s->state == State::kAwaitingKv;
+    l.held += s->state == State::kHeld;
+  }
+  l.free_blocks = pool_->num_free();
+  l.total_blocks = pool_->num_blocks();
+  if (radix_) {
+    l.cached_blocks = radix_->cached_blocks();
+    l.evictable_blocks = radix_->evictable_blocks();
+  }
+  return l;
+}
+
+const RadixCache::Stats* Scheduler::radix_stats() const {
+  return radix_ ? &radix_->stats() : nullptr;
+}
+
+absl::Status Scheduler::CheckInvariants() const {
+  const int32_t n = pool_->num_blocks();
+  std::vector<int32_t> listed(static_cast<size_t>(n), 0);
+  for (const auto& [rid, s] : seqs_) {
+    for (int32_t b : s->table.block_ids) {
+      if (b < 0 || b >= n) return absl::InternalError(absl::StrCat(rid, " lists block ", b));
+      ++listed[static_cast<size_t>(b)];
+    }
+    if (s->state == State::kWaiting && !s->table.block_ids.empty()) {
+      return absl::InternalError(absl::StrCat("waiting request ", rid, " holds blocks"));
+    }
+  }
+  int64_t cache_held = 0, used = 0;
+  for (int32_t b = 0; b < n; ++b) {
+    const int32_t extra = pool_->ref_count(b) - listed[static_cast<size_t>(b)];
+    if (extra != 0 && extra != 1) {
+      return absl::InternalError(absl::StrCat("block ", b, " has ", pool_->ref_count(b),
+                                              " references but ", listed[static_cast<size_t>(b)],
+                                              " tables list it"));
+    }
+    if (extra == 1 && !radix_) {
+      return absl::InternalError(absl::StrCat("block ", b, " is referenced by no table"));
+    }
+    cache_held += extra;
+    used += pool_->ref_count(b) > 0;
+  }
+  if (radix_ && cache_held != radix_->cached_blocks()) {
+    return absl::InternalError(absl::StrCat("the radix cache claims ", radix_->cached_blocks(),
+                                            " blocks but holds ", cache_held));
+  }
+  if (used + pool_->num_free() != n) {
+    return absl::InternalError(absl::StrCat(used, " used + ", pool_->num_free(), " free != ", n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine
