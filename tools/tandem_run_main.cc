@@ -2,47 +2,76 @@
 //
 //   tandem-run --model-path models/tandem-tiny-fortunes --prompt "The meaning of life"
 //   echo "Tell me a joke" | tandem-run --model-path DIR --chat --temperature 0.7
+//   tandem-run --model-path DIR --batch-file prompts.txt     # one prompt per line, concurrently
 //
-// Exit codes: 0 success, 2 bad flags or an unusable model directory, 1 a failure while running.
+// Everything runs through the serving engine's scheduler (continuous batching, chunked prefill,
+// radix cache), so a prompt gives here exactly the tokens a worker would give it.
+// Exit codes: 0 success, 2 bad flags, input or model directory, 1 a failure while running.
 // Timing (prompt and decode tokens/s) goes to stderr so stdout carries only the text.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
-#include <set>
+#include <map>
 #include <string>
+#include <thread>
 
 #include "common/flags.h"
-#include "engine/kv_cache.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace tandem {
 namespace {
 
-using engine::BlockPool;
-using engine::BlockTable;
-
 struct Options {
   std::string model_path;
   std::string prompt;
+  std::string batch_file;
   int max_new_tokens = 128;
   float temperature = 0.7f;
   float top_p = 0.95f;
   int top_k = -1;
   float min_p = 0.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
   uint64_t seed = 0;
   bool chat = false;
   int threads = 2;
   int prefill_chunk = 512;
+  int max_running_requests = 64;
+  bool disable_radix_cache = false;
 };
 
 int Fail(int code, const std::string& message) {
   std::cerr << "tandem-run: " << message << "\n";
   return code;
+}
+
+std::vector<std::string> ReadPrompts(const Options& o, std::string* error) {
+  std::vector<std::string> prompts;
+  if (o.batch_file.empty()) {
+    prompts.push_back(o.prompt);
+    return prompts;
+  }
+  std::ifstream in(o.batch_file);
+  if (!in) {
+    *error = "--batch-file: cannot read '" + o.batch_file + "'";
+    return {};
+  }
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) *error = "--batch-file: '" + o.batch_file + "' has no prompt";
+  return prompts;
 }
 
 int Run(const Options& o) {
@@ -51,13 +80,9 @@ int Run(const Options& o) {
   if (!fs::is_directory(o.model_path, ec)) {
     return Fail(2, "--model-path '" + o.model_path + "' is not a directory");
   }
-  engine::SamplingParams sp;
-  sp.temperature = o.temperature;
-  sp.top_p = o.top_p;
-  sp.top_k = o.top_k;
-  sp.min_p = o.min_p;
-  sp.seed = o.seed;
-  if (o.max_new_tokens < 0) return Fail(2, "--max-new-tokens must be >= 0");
+  std::string error;
+  std::vector<std::string> texts = ReadPrompts(o, &error);
+  if (!error.empty()) return Fail(2, error);
 
   auto tokenizer = engine::Tokenizer::FromModelDir(o.model_path);
   if (!tokenizer.ok()) return Fail(2, std::string(tokenizer.status().message()));
@@ -65,83 +90,107 @@ int Run(const Options& o) {
   if (!model.ok()) return Fail(2, std::string(model.status().message()));
   const engine::ModelConfig& config = (*model)->config();
 
-  std::string text = o.prompt;
-  if (o.chat) {
-    auto rendered = (*tokenizer)->ApplyChatTemplate({{"user", o.prompt}}, true);
-    if (!rendered.ok()) return Fail(2, "--chat: " + std::string(rendered.status().message()));
-    text = *rendered;
-  }
-  std::vector<int32_t> prompt = (*tokenizer)->Encode(text);
-  if (prompt.empty()) return Fail(2, "the prompt is empty");
-  for (int32_t id : prompt) {
-    if (id >= config.vocab_size) {
-      return Fail(2, "tokenizer produced id " + std::to_string(id) +
-                         " beyond the model's vocabulary of " + std::to_string(config.vocab_size));
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::string text = texts[i];
+    bool add_special = true;
+    if (o.chat) {
+      auto rendered = (*tokenizer)->ApplyChatTemplate({{"user", text}}, true);
+      if (!rendered.ok()) return Fail(2, "--chat: " + std::string(rendered.status().message()));
+      text = *rendered;
+      add_special = false;  // the template already carries the special tokens it wants
+    }
+    prompts.push_back((*tokenizer)->Encode(text, add_special));
+    if (prompts.back().empty()) {
+      return Fail(2, texts.size() == 1 ? "the prompt is empty"
+                                       : "prompt " + std::to_string(i + 1) + " is empty");
     }
   }
-  const int64_t max_total = config.max_position_embeddings;
-  if (static_cast<int64_t>(prompt.size()) >= max_total) {
-    return Fail(2, "prompt of " + std::to_string(prompt.size()) +
-                       " tokens does not fit the context of " + std::to_string(max_total));
-  }
-  const int64_t total =
-      std::min<int64_t>(max_total, static_cast<int64_t>(prompt.size()) + o.max_new_tokens);
 
-  std::set<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  for (int32_t id : (*tokenizer)->eos_token_ids()) eos.insert(id);
-  sp.max_new_tokens = o.max_new_tokens;
-  auto sampler = engine::Sampler::Create(sp, static_cast<int32_t>(config.vocab_size),
-                                         std::vector<int32_t>(eos.begin(), eos.end()));
-  if (!sampler.ok()) return Fail(2, std::string(sampler.status().message()));
-
+  // KV for every prompt at full length at once, so nothing is preempted.
   constexpr int kBlockSize = engine::kDefaultKvBlockSize;
-  BlockPool pool(static_cast<int32_t>((total + kBlockSize - 1) / kBlockSize), kBlockSize);
-  auto kv = (*model)->CreateKvCache(pool.num_blocks(), kBlockSize);
-  if (!kv.ok()) return Fail(1, std::string(kv.status().message()));
-  BlockTable table;
-  auto plan = pool.PlanAppend({{&table, total}});
-  if (!plan.ok() || !pool.Commit(*plan).ok()) return Fail(1, "cannot reserve KV blocks");
+  int64_t blocks = 0;
+  for (const auto& p : prompts) {
+    const int64_t total = std::min<int64_t>(config.max_position_embeddings,
+                                            static_cast<int64_t>(p.size()) + o.max_new_tokens);
+    blocks += (total + kBlockSize - 1) / kBlockSize;
+  }
+  engine::SchedulerConfig sc;
+  sc.num_blocks = std::max<int64_t>(blocks, 1);
+  sc.block_size = kBlockSize;
+  sc.chunked_prefill_size = o.prefill_chunk;
+  sc.max_prefill_tokens = std::max(o.prefill_chunk, 2048);
+  sc.max_running_requests = o.max_running_requests;
+  sc.max_queued_requests = static_cast<int>(prompts.size());
+  sc.enable_radix_cache = !o.disable_radix_cache;
+  auto scheduler = engine::Scheduler::Create(sc, model->get(), tokenizer->get());
+  if (!scheduler.ok()) return Fail(1, std::string(scheduler.status().message()));
 
+  const bool single = prompts.size() == 1;
+  std::map<size_t, std::string> texts_out;
+  int64_t generated = 0;
+  std::vector<std::string> failures;
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  std::span<const float> logits;
-  for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(o.prefill_chunk)) {
-    const size_t end = std::min(prompt.size(), begin + static_cast<size_t>(o.prefill_chunk));
-    std::span<const int32_t> chunk(prompt.data() + begin, end - begin);
-    auto r = (*model)->Forward(
-        {{chunk, static_cast<int64_t>(begin), table.block_ids, end == prompt.size()}}, kv->get());
-    if (!r.ok()) return Fail(1, std::string(r.status().message()));
-    logits = *r;
+  Clock::time_point first_token;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    engine::Request r;
+    r.rid = std::to_string(i + 1);
+    r.input_ids = prompts[i];
+    r.sampling.temperature = o.temperature;
+    r.sampling.top_p = o.top_p;
+    r.sampling.top_k = o.top_k;
+    r.sampling.min_p = o.min_p;
+    r.sampling.frequency_penalty = o.frequency_penalty;
+    r.sampling.presence_penalty = o.presence_penalty;
+    r.sampling.repetition_penalty = o.repetition_penalty;
+    r.sampling.stop = o.stop;
+    r.sampling.ignore_eos = o.ignore_eos;
+    r.sampling.max_new_tokens = o.max_new_tokens;
+    r.sampling.seed = o.seed + i;
+    r.callbacks.on_output = [&, i](const engine::RequestOutput& out) {
+      if (generated == 0 && !out.token_ids.empty()) first_token = Clock::now();
+      generated += static_cast<int64_t>(out.token_ids.size());
+      if (single) {
+        std::cout << out.text << std::flush;
+      } else {
+        texts_out[i] += out.text;
+      }
+      if (out.last && out.finish && out.finish->kind == engine::FinishReason::Kind::kAbort) {
+        failures.push_back("prompt " + out.rid + ": " + out.finish->message);
+      }
+    };
+    if (absl::Status s = (*scheduler)->Submit(std::move(r)); !s.ok()) {
+      return Fail(2, (single ? std::string() : "prompt " + std::to_string(i + 1) + ": ") +
+                         std::string(s.message()));
+    }
   }
-  const auto t1 = Clock::now();
-
-  engine::IncrementalDetokenizer detok(**tokenizer, /*skip_special_tokens=*/true);
-  int64_t pos = static_cast<int64_t>(prompt.size());
-  int generated = 0;
-  while (pos < total) {
-    auto next = sampler->Sample(logits);
-    if (!next.ok()) return Fail(1, std::string(next.status().message()));
-    ++generated;
-    if (eos.count(next->token)) break;
-    std::cout << detok.Push(next->token) << std::flush;
-    if (pos + 1 >= total) break;
-    const int32_t tok = next->token;
-    auto r = (*model)->Forward({{std::span<const int32_t>(&tok, 1), pos, table.block_ids, true}},
-                               kv->get());
-    if (!r.ok()) return Fail(1, std::string(r.status().message()));
-    logits = *r;
-    ++pos;
+  while ((*scheduler)->HasWork()) {
+    auto st = (*scheduler)->Step();
+    if (!st.ok()) return Fail(1, std::string(st.status().message()));
   }
-  std::cout << detok.Finish() << std::endl;
   const auto t2 = Clock::now();
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  if (single) {
+    std::cout << std::endl;
+  } else {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::cout << "=== " << (i + 1) << ": " << texts[i] << "\n" << texts_out[i] << "\n\n";
+    }
+    std::cout << std::flush;
+  }
+  for (const std::string& f : failures) std::cerr << "tandem-run: " << f << "\n";
+  int64_t prompt_tokens = 0;
+  for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  if (first_token == Clock::time_point()) first_token = t2;
+  const double prefill_s = std::chrono::duration<double>(first_token - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - first_token).count();
   std::fprintf(stderr,
-               "[tandem-run] prompt %zu tokens in %.3f s (%.1f tok/s); generated %d tokens in "
-               "%.3f s (%.1f tok/s); %d threads\n",
-               prompt.size(), prefill_s, prompt.size() / std::max(prefill_s, 1e-9), generated,
-               decode_s, generated / std::max(decode_s, 1e-9), o.threads);
-  return 0;
+               "[tandem-run] %zu prompt(s), %lld prompt tokens, first token after %.3f s; "
+               "generated %lld tokens in %.3f s (%.1f tok/s); %d threads\n",
+               prompts.size(), static_cast<long long>(prompt_tokens), prefill_s,
+               static_cast<long long>(generated), decode_s,
+               static_cast<double>(generated) / std::max(decode_s + prefill_s, 1e-9), o.threads);
+  return failures.empty() ? 0 : 1;
 }
 
 }  // namespace
@@ -152,22 +201,37 @@ int main(int argc, char** argv) {
   tandem::Flags flags("tandem-run", "Generate text from a Hugging Face model directory on the CPU");
   flags.Add("--model-path", &o.model_path, "Hugging Face model directory")->required();
   flags.Add("--prompt", &o.prompt, "prompt text (read from stdin when absent)");
-  flags.Add("--max-new-tokens", &o.max_new_tokens, "tokens to generate at most");
+  flags.Add("--batch-file", &o.batch_file,
+            "file with one prompt per line, all run concurrently; results in input order");
+  flags.Add("--max-new-tokens", &o.max_new_tokens, "tokens to generate at most")
+      ->check(CLI::Range(0, 1 << 24));
   flags.Add("--temperature", &o.temperature, "sampling temperature; 0 = greedy");
   flags.Add("--top-p", &o.top_p, "nucleus sampling mass in (0, 1]");
   flags.Add("--top-k", &o.top_k, "keep the k most likely tokens (-1 = all)");
   flags.Add("--min-p", &o.min_p, "drop tokens below min_p x the top probability");
-  flags.Add("--seed", &o.seed, "random seed of the sampler");
+  flags.Add("--frequency-penalty", &o.frequency_penalty, "in [-2, 2]");
+  flags.Add("--presence-penalty", &o.presence_penalty, "in [-2, 2]");
+  flags.Add("--repetition-penalty", &o.repetition_penalty, "in (0, 2]; 1 = off");
+  flags.Add("--stop", &o.stop, "stop string (repeatable); not included in the output");
+  flags.Add("--ignore-eos", &o.ignore_eos, "keep generating after the end-of-sequence token");
+  flags.Add("--seed", &o.seed, "random seed of the sampler (prompt i of a batch uses seed + i)");
   flags.Add("--chat", &o.chat, "wrap the prompt in the model's chat template");
   flags.Add("--threads", &o.threads, "compute threads")->check(CLI::Range(1, 256));
   flags.Add("--prefill-chunk", &o.prefill_chunk, "prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 20));
+  flags.Add("--max-running-requests", &o.max_running_requests, "prompts decoding at once")
+      ->check(CLI::Range(1, 1 << 16));
+  flags.Add("--disable-radix-cache", &o.disable_radix_cache, "do not share prompt prefixes");
   if (auto code = flags.Parse(argc, argv)) return *code;
-  if (o.prompt.empty()) {  // not given on the command line or in --config
+  if (o.prompt.empty() && o.batch_file.empty()) {  // not given on the command line or in --config
     o.prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
     while (!o.prompt.empty() && (o.prompt.back() == '\n' || o.prompt.back() == '\r')) {
       o.prompt.pop_back();
     }
+  }
+  if (!o.prompt.empty() && !o.batch_file.empty()) {
+    std::cerr << "tandem-run: give --prompt or --batch-file, not both\n";
+    return 2;
   }
   return tandem::Run(o);
 }
