@@ -91,12 +91,61 @@ __attribute__((target("avx2,fma"))) inline float HSum(__m256 v) {
   return _mm_cvtss_f32(c);
 }
 
+// HSum of eight vectors at once: lane u of the result is HSum(a[u]), bit for bit (the same
+// pairs are added in the same order; only the shuffles that line them up differ).
+__attribute__((target("avx2,fma"))) inline __m256 HSum8(const __m256 (&a)[8]) {
+  __m256 u[4];  // per 128-bit half: (0+4) (1+5) (2+6) (3+7) of a[2i] | of a[2i + 1]
+  for (int i = 0; i < 4; ++i) {
+    u[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
+                         _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+  }
+  // ((0+4)+(2+6)), ((1+5)+(3+7)) of a[0], a[2] | a[1], a[3]; then of a[4], a[6] | a[5], a[7].
+  const __m256 v0 = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 v1 = _mm256_add_ps(_mm256_shuffle_ps(u[2], u[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(u[2], u[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Sums of a[0], a[2], a[4], a[6] | a[1], a[3], a[5], a[7].
+  const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Widest head_dim the 8-key score loop handles (its widened keys live on the stack).
+constexpr int64_t kMaxKeyBlockHeadDim = 256;
+
 // AVX2 path; head_dim must be a multiple of 8 (the caller falls back otherwise).
 __attribute__((target("avx2,fma"))) void GroupAvx2(const GroupTask& t) {
   const int64_t bs = t.cache->block_size();
   const int64_t hd = t.head_dim;
   const int nh = t.n_heads;
-  for (int64_t j = 0; j < t.n_keys; ++j) {
+  int64_t j = 0;
+  if (hd <= kMaxKeyBlockHeadDim) {
+    // Eight keys at a time: their rows are widened once into L1 and shared by the heads, each
+    // head keeps eight independent FMA chains (one per key) and reduces them with one HSum8.
+    // Every score is the same sum in the same order as the one-key loop below.
+    alignas(32) float keys[8 * kMaxKeyBlockHeadDim];
+    for (; j + 8 <= t.n_keys; j += 8) {
+      for (int u = 0; u < 8; ++u) {
+        const int64_t p = j + u;
+        const bf16* k = t.cache->K(t.layer, t.blocks[p / bs], p % bs) + t.kv_head * hd;
+        for (int64_t d = 0; d < hd; d += 8) _mm256_store_ps(keys + u * hd + d, LoadBf16x8(k + d));
+      }
+      for (int h = 0; h < nh; ++h) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 8) {
+          const __m256 q = _mm256_loadu_ps(t.q[h] + d);
+#pragma GCC unroll 8
+          for (int u = 0; u < 8; ++u)
+            acc[u] = _mm256_fmadd_ps(q, _mm256_load_ps(keys + u * hd + d), acc[u]);
+        }
+        _mm256_storeu_ps(t.scores + h * t.n_keys + j,
+                         _mm256_mul_ps(HSum8(acc), _mm256_set1_ps(t.scale)));
+      }
+    }
+  }
+  for (; j < t.n_keys; ++j) {
     const bf16* k = t.cache->K(t.layer, t.blocks[j / bs], j % bs) + t.kv_head * hd;
     __m256 acc[kMaxHeadsPerPass];
     for (int h = 0; h < nh; ++h) acc[h] = _mm256_setzero_ps();
