@@ -222,7 +222,12 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
     }
   };
   if (pool != nullptr) {
-    pool->ParallelFor(n_items, run);
+    // Multiply-adds of the whole call (scores and weighted values), so that a short decode
+    // context runs on the calling thread instead of paying a handoff.
+    int64_t work = 0;
+    for (int64_t t = 0; t < batch.n_tokens; ++t)
+      work += 2 * (batch.positions[t] + 1) * n_heads * hd;
+    pool->ParallelFor(n_items, work, run);
   } else {
     run(0, n_items);
   }

@@ -209,7 +209,9 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   ForwardProfile& pr = profile_;
 
   // Attention block: xb = bf16(rmsnorm(x)); q, k, v projections.
-  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+  // Work estimates (multiply-add equivalents) let the pool run small steps inline: at decode batch
+  // sizes a handoff to a worker costs more than these element-wise passes.
+  pool_.ParallelFor(T, 4 * T * h, [&](int64_t b, int64_t e) {
     RmsNormToBf16(rs.x.data() + b * h, h, e - b, h, w.attn_norm.data(), eps, rs.xb.data() + b * xs,
                   xs);
   });
@@ -220,7 +222,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   timer.Lap(&pr.qkv_proj);
 
   // Bias, q/k norm, RoPE, then K (after RoPE) and V into the cache as bf16.
-  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+  pool_.ParallelFor(T, 8 * T * (qd + 2 * kvd), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* q = rs.q.data() + t * qd;
       float* k = rs.k.data() + t * kvd;
@@ -259,14 +261,14 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   timer.Lap(&pr.attention);
 
   // o_proj and residual.
-  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+  pool_.ParallelFor(T, T * qd, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       ConvertF32ToBf16(rs.att.data() + t * qd, rs.xb.data() + t * xs, qd);
     }
   });
   MatmulBf16(rs.xb.data(), xs, T, qd, w.wo, h, rs.proj.data(), h, &pool_);
   timer.Lap(&pr.o_proj);
-  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+  pool_.ParallelFor(T, 5 * T * h, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
     RmsNormToBf16(rs.x.data() + b * h, h, e - b, h, w.mlp_norm.data(), eps, rs.xb.data() + b * xs,
                   xs);
@@ -278,7 +280,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate, f, rs.gate.data(), f, &pool_);
   MatmulBf16(rs.xb.data(), xs, T, h, w.w_up, f, rs.up.data(), f, &pool_);
   timer.Lap(&pr.mlp_gate_up);
-  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+  pool_.ParallelFor(T, 8 * T * f, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       SiluMulToBf16(rs.gate.data() + t * f, rs.up.data() + t * f, f, rs.xb.data() + t * xs);
     }
@@ -286,7 +288,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   timer.Lap(&pr.mlp_act);
   MatmulBf16(rs.xb.data(), xs, T, f, w.w_down, h, rs.proj.data(), h, &pool_);
   timer.Lap(&pr.mlp_down);
-  pool_.ParallelFor(T, [&](int64_t b, int64_t e) {
+  pool_.ParallelFor(T, T * h, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
   });
   timer.Lap(&pr.norms);

@@ -121,6 +121,7 @@ TEST_P(AttentionTest, TokenResultIndependentOfBatchAndThreads) {
   const std::vector<float> all = RunAttention(f, 0, kTokens, nullptr);
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
+    pool.set_min_parallel_work(0);  // split even these small calls across the threads
     for (int64_t t0 : {int64_t{0}, int64_t{8}, int64_t{37}}) {
       for (int64_t n : {int64_t{1}, int64_t{3}, kTokens - t0}) {
         if (t0 + n > kTokens) continue;
