@@ -34,6 +34,8 @@ std::string ModelDir() {
   return dir;
 }
 
+std::string ShippedModel() { return SourcePath("models/tandem-tiny-fortunes"); }
+
 std::string WriteFile(const std::string& name, const std::string& text) {
   std::string path = "/tmp/tandem-cli-" + std::to_string(getpid()) + "-" + name;
   std::ofstream(path) << text;
@@ -46,6 +48,19 @@ std::vector<std::string> ValidArgs(const std::string& daemon, int http_port) {
   if (daemon == "tandem-router") {
     return {BinaryPath(daemon), "--port", std::to_string(http_port), "--worker-urls",
             "http://127.0.0.1:1"};
+  }
+  if (daemon == "tandem-decode") {
+    // tandem-decode runs the serving engine: it loads a real model.
+    return {BinaryPath(daemon),
+            "--model-path",
+            ShippedModel(),
+            "--local-prefill",
+            "--port",
+            "0",
+            "--http-port",
+            std::to_string(http_port),
+            "--kv-cache-memory",
+            "8MiB"};
   }
   return {BinaryPath(daemon),        "--model-path",     ModelDir(), "--port", "0", "--http-port",
           std::to_string(http_port), "--cluster-secret", kSecret};
@@ -104,9 +119,14 @@ TEST_P(DaemonCliTest, StartsServesMetricsAndHealthAndStopsOnSigterm) {
   Process p(ValidArgs(GetParam(), port));
   ASSERT_TRUE(WaitForHttp(port, "/metrics", 200, seconds(20))) << p.Output();
   HttpReply health = HttpGet(port, "/health");
-  // Until the daemons serve requests, /health must say so rather than report a healthy worker.
-  EXPECT_EQ(health.status, 503) << health.body;
-  EXPECT_NE(health.body.find("not part of this build"), std::string::npos) << health.body;
+  if (std::string(GetParam()) == "tandem-decode") {
+    // The decode worker serves: /health is 200 once its model answers a one-token probe.
+    EXPECT_EQ(health.status, 200) << health.body;
+  } else {
+    // Until a daemon serves requests, /health must say so rather than report a healthy worker.
+    EXPECT_EQ(health.status, 503) << health.body;
+    EXPECT_NE(health.body.find("not part of this build"), std::string::npos) << health.body;
+  }
   EXPECT_EQ(HttpGet(port, "/no/such/path").status, 404);
   p.Signal(SIGTERM);
   EXPECT_EQ(p.Wait(seconds(10)), 0) << p.Output();
@@ -130,15 +150,38 @@ INSTANTIATE_TEST_SUITE_P(Daemons, DaemonCliTest, ::testing::ValuesIn(kDaemons),
 
 TEST(WorkerCliTest, ConfigFileIsReadAndFlagsWin) {
   const int port = FreePort();
-  std::string cfg =
-      WriteFile("worker.yaml", "model-path: " + ModelDir() +
-                                   "\nhttp_port: 1\ncluster-secret: " + kSecret + "\nport: 0\n");
+  std::string cfg = WriteFile("worker.yaml", "model-path: " + ShippedModel() +
+                                                 "\nhttp_port: 1\ncluster-secret: " + kSecret +
+                                                 "\nport: 0\nkv-cache-memory: 8MiB\n");
   // The file says http port 1 (privileged, would fail); the flag must win.
   Process p({BinaryPath("tandem-decode"), "--config", cfg, "--http-port", std::to_string(port)});
   EXPECT_TRUE(WaitForHttp(port, "/metrics", 200, seconds(20))) << p.Output();
   p.Signal(SIGTERM);
   EXPECT_EQ(p.Wait(seconds(10)), 0) << p.Output();
   unlink(cfg.c_str());
+}
+
+TEST(WorkerCliTest, DecodeGrpcPortInUseIsAClearStartupFailure) {
+  const int grpc_port = FreePort();
+  const int http_port = FreePort();
+  auto args = [&](int http) {
+    return std::vector<std::string>{BinaryPath("tandem-decode"),
+                                    "--model-path",
+                                    ShippedModel(),
+                                    "--local-prefill",
+                                    "--kv-cache-memory",
+                                    "8MiB",
+                                    "--port",
+                                    std::to_string(grpc_port),
+                                    "--http-port",
+                                    std::to_string(http)};
+  };
+  Process first(args(http_port));
+  ASSERT_TRUE(WaitForHttp(http_port, "/metrics", 200, seconds(20))) << first.Output();
+  RunResult second = RunToExit(args(0), seconds(20));
+  EXPECT_EQ(second.exit_code, 1) << second.out;
+  EXPECT_NE(second.out.find("--port"), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find(std::to_string(grpc_port)), std::string::npos) << second.out;
 }
 
 TEST(WorkerCliTest, OperatorMistakesAreNamed) {
