@@ -332,5 +332,24 @@ TEST(SamplerTest, SeedMakesSamplingReproducible) {
   EXPECT_GT(differ, 100);
 }
 
+TEST(SamplerTest, ObserveContinuesASeededStreamLikeOneWorker) {
+  std::vector<float> logits(300);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.1f * static_cast<float>(i));
+  SamplingParams p;
+  p.seed = 77;
+  p.top_p = 0.8f;
+  p.presence_penalty = 0.4f;
+  Sampler colocated = Make(p, 300);
+  const std::vector<int32_t> want = Generate(colocated, logits, 12);
+  Sampler prefill = Make(p, 300);
+  const int32_t first = Generate(prefill, logits, 1)[0];
+  ASSERT_EQ(first, want[0]);
+  Sampler decode = Make(p, 300);
+  decode.Observe(first);
+  std::vector<int32_t> got = {first};
+  for (int32_t t : Generate(decode, logits, 11)) got.push_back(t);
+  EXPECT_EQ(got, want);
+}
+
 }  // namespace
 }  // namespace tandem::engine
