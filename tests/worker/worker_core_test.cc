@@ -1,0 +1,145 @@
+// WorkerCore without gRPC, over an in-process Engine on the shipped model: role checks, rid
+// generation, room map, drain refusal, Abort, FlushCache, Health and GetLoad.
+#include "worker/worker_core.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tandem::worker {
+namespace {
+
+std::unique_ptr<engine::Engine> NewEngine() {
+  engine::ServingOptions o;
+  o.model_path = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-fortunes";
+  o.kv_cache_memory = "4MiB";
+  o.threads = 1;
+  auto e = engine::Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+// Collects one leg's events and waits for the last.
+struct Events {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<proto::DecodeEvent> events;
+  bool done = false;
+
+  DecodeEventSink Sink() {
+    return [this](proto::DecodeEvent e) {
+      std::lock_guard<std::mutex> lock(mu);
+      done = e.finished();
+      events.push_back(std::move(e));
+      cv.notify_all();
+    };
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [this] { return done; }));
+  }
+};
+
+proto::DecodeRequest Request(const std::string& rid, int max_new, bool stream = true) {
+  proto::DecodeRequest r;
+  r.set_rid(rid);
+  for (int32_t t : {21, 22, 23, 24, 25}) r.add_input_ids(t);
+  r.mutable_sampling_params()->set_temperature(0);
+  r.mutable_sampling_params()->set_max_new_tokens(max_new);
+  r.mutable_sampling_params()->set_ignore_eos(true);
+  r.set_stream(stream);
+  return r;
+}
+
+class WorkerCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { engine_ = NewEngine(); }
+  void TearDown() override { engine_->Shutdown(); }
+  std::unique_ptr<WorkerCore> Core(WorkerRole role) {
+    WorkerCoreOptions o;
+    o.role = role;
+    o.served_model_name = "tiny";
+    return std::make_unique<WorkerCore>(engine_.get(), o, &metrics_);
+  }
+  MetricsRegistry metrics_;
+  std::unique_ptr<engine::Engine> engine_;
+};
+
+TEST_F(WorkerCoreTest, RolesDecideWhichLegsAreServed) {
+  auto decode = Core(WorkerRole::kDecode);
+  Events unused;
+  auto local = decode->StartDecode(Request("a", 2), unused.Sink());
+  EXPECT_EQ(local.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(local.status().message().find("--local-prefill"), std::string::npos);
+  proto::DecodeRequest pd = Request("b", 2);
+  pd.set_bootstrap_host("10.0.0.1");
+  pd.set_bootstrap_port(8998);
+  auto remote = decode->StartDecode(pd, unused.Sink());
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(remote.status().message().find("not part of this build"), std::string::npos);
+
+  auto colocated = Core(WorkerRole::kColocated);
+  EXPECT_EQ(colocated->StartDecode(pd, unused.Sink()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(unused.events.empty());
+  EXPECT_EQ(colocated->GetServerInfo().role(), proto::ServerInfo::COLOCATED);
+  EXPECT_EQ(decode->GetServerInfo().role(), proto::ServerInfo::DECODE);
+}
+
+TEST_F(WorkerCoreTest, GeneratedRidAndOneAccumulatedEventWithoutStreaming) {
+  auto core = Core(WorkerRole::kColocated);
+  Events ev;
+  auto leg = core->StartDecode(Request("", 7, /*stream=*/false), ev.Sink());
+  ASSERT_TRUE(leg.ok()) << leg.status();
+  EXPECT_EQ(leg->rid.rfind("req-", 0), 0u) << leg->rid;
+  ev.Wait();
+  ASSERT_EQ(ev.events.size(), 1u);
+  EXPECT_EQ(ev.events[0].token_ids_size(), 7);
+  EXPECT_EQ(ev.events[0].finish_reason().type(), proto::FinishReason::LENGTH);
+  EXPECT_GT(ev.events[0].timings().first_token_s(), 0);
+  EXPECT_EQ(core->live_legs(), 0);
+}
+
+TEST_F(WorkerCoreTest, AbortByRoomAndDuplicateRoomsAndDrain) {
+  auto core = Core(WorkerRole::kColocated);
+  Events ev;
+  proto::DecodeRequest r = Request("roomed", 400);
+  r.set_bootstrap_room(77);
+  ASSERT_TRUE(core->StartDecode(r, ev.Sink()).ok());
+  Events dup;
+  proto::DecodeRequest same_room = Request("other", 4);
+  same_room.set_bootstrap_room(77);
+  EXPECT_EQ(core->StartDecode(same_room, dup.Sink()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+
+  core->BeginDrain();
+  EXPECT_EQ(core->StartDecode(Request("late", 4), dup.Sink()).status().code(),
+            absl::StatusCode::kUnavailable);
+  proto::HealthResponse health;
+  core->Health(proto::HealthRequest(), [&](proto::HealthResponse h) { health = h; });
+  EXPECT_EQ(health.status(), proto::HealthResponse::DRAINING);
+
+  proto::AbortRequest abort;
+  abort.set_bootstrap_room(77);
+  EXPECT_TRUE(core->Abort(abort).found());
+  ev.Wait();
+  EXPECT_EQ(ev.events.back().finish_reason().type(), proto::FinishReason::ABORT);
+  EXPECT_TRUE(core->WaitNoLegs(10));
+  EXPECT_FALSE(core->Abort(abort).found());
+  ASSERT_TRUE(engine_->WaitIdle(10));
+  EXPECT_TRUE(core->FlushCache().flushed());
+}
+
+TEST_F(WorkerCoreTest, HealthProbeRunsThroughTheEngine) {
+  auto core = Core(WorkerRole::kColocated);
+  EXPECT_TRUE(core->CheckHealth().ok());
+  engine_->Shutdown();
+  absl::Status down = core->CheckHealth();
+  EXPECT_EQ(down.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(down.message().find("shutting down"), std::string::npos) << down;
+}
+
+}  // namespace
+}  // namespace tandem::worker
