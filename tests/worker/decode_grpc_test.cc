@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <random>
@@ -186,13 +187,21 @@ TEST_F(DecodeGrpcTest, ConcurrentGreedyStreamsEqualAnInProcessEngine) {
     requests.push_back(Greedy("mixed-" + std::to_string(i), RandomPrompt(&rng, prompt_len), max_new,
                               /*ignore_eos=*/i % 3 == 0));
   }
+  const auto t0 = std::chrono::steady_clock::now();
   const auto expected = ReferenceTokens(requests);
+  const auto t1 = std::chrono::steady_clock::now();
   std::vector<StreamResult> results(requests.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < requests.size(); ++i) {
     threads.emplace_back([&, i] { results[i] = RunDecode(stub(), requests[i]); });
   }
   for (auto& t : threads) t.join();
+  const auto t2 = std::chrono::steady_clock::now();
+  // Informational only (tests never assert on timings): the same work over gRPC vs in process.
+  const double in_process = std::chrono::duration<double>(t1 - t0).count();
+  const double over_grpc = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("%zu requests: in-process engine %.3f s (incl. model load), over gRPC %.3f s\n",
+              requests.size(), in_process, over_grpc);
   for (size_t i = 0; i < requests.size(); ++i) {
     const StreamResult& r = results[i];
     const std::string& rid = requests[i].rid();
@@ -413,7 +422,7 @@ TEST_F(DecodeGrpcTest, HealthGenerateServerInfoAndFlushWhileBusy) {
 TEST(DecodeDrainTest, SigtermRefusesNewLegsEndsRunningStreamsAndExitsZero) {
   // One request at a time, so the queued work outlasts the one-second drain.
   auto d = StartDaemon({"--drain-timeout", "1", "--max-running-requests", "1"});
-  constexpr int kStreams = 24;
+  constexpr int kStreams = 40;
   std::vector<std::unique_ptr<LongStream>> streams;
   for (int i = 0; i < kStreams; ++i) {
     streams.push_back(std::make_unique<LongStream>(
