@@ -74,6 +74,10 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
   const SchedulerConfig& config() const { return config_; }
+  // The KV cache memory (stable for the Engine's life), for the transfer engine to register.
+  // Its bytes belong to the requests whose blocks they are: read a block only while its request
+  // holds it (prefill-only: until ReleaseHeld), write only blocks reported by on_reserved.
+  KvCacheStorage* kv_storage() const { return scheduler_->kv_storage(); }
   // Blocks until the loop has no live request (tests, drains). False on timeout.
   bool WaitIdle(double timeout_seconds);
 

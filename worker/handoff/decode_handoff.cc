@@ -1,0 +1,284 @@
+#include "worker/handoff/decode_handoff.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kvtransfer/factory.h"
+#include "spdlog/spdlog.h"
+#include "worker/handoff/control_channel.h"
+#include "worker/handoff/kv_geometry.h"
+
+namespace tandem::worker {
+
+absl::StatusOr<std::unique_ptr<DecodeHandoff>> DecodeHandoff::Create(engine::Engine* engine,
+                                                                     HandoffOptions options) {
+  std::unique_ptr<DecodeHandoff> h(new DecodeHandoff(engine, std::move(options)));
+  if (absl::Status s = h->Start(); !s.ok()) return s;
+  return h;
+}
+
+DecodeHandoff::DecodeHandoff(engine::Engine* engine, HandoffOptions options)
+    : engine_(engine), options_(std::move(options)) {}
+
+DecodeHandoff::~DecodeHandoff() { Shutdown(); }
+
+absl::Status DecodeHandoff::Start() {
+  engine::KvCacheStorage* storage = engine_->kv_storage();
+  compat_ = KvCompatibility(options_.served_model_name, engine_->model_config(), *storage);
+  kv::EngineOptions eo;
+  eo.name = options_.worker_id;
+  eo.cluster_secret = options_.cluster_secret;
+  eo.compat = compat_;
+  eo.listen_host = options_.transfer.transfer_host;
+  eo.listen_port = options_.transfer.transfer_port;
+  eo.lanes = options_.transfer.lanes;
+  eo.rdma_device = options_.transfer.ib_device;
+  eo.on_notification = [this](const std::string& peer, const std::string& msg) {
+    OnNotification(peer, msg);
+  };
+  auto transfer = kv::CreateTransferEngine(options_.transfer.backend, eo);
+  if (!transfer.ok() && options_.transfer.fallback_to_tcp && options_.transfer.backend != "tcp") {
+    spdlog::warn("transfer backend {} unavailable ({}); falling back to tcp as asked",
+                 options_.transfer.backend, std::string(transfer.status().message()));
+    transfer = kv::CreateTransferEngine("tcp", eo);
+  }
+  if (!transfer.ok()) {
+    return absl::Status(transfer.status().code(),
+                        absl::StrCat("--disaggregation-transfer-backend ",
+                                     options_.transfer.backend, ": ", transfer.status().message()));
+  }
+  transfer_ = std::move(*transfer);
+  if (absl::Status s = transfer_->RegisterRegion(
+          {kKvRegion, storage->base(), static_cast<uint64_t>(storage->total_bytes()), false});
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = transfer_->Start(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--transfer-port: ", s.message()));
+  }
+  auto descriptor = transfer_->ExportDescriptor();
+  if (!descriptor.ok()) return descriptor.status();
+  descriptor_ = *descriptor;
+  reaper_ = std::thread([this] { ReaperLoop(); });
+  return absl::OkStatus();
+}
+
+void DecodeHandoff::Shutdown() {
+  if (stop_.exchange(true)) return;
+  stop_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  std::map<uint64_t, Room> rooms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rooms.swap(rooms_);
+  }
+  for (auto& [room, r] : rooms) engine_->Abort(r.rid, "the decode worker is shutting down");
+  if (transfer_) transfer_->Shutdown();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [address, peer] : peers_) {
+    std::lock_guard<std::mutex> plock(peer->mu);
+    peer->socket.close();
+  }
+  peers_.clear();
+}
+
+int64_t DecodeHandoff::inflight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(rooms_.size());
+}
+
+absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(const std::string& host,
+                                                                            int port) {
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("bootstrap_port ", port, " is not a port"));
+  }
+  const std::string address = absl::StrCat(host, ":", port);
+  std::shared_ptr<Peer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = peers_[address];
+    if (!slot) {
+      slot = std::make_shared<Peer>();
+      slot->address = address;
+    }
+    peer = slot;
+  }
+  std::lock_guard<std::mutex> plock(peer->mu);
+  if (peer->registered) return peer;
+  // (Re)connect and register; a failed attempt leaves no half-open socket behind.
+  try {
+    peer->socket = zmq::socket_t(zmq_context_, zmq::socket_type::dealer);
+    peer->socket.set(zmq::sockopt::linger, 0);
+    peer->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxControlBytes));
+    peer->socket.connect(absl::StrCat("tcp://", address));
+    proto::ControlMessage m;
+    proto::RegisterPeer* r = m.mutable_register_peer();
+    r->set_decode_worker_id(options_.worker_id);
+    *r->mutable_layout() = ToProto(compat_);
+    r->set_transfer_descriptor(descriptor_);
+    const std::string sealed = SealControl(options_.cluster_secret, std::move(m));
+    peer->socket.send(zmq::buffer(sealed), zmq::send_flags::dontwait);
+    zmq::pollitem_t item{peer->socket.handle(), 0, ZMQ_POLLIN, 0};
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(options_.transfer.bootstrap_timeout_s * 1000));
+    zmq::poll(&item, 1, timeout);
+    zmq::message_t reply;
+    if (!(item.revents & ZMQ_POLLIN) || !peer->socket.recv(reply, zmq::recv_flags::dontwait)) {
+      peer->socket.close();
+      return absl::UnavailableError(absl::StrCat(
+          "prefill worker ", address, " did not answer the bootstrap handshake within ",
+          options_.transfer.bootstrap_timeout_s, " s (--bootstrap-timeout)"));
+    }
+    auto answer = OpenControl(options_.cluster_secret, reply.to_string());
+    if (!answer.ok()) {
+      peer->socket.close();
+      return absl::UnauthenticatedError(
+          absl::StrCat("prefill worker ", address, ": ", answer.status().message()));
+    }
+    if (!answer->has_register_peer_reply()) {
+      peer->socket.close();
+      return absl::UnavailableError(
+          absl::StrCat("prefill worker ", address, " answered the handshake with another message"));
+    }
+    const proto::RegisterPeerReply& rep = answer->register_peer_reply();
+    if (!rep.accepted()) {
+      peer->socket.close();
+      return absl::FailedPreconditionError(
+          absl::StrCat("prefill worker ", address, " refused this decode worker: ", rep.error()));
+    }
+    if (absl::Status s = kv::CheckCompatible(compat_, FromProto(rep.layout())); !s.ok()) {
+      peer->socket.close();
+      return absl::FailedPreconditionError(absl::StrCat("decode worker ", options_.worker_id,
+                                                        " and prefill worker ", address,
+                                                        " cannot share KV: ", s.message()));
+    }
+    peer->registered = true;
+    spdlog::info("bootstrap: registered with prefill worker {} ({})", address,
+                 rep.prefill_worker_id());
+  } catch (const zmq::error_t& e) {
+    peer->socket.close();
+    return absl::UnavailableError(
+        absl::StrCat("bootstrap connection to prefill worker ", address, ": ", e.what()));
+  }
+  return peer;
+}
+
+void DecodeHandoff::Send(Peer* peer, const std::string& bytes) {
+  std::lock_guard<std::mutex> plock(peer->mu);
+  if (!peer->registered) return;
+  try {
+    if (!peer->socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
+      spdlog::warn("bootstrap: send queue to prefill worker {} is full", peer->address);
+    }
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("bootstrap: send to prefill worker {}: {}", peer->address, e.what());
+  }
+}
+
+absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
+                                             engine::Request* request) {
+  if (stop_.load()) return absl::UnavailableError("the decode worker is shutting down");
+  const uint64_t room = leg.bootstrap_room();
+  if (room == 0) {
+    return absl::InvalidArgumentError(
+        "bootstrap_room must be set (non-zero) on a decode leg that names a prefill worker");
+  }
+  auto peer = GetPeer(leg.bootstrap_host(), leg.bootstrap_port());
+  if (!peer.ok()) return peer.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rooms_.count(room)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("bootstrap room ", room, " is already waiting for its KV on this worker"));
+    }
+    rooms_[room] = {request->rid, *peer,
+                    absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s +
+                                                options_.transfer.transfer_timeout_s)};
+  }
+  request->mode = engine::RequestMode::kDecodeOnly;
+  const int32_t num_tokens = static_cast<int32_t>(request->input_ids.size());
+  std::shared_ptr<Peer> p = *peer;
+  request->callbacks.on_reserved = [this, room, p, num_tokens](const std::vector<int32_t>& blocks) {
+    proto::ControlMessage m;
+    proto::RoomRegistration* r = m.mutable_room_registration();
+    r->set_bootstrap_room(room);
+    r->set_decode_worker_id(options_.worker_id);
+    r->mutable_dst_block_ids()->Assign(blocks.begin(), blocks.end());
+    r->set_num_tokens(num_tokens);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = rooms_.find(room);
+      if (it == rooms_.end()) return;
+      r->set_deadline_unix_ms(absl::ToUnixMillis(it->second.deadline));
+    }
+    Send(p.get(), SealControl(options_.cluster_secret, std::move(m)));
+  };
+  auto user_output = std::move(request->callbacks.on_output);
+  request->callbacks.on_output = [this, room, user_output](const engine::RequestOutput& out) {
+    if (out.last) {
+      std::lock_guard<std::mutex> lock(mu_);
+      rooms_.erase(room);
+    }
+    if (user_output) user_output(out);
+  };
+  return absl::OkStatus();
+}
+
+void DecodeHandoff::OnNotification(const std::string& from, const std::string& message) {
+  auto m = OpenControl(options_.cluster_secret, message);
+  if (!m.ok()) {
+    spdlog::warn("notification from {} dropped: {}", from, std::string(m.status().message()));
+    return;
+  }
+  if (!m->has_completion_notice()) return;
+  const proto::CompletionNotice& c = m->completion_notice();
+  std::string rid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rooms_.find(c.bootstrap_room());
+    if (it == rooms_.end()) return;  // aborted or timed out meanwhile
+    rid = it->second.rid;
+    it->second.deadline = absl::InfiniteFuture();  // the KV is here: decoding may take long
+  }
+  if (!c.ok()) {
+    engine_->Abort(rid, c.error());
+    return;
+  }
+  engine_->CompleteTransfer(rid, c.first_token_id(), c.first_token_logprob(),
+                            [this, rid](absl::Status s) {
+                              if (!s.ok()) engine_->Abort(rid, std::string(s.message()));
+                            });
+}
+
+void DecodeHandoff::ReaperLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_.load()) {
+    stop_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    const absl::Time now = absl::Now();
+    std::vector<std::pair<uint64_t, Room>> expired;
+    for (auto it = rooms_.begin(); it != rooms_.end();) {
+      if (it->second.deadline < now) {
+        expired.emplace_back(it->first, std::move(it->second));
+        it = rooms_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    lock.unlock();
+    for (auto& [room, r] : expired) {
+      const std::string why = absl::StrCat(
+          "no KV cache from prefill worker ", r.peer->address, " for room ", room, " within ",
+          options_.transfer.bootstrap_timeout_s + options_.transfer.transfer_timeout_s,
+          " s (--bootstrap-timeout + --transfer-timeout)");
+      engine_->Abort(r.rid, why);
+      proto::ControlMessage m;
+      m.mutable_room_abort()->set_bootstrap_room(room);
+      m.mutable_room_abort()->set_reason(why);
+      Send(r.peer.get(), SealControl(options_.cluster_secret, std::move(m)));
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,88 @@
+// DecodeHandoff: the decode worker's side of the KV handoff, the KvHandoff WorkerCore calls for a
+// decode leg that names a prefill worker.
+//
+// Per prefill worker (bootstrap host:port) one ZMQ connection: on first use it registers this
+// worker (RegisterPeer: KV layout + transfer descriptor; the reply carries the prefill worker's
+// verdict, e.g. a layout mismatch naming both values). Per leg: the request becomes decode-only;
+// when the engine has reserved its blocks, a RoomRegistration tells the prefill worker where to
+// write; the prefill worker's CompletionNotice (over the transfer engine, after the last byte)
+// hands the first token to the engine, or ends the leg with the prefill side's error. A room that
+// hears nothing within --bootstrap-timeout + --transfer-timeout is aborted here and on the prefill
+// worker (RoomAbort).
+//
+// Thread-safe. The Engine is borrowed and must outlive this object.
+#ifndef TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
+#define TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "kvtransfer/transfer_engine.h"
+#include "worker/handoff/handoff_options.h"
+#include "worker/worker_core.h"
+#include "zmq.hpp"
+
+namespace tandem::worker {
+
+class DecodeHandoff : public KvHandoff {
+ public:
+  // Starts the transfer engine with the engine's KV memory registered.
+  static absl::StatusOr<std::unique_ptr<DecodeHandoff>> Create(engine::Engine* engine,
+                                                               HandoffOptions options);
+  ~DecodeHandoff() override;
+  DecodeHandoff(const DecodeHandoff&) = delete;
+  DecodeHandoff& operator=(const DecodeHandoff&) = delete;
+
+  // Errors end the leg before it starts: no room, an unreachable prefill worker or one that
+  // refuses this worker (UNAVAILABLE / FAILED_PRECONDITION with its reason), a room in use.
+  absl::Status PrepareDecodeLeg(const proto::DecodeRequest& leg, engine::Request* request) override;
+  // Rooms waiting for their KV.
+  int64_t inflight() const;
+  void Shutdown();
+
+ private:
+  struct Peer {
+    std::string address;  // host:port of the bootstrap server
+    std::mutex mu;        // serialises use of `socket`
+    zmq::socket_t socket;
+    bool registered = false;
+  };
+  struct Room {
+    std::string rid;
+    std::shared_ptr<Peer> peer;
+    absl::Time deadline;
+  };
+
+  DecodeHandoff(engine::Engine* engine, HandoffOptions options);
+  absl::Status Start();
+  absl::StatusOr<std::shared_ptr<Peer>> GetPeer(const std::string& host, int port);
+  void Send(Peer* peer, const std::string& bytes);
+  void OnNotification(const std::string& from, const std::string& message);
+  void ReaperLoop();
+
+  engine::Engine* engine_;
+  HandoffOptions options_;
+  kv::CompatibilityRecord compat_;
+  kv::TransferEnginePtr transfer_;
+  std::string descriptor_;
+  zmq::context_t zmq_context_{1};
+  std::atomic<bool> stop_{false};
+  std::thread reaper_;
+
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  std::map<std::string, std::shared_ptr<Peer>> peers_;  // by bootstrap address
+  std::map<uint64_t, Room> rooms_;                      // awaiting the KV
+};
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_

@@ -1,0 +1,46 @@
+// What a worker's KV cache looks like to its peers, and the writes that ship part of it.
+//
+// The handshake record (kv::CompatibilityRecord, also sent as proto::KvLayout on the bootstrap
+// channel) names the model and every dimension of the layer-major layout, so a prefill worker
+// refuses a decode worker whose blocks would be misread. LayerWrites turns "layer l of positions
+// [begin, end) is final" into transfer writes from the prefill side's blocks into the decode
+// side's: per block touched, one write for K's slots and one for V's (adjacent runs coalesced).
+#ifndef TANDEM_WORKER_HANDOFF_KV_GEOMETRY_H_
+#define TANDEM_WORKER_HANDOFF_KV_GEOMETRY_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "kvtransfer/descriptor.h"
+#include "kvtransfer/transfer_engine.h"
+#include "proto/kv_control.pb.h"
+
+namespace tandem::worker {
+
+inline constexpr kv::RegionId kKvRegion = 1;
+inline constexpr char kKvLayoutName[] = "layer-major/[block][kv][token][head][dim]";
+
+// model_id = served model name + "/" + the first 16 hex digits of SHA-256 of config.json's
+// canonical fields, so two workers agree only on the same model.
+kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
+                                        const engine::ModelConfig& model,
+                                        const engine::KvCacheStorage& storage);
+proto::KvLayout ToProto(const kv::CompatibilityRecord& record);
+kv::CompatibilityRecord FromProto(const proto::KvLayout& layout);
+
+// Writes for layer `layer`, positions [begin, end): position p lives in src_blocks[p / bs] on
+// this side and dst_blocks[p / bs] on the peer. Both block lists must cover `end` (checked by
+// the caller). Offsets are within kKvRegion on both sides (identical geometry).
+std::vector<kv::WriteOp> LayerWrites(const engine::KvCacheStorage& geometry, int64_t layer,
+                                     std::span<const int32_t> src_blocks,
+                                     std::span<const int32_t> dst_blocks, int64_t begin,
+                                     int64_t end);
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_HANDOFF_KV_GEOMETRY_H_

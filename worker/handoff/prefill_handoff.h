@@ -1,0 +1,105 @@
+// PrefillHandoff: the prefill worker's side of the KV handoff (DESIGN.md, request lifecycle).
+//
+//  - A bootstrap server (ZMQ ROUTER on --disaggregation-bootstrap-port) where decode workers
+//    register (RegisterPeer: their KV layout, checked against ours with an error naming both
+//    values, and their transfer descriptor, which we import: the transfer engine authenticates
+//    both ways with the cluster secret) and register rooms (RoomRegistration: the blocks reserved
+//    for one request's prompt). Every message is sealed with the cluster secret.
+//  - RunPrefill, the gRPC prefill leg: waits (up to --bootstrap-timeout) for its room's
+//    registration, runs the prompt as a prefill-only engine request, pushes each layer's K/V into
+//    the decode worker's blocks as soon as the layer is computed, and once every write has been
+//    acknowledged sends a CompletionNotice with the first token through the transfer engine
+//    (delivered only after those writes were applied), then releases the blocks and answers.
+//  - On any failure (no registration in time, a write failing or timing out, an abort from the
+//    router or the decode side, the engine aborting) the room's pending writes are cancelled, a
+//    CompletionNotice with ok=false tells the decode worker why, the blocks are released and the
+//    leg answers with the error.
+//
+// Thread-safe. The Engine is borrowed and must outlive this object.
+#ifndef TANDEM_WORKER_HANDOFF_PREFILL_HANDOFF_H_
+#define TANDEM_WORKER_HANDOFF_PREFILL_HANDOFF_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "kvtransfer/transfer_engine.h"
+#include "proto/kv_control.pb.h"
+#include "proto/worker.pb.h"
+#include "worker/handoff/handoff_options.h"
+#include "zmq.hpp"
+
+namespace tandem::worker {
+
+class PrefillHandoff {
+ public:
+  using PrefillDone = std::function<void(absl::StatusOr<proto::PrefillResponse>)>;
+
+  // Starts the transfer engine (registering the engine's KV memory) and the bootstrap server.
+  // Errors name the flag: a port in use, a backend that cannot start.
+  static absl::StatusOr<std::unique_ptr<PrefillHandoff>> Create(engine::Engine* engine,
+                                                                HandoffOptions options);
+  ~PrefillHandoff();
+  PrefillHandoff(const PrefillHandoff&) = delete;
+  PrefillHandoff& operator=(const PrefillHandoff&) = delete;
+
+  // Runs one prefill leg; `done` is called exactly once, on some internal thread.
+  void RunPrefill(const proto::PrefillRequest& request, PrefillDone done);
+  // Fails the leg of `room` (the router's or an operator's abort). False if no such leg.
+  bool AbortRoom(uint64_t room, const std::string& reason);
+  int64_t inflight() const;
+  int bootstrap_port() const { return bootstrap_port_; }
+  // Fails every leg ("shutting down"), stops the bootstrap server and the transfer engine.
+  void Shutdown();
+
+ private:
+  struct Registration {
+    std::string decode_id;
+    kv::PeerId peer = 0;
+    std::vector<int32_t> blocks;
+    int32_t num_tokens = 0;
+    absl::Time deadline;
+  };
+  struct Leg;
+
+  PrefillHandoff(engine::Engine* engine, HandoffOptions options);
+  absl::Status Start();
+  void BootstrapLoop();
+  std::string HandleRegisterPeer(const proto::RegisterPeer& m);
+  void HandleRoom(const proto::RoomRegistration& m);
+  void CheckDeadlines();
+  void StartLeg(const std::shared_ptr<Leg>& leg);
+  void OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::KvLayerEvent& e);
+  void OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out);
+  void OnBatchDone(const std::shared_ptr<Leg>& leg, kv::BatchId id, const kv::BatchStatus& st);
+  void MaybeComplete(const std::shared_ptr<Leg>& leg);
+  void Fail(const std::shared_ptr<Leg>& leg, absl::Status status);
+
+  engine::Engine* engine_;
+  HandoffOptions options_;
+  kv::CompatibilityRecord compat_;
+  kv::TransferEnginePtr transfer_;
+  int bootstrap_port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread bootstrap_thread_;
+  zmq::context_t zmq_context_{1};
+  zmq::socket_t router_;  // the bootstrap thread's only, once started
+
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Leg>> legs_;   // by room: waiting or running
+  std::map<uint64_t, Registration> registrations_;  // rooms registered before their leg
+  std::map<std::string, std::pair<kv::PeerId, std::string>> peers_;  // decode id -> peer, desc
+};
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_HANDOFF_PREFILL_HANDOFF_H_
