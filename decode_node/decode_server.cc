@@ -30,8 +30,18 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   core.model_path = o.serving.model_path;
   core.served_model_name = engine::ServedModelName(o.serving);
   core.transfer_backend = o.local_prefill ? "" : o.transfer.backend;
+  if (!o.local_prefill) {
+    ASSIGN_OR_RETURN(std::string secret, kv::LoadClusterSecret(o.transfer));
+    worker::HandoffOptions h;
+    h.worker_id = absl::StrCat("decode@", o.host, ":", o.port);
+    h.served_model_name = engine::ServedModelName(o.serving);
+    h.transfer = o.transfer;
+    h.cluster_secret = secret;
+    ASSIGN_OR_RETURN(server->handoff_,
+                     worker::DecodeHandoff::Create(server->engine_.get(), std::move(h)));
+  }
   server->core_ = std::make_unique<worker::WorkerCore>(server->engine_.get(), std::move(core),
-                                                       &server->metrics_);
+                                                       &server->metrics_, server->handoff_.get());
 
   HttpServerOptions http;
   http.host = o.host;
@@ -55,11 +65,6 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
       kTandemVersion, engine::ServedModelName(o.serving),
       server->engine_->model_config().num_layers, o.local_prefill ? "colocated" : "disaggregated",
       sc.num_blocks, sc.block_size, o.host, server->grpc_->port(), o.host, server->http_->port());
-  if (!o.local_prefill) {
-    spdlog::warn(
-        "tandem-decode: KV handoff from prefill workers is not part of this build; decode legs "
-        "naming a prefill worker fail with UNIMPLEMENTED (run with --local-prefill to serve)");
-  }
   return server;
 }
 
@@ -93,6 +98,7 @@ void DecodeServer::Shutdown() {
   // gRPC first so no leg starts on a stopping engine; then the engine, whose shutdown ends any
   // leg still live; the WorkerCore outlives both (destroyed with this object).
   if (grpc_) grpc_->Shutdown(kGrpcGraceSeconds);
+  if (handoff_) handoff_->Shutdown();
   if (engine_) engine_->Shutdown();
   if (http_) http_->Stop();
 }

@@ -4,8 +4,8 @@
 // otherwise or while draining).
 //
 // With --local-prefill (colocated mode) Decode legs without a prefill worker are served end to
-// end. Legs naming a prefill worker fail with UNIMPLEMENTED: the KV handoff is not part of this
-// build.
+// end. Without it, legs name their prefill worker and get their KV through the handoff
+// (worker/handoff/decode_handoff.h); legs without one are refused.
 //
 // Thread-safe: Create/Drain/Shutdown on the main thread; gRPC and HTTP handlers on their own
 // threads; engine outputs on the engine's loop thread.
@@ -20,6 +20,7 @@
 #include "decode_node/decode_options.h"
 #include "engine/engine.h"
 #include "worker/grpc_server.h"
+#include "worker/handoff/decode_handoff.h"
 #include "worker/worker_core.h"
 
 namespace tandem::decode {
@@ -50,7 +51,8 @@ class DecodeServer {
   DecodeOptions options_;
   MetricsRegistry metrics_;
   std::unique_ptr<engine::Engine> engine_;
-  std::unique_ptr<worker::WorkerCore> core_;  // uses engine_; destroyed after it is shut down
+  std::unique_ptr<worker::DecodeHandoff> handoff_;  // without --local-prefill; uses engine_
+  std::unique_ptr<worker::WorkerCore> core_;        // uses engine_; destroyed after it is shut down
   std::unique_ptr<worker::GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
 };

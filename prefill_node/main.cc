@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   auto server = tandem::prefill::PrefillServer::Create(options);
   if (!server.ok()) return tandem::ReportStartupFailure("tandem-prefill", server.status());
   int sig = tandem::WaitForShutdownSignal();
-  spdlog::info("signal {}: shutting down", sig);
-  (*server)->Shutdown();
+  spdlog::info("signal {}: draining", sig);
+  (*server)->Drain();
   return 0;
 }

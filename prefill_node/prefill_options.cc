@@ -13,8 +13,8 @@ void RegisterPrefillFlags(Flags& flags, PrefillOptions* o) {
       ->check(CLI::Range(0, 65535));
   flags
       .Add("--disaggregation-bootstrap-port", &o->bootstrap_port,
-           "Port of the bootstrap server decode workers connect to")
-      ->check(CLI::Range(1, 65535));
+           "Port of the bootstrap server decode workers connect to (0: ephemeral)")
+      ->check(CLI::Range(0, 65535));
   flags.Add("--disaggregation-mode", &o->disaggregation_mode,
             "Accepted for SGLang launch scripts; must be 'prefill' for this binary");
   flags
@@ -32,8 +32,9 @@ absl::Status ValidatePrefillOptions(const PrefillOptions& o) {
                      "': tandem-prefill only runs the prefill role (use tandem-decode for "
                      "'decode')"));
   }
-  if (o.port != 0 &&
-      (o.port == o.http_port || o.port == o.bootstrap_port || o.http_port == o.bootstrap_port)) {
+  auto same = [](int a, int b) { return a != 0 && a == b; };
+  if (same(o.port, o.http_port) || same(o.port, o.bootstrap_port) ||
+      same(o.http_port, o.bootstrap_port)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--port (", o.port, "), --http-port (", o.http_port,
                      ") and --disaggregation-bootstrap-port (", o.bootstrap_port, ") must differ"));

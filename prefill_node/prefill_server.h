@@ -1,9 +1,10 @@
-// PrefillServer: the tandem-prefill daemon's process-level object. It owns the model description,
-// the metrics registry and the HTTP endpoint (/metrics, /health).
+// PrefillServer: the tandem-prefill daemon's process-level object: the serving engine, the KV
+// handoff (bootstrap server + transfer engine, worker/handoff/prefill_handoff.h), the gRPC Worker
+// service whose Prefill legs it serves, and the HTTP endpoint (/metrics, /health).
 //
-// The prefill leg (gRPC), the bootstrap server and the KV push are not part of this build yet:
-// /health answers 503 and says so, so that no router or operator mistakes this daemon for a
-// serving one. Thread-safe: Create/Shutdown on the main thread; HTTP handlers on I/O threads.
+// Drain (SIGTERM): new legs are refused with UNAVAILABLE, in-flight rooms get --drain-timeout to
+// finish, the rest are failed (their decode workers are told), then everything stops.
+// Thread-safe: Create/Drain/Shutdown on the main thread; the rest on gRPC, HTTP, engine threads.
 #ifndef TANDEM_PREFILL_NODE_PREFILL_SERVER_H_
 #define TANDEM_PREFILL_NODE_PREFILL_SERVER_H_
 
@@ -12,29 +13,39 @@
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
-#include "engine/model_config.h"
+#include "engine/engine.h"
 #include "prefill_node/prefill_options.h"
+#include "worker/grpc_server.h"
+#include "worker/handoff/prefill_handoff.h"
+#include "worker/worker_core.h"
 
 namespace tandem::prefill {
 
 class PrefillServer {
  public:
-  // Validates options, reads the model's config.json, starts the HTTP endpoint.
+  // Validates options, loads the model, starts the transfer engine, the bootstrap server, gRPC
+  // and HTTP. Errors name the flag (a port in use, a bad model directory, no cluster secret).
   static absl::StatusOr<std::unique_ptr<PrefillServer>> Create(PrefillOptions options);
   ~PrefillServer();
   PrefillServer(const PrefillServer&) = delete;
   PrefillServer& operator=(const PrefillServer&) = delete;
 
   int http_port() const { return http_->port(); }
-  // Stops accepting, closes the endpoint. Idempotent.
+  int grpc_port() const { return grpc_->port(); }
+  // Graceful stop for SIGTERM, then Shutdown.
+  void Drain();
+  // Stops everything now; in-flight rooms fail. Idempotent.
   void Shutdown();
 
  private:
-  PrefillServer(PrefillOptions options, engine::ModelConfig model);
+  explicit PrefillServer(PrefillOptions options);
 
   PrefillOptions options_;
-  engine::ModelConfig model_;
   MetricsRegistry metrics_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<worker::PrefillHandoff> handoff_;
+  std::unique_ptr<worker::WorkerCore> core_;
+  std::unique_ptr<worker::GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
 };
 

@@ -133,6 +133,22 @@ class WorkerService final : public proto::Worker::CallbackService {
     return new DecodeReactor(core_, *request);
   }
 
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const proto::PrefillRequest* request,
+                                    proto::PrefillResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    core_->StartPrefill(*request,
+                        [reactor, response](absl::StatusOr<proto::PrefillResponse> result) {
+                          if (!result.ok()) {
+                            reactor->Finish(ToGrpcStatus(result.status()));
+                            return;
+                          }
+                          *response = *std::move(result);
+                          reactor->Finish(grpc::Status::OK);
+                        });
+    return reactor;
+  }
+
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
                                   const proto::AbortRequest* request,
                                   proto::AbortResponse* response) override {

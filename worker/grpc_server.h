@@ -3,8 +3,9 @@
 //
 // Decode streams: the leg's events are queued as the engine produces them and written one at a
 // time; the last event ends the RPC with OK. A client that cancels (or whose stream breaks)
-// aborts the leg in the engine. Every path ends the RPC exactly once. Prefill is not served
-// here (UNIMPLEMENTED) until a prefill role provides it.
+// aborts the leg in the engine. Every path ends the RPC exactly once. Prefill legs go to the
+// WorkerCore's PrefillLegs (prefill workers); elsewhere they fail with FAILED_PRECONDITION. A
+// prefill leg is cancelled by the Abort RPC (by bootstrap room), not by the client going away.
 //
 // Thread-safe. The WorkerCore is borrowed and must outlive the server. This header keeps gRPC's
 // headers out of its users (they are heavy to compile).

@@ -62,8 +62,41 @@ struct WorkerCore::Leg {
 };
 
 WorkerCore::WorkerCore(engine::Engine* engine, WorkerCoreOptions options, MetricsRegistry* registry,
-                       KvHandoff* handoff)
-    : engine_(engine), options_(std::move(options)), handoff_(handoff), phase_metrics_(registry) {}
+                       KvHandoff* handoff, PrefillLegs* prefill)
+    : engine_(engine),
+      options_(std::move(options)),
+      handoff_(handoff),
+      prefill_(prefill),
+      phase_metrics_(registry) {}
+
+void WorkerCore::StartPrefill(const proto::PrefillRequest& request, PrefillLegs::PrefillDone done) {
+  if (options_.role != WorkerRole::kPrefill || prefill_ == nullptr) {
+    phase_metrics_.RecordRejected();
+    done(absl::FailedPreconditionError(
+        "this worker is not a prefill worker: send prefill legs to tandem-prefill"));
+    return;
+  }
+  if (draining_.load()) {
+    phase_metrics_.RecordRejected();
+    done(absl::UnavailableError(
+        "draining: this worker is shutting down and admits no new requests"));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++prefill_legs_;
+  }
+  prefill_->RunPrefill(
+      request, [this, done = std::move(done)](absl::StatusOr<proto::PrefillResponse> response) {
+        if (response.ok()) {
+          cache_hit_tokens_ += response->cached_tokens();
+          cache_query_tokens_ += response->prompt_tokens();
+        }
+        done(std::move(response));
+        absl::MutexLock lock(&mu_);
+        --prefill_legs_;
+      });
+}
 
 WorkerCore::~WorkerCore() = default;
 
@@ -213,6 +246,13 @@ proto::AbortResponse WorkerCore::Abort(const proto::AbortRequest& request) {
     }
   }
   proto::AbortResponse response;
+  if (rid.empty() && prefill_ != nullptr &&
+      request.target_case() == proto::AbortRequest::kBootstrapRoom) {
+    response.set_found(prefill_->AbortRoom(request.bootstrap_room(), request.reason().empty()
+                                                                         ? "aborted by request"
+                                                                         : request.reason()));
+    return response;
+  }
   response.set_found(!rid.empty());
   if (!rid.empty()) {
     engine_->Abort(rid, request.reason().empty() ? "aborted by request" : request.reason());
@@ -299,7 +339,7 @@ proto::LoadReport WorkerCore::GetLoad() const {
   r.set_free_kv_blocks(load.free_blocks);
   r.set_total_kv_blocks(load.total_blocks);
   r.set_kv_block_size(engine_->config().block_size);
-  r.set_inflight_transfers(0);  // no KV handoff in this build
+  r.set_inflight_transfers(prefill_ != nullptr ? prefill_->inflight() : 0);
   return r;
 }
 
@@ -343,12 +383,14 @@ void WorkerCore::BeginDrain() { draining_.store(true); }
 
 int64_t WorkerCore::live_legs() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(legs_.size());
+  return static_cast<int64_t>(legs_.size()) + prefill_legs_.load();
 }
 
 bool WorkerCore::WaitNoLegs(double timeout_seconds) {
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return legs_.empty(); };
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return legs_.empty() && prefill_legs_.load() == 0;
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(timeout_seconds));
 }
 

@@ -64,6 +64,20 @@ class KvHandoff {
                                         engine::Request* request) = 0;
 };
 
+// The prefill leg of a disaggregated request: prefill, push the KV to the decode worker that
+// registered the room, answer with the first token (worker/handoff/prefill_handoff.h).
+class PrefillLegs {
+ public:
+  virtual ~PrefillLegs() = default;
+  using PrefillDone = std::function<void(absl::StatusOr<proto::PrefillResponse>)>;
+  // `done` runs exactly once, on some internal thread.
+  virtual void RunPrefill(const proto::PrefillRequest& request, PrefillDone done) = 0;
+  // Fails the leg of `room`; false if there is none.
+  virtual bool AbortRoom(uint64_t room, const std::string& reason) = 0;
+  // Rooms whose KV is being computed or moved.
+  virtual int64_t inflight() const = 0;
+};
+
 // Receives one leg's events; see the class comment.
 using DecodeEventSink = std::function<void(proto::DecodeEvent event)>;
 
@@ -76,7 +90,7 @@ struct LegId {
 class WorkerCore {
  public:
   WorkerCore(engine::Engine* engine, WorkerCoreOptions options, MetricsRegistry* registry,
-             KvHandoff* handoff = nullptr);
+             KvHandoff* handoff = nullptr, PrefillLegs* prefill = nullptr);
   ~WorkerCore();
   WorkerCore(const WorkerCore&) = delete;
   WorkerCore& operator=(const WorkerCore&) = delete;
@@ -88,6 +102,10 @@ class WorkerCore {
   absl::StatusOr<LegId> StartDecode(const proto::DecodeRequest& request, DecodeEventSink sink);
   // The leg's client went away: abort it. Its last event still reaches the sink.
   void CancelDecode(const LegId& leg);
+
+  // A prefill leg (role kPrefill with PrefillLegs). Errors go to `done` too: UNAVAILABLE while
+  // draining, FAILED_PRECONDITION on a worker that is not a prefill worker.
+  void StartPrefill(const proto::PrefillRequest& request, PrefillLegs::PrefillDone done);
 
   proto::AbortResponse Abort(const proto::AbortRequest& request);
   // `done` runs once, on the engine loop thread when a probe request runs, else inline.
@@ -105,7 +123,8 @@ class WorkerCore {
   int64_t live_legs() const;
   // Blocks until no leg is live; false on timeout.
   bool WaitNoLegs(double timeout_seconds);
-  // Aborts every live leg with `message` (their last events carry it).
+  // Aborts every live decode leg with `message` (their last events carry it). Prefill legs end
+  // through their PrefillLegs (the prefill daemon shuts its handoff down).
   void AbortAllLegs(const std::string& message);
 
  private:
@@ -119,6 +138,8 @@ class WorkerCore {
   engine::Engine* engine_;
   const WorkerCoreOptions options_;
   KvHandoff* handoff_;
+  PrefillLegs* prefill_;
+  std::atomic<int64_t> prefill_legs_{0};  // live prefill legs (for the drain)
   PhaseMetrics phase_metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> last_output_ns_{0};  // steady clock, of the latest token produced

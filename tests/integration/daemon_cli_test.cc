@@ -62,8 +62,20 @@ std::vector<std::string> ValidArgs(const std::string& daemon, int http_port) {
             "--kv-cache-memory",
             "8MiB"};
   }
-  return {BinaryPath(daemon),        "--model-path",     ModelDir(), "--port", "0", "--http-port",
-          std::to_string(http_port), "--cluster-secret", kSecret};
+  // tandem-prefill runs the serving engine too, and a bootstrap server (ephemeral here).
+  return {BinaryPath(daemon),
+          "--model-path",
+          ShippedModel(),
+          "--port",
+          "0",
+          "--http-port",
+          std::to_string(http_port),
+          "--disaggregation-bootstrap-port",
+          "0",
+          "--kv-cache-memory",
+          "8MiB",
+          "--cluster-secret",
+          kSecret};
 }
 
 class DaemonCliTest : public ::testing::TestWithParam<const char*> {};
@@ -119,8 +131,8 @@ TEST_P(DaemonCliTest, StartsServesMetricsAndHealthAndStopsOnSigterm) {
   Process p(ValidArgs(GetParam(), port));
   ASSERT_TRUE(WaitForHttp(port, "/metrics", 200, seconds(20))) << p.Output();
   HttpReply health = HttpGet(port, "/health");
-  if (std::string(GetParam()) == "tandem-decode") {
-    // The decode worker serves: /health is 200 once its model answers a one-token probe.
+  if (std::string(GetParam()) != "tandem-router") {
+    // The workers serve: /health is 200 once the model answers a one-token probe.
     EXPECT_EQ(health.status, 200) << health.body;
   } else {
     // Until a daemon serves requests, /health must say so rather than report a healthy worker.

@@ -36,27 +36,27 @@
 #include "proto/kv_control.pb.h"
 #include "proto/worker.pb.h"
 #include "worker/handoff/handoff_options.h"
+#include "worker/worker_core.h"
 #include "zmq.hpp"
 
 namespace tandem::worker {
 
-class PrefillHandoff {
+class PrefillHandoff : public PrefillLegs {
  public:
-  using PrefillDone = std::function<void(absl::StatusOr<proto::PrefillResponse>)>;
 
   // Starts the transfer engine (registering the engine's KV memory) and the bootstrap server.
   // Errors name the flag: a port in use, a backend that cannot start.
   static absl::StatusOr<std::unique_ptr<PrefillHandoff>> Create(engine::Engine* engine,
                                                                 HandoffOptions options);
-  ~PrefillHandoff();
+  ~PrefillHandoff() override;
   PrefillHandoff(const PrefillHandoff&) = delete;
   PrefillHandoff& operator=(const PrefillHandoff&) = delete;
 
   // Runs one prefill leg; `done` is called exactly once, on some internal thread.
-  void RunPrefill(const proto::PrefillRequest& request, PrefillDone done);
+  void RunPrefill(const proto::PrefillRequest& request, PrefillDone done) override;
   // Fails the leg of `room` (the router's or an operator's abort). False if no such leg.
-  bool AbortRoom(uint64_t room, const std::string& reason);
-  int64_t inflight() const;
+  bool AbortRoom(uint64_t room, const std::string& reason) override;
+  int64_t inflight() const override;
   int bootstrap_port() const { return bootstrap_port_; }
   // Fails every leg ("shutting down"), stops the bootstrap server and the transfer engine.
   void Shutdown();
