@@ -298,5 +298,37 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
   ExpectAllBlocksReturn(d.get());
 }
 
+TEST(PdClusterTest, DecodeWorkerKilledMidTransferFailsThePrefillLegsAndFreesTheirBlocks) {
+  auto p = Start("prefill");
+  auto d = Start("decode");
+  std::vector<int32_t> long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt.push_back(10 + i * 13 % 2900);
+  std::vector<std::thread> threads;
+  std::vector<DecodeResult> results(6);
+  std::vector<grpc::Status> prefill_status(6);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<int32_t> prompt = long_prompt;
+      prompt[0] = 10 + i;  // distinct prompts: no prefix-cache shortcut
+      results[i] = RunPd(p.get(), d.get(), 990 + i, prompt, 100, &prefill_status[i]);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  d->process->Signal(SIGKILL);
+  for (auto& t : threads) t.join();
+  // Bounded by the transfer timeout (6 s) plus the bootstrap timeout (3 s), with slack.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(40));
+  int decode_errors = 0;
+  for (int i = 0; i < 6; ++i) {
+    decode_errors += !results[i].status.ok();
+    if (!prefill_status[i].ok()) {
+      EXPECT_FALSE(prefill_status[i].error_message().empty());
+    }
+  }
+  EXPECT_GT(decode_errors, 0) << "the killed worker's streams should have broken";
+  ExpectAllBlocksReturn(p.get());
+}
+
 }  // namespace
 }  // namespace tandem::itest
