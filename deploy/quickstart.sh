@@ -2,9 +2,10 @@
 # Quickstart: install dependencies, build, and run the model that ships with Tandem.
 #
 # The full quickstart starts a local router + prefill + decode cluster on the shipped model and
-# sends it a chat request. The daemons in this build start and serve /metrics and /health but do
-# not serve requests yet (their /health says so), so this script runs the shipped model in-process
-# with tandem-run instead and says what is missing for the cluster.
+# sends it a chat request. The prefill and decode workers serve their gRPC legs and hand the KV
+# cache over in this build, but the router's HTTP API is not built yet, so this script runs the
+# shipped model in-process with tandem-run (the same serving engine) and shows how to start the
+# workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,10 +35,12 @@ fi
 cat <<MSG
 
 == what is missing for the local cluster
-tandem-router, tandem-prefill and tandem-decode start, read their flags and YAML config and serve
-/metrics and /health, but do not serve requests yet: the serving engine (continuous batching,
-radix cache), the prefill/decode KV handoff and the router's API are still being built. Their
-/health endpoints answer 503 and say so. Try:
-  build/bin/tandem-decode --model-path $model_dir --local-prefill --http-port 9001 &
-  curl -s localhost:9001/health; curl -s localhost:9001/metrics
+tandem-prefill and tandem-decode serve the Worker gRPC service (proto/worker.proto): a request's
+prefill leg on the prefill worker, its KV cache pushed into the decode worker's blocks, tokens
+streamed from the decode leg. The router's HTTP API (OpenAI and SGLang routes) is not built yet,
+so nothing answers curl on a /v1 route. The workers:
+  export TANDEM_CLUSTER_SECRET=\$(head -c 24 /dev/urandom | base64)
+  build/bin/tandem-prefill --model-path $model_dir --port 8000 --http-port 9000 &
+  build/bin/tandem-decode  --model-path $model_dir --port 8001 --http-port 9001 &
+  curl -s localhost:9000/health; curl -s localhost:9001/metrics
 MSG
