@@ -43,7 +43,6 @@ namespace tandem::worker {
 
 class PrefillHandoff : public PrefillLegs {
  public:
-
   // Starts the transfer engine (registering the engine's KV memory) and the bootstrap server.
   // Errors name the flag: a port in use, a backend that cannot start.
   static absl::StatusOr<std::unique_ptr<PrefillHandoff>> Create(engine::Engine* engine,
