@@ -36,9 +36,10 @@ proto::FinishReason FinishReasonToProto(const engine::FinishReason& reason);
 struct LegTimings {
   double queue = 0;            // waiting for admission
   double prefill_compute = 0;  // prefill forward passes (0 on a decode leg fed by a transfer)
-  double transfer = 0;         // first KV write submitted -> completion notice (0 colocated)
-  double first_token = 0;      // leg start -> first token available here
-  double decode = 0;           // first token -> last token
+  double transfer = 0;     // prefill leg: first KV write -> completion notice; decode leg: blocks
+                           // reserved -> KV and first token landed; 0 colocated
+  double first_token = 0;  // leg start -> first token available here
+  double decode = 0;       // first token -> last token
 };
 proto::PhaseTimings PhaseTimingsToProto(const LegTimings& t);
 

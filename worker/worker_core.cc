@@ -88,10 +88,17 @@ void WorkerCore::StartPrefill(const proto::PrefillRequest& request, PrefillLegs:
   }
   prefill_->RunPrefill(
       request, [this, done = std::move(done)](absl::StatusOr<proto::PrefillResponse> response) {
+        LegTimings t;
         if (response.ok()) {
           cache_hit_tokens_ += response->cached_tokens();
           cache_query_tokens_ += response->prompt_tokens();
+          t.queue = response->timings().queue_s();
+          t.prefill_compute = response->timings().prefill_compute_s();
+          t.transfer = response->timings().transfer_s();
+          t.first_token = response->timings().first_token_s();
         }
+        phase_metrics_.RecordLeg(t, response.ok(),
+                                 response.ok() ? LegOutcome::kFinished : LegOutcome::kAborted);
         done(std::move(response));
         absl::MutexLock lock(&mu_);
         --prefill_legs_;
@@ -195,6 +202,9 @@ void WorkerCore::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Request
   LegTimings t;
   t.queue = out.timings.queue;
   t.prefill_compute = leg->had_transfer ? 0.0 : out.timings.prefill;
+  // Fed by a prefill worker: from the blocks' reservation until the KV and first token landed
+  // (the prefill worker's compute overlaps it; its own metrics split the two).
+  t.transfer = leg->had_transfer ? out.timings.prefill : 0.0;
   t.first_token = leg->first_token ? Seconds(*leg->first_token - leg->start) : 0.0;
   t.decode = out.timings.decode;
   *event->mutable_timings() = PhaseTimingsToProto(t);

@@ -210,8 +210,13 @@ TEST(PdClusterTest, SixtyFourConcurrentRequestsOnTwoPairsMatchColocated) {
     EXPECT_EQ(pd[i].tokens, ref[i].tokens) << "request " << i;
   }
   // The transfer shows up in the decode workers' phase metrics.
-  HttpReply metrics = HttpGet(decode[0]->http_port, "/metrics");
-  EXPECT_NE(metrics.body.find("tandem_worker_transfer_seconds_count"), std::string::npos);
+  // The transfer shows up in both sides' phase metrics, one sample per leg.
+  for (Worker* w : {prefill[0].get(), decode[0].get()}) {
+    HttpReply metrics = HttpGet(w->http_port, "/metrics");
+    const size_t at = metrics.body.find("tandem_worker_transfer_seconds_count ");
+    ASSERT_NE(at, std::string::npos) << metrics.body;
+    EXPECT_GE(std::stod(metrics.body.substr(at + 37)), 16.0) << w->role;
+  }
   for (auto& w : prefill) ExpectAllBlocksReturn(w.get());
   for (auto& w : decode) ExpectAllBlocksReturn(w.get());
   ExpectAllBlocksReturn(colocated.get());
