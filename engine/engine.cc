@@ -191,7 +191,15 @@ void Engine::ReleaseHeld(const std::string& rid) {
 absl::Status Engine::FlushCache() {
   auto promise = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> result = promise->get_future();
-  if (!Post([promise](Scheduler& s) { promise->set_value(s.FlushCache()); })) {
+  if (!Post([this, promise](Scheduler& s) {
+        absl::Status st = s.FlushCache();
+        {
+          // Callers read Load() right after a flush: refresh the snapshot before answering.
+          std::lock_guard<std::mutex> lock(mu_);
+          load_ = s.Load();
+        }
+        promise->set_value(st);
+      })) {
     return absl::UnavailableError("the engine is shutting down");
   }
   return result.get();

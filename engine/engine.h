@@ -63,7 +63,8 @@ class Engine {
   void CompleteTransfer(const std::string& rid, int32_t first_token, float logprob,
                         std::function<void(absl::Status)> done = nullptr);
   void ReleaseHeld(const std::string& rid);
-  // Blocks until the loop has tried; FailedPrecondition while requests are live.
+  // Blocks until the loop has tried; FailedPrecondition while requests are live. Load() reflects
+  // the flush as soon as this returns.
   absl::Status FlushCache();
   // Stops admitting, aborts live requests, joins the loop. Idempotent.
   void Shutdown();
