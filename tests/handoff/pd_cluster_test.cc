@@ -303,6 +303,54 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
   ExpectAllBlocksReturn(d.get());
 }
 
+TEST(PdClusterTest, DecodeWorkerReRegistersWithARestartedPrefillWorker) {
+  auto p = Start("prefill");
+  auto d = Start("decode");
+  const std::vector<int32_t> prompt = {31, 32, 33, 34, 35, 36, 37, 38, 39, 40};
+  grpc::Status pst;
+  DecodeResult r = RunPd(p.get(), d.get(), 1201, prompt, 4, &pst);
+  ASSERT_TRUE(pst.ok()) << pst.error_message();
+  ASSERT_EQ(r.tokens.size(), 4u);
+  // Same ports, new process: it knows no decode worker.
+  const int grpc_port = p->grpc_port, http_port = p->http_port, bootstrap = p->bootstrap_port;
+  p->process->Signal(SIGKILL);
+  p->process->Wait(seconds(10));
+  p->process =
+      std::make_unique<Process>(std::vector<std::string>{BinaryPath("tandem-prefill"),
+                                                         "--model-path",
+                                                         SourcePath("models/tandem-tiny-fortunes"),
+                                                         "--port",
+                                                         std::to_string(grpc_port),
+                                                         "--http-port",
+                                                         std::to_string(http_port),
+                                                         "--disaggregation-bootstrap-port",
+                                                         std::to_string(bootstrap),
+                                                         "--kv-cache-memory",
+                                                         "16MiB",
+                                                         "--chunked-prefill-size",
+                                                         "64",
+                                                         "--threads",
+                                                         "1",
+                                                         "--bootstrap-timeout",
+                                                         "3",
+                                                         "--transfer-timeout",
+                                                         "6",
+                                                         "--cluster-secret",
+                                                         kSecret});
+  ASSERT_TRUE(WaitForHttp(http_port, "/health", 200, seconds(60))) << p->process->Output();
+  p->stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
+                                                       grpc::InsecureChannelCredentials()));
+  // At most one room is lost to the stale registration (it times out); then the pair works.
+  bool recovered = false;
+  for (int attempt = 0; attempt < 3 && !recovered; ++attempt) {
+    r = RunPd(p.get(), d.get(), 1300 + attempt, prompt, 4, &pst);
+    recovered = pst.ok() && r.status.ok() && r.tokens.size() == 4u;
+  }
+  EXPECT_TRUE(recovered);
+  ExpectAllBlocksReturn(p.get());
+  ExpectAllBlocksReturn(d.get());
+}
+
 TEST(PdClusterTest, DecodeWorkerKilledMidTransferFailsThePrefillLegsAndFreesTheirBlocks) {
   auto p = Start("prefill");
   auto d = Start("decode");

@@ -276,6 +276,10 @@ void DecodeHandoff::ReaperLoop() {
       m.mutable_room_abort()->set_bootstrap_room(room);
       m.mutable_room_abort()->set_reason(why);
       Send(r.peer.get(), SealControl(options_.cluster_secret, std::move(m)));
+      // The prefill worker may have restarted and forgotten this worker: register again before
+      // the next room (a worker that still knows us just accepts the same descriptor again).
+      std::lock_guard<std::mutex> plock(r.peer->mu);
+      r.peer->registered = false;
     }
     lock.lock();
   }
