@@ -38,6 +38,12 @@ function(tandem_module)
   cmake_parse_arguments(M "" "NAME" "PUBLIC_DEPS;PRIVATE_DEPS;EXTRA_SOURCES" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   list(FILTER srcs EXCLUDE REGEX "(/main\\.cc|_main\\.cc|/fuzz/.*)$")
+  # A subfolder with its own CMakeLists.txt is a module of its own (e.g. router/api).
+  file(GLOB_RECURSE sub_lists CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*/CMakeLists.txt)
+  foreach(sub_list ${sub_lists})
+    get_filename_component(sub_dir ${sub_list} DIRECTORY)
+    list(FILTER srcs EXCLUDE REGEX "^${sub_dir}/")
+  endforeach()
   if(NOT srcs AND NOT M_EXTRA_SOURCES)
     # A module with headers only (so far): its users still get its include path and deps.
     add_library(${M_NAME} INTERFACE)
