@@ -1,0 +1,106 @@
+// Response shaping for tandem-router: the decode leg's events (proto::DecodeEvent) become the
+// client's JSON body or SSE stream in the shape of the request's API (SGLang /generate, OpenAI
+// text_completion, chat.completion / chat.completion.chunk), plus the error bodies.
+//
+// Shapes:
+// - /generate, non-stream: {"text","output_ids","meta_info":{"id","finish_reason",
+//   "prompt_tokens","completion_tokens","cached_tokens","e2e_latency"
+//   [,"output_token_logprobs":[[logprob,token_id,null],...]]}}; finish_reason is SGLang's object
+//   ({"type":"length","length":N} | {"type":"stop","matched":id|"str"|null} |
+//   {"type":"abort","message":...}). Streaming: the same object per `data:` line with the text
+//   and output_ids CUMULATIVE (as SGLang sends them), finish_reason null until the last one.
+// - OpenAI: finish_reason LENGTH -> "length", STOP -> "stop", ABORT -> "abort" in stream chunks.
+//
+// Aborts: a non-stream request whose final event is an ABORT must not look like a success, so
+// Body() is then not used: call FinalStatus(), which is non-OK (Unavailable with the worker's
+// message) and send ErrorResponse(status) — SGLang answers an aborted non-stream request with an
+// error JSON too. In a stream, the abort ends the stream with finish_reason "abort" in the last
+// chunk, as SGLang does.
+//
+// Thread-safety: a ResponseShaper is used by one request at a time (not thread-safe); the free
+// functions are pure.
+#ifndef TANDEM_ROUTER_API_RESPONSE_H_
+#define TANDEM_ROUTER_API_RESPONSE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/http_types.h"
+#include "proto/worker.pb.h"
+#include "router/api/request.h"
+
+namespace tandem::router {
+
+// Turns the decode leg's events (proto::DecodeEvent, each with the NEW tokens/text since the
+// previous one; the last has finished=true, finish_reason, counters, timings) into the client's
+// response in the shape of the request's ApiKind. One per request; not thread-safe. Copies what
+// it needs from `request`, which need not outlive it.
+class ResponseShaper {
+ public:
+  explicit ResponseShaper(const RoutedRequest& request);
+  ResponseShaper(const ResponseShaper&) = delete;
+  ResponseShaper& operator=(const ResponseShaper&) = delete;
+
+  // Streaming: the SSE bytes to send for this event ("data: {...}\n\n", possibly several
+  // events, e.g. OpenAI's final chunk with finish_reason then a usage chunk), "" if nothing.
+  std::string StreamEvent(const proto::DecodeEvent& event);
+  // Streaming: what ends the stream: "data: [DONE]\n\n".
+  std::string StreamDone();
+  // Streaming: an error after the stream started, as SGLang/OpenAI send it
+  // ("data: {\"error\":{...}}\n\n"), followed by nothing else.
+  std::string StreamError(const absl::Status& status);
+  // Non-streaming: accumulate every event, then the one JSON body.
+  void Accumulate(const proto::DecodeEvent& event);
+  std::string Body(double e2e_latency_s) const;  // /generate meta_info.e2e_latency
+  // Non-streaming: OK once a finished event that is not an ABORT was accumulated; Unavailable
+  // naming the worker's abort message after an ABORT; Internal when no final event arrived.
+  // Check it before Body(): a non-OK status is answered with ErrorResponse().
+  absl::Status FinalStatus() const;
+
+  // The id of the response object ("cmpl-<rid>", "chatcmpl-<rid>" or the rid for /generate).
+  const std::string& response_id() const { return response_id_; }
+
+ private:
+  std::string ChunkPrefix() const;
+  std::string GenerateObject(bool finished, double e2e_latency_s) const;
+  std::string OpenAiStreamChunk(const std::string& delta_text, const proto::DecodeEvent* last,
+                                const std::vector<float>& logprobs,
+                                const std::vector<int32_t>& ids) const;
+  std::string UsageChunk() const;
+
+  ApiKind kind_;
+  std::string rid_;
+  std::string response_id_;
+  std::string model_;
+  int64_t created_;
+  bool return_logprob_;
+  bool include_usage_;
+  int prompt_tokens_request_;  // the routed prompt's length, before the worker reports its own
+
+  // Accumulated over the events.
+  std::string text_;
+  std::vector<int32_t> output_ids_;
+  std::vector<float> logprobs_;
+  bool finished_ = false;
+  bool sent_role_ = false;  // chat stream: the first chunk carries the assistant role
+  proto::DecodeEvent final_;
+};
+
+// The HTTP status and JSON error body ({"error":{"message","type","code"}}, OpenAI shape) for a
+// Status: InvalidArgument 400, NotFound 404, ResourceExhausted 429, DeadlineExceeded 408 when
+// the message mentions the queue (queue timeout) else 504, Unavailable 503,
+// Unauthenticated 401, PermissionDenied 403, FailedPrecondition 400, else 500. An OK status is a
+// programming error and yields a 500.
+HttpResponse ErrorResponse(const absl::Status& status);
+
+// The HTTP status ErrorResponse uses for `status`.
+int HttpStatusFor(const absl::Status& status);
+
+// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
+std::string ModelsBody(const std::string& id, int64_t created);
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_API_RESPONSE_H_
