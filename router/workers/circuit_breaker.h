@@ -1,0 +1,69 @@
+// CircuitBreaker: one worker's breaker, as SGLang's router models it.
+//
+//   closed --(failure_threshold consecutive failures)--> open
+//   open --(timeout elapsed; seen by the next CanExecute/state)--> half_open
+//   half_open --(success_threshold consecutive successes)--> closed
+//   half_open --(any failure)--> open (the timeout starts again)
+//
+// In closed state a failure streak whose last failure is older than `window` starts over, so
+// rare failures spread over hours never open the circuit. A disabled breaker is always closed.
+// Time comes from an injected clock (tests step it; production uses MonoNow).
+//
+// Thread-safety: thread-compatible; the owner (Worker) serializes calls under its mutex.
+#ifndef TANDEM_ROUTER_WORKERS_CIRCUIT_BREAKER_H_
+#define TANDEM_ROUTER_WORKERS_CIRCUIT_BREAKER_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "common/clock.h"
+
+namespace tandem::router {
+
+struct CircuitBreakerOptions {
+  int failure_threshold = 10;
+  int success_threshold = 3;
+  MonoClock::duration timeout = std::chrono::seconds(60);
+  MonoClock::duration window = std::chrono::seconds(120);
+  bool disabled = false;
+};
+
+enum class CircuitState { kClosed, kOpen, kHalfOpen };
+
+// "closed" | "open" | "half_open".
+const char* CircuitStateName(CircuitState state);
+
+class CircuitBreaker {
+ public:
+  using NowFn = std::function<MonoClock::time_point()>;
+  explicit CircuitBreaker(CircuitBreakerOptions options, NowFn now = &MonoNow);
+
+  // Whether a request may be sent now (closed or half_open). Moves open -> half_open once the
+  // timeout has elapsed.
+  bool CanExecute();
+  void RecordSuccess();
+  void RecordFailure();
+  // The state now (applies the open -> half_open transition first).
+  CircuitState state();
+
+  int consecutive_failures() const { return consecutive_failures_; }
+  int consecutive_successes() const { return consecutive_successes_; }
+  int64_t times_opened() const { return times_opened_; }
+
+ private:
+  void MaybeHalfOpen();
+  void Open();
+
+  CircuitBreakerOptions options_;
+  NowFn now_;
+  CircuitState state_ = CircuitState::kClosed;
+  int consecutive_failures_ = 0;
+  int consecutive_successes_ = 0;
+  MonoClock::time_point last_failure_{};
+  MonoClock::time_point opened_at_{};
+  int64_t times_opened_ = 0;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKERS_CIRCUIT_BREAKER_H_

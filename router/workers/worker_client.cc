@@ -1,0 +1,268 @@
+#include "router/workers/worker_client.h"
+
+#include <atomic>
+#include <charconv>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router {
+namespace {
+
+// A dead peer fails its calls within keepalive time + timeout (while calls are active).
+constexpr int kKeepaliveTimeMs = 10000;
+constexpr int kKeepaliveTimeoutMs = 5000;
+// Prompts and logprob-heavy events can be large; the worker's own limits apply first.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return;
+  ctx->set_deadline(absl::ToChronoTime(deadline));
+}
+
+grpc::Status Cancelled() { return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"); }
+
+// One unary call: owns its context, request and response until `done` has run. Shared by the
+// handle and the gRPC callback, so Cancel() stays valid after completion.
+template <typename Req, typename Resp>
+class UnaryCall : public CallHandle, public std::enable_shared_from_this<UnaryCall<Req, Resp>> {
+ public:
+  using Done = std::function<void(grpc::Status, Resp)>;
+  UnaryCall(Req request, Done done) : request_(std::move(request)), done_(std::move(done)) {}
+
+  void Cancel() override {
+    cancelled_.store(true, std::memory_order_release);
+    ctx_.TryCancel();
+  }
+
+  template <typename StartFn>
+  std::shared_ptr<CallHandle> Start(absl::Time deadline, StartFn start) {
+    SetDeadline(&ctx_, deadline);
+    auto self = this->shared_from_this();
+    start(&ctx_, &request_, &response_, [self](grpc::Status status) {
+      if (self->cancelled_.load(std::memory_order_acquire)) status = Cancelled();
+      Done done = std::move(self->done_);
+      self->done_ = nullptr;
+      done(std::move(status), std::move(self->response_));
+    });
+    return self;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  Req request_;
+  Resp response_;
+  Done done_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// The decode stream. Owns itself: `self_` keeps it alive until OnDone, which drops it last; a
+// handle held by the caller may keep the object (not the call) alive longer.
+class DecodeCall : public grpc::ClientReadReactor<proto::DecodeEvent>, public CallHandle {
+ public:
+  DecodeCall(proto::DecodeRequest request, std::function<void(const proto::DecodeEvent&)> on_event,
+             std::function<void(grpc::Status)> done)
+      : request_(std::move(request)), on_event_(std::move(on_event)), done_(std::move(done)) {}
+
+  static std::shared_ptr<CallHandle> Start(std::shared_ptr<DecodeCall> call,
+                                           proto::Worker::Stub* stub, absl::Time deadline) {
+    SetDeadline(&call->ctx_, deadline);
+    call->self_ = call;
+    stub->async()->Decode(&call->ctx_, &call->request_, call.get());
+    call->StartRead(&call->event_);
+    call->StartCall();
+    return call;
+  }
+
+  void Cancel() override {
+    cancelled_.store(true, std::memory_order_release);
+    ctx_.TryCancel();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows
+    if (!cancelled_.load(std::memory_order_acquire)) on_event_(event_);
+    event_.Clear();
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    grpc::Status final_status = cancelled_.load(std::memory_order_acquire) ? Cancelled() : status;
+    auto done = std::move(done_);
+    done_ = nullptr;
+    on_event_ = nullptr;
+    done(std::move(final_status));
+    std::shared_ptr<DecodeCall> self = std::move(self_);  // may delete `this` on scope exit
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  proto::DecodeRequest request_;
+  proto::DecodeEvent event_;
+  std::function<void(const proto::DecodeEvent&)> on_event_;
+  std::function<void(grpc::Status)> done_;
+  std::atomic<bool> cancelled_{false};
+  std::shared_ptr<DecodeCall> self_;
+};
+
+absl::Status BadUrl(const std::string& url, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("bad worker url \"", url, "\": ", why));
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url) {
+  std::string_view rest = url;
+  for (std::string_view scheme : {"http://", "grpc://"}) {
+    if (rest.substr(0, scheme.size()) == scheme) {
+      rest.remove_prefix(scheme.size());
+      break;
+    }
+  }
+  if (rest.find("://") != std::string_view::npos) {
+    return BadUrl(url, "the scheme must be http:// or grpc://");
+  }
+  if (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  if (rest.find('/') != std::string_view::npos) return BadUrl(url, "a worker url has no path");
+  WorkerAddress address;
+  std::string_view port_text;
+  if (!rest.empty() && rest.front() == '[') {
+    size_t close = rest.find(']');
+    if (close == std::string_view::npos) return BadUrl(url, "unterminated '[' of an IPv6 host");
+    address.host = std::string(rest.substr(1, close - 1));
+    if (address.host.empty() || address.host.find(':') == std::string::npos) {
+      return BadUrl(url, "the bracketed host must be an IPv6 address");
+    }
+    rest.remove_prefix(close + 1);
+    if (rest.empty() || rest.front() != ':') return BadUrl(url, "missing ':port'");
+    port_text = rest.substr(1);
+  } else {
+    size_t colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return BadUrl(url, "missing ':port'");
+    address.host = std::string(rest.substr(0, colon));
+    if (address.host.find(':') != std::string::npos) {
+      return BadUrl(url, "an IPv6 host must be in brackets, e.g. [::1]:30001");
+    }
+    port_text = rest.substr(colon + 1);
+  }
+  if (address.host.empty()) return BadUrl(url, "empty host");
+  for (char c : address.host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_' || c == ':' || c == '%';
+    if (!ok)
+      return BadUrl(url, absl::StrCat("invalid character '", std::string(1, c), "' in host"));
+  }
+  int port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
+      port < 1 || port > 65535) {
+    return BadUrl(url, absl::StrCat("port \"", std::string(port_text), "\" is not in 1..65535"));
+  }
+  address.port = port;
+  address.target = address.host.find(':') != std::string::npos
+                       ? absl::StrCat("[", address.host, "]:", port)
+                       : absl::StrCat(address.host, ":", port);
+  return address;
+}
+
+absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClient::Create(const std::string& url) {
+  absl::StatusOr<WorkerAddress> address = ParseWorkerUrl(url);
+  if (!address.ok()) return address.status();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  // Ping only while calls are active: an idle channel needs no pings (the health loop covers it)
+  // and workers' default ping policy would answer idle pings with GOAWAY.
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly after a worker restarts on the same port.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  auto channel =
+      grpc::CreateCustomChannel(address->target, grpc::InsecureChannelCredentials(), args);
+  return std::shared_ptr<WorkerClient>(
+      new WorkerClient(url, *std::move(address), std::move(channel)));
+}
+
+WorkerClient::WorkerClient(std::string url, WorkerAddress address,
+                           std::shared_ptr<grpc::Channel> channel)
+    : url_(std::move(url)),
+      address_(std::move(address)),
+      channel_(std::move(channel)),
+      stub_(proto::Worker::NewStub(channel_)) {}
+
+std::shared_ptr<CallHandle> WorkerClient::Prefill(
+    proto::PrefillRequest request, absl::Time deadline,
+    std::function<void(grpc::Status, proto::PrefillResponse)> done) {
+  auto call = std::make_shared<UnaryCall<proto::PrefillRequest, proto::PrefillResponse>>(
+      std::move(request), std::move(done));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    stub_->async()->Prefill(ctx, req, resp, std::move(cb));
+  });
+}
+
+std::shared_ptr<CallHandle> WorkerClient::Decode(
+    proto::DecodeRequest request, absl::Time deadline,
+    std::function<void(const proto::DecodeEvent&)> on_event,
+    std::function<void(grpc::Status)> done) {
+  auto call =
+      std::make_shared<DecodeCall>(std::move(request), std::move(on_event), std::move(done));
+  return DecodeCall::Start(std::move(call), stub_.get(), deadline);
+}
+
+std::shared_ptr<CallHandle> WorkerClient::Abort(
+    proto::AbortRequest request, absl::Time deadline,
+    std::function<void(grpc::Status, proto::AbortResponse)> done) {
+  auto call = std::make_shared<UnaryCall<proto::AbortRequest, proto::AbortResponse>>(
+      std::move(request), std::move(done));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    stub_->async()->Abort(ctx, req, resp, std::move(cb));
+  });
+}
+
+std::shared_ptr<CallHandle> WorkerClient::Health(
+    bool generate, absl::Time deadline,
+    std::function<void(grpc::Status, proto::HealthResponse)> done) {
+  proto::HealthRequest request;
+  request.set_generate(generate);
+  auto call = std::make_shared<UnaryCall<proto::HealthRequest, proto::HealthResponse>>(
+      std::move(request), std::move(done));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    stub_->async()->Health(ctx, req, resp, std::move(cb));
+  });
+}
+
+std::shared_ptr<CallHandle> WorkerClient::GetLoad(
+    absl::Time deadline, std::function<void(grpc::Status, proto::LoadReport)> done) {
+  auto call = std::make_shared<UnaryCall<proto::LoadRequest, proto::LoadReport>>(
+      proto::LoadRequest(), std::move(done));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    stub_->async()->GetLoad(ctx, req, resp, std::move(cb));
+  });
+}
+
+std::shared_ptr<CallHandle> WorkerClient::FlushCache(
+    absl::Time deadline, std::function<void(grpc::Status, proto::FlushCacheResponse)> done) {
+  auto call = std::make_shared<UnaryCall<proto::FlushCacheRequest, proto::FlushCacheResponse>>(
+      proto::FlushCacheRequest(), std::move(done));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    stub_->async()->FlushCache(ctx, req, resp, std::move(cb));
+  });
+}
+
+std::shared_ptr<CallHandle> WorkerClient::GetServerInfo(
+    absl::Time deadline, std::function<void(grpc::Status, proto::ServerInfo)> done) {
+  auto call = std::make_shared<UnaryCall<proto::ServerInfoRequest, proto::ServerInfo>>(
+      proto::ServerInfoRequest(), std::move(done));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    stub_->async()->GetServerInfo(ctx, req, resp, std::move(cb));
+  });
+}
+
+}  // namespace tandem::router

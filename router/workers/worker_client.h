@@ -1,0 +1,98 @@
+// WorkerClient: the router's gRPC client for one worker (proto/worker.proto's Worker service).
+//
+//   ASSIGN_OR_RETURN(auto client, WorkerClient::Create("http://10.0.0.7:30001"));
+//   auto call = client->Decode(request, absl::Now() + absl::Seconds(60),
+//       [](const proto::DecodeEvent& e) { ... },      // each event, in order
+//       [](grpc::Status s) { ... });                   // exactly once, last
+//   call->Cancel();                                    // any time, any thread
+//
+// Every call is asynchronous on gRPC's callback API: no thread is held per call; callbacks run on
+// gRPC's threads and must not block. One channel per worker, with keepalive pings so that a dead
+// peer fails its calls within seconds rather than at the TCP timeout.
+//
+// Thread-safety: thread-safe. Ownership: shared (std::shared_ptr); a call in flight keeps what it
+// needs alive itself, so the client may be dropped while calls are running.
+#ifndef TANDEM_ROUTER_WORKERS_WORKER_CLIENT_H_
+#define TANDEM_ROUTER_WORKERS_WORKER_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/worker.grpc.pb.h"
+#include "proto/worker.pb.h"
+
+namespace tandem::router {
+
+// A call in flight. Cancel() is safe at any time, from any thread, any number of times, before or
+// after the call completed; a call cancelled before it completed reports CANCELLED to `done`.
+class CallHandle {
+ public:
+  virtual ~CallHandle() = default;
+  virtual void Cancel() = 0;
+};
+
+// A worker address split into its parts.
+struct WorkerAddress {
+  std::string host;    // "10.0.0.7", "localhost", "::1" (no brackets)
+  int port = 0;        // 1..65535
+  std::string target;  // for grpc::CreateChannel: "host:port" or "[::1]:port"
+};
+
+// Accepts "http://host:port", "grpc://host:port", "host:port" and IPv6 "[addr]:port" (with or
+// without a scheme), with an optional trailing "/". Anything else (another scheme, a path, no or
+// a bad port, an empty host) is InvalidArgument naming the url.
+absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
+
+class WorkerClient {
+ public:
+  // url: "http://host:port", "host:port" or "grpc://host:port". Errors name the bad url.
+  static absl::StatusOr<std::shared_ptr<WorkerClient>> Create(const std::string& url);
+
+  WorkerClient(const WorkerClient&) = delete;
+  WorkerClient& operator=(const WorkerClient&) = delete;
+
+  const std::string& url() const { return url_; }
+  const std::string& host() const { return address_.host; }  // the decode leg's bootstrap_host
+  int port() const { return address_.port; }
+
+  // The prefill leg. `done` runs exactly once on a gRPC thread. The handle's Cancel() cancels.
+  std::shared_ptr<CallHandle> Prefill(
+      proto::PrefillRequest request, absl::Time deadline,
+      std::function<void(grpc::Status, proto::PrefillResponse)> done);
+
+  // The decode leg: `on_event` for each streamed event (gRPC thread, in order, never after
+  // `done`), then `done` exactly once.
+  std::shared_ptr<CallHandle> Decode(proto::DecodeRequest request, absl::Time deadline,
+                                     std::function<void(const proto::DecodeEvent&)> on_event,
+                                     std::function<void(grpc::Status)> done);
+
+  // Small unary calls with a deadline; `done` runs exactly once on a gRPC thread. The handle
+  // (which callers may ignore) cancels.
+  std::shared_ptr<CallHandle> Abort(proto::AbortRequest request, absl::Time deadline,
+                                    std::function<void(grpc::Status, proto::AbortResponse)> done);
+  std::shared_ptr<CallHandle> Health(bool generate, absl::Time deadline,
+                                     std::function<void(grpc::Status, proto::HealthResponse)> done);
+  std::shared_ptr<CallHandle> GetLoad(absl::Time deadline,
+                                      std::function<void(grpc::Status, proto::LoadReport)> done);
+  std::shared_ptr<CallHandle> FlushCache(
+      absl::Time deadline, std::function<void(grpc::Status, proto::FlushCacheResponse)> done);
+  std::shared_ptr<CallHandle> GetServerInfo(
+      absl::Time deadline, std::function<void(grpc::Status, proto::ServerInfo)> done);
+
+ private:
+  WorkerClient(std::string url, WorkerAddress address, std::shared_ptr<grpc::Channel> channel);
+
+  const std::string url_;
+  const WorkerAddress address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::Worker::Stub> stub_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKERS_WORKER_CLIENT_H_

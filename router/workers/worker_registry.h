@@ -1,0 +1,225 @@
+// WorkerRegistry: the router's set of workers, each with its gRPC client, health, polled load,
+// in-flight count and circuit breaker; and the background loop that health-checks and polls them.
+//
+//   WorkerRegistry registry(options, &metrics);
+//   ASSIGN_OR_RETURN(WorkerPtr w, registry.Add("http://10.0.0.7:30001", WorkerType::kRegular, {}));
+//   registry.Start();                       // health + load loop; the first round runs at once
+//   std::vector<WorkerPtr> ok = registry.Available(WorkerType::kRegular);   // for a policy
+//   w->BeginRequest(); ... w->EndRequest(/*success=*/true);
+//
+// Health: a worker is probed with Health(generate=false) every health_check_interval_secs (each
+// probe times out after health_check_timeout_secs). A new worker is unhealthy until its first
+// successful probe (one is sent at once on Add). Afterwards it turns unhealthy after
+// health_failure_threshold consecutive failed probes, or at once when it answers NOT_SERVING or
+// DRAINING, or when a request leg reports it failed (ReportFailure, which also probes it at
+// once); it turns healthy again after health_success_threshold consecutive successful probes.
+// Load: GetLoad every worker_load_check_interval seconds (0 disables the polls).
+//
+// Metrics (label worker=url): tandem_router_worker_healthy (0/1),
+// tandem_router_worker_circuit_state (0 closed, 1 open, 2 half_open),
+// tandem_router_worker_inflight, tandem_router_worker_running_requests,
+// tandem_router_worker_queued_requests, tandem_router_worker_free_kv_blocks,
+// tandem_router_worker_registered (1 while registered). Metric children cannot be removed, so a
+// removed worker's series stay, marked stale: registered=0, healthy=0, inflight/running/queued=0
+// (a worker added again under the same url reuses them).
+//
+// Thread-safety: everything is thread-safe. Ownership: workers are shared (WorkerPtr); one kept
+// by a request after Remove() stays valid but is no longer probed. The MetricsRegistry must
+// outlive the WorkerRegistry. Stop() (also run by the destructor) cancels probes in flight and
+// joins the loop.
+#ifndef TANDEM_ROUTER_WORKERS_WORKER_REGISTRY_H_
+#define TANDEM_ROUTER_WORKERS_WORKER_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "proto/worker.pb.h"
+#include "router/workers/circuit_breaker.h"
+#include "router/workers/worker_client.h"
+
+namespace tandem::router {
+
+enum class WorkerType { kPrefill, kDecode, kRegular /* plain mode: decode --local-prefill */ };
+
+// "prefill" | "decode" | "regular".
+const char* WorkerTypeName(WorkerType type);
+
+// A snapshot of one worker, for the admin API and metrics.
+struct WorkerState {
+  std::string url;
+  WorkerType type = WorkerType::kRegular;
+  std::optional<int> bootstrap_port;
+  bool healthy = false;
+  bool draining = false;
+  std::string circuit;     // "closed" | "open" | "half_open"
+  int64_t inflight = 0;    // requests the router sent and that are not finished
+  proto::LoadReport load;  // last polled
+  std::string last_error;
+};
+
+struct RegistryOptions {
+  int health_failure_threshold = 3;
+  int health_success_threshold = 2;
+  int health_check_timeout_secs = 5;
+  int health_check_interval_secs = 60;
+  int cb_failure_threshold = 10;
+  int cb_success_threshold = 3;
+  int cb_timeout_duration_secs = 60;
+  int cb_window_duration_secs = 120;
+  bool disable_circuit_breaker = false;
+  int worker_load_check_interval = 10;  // seconds; 0: no load polls
+  // The clock for the circuit breakers (tests inject one).
+  CircuitBreaker::NowFn now = &MonoNow;
+};
+
+class WorkerRegistry;
+
+// One registered worker. Thread-safe; shared by the registry and requests using it.
+class Worker {
+ public:
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker();
+
+  WorkerClient& client() { return *client_; }
+  std::shared_ptr<WorkerClient> shared_client() const { return client_; }
+  const std::string& url() const { return client_->url(); }
+  WorkerType type() const { return type_; }
+  std::optional<int> bootstrap_port() const { return bootstrap_port_; }
+
+  // healthy && !draining && the circuit breaker allows a request.
+  bool Available() const;
+  bool healthy() const;
+  bool draining() const;
+  // Requests counted from the moment a policy chose the worker until EndRequest.
+  int64_t inflight() const { return inflight_.load(std::memory_order_relaxed); }
+  // The last polled load (zeros before the first poll).
+  proto::LoadReport load() const;
+
+  void BeginRequest();
+  // Ends one BeginRequest; `success` feeds the circuit breaker.
+  void EndRequest(bool success);
+
+  WorkerState Snapshot() const;
+
+ private:
+  friend class WorkerRegistry;
+  struct Gauges {
+    Gauge* healthy;
+    Gauge* circuit;
+    Gauge* inflight;
+    Gauge* running;
+    Gauge* queued;
+    Gauge* free_blocks;
+    Gauge* registered;
+  };
+  Worker(std::shared_ptr<WorkerClient> client, WorkerType type, std::optional<int> bootstrap_port,
+         const RegistryOptions& options, Gauges gauges);
+
+  // Health probe results and failure reports (from the registry).
+  void OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error);
+  void MarkFailed(const std::string& why);
+  void OnLoad(const proto::LoadReport& load);
+  void SetDraining();
+  void PublishCircuitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkRemoved();
+
+  const std::shared_ptr<WorkerClient> client_;
+  const WorkerType type_;
+  const std::optional<int> bootstrap_port_;
+  const int failure_threshold_;
+  const int success_threshold_;
+  const Gauges gauges_;
+  std::atomic<int64_t> inflight_{0};
+
+  mutable absl::Mutex mu_;
+  bool healthy_ ABSL_GUARDED_BY(mu_) = false;
+  bool ever_healthy_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool removed_ ABSL_GUARDED_BY(mu_) = false;
+  int probe_successes_ ABSL_GUARDED_BY(mu_) = 0;
+  int probe_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable CircuitBreaker breaker_ ABSL_GUARDED_BY(mu_);
+  proto::LoadReport load_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // Registry bookkeeping (guarded by the registry's mutex, not mu_).
+  bool probe_in_flight_ = false;
+  bool load_in_flight_ = false;
+  bool probe_now_ = false;
+};
+using WorkerPtr = std::shared_ptr<Worker>;
+
+class WorkerRegistry {
+ public:
+  // `metrics` may be null (no metrics); otherwise it must outlive the registry.
+  explicit WorkerRegistry(RegistryOptions options, MetricsRegistry* metrics);
+  ~WorkerRegistry();
+  WorkerRegistry(const WorkerRegistry&) = delete;
+  WorkerRegistry& operator=(const WorkerRegistry&) = delete;
+
+  // InvalidArgument for a bad url, AlreadyExists when that url is registered.
+  absl::StatusOr<WorkerPtr> Add(const std::string& url, WorkerType type,
+                                std::optional<int> bootstrap_port);
+  absl::Status Remove(const std::string& url);         // NotFound
+  absl::Status Drain(const std::string& url);          // stop choosing it; NotFound
+  std::vector<WorkerPtr> List(WorkerType type) const;  // all of that type, in url order
+  std::vector<WorkerPtr> Available(WorkerType type) const;
+  std::vector<WorkerState> Snapshot() const;
+  WorkerPtr Find(const std::string& url) const;  // null when unknown
+  // A request leg saw the worker fail (UNAVAILABLE): unhealthy at once, probed at once.
+  void ReportFailure(const std::string& url, const std::string& why);
+
+  // The health/load loop; the first round runs at once. Stop() cancels probes in flight and
+  // joins; both are idempotent.
+  void Start();
+  void Stop();
+
+ private:
+  void Loop();
+  // Sends the probes and polls that are due; returns when the next one is due.
+  MonoClock::time_point RunDue(MonoClock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendProbe(const WorkerPtr& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendLoadPoll(const WorkerPtr& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CallDone(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const RegistryOptions options_;
+  MetricsRegistry* const metrics_;
+  GaugeFamily* healthy_family_ = nullptr;
+  GaugeFamily* circuit_family_ = nullptr;
+  GaugeFamily* inflight_family_ = nullptr;
+  GaugeFamily* running_family_ = nullptr;
+  GaugeFamily* queued_family_ = nullptr;
+  GaugeFamily* free_family_ = nullptr;
+  GaugeFamily* registered_family_ = nullptr;
+  CounterFamily* probes_family_ = nullptr;
+  // Gauges for a registry without metrics (per url, never read).
+  std::map<std::string, std::unique_ptr<Gauge[]>> own_gauges_ ABSL_GUARDED_BY(mu_);
+
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::map<std::string, WorkerPtr> workers_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool kick_ ABSL_GUARDED_BY(mu_) = false;
+  MonoClock::time_point next_health_ ABSL_GUARDED_BY(mu_){};
+  MonoClock::time_point next_load_ ABSL_GUARDED_BY(mu_){};
+  // Probes and polls in flight, so Stop() can cancel them and wait for their callbacks.
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<CallHandle>> calls_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKERS_WORKER_REGISTRY_H_
