@@ -52,7 +52,7 @@ struct PolicyOptions {
   double cache_threshold = 0.3;
   int balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;
-  int64_t max_tree_size = int64_t{1} << 26;  // tokens stored over all workers' trees
+  int64_t max_tree_size = int64_t{1} << 26;  // cache_aware: tokens stored per worker
   int eviction_interval_secs = 120;          // 0: evict only on Select when over size
   uint64_t seed = 0;                         // random / power_of_two; 0: seeded from the clock
 };

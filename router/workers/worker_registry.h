@@ -19,9 +19,10 @@
 // tandem_router_worker_circuit_state (0 closed, 1 open, 2 half_open),
 // tandem_router_worker_inflight, tandem_router_worker_running_requests,
 // tandem_router_worker_queued_requests, tandem_router_worker_free_kv_blocks,
-// tandem_router_worker_registered (1 while registered). Metric children cannot be removed, so a
-// removed worker's series stay, marked stale: registered=0, healthy=0, inflight/running/queued=0
-// (a worker added again under the same url reuses them).
+// tandem_router_worker_registered (1 while registered), and
+// tandem_router_worker_health_checks_total{worker,result} (result ok|failed). Metric children
+// cannot be removed, so a removed worker's series stay, marked stale: registered=0, healthy=0,
+// inflight/running/queued=0 (a worker added again under the same url reuses them).
 //
 // Thread-safety: everything is thread-safe. Ownership: workers are shared (WorkerPtr); one kept
 // by a request after Remove() stays valid but is no longer probed. The MetricsRegistry must
@@ -132,8 +133,9 @@ class Worker {
   void MarkFailed(const std::string& why);
   void OnLoad(const proto::LoadReport& load);
   void SetDraining();
-  void PublishCircuitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishCircuitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkRemoved();
+  void PublishInflight();
 
   const std::shared_ptr<WorkerClient> client_;
   const WorkerType type_;
@@ -187,13 +189,16 @@ class WorkerRegistry {
 
  private:
   void Loop();
-  // Sends the probes and polls that are due; returns when the next one is due.
-  MonoClock::time_point RunDue(MonoClock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendProbe(const WorkerPtr& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendLoadPoll(const WorkerPtr& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks what is due, issues it (dropping mu_ meanwhile), returns when the next round is due.
+  MonoClock::time_point RunDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Issue one probe / poll; called without mu_ (a callback may run inline).
+  void SendProbe(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  void SendLoadPoll(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  void Register(uint64_t id, std::shared_ptr<CallHandle> handle) ABSL_LOCKS_EXCLUDED(mu_);
   void CallDone(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   const RegistryOptions options_;
+  std::unique_ptr<MetricsRegistry> own_metrics_;  // when the caller passes none
   MetricsRegistry* const metrics_;
   GaugeFamily* healthy_family_ = nullptr;
   GaugeFamily* circuit_family_ = nullptr;
@@ -202,12 +207,10 @@ class WorkerRegistry {
   GaugeFamily* queued_family_ = nullptr;
   GaugeFamily* free_family_ = nullptr;
   GaugeFamily* registered_family_ = nullptr;
-  CounterFamily* probes_family_ = nullptr;
-  // Gauges for a registry without metrics (per url, never read).
-  std::map<std::string, std::unique_ptr<Gauge[]>> own_gauges_ ABSL_GUARDED_BY(mu_);
-
+  CounterFamily* probes_family_ = nullptr;  // tandem_router_worker_health_checks_total
   mutable absl::Mutex mu_;
-  absl::CondVar wake_;
+  absl::CondVar wake_;        // the loop: a probe is wanted now, or stop
+  absl::CondVar calls_done_;  // Stop(): every probe/poll callback has run
   std::map<std::string, WorkerPtr> workers_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

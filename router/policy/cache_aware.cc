@@ -1,0 +1,142 @@
+#include "router/policy/cache_aware.h"
+
+#include <algorithm>
+#include <span>
+
+#include "router/policy/simple_policies.h"
+
+namespace tandem::router {
+
+CacheAwarePolicy::CacheAwarePolicy(const PolicyOptions& options, MetricsRegistry* metrics)
+    : options_(options) {
+  if (metrics != nullptr) {
+    decisions_ = PolicyDecisions(metrics);
+    matched_tokens_ =
+        &metrics
+             ->AddCounter("tandem_router_cache_aware_matched_tokens_total",
+                          "Prompt tokens the cache_aware tree matched on the chosen worker")
+             .Get();
+    request_tokens_ = &metrics
+                           ->AddCounter("tandem_router_cache_aware_request_tokens_total",
+                                        "Prompt tokens routed by cache_aware")
+                           .Get();
+    tree_tokens_ = &metrics
+                        ->AddGauge("tandem_router_cache_aware_tree_tokens",
+                                   "Tokens stored in the cache_aware tree, all workers")
+                        .Get();
+  }
+  if (options_.eviction_interval_secs > 0) evictor_ = std::thread([this] { EvictionLoop(); });
+}
+
+CacheAwarePolicy::~CacheAwarePolicy() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    stop_cv_.SignalAll();
+  }
+  if (evictor_.joinable()) evictor_.join();
+}
+
+void CacheAwarePolicy::EvictionLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    stop_cv_.WaitWithTimeout(&mu_, absl::Seconds(options_.eviction_interval_secs));
+    if (stopping_) break;
+    for (const std::string& tenant : tree_.Tenants()) {
+      tree_.EvictTenantToSize(tenant, options_.max_tree_size);
+    }
+    if (tree_tokens_ != nullptr) tree_tokens_->Set(static_cast<double>(tree_.TotalTokens()));
+  }
+}
+
+void CacheAwarePolicy::EvictNow() {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& tenant : tree_.Tenants()) {
+    tree_.EvictTenantToSize(tenant, options_.max_tree_size);
+  }
+  if (tree_tokens_ != nullptr) tree_tokens_->Set(static_cast<double>(tree_.TotalTokens()));
+}
+
+WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
+                                   const PolicyRequest& r) {
+  if (candidates.empty()) return nullptr;
+  std::vector<int32_t> from_text;
+  std::span<const int32_t> tokens;
+  if (r.input_ids != nullptr && !r.input_ids->empty()) {
+    tokens = *r.input_ids;
+  } else if (r.text != nullptr) {
+    from_text.assign(r.text->begin(), r.text->end());
+    for (int32_t& t : from_text) t &= 0xff;
+    tokens = from_text;
+  }
+
+  // Loads are read once, outside the tree's lock.
+  std::vector<int64_t> loads(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) loads[i] = candidates[i]->inflight();
+  auto [min_it, max_it] = std::minmax_element(loads.begin(), loads.end());
+  bool imbalanced =
+      *max_it - *min_it > options_.balance_abs_threshold &&
+      static_cast<double>(*max_it) > static_cast<double>(*min_it) * options_.balance_rel_threshold;
+
+  WorkerPtr chosen;
+  int64_t matched = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> urls;
+    urls.reserve(candidates.size());
+    for (const WorkerPtr& w : candidates) urls.push_back(w->url());
+    PrefixTree::Match match = tree_.MatchPrefix(tokens, urls);
+    if (imbalanced) {
+      chosen = candidates[static_cast<size_t>(min_it - loads.begin())];
+    } else {
+      double rate = tokens.empty()
+                        ? 0.0
+                        : static_cast<double>(match.matched) / static_cast<double>(tokens.size());
+      if (rate > options_.cache_threshold) {
+        for (const WorkerPtr& w : candidates) {
+          if (w->url() == match.tenant) chosen = w;
+        }
+      }
+      if (chosen == nullptr) {  // the worker storing the fewest tokens
+        int64_t fewest = 0;
+        for (const WorkerPtr& w : candidates) {
+          int64_t stored = tree_.TenantTokens(w->url());
+          if (chosen == nullptr || stored < fewest) {
+            chosen = w;
+            fewest = stored;
+          }
+        }
+      }
+    }
+    if (chosen->url() == match.tenant) matched = match.matched;
+    tree_.Insert(tokens, chosen->url());
+    if (tree_.TenantTokens(chosen->url()) > options_.max_tree_size) {
+      tree_.EvictTenantToSize(chosen->url(), options_.max_tree_size);
+    }
+    if (tree_tokens_ != nullptr) tree_tokens_->Set(static_cast<double>(tree_.TotalTokens()));
+  }
+  if (decisions_ != nullptr) decisions_->WithLabels({name(), chosen->url()}).Increment();
+  if (matched_tokens_ != nullptr) {
+    matched_tokens_->Increment(static_cast<double>(matched));
+    request_tokens_->Increment(static_cast<double>(tokens.size()));
+  }
+  return chosen;
+}
+
+void CacheAwarePolicy::OnWorkerRemoved(const std::string& url) {
+  absl::MutexLock lock(&mu_);
+  tree_.RemoveTenant(url);
+  if (tree_tokens_ != nullptr) tree_tokens_->Set(static_cast<double>(tree_.TotalTokens()));
+}
+
+int64_t CacheAwarePolicy::TreeTokens(const std::string& url) const {
+  absl::MutexLock lock(&mu_);
+  return tree_.TenantTokens(url);
+}
+
+int64_t CacheAwarePolicy::TotalTreeTokens() const {
+  absl::MutexLock lock(&mu_);
+  return tree_.TotalTokens();
+}
+
+}  // namespace tandem::router

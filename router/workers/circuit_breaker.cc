@@ -1,0 +1,93 @@
+#include "router/workers/circuit_breaker.h"
+
+#include <utility>
+
+namespace tandem::router {
+
+const char* CircuitStateName(CircuitState state) {
+  switch (state) {
+    case CircuitState::kClosed:
+      return "closed";
+    case CircuitState::kOpen:
+      return "open";
+    case CircuitState::kHalfOpen:
+      return "half_open";
+  }
+  return "closed";
+}
+
+CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options, NowFn now)
+    : options_(std::move(options)), now_(std::move(now)) {
+  if (options_.failure_threshold < 1) options_.failure_threshold = 1;
+  if (options_.success_threshold < 1) options_.success_threshold = 1;
+}
+
+void CircuitBreaker::MaybeHalfOpen() {
+  if (state_ == CircuitState::kOpen && now_() - opened_at_ >= options_.timeout) {
+    state_ = CircuitState::kHalfOpen;
+    consecutive_successes_ = 0;
+  }
+}
+
+void CircuitBreaker::Open() {
+  state_ = CircuitState::kOpen;
+  opened_at_ = now_();
+  consecutive_successes_ = 0;
+  ++times_opened_;
+}
+
+bool CircuitBreaker::CanExecute() {
+  if (options_.disabled) return true;
+  MaybeHalfOpen();
+  return state_ != CircuitState::kOpen;
+}
+
+CircuitState CircuitBreaker::state() {
+  if (options_.disabled) return CircuitState::kClosed;
+  MaybeHalfOpen();
+  return state_;
+}
+
+void CircuitBreaker::RecordSuccess() {
+  if (options_.disabled) return;
+  MaybeHalfOpen();
+  consecutive_failures_ = 0;
+  switch (state_) {
+    case CircuitState::kClosed:
+      break;
+    case CircuitState::kHalfOpen:
+      if (++consecutive_successes_ >= options_.success_threshold) {
+        state_ = CircuitState::kClosed;
+        consecutive_successes_ = 0;
+      }
+      break;
+    case CircuitState::kOpen:
+      break;  // a request sent before the circuit opened; it proves nothing yet
+  }
+}
+
+void CircuitBreaker::RecordFailure() {
+  if (options_.disabled) return;
+  MaybeHalfOpen();
+  MonoClock::time_point now = now_();
+  consecutive_successes_ = 0;
+  switch (state_) {
+    case CircuitState::kClosed:
+      if (consecutive_failures_ > 0 && now - last_failure_ > options_.window) {
+        consecutive_failures_ = 0;  // the old streak is outside the window
+      }
+      last_failure_ = now;
+      if (++consecutive_failures_ >= options_.failure_threshold) Open();
+      break;
+    case CircuitState::kHalfOpen:
+      last_failure_ = now;
+      ++consecutive_failures_;
+      Open();
+      break;
+    case CircuitState::kOpen:
+      last_failure_ = now;
+      break;
+  }
+}
+
+}  // namespace tandem::router

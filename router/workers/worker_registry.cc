@@ -1,0 +1,471 @@
+#include "router/workers/worker_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace tandem::router {
+namespace {
+
+double CircuitValue(CircuitState state) {
+  switch (state) {
+    case CircuitState::kClosed:
+      return 0;
+    case CircuitState::kOpen:
+      return 1;
+    case CircuitState::kHalfOpen:
+      return 2;
+  }
+  return 0;
+}
+
+CircuitBreakerOptions BreakerOptions(const RegistryOptions& o) {
+  CircuitBreakerOptions b;
+  b.failure_threshold = o.cb_failure_threshold;
+  b.success_threshold = o.cb_success_threshold;
+  b.timeout = std::chrono::seconds(o.cb_timeout_duration_secs);
+  b.window = std::chrono::seconds(o.cb_window_duration_secs);
+  b.disabled = o.disable_circuit_breaker;
+  return b;
+}
+
+std::string StatusText(const grpc::Status& status) {
+  return absl::StrCat("grpc code ", static_cast<int>(status.error_code()), ": ",
+                      status.error_message());
+}
+
+}  // namespace
+
+const char* WorkerTypeName(WorkerType type) {
+  switch (type) {
+    case WorkerType::kPrefill:
+      return "prefill";
+    case WorkerType::kDecode:
+      return "decode";
+    case WorkerType::kRegular:
+      return "regular";
+  }
+  return "regular";
+}
+
+// ---- Worker ----
+
+Worker::Worker(std::shared_ptr<WorkerClient> client, WorkerType type,
+               std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges)
+    : client_(std::move(client)),
+      type_(type),
+      bootstrap_port_(bootstrap_port),
+      failure_threshold_(std::max(1, options.health_failure_threshold)),
+      success_threshold_(std::max(1, options.health_success_threshold)),
+      gauges_(gauges),
+      breaker_(BreakerOptions(options), options.now) {
+  absl::MutexLock lock(&mu_);
+  gauges_.registered->Set(1);
+  gauges_.healthy->Set(0);
+  gauges_.inflight->Set(0);
+  gauges_.running->Set(0);
+  gauges_.queued->Set(0);
+  gauges_.free_blocks->Set(0);
+  PublishCircuitLocked();
+}
+
+Worker::~Worker() = default;
+
+bool Worker::Available() const {
+  absl::MutexLock lock(&mu_);
+  if (!healthy_ || draining_ || removed_) return false;
+  bool allowed = breaker_.CanExecute();
+  PublishCircuitLocked();
+  return allowed;
+}
+
+bool Worker::healthy() const {
+  absl::MutexLock lock(&mu_);
+  return healthy_;
+}
+
+bool Worker::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+proto::LoadReport Worker::load() const {
+  absl::MutexLock lock(&mu_);
+  return load_;
+}
+
+void Worker::PublishInflight() {
+  absl::MutexLock lock(&mu_);
+  if (!removed_) gauges_.inflight->Set(static_cast<double>(inflight()));
+}
+
+void Worker::BeginRequest() {
+  inflight_.fetch_add(1, std::memory_order_relaxed);
+  PublishInflight();
+}
+
+void Worker::EndRequest(bool success) {
+  inflight_.fetch_sub(1, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  if (success) {
+    breaker_.RecordSuccess();
+  } else {
+    breaker_.RecordFailure();
+  }
+  if (removed_) return;
+  gauges_.inflight->Set(static_cast<double>(inflight()));
+  PublishCircuitLocked();
+}
+
+void Worker::PublishCircuitLocked() const {
+  if (!removed_) gauges_.circuit->Set(CircuitValue(breaker_.state()));
+}
+
+void Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  bool was_healthy = healthy_;
+  if (ok && status == proto::HealthResponse::SERVING) {
+    probe_failures_ = 0;
+    ++probe_successes_;
+    if (!healthy_ && (!ever_healthy_ || probe_successes_ >= success_threshold_)) {
+      healthy_ = true;
+      ever_healthy_ = true;
+    }
+  } else if (ok) {
+    // The worker itself says it takes nothing new: unhealthy at once.
+    probe_successes_ = 0;
+    ++probe_failures_;
+    healthy_ = false;
+    last_error_ = absl::StrCat("worker answered ", proto::HealthResponse::Status_Name(status),
+                               error.empty() ? "" : ": ", error);
+  } else {
+    probe_successes_ = 0;
+    ++probe_failures_;
+    last_error_ = absl::StrCat("health check failed: ", error);
+    if (probe_failures_ >= failure_threshold_) healthy_ = false;
+  }
+  gauges_.healthy->Set(healthy_ ? 1 : 0);
+  if (was_healthy != healthy_) {
+    if (healthy_) {
+      spdlog::info("worker {} is healthy", url());
+    } else {
+      spdlog::warn("worker {} is unhealthy: {}", url(), last_error_);
+    }
+  }
+}
+
+void Worker::MarkFailed(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  if (healthy_) spdlog::warn("worker {} is unhealthy: {}", url(), why);
+  healthy_ = false;
+  probe_successes_ = 0;
+  last_error_ = why;
+  gauges_.healthy->Set(0);
+}
+
+void Worker::OnLoad(const proto::LoadReport& load) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  load_ = load;
+  gauges_.running->Set(load.running_requests());
+  gauges_.queued->Set(load.queued_requests());
+  gauges_.free_blocks->Set(static_cast<double>(load.free_kv_blocks()));
+}
+
+void Worker::SetDraining() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+void Worker::MarkRemoved() {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  // The series stay (metric children are never removed), marked stale.
+  gauges_.registered->Set(0);
+  gauges_.healthy->Set(0);
+  gauges_.inflight->Set(0);
+  gauges_.running->Set(0);
+  gauges_.queued->Set(0);
+  gauges_.free_blocks->Set(0);
+  gauges_.circuit->Set(0);
+  removed_ = true;
+  healthy_ = false;
+}
+
+WorkerState Worker::Snapshot() const {
+  WorkerState s;
+  s.url = url();
+  s.type = type_;
+  s.bootstrap_port = bootstrap_port_;
+  s.inflight = inflight();
+  absl::MutexLock lock(&mu_);
+  s.healthy = healthy_;
+  s.draining = draining_;
+  s.circuit = CircuitStateName(breaker_.state());
+  s.load = load_;
+  s.last_error = last_error_;
+  return s;
+}
+
+// ---- WorkerRegistry ----
+
+WorkerRegistry::WorkerRegistry(RegistryOptions options, MetricsRegistry* metrics)
+    : options_(std::move(options)),
+      own_metrics_(metrics == nullptr ? std::make_unique<MetricsRegistry>() : nullptr),
+      metrics_(metrics != nullptr ? metrics : own_metrics_.get()) {
+  healthy_family_ = &metrics_->AddGauge("tandem_router_worker_healthy",
+                                        "1 while the worker passes its health checks", {"worker"});
+  circuit_family_ = &metrics_->AddGauge(
+      "tandem_router_worker_circuit_state",
+      "The worker's circuit breaker: 0 closed, 1 open, 2 half_open", {"worker"});
+  inflight_family_ = &metrics_->AddGauge(
+      "tandem_router_worker_inflight", "Requests sent to the worker and not finished", {"worker"});
+  running_family_ =
+      &metrics_->AddGauge("tandem_router_worker_running_requests",
+                          "Running requests, as the worker last reported", {"worker"});
+  queued_family_ = &metrics_->AddGauge("tandem_router_worker_queued_requests",
+                                       "Queued requests, as the worker last reported", {"worker"});
+  free_family_ = &metrics_->AddGauge("tandem_router_worker_free_kv_blocks",
+                                     "Free KV blocks, as the worker last reported", {"worker"});
+  registered_family_ = &metrics_->AddGauge(
+      "tandem_router_worker_registered",
+      "1 while the worker is registered; 0 marks a removed worker's series as stale", {"worker"});
+  probes_family_ = &metrics_->AddCounter("tandem_router_worker_health_checks_total",
+                                         "Health checks sent, by result", {"worker", "result"});
+}
+
+WorkerRegistry::~WorkerRegistry() {
+  Stop();
+  absl::MutexLock lock(&mu_);
+  // Requests may still hold workers; they must not touch the metrics after this.
+  for (auto& [url, worker] : workers_) worker->MarkRemoved();
+}
+
+absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType type,
+                                              std::optional<int> bootstrap_port) {
+  absl::StatusOr<std::shared_ptr<WorkerClient>> client = WorkerClient::Create(url);
+  if (!client.ok()) return client.status();
+  if (bootstrap_port.has_value() && (*bootstrap_port < 1 || *bootstrap_port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", url, ": bootstrap port ", *bootstrap_port, " is not in 1..65535"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (workers_.count(url) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("worker ", url, " is already registered"));
+  }
+  Worker::Gauges gauges{&healthy_family_->WithLabels({url}),   &circuit_family_->WithLabels({url}),
+                        &inflight_family_->WithLabels({url}),  &running_family_->WithLabels({url}),
+                        &queued_family_->WithLabels({url}),    &free_family_->WithLabels({url}),
+                        &registered_family_->WithLabels({url})};
+  WorkerPtr worker(new Worker(*std::move(client), type, bootstrap_port, options_, gauges));
+  worker->probe_now_ = true;  // the first probe goes out at once (once started)
+  workers_.emplace(url, worker);
+  kick_ = true;
+  wake_.SignalAll();
+  return worker;
+}
+
+absl::Status WorkerRegistry::Remove(const std::string& url) {
+  WorkerPtr worker;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(url);
+    if (it == workers_.end()) {
+      return absl::NotFoundError(absl::StrCat("worker ", url, " is not registered"));
+    }
+    worker = std::move(it->second);
+    workers_.erase(it);
+  }
+  worker->MarkRemoved();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::Drain(const std::string& url) {
+  WorkerPtr worker = Find(url);
+  if (worker == nullptr) {
+    return absl::NotFoundError(absl::StrCat("worker ", url, " is not registered"));
+  }
+  worker->SetDraining();
+  return absl::OkStatus();
+}
+
+std::vector<WorkerPtr> WorkerRegistry::List(WorkerType type) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerPtr> out;
+  for (const auto& [url, worker] : workers_) {
+    if (worker->type() == type) out.push_back(worker);
+  }
+  return out;
+}
+
+std::vector<WorkerPtr> WorkerRegistry::Available(WorkerType type) const {
+  std::vector<WorkerPtr> out = List(type);
+  out.erase(
+      std::remove_if(out.begin(), out.end(), [](const WorkerPtr& w) { return !w->Available(); }),
+      out.end());
+  return out;
+}
+
+std::vector<WorkerState> WorkerRegistry::Snapshot() const {
+  std::vector<WorkerPtr> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [url, worker] : workers_) all.push_back(worker);
+  }
+  std::vector<WorkerState> out;
+  out.reserve(all.size());
+  for (const WorkerPtr& w : all) out.push_back(w->Snapshot());
+  return out;
+}
+
+WorkerPtr WorkerRegistry::Find(const std::string& url) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(url);
+  return it == workers_.end() ? nullptr : it->second;
+}
+
+void WorkerRegistry::ReportFailure(const std::string& url, const std::string& why) {
+  WorkerPtr worker = Find(url);
+  if (worker == nullptr) return;
+  worker->MarkFailed(why);
+  absl::MutexLock lock(&mu_);
+  worker->probe_now_ = true;
+  kick_ = true;
+  wake_.SignalAll();
+}
+
+void WorkerRegistry::Start() {
+  absl::MutexLock lock(&mu_);
+  if (started_ || stopping_) return;
+  started_ = true;
+  kick_ = true;
+  next_health_ = MonoNow();
+  next_load_ = MonoNow();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void WorkerRegistry::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !thread_.joinable() && calls_.empty()) return;
+    stopping_ = true;
+    wake_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  // Only the loop thread issues calls, so every call is registered now: cancel and wait.
+  std::vector<std::shared_ptr<CallHandle>> handles;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, handle] : calls_) {
+      if (handle != nullptr) handles.push_back(handle);
+    }
+  }
+  for (auto& handle : handles) handle->Cancel();
+  absl::MutexLock lock(&mu_);
+  while (!calls_.empty()) calls_done_.Wait(&mu_);
+}
+
+void WorkerRegistry::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    MonoClock::time_point next = RunDue();
+    if (stopping_) break;
+    if (!kick_) {
+      auto wait = next - MonoNow();
+      if (wait > MonoClock::duration::zero()) {
+        wake_.WaitWithTimeout(&mu_, absl::FromChrono(wait));
+      }
+    }
+  }
+}
+
+MonoClock::time_point WorkerRegistry::RunDue() {
+  kick_ = false;
+  MonoClock::time_point now = MonoNow();
+  auto health_interval = std::chrono::seconds(std::max(1, options_.health_check_interval_secs));
+  if (now >= next_health_) {
+    for (auto& [url, worker] : workers_) worker->probe_now_ = true;
+    next_health_ = now + health_interval;
+  }
+  bool poll_load = options_.worker_load_check_interval > 0 && now >= next_load_;
+  if (poll_load) next_load_ = now + std::chrono::seconds(options_.worker_load_check_interval);
+
+  std::vector<std::pair<WorkerPtr, uint64_t>> probes, polls;
+  for (auto& [url, worker] : workers_) {
+    if (worker->probe_now_ && !worker->probe_in_flight_) {
+      worker->probe_now_ = false;
+      worker->probe_in_flight_ = true;
+      uint64_t id = next_call_id_++;
+      calls_.emplace(id, nullptr);
+      probes.emplace_back(worker, id);
+    }
+    if (poll_load && !worker->load_in_flight_) {
+      worker->load_in_flight_ = true;
+      uint64_t id = next_call_id_++;
+      calls_.emplace(id, nullptr);
+      polls.emplace_back(worker, id);
+    }
+  }
+  if (!probes.empty() || !polls.empty()) {
+    mu_.Unlock();
+    for (auto& [worker, id] : probes) SendProbe(worker, id);
+    for (auto& [worker, id] : polls) SendLoadPoll(worker, id);
+    mu_.Lock();
+  }
+  MonoClock::time_point next = next_health_;
+  if (options_.worker_load_check_interval > 0) next = std::min(next, next_load_);
+  return next;
+}
+
+void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
+  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  Register(
+      id,
+      worker->client().Health(
+          false, deadline, [this, worker, id](grpc::Status status, proto::HealthResponse response) {
+            bool ok = status.ok();
+            worker->OnProbe(ok, response.status(), ok ? response.message() : StatusText(status));
+            bool serving = ok && response.status() == proto::HealthResponse::SERVING;
+            probes_family_->WithLabels({worker->url(), serving ? "ok" : "failed"}).Increment();
+            {
+              absl::MutexLock lock(&mu_);
+              worker->probe_in_flight_ = false;
+              if (worker->probe_now_) {  // asked for again while this one ran
+                kick_ = true;
+                wake_.SignalAll();
+              }
+            }
+            CallDone(id);
+          }));
+}
+
+void WorkerRegistry::SendLoadPoll(const WorkerPtr& worker, uint64_t id) {
+  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  Register(id, worker->client().GetLoad(
+                   deadline, [this, worker, id](grpc::Status status, proto::LoadReport report) {
+                     if (status.ok()) worker->OnLoad(report);
+                     {
+                       absl::MutexLock lock(&mu_);
+                       worker->load_in_flight_ = false;
+                     }
+                     CallDone(id);
+                   }));
+}
+
+void WorkerRegistry::Register(uint64_t id, std::shared_ptr<CallHandle> handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = calls_.find(id);
+  if (it != calls_.end()) it->second = std::move(handle);  // else: already done
+}
+
+void WorkerRegistry::CallDone(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(id);
+  if (calls_.empty()) calls_done_.SignalAll();
+}
+
+}  // namespace tandem::router
