@@ -1,0 +1,40 @@
+// The router's own metrics (tandem_router_*), registered once on the process's MetricsRegistry.
+// Per-worker load, health, circuit state and policy decisions are exported by the registry and
+// the policies under their own names. Thread-safe; the references stay valid for the registry's
+// lifetime.
+#ifndef TANDEM_ROUTER_ROUTER_METRICS_H_
+#define TANDEM_ROUTER_ROUTER_METRICS_H_
+
+#include <string>
+
+#include "common/metrics.h"
+
+namespace tandem::router {
+
+class RouterMetrics {
+ public:
+  explicit RouterMetrics(MetricsRegistry* registry);
+  RouterMetrics(const RouterMetrics&) = delete;
+  RouterMetrics& operator=(const RouterMetrics&) = delete;
+
+  // One answered request: route is the registered path, status the HTTP code.
+  void CountRequest(const std::string& route, int status);
+  // kind: "bad_request", "unauthorized", "queue_full", "queue_timeout", "no_worker",
+  // "upstream", "timeout", "client_gone", "internal".
+  void CountError(const std::string& kind);
+
+  Counter& retries;
+  Histogram& ttft;  // seconds, request received -> first token sent to the client
+  Histogram& tpot;  // seconds per output token after the first
+  Histogram& e2e;   // seconds, received -> last byte
+  Gauge& inflight;  // requests admitted and not finished
+  Gauge& queue_depth;
+
+ private:
+  MetricFamily<Counter>& requests_;
+  MetricFamily<Counter>& errors_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_ROUTER_METRICS_H_
