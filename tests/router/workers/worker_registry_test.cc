@@ -1,0 +1,270 @@
+// WorkerRegistry against an in-process Worker service on loopback whose Health/GetLoad answers
+// the test controls: registration errors, health thresholds, NOT_SERVING, ReportFailure, load
+// polls, the circuit breaker, metrics, and Stop() with probes that never answer.
+#include "router/workers/worker_registry.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "common/metrics.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace tandem::router {
+namespace {
+
+// Polls `cond` until it holds or `timeout` passes; bounded, never a timing assertion.
+bool WaitFor(const std::function<bool()>& cond,
+             std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+class FakeWorker : public proto::Worker::CallbackService {
+ public:
+  FakeWorker() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~FakeWorker() override { Shutdown(); }
+
+  void Shutdown() {
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto* r : hung_) r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutdown"));
+      hung_.clear();
+    }
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    server_.reset();
+  }
+
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const proto::HealthRequest*,
+                                   proto::HealthResponse* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    absl::MutexLock lock(&mu_);
+    ++health_calls_;
+    if (hang_) {
+      hung_.push_back(reactor);
+      return reactor;
+    }
+    if (status_ == proto::HealthResponse::SERVING) ++serving_answers_;
+    response->set_status(status_);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* ctx, const proto::LoadRequest*,
+                                    proto::LoadReport* response) override {
+    auto* reactor = ctx->DefaultReactor();
+    absl::MutexLock lock(&mu_);
+    *response = load_;
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  void set_status(proto::HealthResponse::Status s) {
+    absl::MutexLock lock(&mu_);
+    status_ = s;
+  }
+  void set_hang(bool hang) {
+    absl::MutexLock lock(&mu_);
+    hang_ = hang;
+  }
+  void set_load(int running, int queued, int64_t free_blocks) {
+    absl::MutexLock lock(&mu_);
+    load_.set_running_requests(running);
+    load_.set_queued_requests(queued);
+    load_.set_free_kv_blocks(free_blocks);
+    load_.set_total_kv_blocks(100);
+  }
+  int health_calls() {
+    absl::MutexLock lock(&mu_);
+    return health_calls_;
+  }
+  int serving_answers() {
+    absl::MutexLock lock(&mu_);
+    return serving_answers_;
+  }
+  int hung() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(hung_.size());
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  proto::HealthResponse::Status status_ ABSL_GUARDED_BY(mu_) = proto::HealthResponse::SERVING;
+  bool hang_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ServerUnaryReactor*> hung_ ABSL_GUARDED_BY(mu_);
+  proto::LoadReport load_ ABSL_GUARDED_BY(mu_);
+  int health_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int serving_answers_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+RegistryOptions FastOptions() {
+  RegistryOptions o;
+  o.health_check_interval_secs = 1;
+  o.health_check_timeout_secs = 2;
+  o.health_failure_threshold = 2;
+  o.health_success_threshold = 2;
+  o.worker_load_check_interval = 1;
+  o.cb_failure_threshold = 2;
+  o.cb_success_threshold = 1;
+  o.cb_timeout_duration_secs = 3600;
+  return o;
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(WorkerRegistryTest, AddRemoveDrainErrors) {
+  MetricsRegistry metrics;
+  WorkerRegistry registry(FastOptions(), &metrics);
+  auto bad = registry.Add("ftp://h:1", WorkerType::kDecode, std::nullopt);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad_port = registry.Add("h:1", WorkerType::kPrefill, 70000);
+  EXPECT_EQ(bad_port.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(registry.Add("h:1", WorkerType::kPrefill, 8998).ok());
+  auto dup = registry.Add("h:1", WorkerType::kPrefill, 8998);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(Contains(std::string(dup.status().message()), "h:1"));
+  EXPECT_EQ(registry.Remove("h:2").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Drain("h:2").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.List(WorkerType::kPrefill).size(), 1u);
+  EXPECT_TRUE(registry.List(WorkerType::kDecode).empty());
+  WorkerPtr w = registry.Find("h:1");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->bootstrap_port(), 8998);
+  EXPECT_FALSE(w->Available());  // never probed: not healthy yet
+  EXPECT_TRUE(registry.Remove("h:1").ok());
+  EXPECT_EQ(registry.Find("h:1"), nullptr);
+  EXPECT_TRUE(Contains(metrics.Render(), "tandem_router_worker_registered{worker=\"h:1\"} 0"));
+}
+
+TEST(WorkerRegistryTest, HealthThresholdsNotServingAndReportFailure) {
+  FakeWorker fake;
+  MetricsRegistry metrics;
+  WorkerRegistry registry(FastOptions(), &metrics);
+  auto added = registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
+  ASSERT_TRUE(added.ok());
+  WorkerPtr w = *added;
+  registry.Start();
+  // A new worker turns healthy on its first successful probe.
+  ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
+  EXPECT_GE(fake.serving_answers(), 1);
+  EXPECT_TRUE(
+      Contains(metrics.Render(), "tandem_router_worker_healthy{worker=\"" + fake.url() + "\"} 1"));
+
+  // NOT_SERVING: unhealthy at the first such answer.
+  fake.set_status(proto::HealthResponse::NOT_SERVING);
+  ASSERT_TRUE(WaitFor([&] { return !w->healthy(); }));
+  EXPECT_TRUE(Contains(w->Snapshot().last_error, "NOT_SERVING"));
+
+  // Back to SERVING: healthy again only after health_success_threshold (2) successes.
+  int before = fake.serving_answers();
+  fake.set_status(proto::HealthResponse::SERVING);
+  ASSERT_TRUE(WaitFor([&] { return w->healthy(); }));
+  EXPECT_GE(fake.serving_answers() - before, 2);
+
+  // A leg saw it fail: unavailable at once, and a probe goes out at once.
+  int calls = fake.health_calls();
+  registry.ReportFailure(fake.url(), "decode leg: UNAVAILABLE");
+  EXPECT_FALSE(w->Available());
+  EXPECT_EQ(w->Snapshot().last_error, "decode leg: UNAVAILABLE");
+  ASSERT_TRUE(WaitFor([&] { return fake.health_calls() > calls; }));
+  ASSERT_TRUE(WaitFor([&] { return w->healthy(); }));
+
+  // Drained: healthy but not chosen.
+  ASSERT_TRUE(registry.Drain(fake.url()).ok());
+  EXPECT_TRUE(registry.Available(WorkerType::kRegular).empty());
+  EXPECT_TRUE(registry.Snapshot().at(0).draining);
+  registry.Stop();
+}
+
+TEST(WorkerRegistryTest, DeadWorkerTurnsUnhealthyAfterTheFailureThreshold) {
+  auto fake = std::make_unique<FakeWorker>();
+  std::string url = fake->url();
+  MetricsRegistry metrics;
+  WorkerRegistry registry(FastOptions(), &metrics);
+  WorkerPtr w = *registry.Add(url, WorkerType::kDecode, std::nullopt);
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return w->healthy(); }));
+  fake.reset();  // the worker is gone
+  auto& failed = metrics
+                     .AddCounter("tandem_router_worker_health_checks_total",
+                                 "Health checks sent, by result", {"worker", "result"})
+                     .WithLabels({url, "failed"});
+  ASSERT_TRUE(WaitFor([&] { return !w->healthy(); }));
+  EXPECT_GE(failed.Value(), 2);  // health_failure_threshold
+  EXPECT_FALSE(w->Snapshot().last_error.empty());
+}
+
+TEST(WorkerRegistryTest, LoadPollsFeedTheSnapshotAndMetrics) {
+  FakeWorker fake;
+  fake.set_load(3, 2, 7);
+  MetricsRegistry metrics;
+  WorkerRegistry registry(FastOptions(), &metrics);
+  WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return w->load().running_requests() == 3; }));
+  WorkerState s = registry.Snapshot().at(0);
+  EXPECT_EQ(s.load.queued_requests(), 2);
+  EXPECT_EQ(s.load.free_kv_blocks(), 7);
+  std::string text = metrics.Render();
+  EXPECT_TRUE(
+      Contains(text, "tandem_router_worker_running_requests{worker=\"" + fake.url() + "\"} 3"));
+  EXPECT_TRUE(
+      Contains(text, "tandem_router_worker_free_kv_blocks{worker=\"" + fake.url() + "\"} 7"));
+}
+
+TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
+  FakeWorker fake;
+  MetricsRegistry metrics;
+  WorkerRegistry registry(FastOptions(), &metrics);
+  WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
+  w->BeginRequest();
+  w->BeginRequest();
+  EXPECT_EQ(w->inflight(), 2);
+  EXPECT_TRUE(
+      Contains(metrics.Render(), "tandem_router_worker_inflight{worker=\"" + fake.url() + "\"} 2"));
+  w->EndRequest(false);
+  w->EndRequest(false);  // cb_failure_threshold = 2
+  EXPECT_EQ(w->inflight(), 0);
+  EXPECT_FALSE(w->Available());
+  EXPECT_TRUE(w->healthy());
+  EXPECT_EQ(w->Snapshot().circuit, "open");
+  EXPECT_TRUE(Contains(metrics.Render(),
+                       "tandem_router_worker_circuit_state{worker=\"" + fake.url() + "\"} 1"));
+}
+
+TEST(WorkerRegistryTest, StopCancelsProbesThatNeverAnswer) {
+  FakeWorker fake;
+  fake.set_hang(true);
+  RegistryOptions o = FastOptions();
+  o.health_check_timeout_secs = 3600;
+  WorkerRegistry registry(o, nullptr);
+  WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return fake.hung() >= 1; }));
+  registry.Stop();  // returns only once the probe's callback ran
+  EXPECT_FALSE(w->healthy());
+  registry.Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace tandem::router
