@@ -1,0 +1,206 @@
+// The policies: round robin order, seeded random spread, power_of_two preferring the lighter,
+// cache_aware affinity / balance / eviction / removal, thread-safety, and MakePolicy errors.
+#include "router/policy/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "router/policy/cache_aware.h"
+
+namespace tandem::router {
+namespace {
+
+// Workers are real registry entries (never probed: the registry is not started).
+class PolicyTest : public ::testing::Test {
+ protected:
+  std::vector<WorkerPtr> Workers(int n) {
+    std::vector<WorkerPtr> out;
+    for (int i = 0; i < n; ++i) {
+      auto w = registry_.Add("127.0.0.1:" + std::to_string(++last_port_), WorkerType::kRegular,
+                             std::nullopt);
+      EXPECT_TRUE(w.ok()) << w.status();
+      out.push_back(*w);
+    }
+    return out;
+  }
+  std::unique_ptr<Policy> Make(const std::string& name, PolicyOptions o = {}) {
+    auto p = MakePolicy(name, o, &metrics_);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return std::move(*p);
+  }
+
+  int last_port_ = 0;
+  MetricsRegistry metrics_;
+  WorkerRegistry registry_{RegistryOptions(), nullptr};
+};
+
+std::vector<int32_t> Ids(int32_t start, int n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = start + i;
+  return ids;
+}
+
+TEST_F(PolicyTest, MakePolicyRejectsUnknownNamesListingTheValidOnes) {
+  auto p = MakePolicy("least_loaded", {}, nullptr);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  std::string msg(p.status().message());
+  EXPECT_NE(msg.find("least_loaded"), std::string::npos);
+  for (const std::string& name : PolicyNames()) {
+    EXPECT_NE(msg.find(name), std::string::npos) << msg;
+    auto ok = MakePolicy(name, {}, nullptr);
+    ASSERT_TRUE(ok.ok()) << name;
+    EXPECT_EQ((*ok)->name(), name);
+  }
+  PolicyOptions bad;
+  bad.cache_threshold = 1.5;
+  EXPECT_FALSE(MakePolicy("cache_aware", bad, nullptr).ok());
+}
+
+TEST_F(PolicyTest, RoundRobinTakesEachInTurn) {
+  auto workers = Workers(3);
+  auto p = Make("round_robin");
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_EQ(p->Select(workers, {})->url(), workers[static_cast<size_t>(i % 3)]->url());
+  }
+  EXPECT_NE(metrics_.Render().find("tandem_router_policy_decisions_total{policy=\"round_robin\","
+                                   "worker=\"127.0.0.1:1\"} 3"),
+            std::string::npos);
+}
+
+TEST_F(PolicyTest, RandomWithASeedIsReproducibleAndSpread) {
+  auto workers = Workers(4);
+  PolicyOptions o;
+  o.seed = 42;
+  auto a = Make("random", o);
+  auto b = Make("random", o);
+  std::map<std::string, int> counts;
+  for (int i = 0; i < 4000; ++i) {
+    WorkerPtr x = a->Select(workers, {});
+    EXPECT_EQ(x, b->Select(workers, {}));
+    ++counts[x->url()];
+  }
+  ASSERT_EQ(counts.size(), 4u);
+  for (const auto& [url, n] : counts) {
+    EXPECT_GT(n, 800) << url;  // 1000 expected each; far outside chance otherwise
+    EXPECT_LT(n, 1200) << url;
+  }
+}
+
+TEST_F(PolicyTest, PowerOfTwoPrefersTheLighter) {
+  auto workers = Workers(2);
+  for (int i = 0; i < 5; ++i) workers[0]->BeginRequest();
+  auto p = Make("power_of_two");
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(p->Select(workers, {}), workers[1]);
+  for (int i = 0; i < 10; ++i) workers[1]->BeginRequest();
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(p->Select(workers, {}), workers[0]);
+  // With more candidates it never picks the single heaviest one (it always meets a lighter).
+  auto three = Workers(3);
+  for (int i = 0; i < 3; ++i) three[1]->BeginRequest();
+  for (int i = 0; i < 100; ++i) EXPECT_NE(p->Select(three, {}), three[1]);
+  EXPECT_EQ(p->Select({workers[0]}, {}), workers[0]);
+}
+
+TEST_F(PolicyTest, CacheAwareSendsARepeatedPrefixToTheSameWorker) {
+  auto workers = Workers(3);
+  auto p = Make("cache_aware");
+  std::vector<int32_t> a = Ids(1000, 64), b = Ids(5000, 64), c = Ids(9000, 64);
+  WorkerPtr wa = p->Select(workers, {&a, nullptr});
+  WorkerPtr wb = p->Select(workers, {&b, nullptr});
+  WorkerPtr wc = p->Select(workers, {&c, nullptr});
+  // New prefixes go to the worker with the smallest tree: all three are used.
+  EXPECT_NE(wa, wb);
+  EXPECT_NE(wb, wc);
+  EXPECT_NE(wa, wc);
+  for (int i = 0; i < 5; ++i) {
+    std::vector<int32_t> longer = a;
+    longer.push_back(77 + i);  // same prefix, different tail
+    EXPECT_EQ(p->Select(workers, {&longer, nullptr}), wa);
+    EXPECT_EQ(p->Select(workers, {&b, nullptr}), wb);
+  }
+  std::string text = metrics_.Render();
+  EXPECT_NE(text.find("tandem_router_cache_aware_matched_tokens_total"), std::string::npos);
+  // Text without ids works too (its bytes are the tokens).
+  std::string prompt = "the same long prompt text, twice";
+  WorkerPtr t = p->Select(workers, {nullptr, &prompt});
+  EXPECT_EQ(p->Select(workers, {nullptr, &prompt}), t);
+}
+
+TEST_F(PolicyTest, CacheAwareImbalanceOverridesAffinity) {
+  auto workers = Workers(2);
+  PolicyOptions o;
+  o.balance_abs_threshold = 4;
+  o.balance_rel_threshold = 1.5;
+  auto p = Make("cache_aware", o);
+  std::vector<int32_t> a = Ids(1, 32);
+  WorkerPtr home = p->Select(workers, {&a, nullptr});
+  WorkerPtr other = home == workers[0] ? workers[1] : workers[0];
+  for (int i = 0; i < 4; ++i) home->BeginRequest();  // diff 4: not over the abs threshold
+  EXPECT_EQ(p->Select(workers, {&a, nullptr}), home);
+  home->BeginRequest();  // diff 5 > 4 and 5 > 0 * 1.5: imbalanced
+  EXPECT_EQ(p->Select(workers, {&a, nullptr}), other);
+}
+
+TEST_F(PolicyTest, CacheAwareTreeIsBoundedAfterEviction) {
+  auto workers = Workers(2);
+  PolicyOptions o;
+  o.max_tree_size = 500;
+  o.eviction_interval_secs = 0;  // evict on Select only
+  auto p = MakePolicy("cache_aware", o, nullptr);
+  ASSERT_TRUE(p.ok());
+  auto* policy = static_cast<CacheAwarePolicy*>(p->get());
+  for (int i = 0; i < 200; ++i) {
+    std::vector<int32_t> ids = Ids(i * 1000, 50);
+    policy->Select(workers, {&ids, nullptr});
+    for (const WorkerPtr& w : workers) EXPECT_LE(policy->TreeTokens(w->url()), 500);
+  }
+  EXPECT_GT(policy->TotalTreeTokens(), 0);
+  EXPECT_LE(policy->TotalTreeTokens(), 1000);
+  // The most recent prefix survived eviction: it still routes to its worker.
+  std::vector<int32_t> last = Ids(199 * 1000, 50);
+  WorkerPtr w = policy->Select(workers, {&last, nullptr});
+  EXPECT_EQ(policy->Select(workers, {&last, nullptr}), w);
+}
+
+TEST_F(PolicyTest, CacheAwareForgetsARemovedWorker) {
+  auto workers = Workers(2);
+  auto p = MakePolicy("cache_aware", {}, nullptr);
+  auto* policy = static_cast<CacheAwarePolicy*>(p->get());
+  std::vector<int32_t> a = Ids(1, 40);
+  WorkerPtr home = policy->Select(workers, {&a, nullptr});
+  EXPECT_EQ(policy->TreeTokens(home->url()), 40);
+  policy->OnWorkerRemoved(home->url());
+  EXPECT_EQ(policy->TreeTokens(home->url()), 0);
+  EXPECT_EQ(policy->TotalTreeTokens(), 0);
+}
+
+TEST_F(PolicyTest, ConcurrentSelectFromFourThreads) {
+  auto workers = Workers(4);
+  for (const std::string& name : PolicyNames()) {
+    PolicyOptions o;
+    o.max_tree_size = 2000;
+    o.eviction_interval_secs = 1;
+    auto p = Make(name, o);
+    std::vector<std::thread> threads;
+    std::atomic<int> picked{0};
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 500; ++i) {
+          std::vector<int32_t> ids = Ids((i % 37) * 100, 20 + t);
+          WorkerPtr w = p->Select(workers, {&ids, nullptr});
+          if (w != nullptr) picked.fetch_add(1);
+          w->BeginRequest();
+          w->EndRequest(true);
+          if (i == 250 && t == 0) p->OnWorkerRemoved(workers[3]->url());
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(picked.load(), 2000) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::router
