@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/http_types.h"
 #include "proto/worker.pb.h"
 #include "router/api/request.h"
@@ -36,10 +37,13 @@ namespace tandem::router {
 // Turns the decode leg's events (proto::DecodeEvent, each with the NEW tokens/text since the
 // previous one; the last has finished=true, finish_reason, counters, timings) into the client's
 // response in the shape of the request's ApiKind. One per request; not thread-safe. Copies what
-// it needs from `request`, which need not outlive it.
+// it needs from `request`, which need not outlive it. `tokenizer` (optional, borrowed, must
+// outlive the shaper) gives the token texts of OpenAI logprobs; without it they read
+// "token_id:<id>".
 class ResponseShaper {
  public:
-  explicit ResponseShaper(const RoutedRequest& request);
+  explicit ResponseShaper(const RoutedRequest& request,
+                          const engine::Tokenizer* tokenizer = nullptr);
   ResponseShaper(const ResponseShaper&) = delete;
   ResponseShaper& operator=(const ResponseShaper&) = delete;
 
@@ -63,29 +67,32 @@ class ResponseShaper {
   const std::string& response_id() const { return response_id_; }
 
  private:
-  std::string ChunkPrefix() const;
-  std::string GenerateObject(bool finished, double e2e_latency_s) const;
-  std::string OpenAiStreamChunk(const std::string& delta_text, const proto::DecodeEvent* last,
-                                const std::vector<float>& logprobs,
-                                const std::vector<int32_t>& ids) const;
-  std::string UsageChunk() const;
+  // The events' tokens, logprobs and text appended; the final event kept.
+  void Append(const proto::DecodeEvent& event);
+  std::string GenerateObject(double e2e_latency_s) const;
+  std::string OpenAiStreamChunks(const proto::DecodeEvent& event, size_t first_new_token);
+  std::string OpenAiBody() const;
+  int64_t PromptTokens() const;
+  int64_t CompletionTokens() const;
 
-  ApiKind kind_;
-  std::string rid_;
-  std::string response_id_;
-  std::string model_;
-  int64_t created_;
-  bool return_logprob_;
-  bool include_usage_;
-  int prompt_tokens_request_;  // the routed prompt's length, before the worker reports its own
+  const ApiKind kind_;
+  const std::string rid_;
+  const std::string response_id_;
+  const std::string model_;
+  const int64_t created_;
+  const bool return_logprob_;
+  const bool include_usage_;
+  const int64_t routed_prompt_tokens_;  // until the worker reports its own count
+  const engine::Tokenizer* const tokenizer_;
+  const absl::Time start_;  // for the streamed /generate e2e_latency
 
   // Accumulated over the events.
   std::string text_;
   std::vector<int32_t> output_ids_;
   std::vector<float> logprobs_;
-  bool finished_ = false;
-  bool sent_role_ = false;  // chat stream: the first chunk carries the assistant role
-  proto::DecodeEvent final_;
+  bool finished_ = false;     // a final event arrived, or the stream ended with an error
+  bool sent_role_ = false;    // chat stream: the first chunk carries the assistant role
+  proto::DecodeEvent final_;  // the final event (counters, finish reason)
 };
 
 // The HTTP status and JSON error body ({"error":{"message","type","code"}}, OpenAI shape) for a

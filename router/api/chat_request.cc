@@ -1,0 +1,153 @@
+// OpenAI /v1/chat/completions -> RoutedRequest: the messages are rendered with the tokenizer's
+// chat template (with the generation prompt) and tokenized without adding special tokens again.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "router/api/json_fields.h"
+#include "router/api/request_common.h"
+
+namespace tandem::router::api_internal {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr size_t kMaxMessages = 4096;
+
+// A message's content: a string, or an array of {"type":"text","text":...} parts, joined.
+absl::StatusOr<std::string> ReadContent(const Json& content, const std::string& path) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " must be a string or an array of text parts, got ", JsonTypeName(content)));
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string part_path = absl::StrCat(path, "[", i, "]");
+    if (!part.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part_path, " must be an object, got ", JsonTypeName(part)));
+    }
+    const Json* type = Find(part, "type");
+    if (type == nullptr) return absl::InvalidArgumentError(part_path + ".type is required");
+    ASSIGN_OR_RETURN(const std::string type_name, ToString(*type, part_path + ".type"));
+    if (type_name != "text") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part_path, ".type '", type_name, "' is not supported; only text parts are"));
+    }
+    const Json* part_text = Find(part, "text");
+    if (part_text == nullptr) return absl::InvalidArgumentError(part_path + ".text is required");
+    ASSIGN_OR_RETURN(const std::string piece, ToString(*part_text, part_path + ".text"));
+    text += piece;
+  }
+  return text;
+}
+
+absl::StatusOr<engine::ChatMessage> ReadMessage(const Json& message, size_t index) {
+  const std::string path = absl::StrCat("messages[", index, "]");
+  if (!message.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be an object, got ", JsonTypeName(message)));
+  }
+  const Json* role = Find(message, "role");
+  if (role == nullptr) return absl::InvalidArgumentError(path + ".role is required");
+  engine::ChatMessage out;
+  ASSIGN_OR_RETURN(out.role, ToString(*role, path + ".role"));
+  if (out.role == "developer") out.role = "system";  // OpenAI's newer name for system
+  if (out.role != "system" && out.role != "user" && out.role != "assistant") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".role '", out.role, "' is not supported; use system, user or assistant"));
+  }
+  for (const char* key : {"tool_calls", "function_call", "audio"}) {
+    const Json* value = Find(message, key);
+    if (value != nullptr && IsSet(*value)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not supported"));
+    }
+  }
+  const Json* content = Find(message, "content");
+  if (content == nullptr) {
+    // OpenAI allows a null content only on assistant turns (that carried tool calls).
+    if (out.role != "assistant") return absl::InvalidArgumentError(path + ".content is required");
+    return out;
+  }
+  ASSIGN_OR_RETURN(out.content, ReadContent(*content, path + ".content"));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx) {
+  RoutedRequest request = NewRequest(ApiKind::kChatCompletions);
+  RETURN_IF_ERROR(ReadModel(body, ctx, &request));
+  const Json* messages = Find(body, "messages");
+  if (messages == nullptr) return absl::InvalidArgumentError("messages is required");
+  if (!messages->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messages must be an array, got ", JsonTypeName(*messages)));
+  }
+  if (messages->empty()) return absl::InvalidArgumentError("messages must not be empty");
+  if (messages->size() > kMaxMessages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "messages has ", messages->size(), " entries; at most ", kMaxMessages, " are allowed"));
+  }
+  std::vector<engine::ChatMessage> conversation;
+  conversation.reserve(messages->size());
+  for (size_t i = 0; i < messages->size(); ++i) {
+    ASSIGN_OR_RETURN(engine::ChatMessage message, ReadMessage((*messages)[i], i));
+    conversation.push_back(std::move(message));
+  }
+
+  // max_completion_tokens is OpenAI's current name; max_tokens the deprecated one.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (const Json* v = Find(body, key); v != nullptr) {
+      ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, key, 0, kInt32Max));
+      request.sampling.set_max_new_tokens(static_cast<int32_t>(n));
+    }
+  }
+  if (const Json* v = Find(body, "logprobs"); v != nullptr) {
+    ASSIGN_OR_RETURN(request.return_logprob, ToBool(*v, "logprobs"));
+  }
+  if (const Json* v = Find(body, "top_logprobs"); v != nullptr) {
+    ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, "top_logprobs", 0, 20));
+    if (n != 0) {
+      return absl::InvalidArgumentError(
+          "top_logprobs > 0 is not supported: only the chosen tokens' logprobs are returned");
+    }
+  }
+  if (const Json* v = Find(body, "tools"); v != nullptr && IsSet(*v)) {
+    return absl::InvalidArgumentError("tools is not supported: this server does not call tools");
+  }
+  if (const Json* v = Find(body, "tool_choice"); v != nullptr) {
+    if (!v->is_string() || (v->get<std::string>() != "none" && v->get<std::string>() != "auto")) {
+      return absl::InvalidArgumentError("tool_choice is not supported: only \"none\" or \"auto\"");
+    }
+  }
+  if (const Json* v = Find(body, "response_format"); v != nullptr) {
+    const Json* type = v->is_object() ? Find(*v, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+      return absl::InvalidArgumentError(
+          "response_format is not supported: only {\"type\": \"text\"}");
+    }
+  }
+  if (const Json* v = Find(body, "continue_final_message"); v != nullptr && IsSet(*v)) {
+    return absl::InvalidArgumentError("continue_final_message is not supported");
+  }
+  RETURN_IF_ERROR(ReadOpenAiCommon(body, &request));
+
+  if (ctx.tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server has no tokenizer loaded, so it cannot apply the chat template");
+  }
+  ASSIGN_OR_RETURN(request.prompt_text,
+                   ctx.tokenizer->ApplyChatTemplate(conversation, /*add_generation_prompt=*/true),
+                   "cannot apply the chat template: ");
+  // The rendered template already carries its special tokens (e.g. BOS).
+  RETURN_IF_ERROR(
+      FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));
+  return request;
+}
+
+}  // namespace tandem::router::api_internal

@@ -1,0 +1,217 @@
+#include "router/api/json_fields.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router::api_internal {
+namespace {
+
+// The deepest nesting of arrays/objects in `body`, counting only brackets outside strings.
+// Stops early once past kMaxJsonDepth. Malformed input is left for the parser to report.
+int NestingDepth(std::string_view body) {
+  int depth = 0;
+  int max_depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      ++depth;
+      if (depth > max_depth) max_depth = depth;
+      if (max_depth > kMaxJsonDepth) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+}  // namespace
+
+absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
+  if (NestingDepth(body) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
+  }
+  try {
+    Json parsed = Json::parse(body.begin(), body.end());
+    if (!parsed.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(parsed)));
+    }
+    return parsed;
+  } catch (const Json::exception& e) {
+    // nlohmann's messages name the byte offset and the problem (including ill-formed UTF-8).
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: ", e.what()));
+  }
+}
+
+const Json* Find(const Json& object, std::string_view key) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string JsonTypeName(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "number";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::object:
+      return "object";
+    default:
+      return "unsupported value";
+  }
+}
+
+absl::StatusOr<bool> ToBool(const Json& value, const std::string& path) {
+  if (!value.is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be a boolean, got ", JsonTypeName(value)));
+  }
+  return value.get<bool>();
+}
+
+absl::StatusOr<int64_t> ToInt(const Json& value, const std::string& path, int64_t lo, int64_t hi) {
+  const auto out_of_range = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be an integer in [", lo, ", ", hi, "], got ", value.dump()));
+  };
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(hi) || (lo > 0 && v < static_cast<uint64_t>(lo))) {
+      return out_of_range();
+    }
+    return static_cast<int64_t>(v);
+  }
+  if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v < lo || v > hi) return out_of_range();
+    return v;
+  }
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    if (!std::isfinite(v) || std::floor(v) != v) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be an integer, got ", value.dump()));
+    }
+    if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) return out_of_range();
+    return static_cast<int64_t>(v);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, " must be an integer, got ", JsonTypeName(value)));
+}
+
+absl::StatusOr<double> ToNumber(const Json& value, const std::string& path, double lo, double hi) {
+  if (!value.is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be a number, got ", JsonTypeName(value)));
+  }
+  const double v = value.get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be a number in [", lo, ", ", hi, "], got ", value.dump()));
+  }
+  return v;
+}
+
+absl::StatusOr<std::string> ToString(const Json& value, const std::string& path) {
+  if (!value.is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be a string, got ", JsonTypeName(value)));
+  }
+  return value.get<std::string>();
+}
+
+absl::StatusOr<std::vector<int32_t>> ToIntList(const Json& value, const std::string& path,
+                                               int64_t lo, int64_t hi) {
+  if (!value.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be an array of integers, got ", JsonTypeName(value)));
+  }
+  std::vector<int32_t> out;
+  out.reserve(value.size());
+  for (size_t i = 0; i < value.size(); ++i) {
+    auto v = ToInt(value[i], absl::StrCat(path, "[", i, "]"), lo, hi);
+    if (!v.ok()) return v.status();
+    out.push_back(static_cast<int32_t>(*v));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ToStringOrList(const Json& value, const std::string& path,
+                                                        size_t max_items) {
+  std::vector<std::string> out;
+  if (value.is_string()) {
+    out.push_back(value.get<std::string>());
+  } else if (value.is_array()) {
+    if (value.size() > max_items) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " has ", value.size(), " entries; at most ", max_items, " are allowed"));
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      auto s = ToString(value[i], absl::StrCat(path, "[", i, "]"));
+      if (!s.ok()) return s.status();
+      out.push_back(*std::move(s));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be a string or an array of strings, got ", JsonTypeName(value)));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " must not contain an empty string"));
+    }
+  }
+  return out;
+}
+
+bool IsSet(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return false;
+    case Json::value_t::boolean:
+      return value.get<bool>();
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float:
+      return value.get<double>() != 0.0;
+    case Json::value_t::string:
+    case Json::value_t::array:
+    case Json::value_t::object:
+      return !value.empty();
+    default:
+      return true;
+  }
+}
+
+std::string JoinPath(const std::string& prefix, const std::string& key) {
+  if (prefix.empty()) return std::string(key);
+  return absl::StrCat(prefix, ".", key);
+}
+
+}  // namespace tandem::router::api_internal

@@ -1,0 +1,59 @@
+// Typed, range-checked reads of JSON request fields for router/api's parsers. Every error is an
+// absl::InvalidArgumentError that names the field by its path ("sampling_params.top_p") and the
+// expected type or range. JSON null counts as absent, as the OpenAI and SGLang servers treat it.
+//
+// Thread-safety: pure functions. Internal to router/api.
+#ifndef TANDEM_ROUTER_API_JSON_FIELDS_H_
+#define TANDEM_ROUTER_API_JSON_FIELDS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::router::api_internal {
+
+using Json = nlohmann::json;
+
+// Nesting deeper than this is rejected before parsing (no valid request comes close).
+inline constexpr int kMaxJsonDepth = 64;
+
+// Parses `body` as one JSON object. Errors: invalid JSON (with the byte offset), ill-formed
+// UTF-8 in a string, nesting deeper than kMaxJsonDepth, a top level that is not an object.
+absl::StatusOr<Json> ParseJsonObject(std::string_view body);
+
+// The value of `key` in `object`, or nullptr when absent or null.
+const Json* Find(const Json& object, std::string_view key);
+
+// "integer", "string", ... for error messages.
+std::string JsonTypeName(const Json& value);
+
+// `value` as a bool. Errors name `path`.
+absl::StatusOr<bool> ToBool(const Json& value, const std::string& path);
+// `value` as an integer in [lo, hi]; an integral float (3.0) is accepted, as Python clients
+// may send one.
+absl::StatusOr<int64_t> ToInt(const Json& value, const std::string& path, int64_t lo, int64_t hi);
+// `value` as a finite number in [lo, hi].
+absl::StatusOr<double> ToNumber(const Json& value, const std::string& path, double lo, double hi);
+absl::StatusOr<std::string> ToString(const Json& value, const std::string& path);
+// An array of integers, each in [lo, hi].
+absl::StatusOr<std::vector<int32_t>> ToIntList(const Json& value, const std::string& path,
+                                               int64_t lo, int64_t hi);
+// A string or an array of strings (stop lists); at most `max_items`, none empty.
+absl::StatusOr<std::vector<std::string>> ToStringOrList(const Json& value, const std::string& path,
+                                                        size_t max_items);
+
+// True when `value` asks for something: not false, 0, "", [] or {}. Used for fields we do not
+// serve, which are rejected only when set to something other than their default.
+bool IsSet(const Json& value);
+
+// "a.b" from a prefix ("" allowed) and a key.
+std::string JoinPath(const std::string& prefix, const std::string& key);
+
+}  // namespace tandem::router::api_internal
+
+#endif  // TANDEM_ROUTER_API_JSON_FIELDS_H_

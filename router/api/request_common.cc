@@ -1,0 +1,170 @@
+#include "router/api/request_common.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "router/api/sampling_params.h"
+
+namespace tandem::router::api_internal {
+namespace {
+
+// OpenAI names that map onto SamplingParams, plus SGLang's extensions of its OpenAI API.
+constexpr std::array<const char*, 23> kOpenAiSamplingKeys = {"temperature",
+                                                             "top_p",
+                                                             "n",
+                                                             "stop",
+                                                             "seed",
+                                                             "frequency_penalty",
+                                                             "presence_penalty",
+                                                             "logit_bias",
+                                                             "top_k",
+                                                             "min_p",
+                                                             "ignore_eos",
+                                                             "skip_special_tokens",
+                                                             "stop_token_ids",
+                                                             "no_stop_trim",
+                                                             "min_tokens",
+                                                             "repetition_penalty",
+                                                             "regex",
+                                                             "json_schema",
+                                                             "ebnf",
+                                                             "structural_tag",
+                                                             "spaces_between_special_tokens",
+                                                             "custom_params",
+                                                             "sampling_seed"};
+
+// Features SGLang's OpenAI server has and we do not: a 400 naming them when set.
+constexpr std::array<const char*, 6> kOpenAiUnsupportedKeys = {
+    "lora_path",      "suffix",         "return_hidden_states",
+    "session_params", "bootstrap_host", "bootstrap_room"};
+
+}  // namespace
+
+std::string NewRid() {
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string rid(32, '0');
+  uint64_t bits = 0;
+  for (size_t i = 0; i < rid.size(); ++i) {
+    if (i % 16 == 0) bits = generator();
+    rid[i] = kHex[bits & 0xf];
+    bits >>= 4;
+  }
+  return rid;
+}
+
+RoutedRequest NewRequest(ApiKind kind) {
+  RoutedRequest request;
+  request.kind = kind;
+  request.created = absl::ToUnixSeconds(absl::Now());
+  request.sampling.set_skip_special_tokens(true);  // SGLang's default
+  return request;
+}
+
+absl::Status ReadRid(const Json& body, RoutedRequest* request) {
+  const Json* rid = Find(body, "rid");
+  if (rid == nullptr) {
+    request->rid = NewRid();
+    return absl::OkStatus();
+  }
+  if (rid->is_array()) {
+    return absl::InvalidArgumentError(
+        "rid is a list: batched requests are not supported; send one prompt per request");
+  }
+  ASSIGN_OR_RETURN(request->rid, ToString(*rid, "rid"));
+  if (request->rid.empty()) request->rid = NewRid();
+  return absl::OkStatus();
+}
+
+absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* request) {
+  std::string model;
+  if (const Json* value = Find(body, "model"); value != nullptr) {
+    ASSIGN_OR_RETURN(model, ToString(*value, "model"));
+  }
+  if (!model.empty() && !ctx.served_model_name.empty() && model != ctx.served_model_name) {
+    return absl::NotFoundError(absl::StrCat("The model `", model,
+                                            "` does not exist; this server serves `",
+                                            ctx.served_model_name, "`"));
+  }
+  request->model = model.empty() ? ctx.served_model_name : model;
+  return absl::OkStatus();
+}
+
+absl::Status ReadOpenAiCommon(const Json& body, RoutedRequest* request) {
+  if (const Json* v = Find(body, "stream"); v != nullptr) {
+    ASSIGN_OR_RETURN(request->stream, ToBool(*v, "stream"));
+  }
+  if (const Json* options = Find(body, "stream_options"); options != nullptr) {
+    if (!options->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stream_options must be an object, got ", JsonTypeName(*options)));
+    }
+    if (const Json* v = Find(*options, "include_usage"); v != nullptr) {
+      ASSIGN_OR_RETURN(request->include_usage, ToBool(*v, "stream_options.include_usage"));
+    }
+  }
+  for (const char* key : kOpenAiSamplingKeys) {
+    const Json* value = Find(body, key);
+    if (value == nullptr) continue;
+    RETURN_IF_ERROR(ApplySamplingParam(key, *value, key, &request->sampling).status());
+  }
+  for (const char* key : kOpenAiUnsupportedKeys) {
+    const Json* value = Find(body, key);
+    if (value != nullptr && IsSet(*value)) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " is not supported by this server"));
+    }
+  }
+  if (const Json* v = Find(body, "user"); v != nullptr) {
+    // Ignored, but a wrong type is still the client's mistake worth naming.
+    RETURN_IF_ERROR(ToString(*v, "user").status());
+  }
+  return ReadRid(body, request);
+}
+
+absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
+                          bool add_special_tokens, RoutedRequest* request) {
+  if (request->input_ids.empty() && !request->prompt_text.empty()) {
+    if (ctx.tokenizer == nullptr) {
+      return absl::FailedPreconditionError(
+          "this server has no tokenizer loaded; send the prompt as token ids");
+    }
+    request->input_ids = ctx.tokenizer->Encode(request->prompt_text, add_special_tokens);
+  }
+  if (request->input_ids.empty()) {
+    return absl::InvalidArgumentError("the prompt is empty");
+  }
+  if (ctx.tokenizer != nullptr) {
+    const int32_t vocab = ctx.tokenizer->vocab_size();
+    for (size_t i = 0; i < request->input_ids.size(); ++i) {
+      if (request->input_ids[i] >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input_ids[", i, "] = ", request->input_ids[i],
+                         " is outside the vocabulary (size ", vocab, ")"));
+      }
+    }
+  }
+  proto::SamplingParams& sampling = request->sampling;
+  if (!sampling.has_max_new_tokens()) sampling.set_max_new_tokens(default_max_new_tokens);
+  if (ctx.context_length > 0) {
+    const int64_t prompt_tokens = static_cast<int64_t>(request->input_ids.size());
+    if (prompt_tokens >= ctx.context_length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the prompt has ", prompt_tokens, " tokens; with max_new_tokens ",
+          sampling.max_new_tokens(), " it exceeds the context length ", ctx.context_length));
+    }
+    const int64_t room = ctx.context_length - prompt_tokens;
+    if (sampling.max_new_tokens() > room) {
+      sampling.set_max_new_tokens(static_cast<int32_t>(room));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::router::api_internal

@@ -1,0 +1,46 @@
+// Steps shared by router/api's three parsers: request ids, the model check, the OpenAI fields
+// that completions and chat have in common, and the prompt checks every request ends with.
+//
+// Thread-safety: pure functions (NewRid uses a thread-local generator). Internal to router/api.
+#ifndef TANDEM_ROUTER_API_REQUEST_COMMON_H_
+#define TANDEM_ROUTER_API_REQUEST_COMMON_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "router/api/json_fields.h"
+#include "router/api/request.h"
+
+namespace tandem::router::api_internal {
+
+// A fresh request id: 32 random lowercase hex digits (as SGLang's uuid4().hex).
+std::string NewRid();
+
+// A request with the defaults every API shares: kind, created = now, skip_special_tokens true.
+RoutedRequest NewRequest(ApiKind kind);
+
+// Reads "rid" (a string; an array is a batched request, rejected) or generates one.
+absl::Status ReadRid(const Json& body, RoutedRequest* request);
+
+// Reads "model": absent/empty or the served name is fine (request->model = the served name),
+// anything else is NotFound. With no served name configured, any model is accepted.
+absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* request);
+
+// The OpenAI fields completions and chat share: stream, stream_options, the sampling names
+// (temperature, top_p, n, stop, seed, penalties, logit_bias and SGLang's extras), and the
+// SGLang/OpenAI features we do not serve (400 when set). Every other key is ignored.
+absl::Status ReadOpenAiCommon(const Json& body, RoutedRequest* request);
+
+// Tokenizes request->prompt_text when input_ids is empty (`add_special_tokens` as the tokenizer's
+// Encode), then checks the ids (non-empty, inside the vocabulary), sets max_new_tokens to
+// `default_max_new_tokens` when the client gave none and applies the context length: a prompt
+// of context_length tokens or more is rejected, a longer max_new_tokens is clamped (as SGLang).
+absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
+                          bool add_special_tokens, RoutedRequest* request);
+
+// The chat parser on an already parsed body (chat_request.cc).
+absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx);
+
+}  // namespace tandem::router::api_internal
+
+#endif  // TANDEM_ROUTER_API_REQUEST_COMMON_H_

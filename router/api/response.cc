@@ -1,0 +1,244 @@
+#include "router/api/response.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "router/api/shapes.h"
+
+namespace tandem::router {
+namespace {
+
+using api_internal::Dump;
+using api_internal::Json;
+
+std::string ResponseIdFor(const RoutedRequest& request) {
+  switch (request.kind) {
+    case ApiKind::kCompletions:
+      return "cmpl-" + request.rid;
+    case ApiKind::kChatCompletions:
+      return "chatcmpl-" + request.rid;
+    case ApiKind::kGenerate:
+      break;
+  }
+  return request.rid;
+}
+
+std::string SseData(const std::string& json) { return absl::StrCat("data: ", json, "\n\n"); }
+
+}  // namespace
+
+ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Tokenizer* tokenizer)
+    : kind_(request.kind),
+      rid_(request.rid),
+      response_id_(ResponseIdFor(request)),
+      model_(request.model),
+      created_(request.created),
+      return_logprob_(request.return_logprob),
+      include_usage_(request.include_usage),
+      routed_prompt_tokens_(static_cast<int64_t>(request.input_ids.size())),
+      tokenizer_(tokenizer),
+      start_(absl::Now()) {}
+
+void ResponseShaper::Append(const proto::DecodeEvent& event) {
+  text_ += event.text();
+  output_ids_.insert(output_ids_.end(), event.token_ids().begin(), event.token_ids().end());
+  logprobs_.insert(logprobs_.end(), event.token_logprobs().begin(), event.token_logprobs().end());
+  if (event.finished()) {
+    finished_ = true;
+    final_ = event;
+  }
+}
+
+int64_t ResponseShaper::PromptTokens() const {
+  return final_.prompt_tokens() > 0 ? final_.prompt_tokens() : routed_prompt_tokens_;
+}
+
+int64_t ResponseShaper::CompletionTokens() const {
+  return final_.completion_tokens() > 0 ? final_.completion_tokens()
+                                        : static_cast<int64_t>(output_ids_.size());
+}
+
+std::string ResponseShaper::GenerateObject(double e2e_latency_s) const {
+  Json meta = {
+      {"id", rid_},
+      {"finish_reason",
+       finished_ ? api_internal::SglangFinishReason(final_.finish_reason()) : Json(nullptr)},
+      {"prompt_tokens", PromptTokens()},
+      {"completion_tokens", CompletionTokens()},
+      {"cached_tokens", final_.cached_tokens()}};
+  if (finished_) meta["e2e_latency"] = e2e_latency_s;
+  if (return_logprob_) {
+    meta["output_token_logprobs"] = api_internal::SglangTokenLogprobs(output_ids_, logprobs_);
+  }
+  return Dump({{"text", text_}, {"output_ids", output_ids_}, {"meta_info", std::move(meta)}});
+}
+
+std::string ResponseShaper::StreamEvent(const proto::DecodeEvent& event) {
+  if (finished_) return "";  // nothing follows the final event or an error
+  const size_t first_new_token = output_ids_.size();
+  Append(event);
+  if (kind_ == ApiKind::kGenerate) {
+    if (event.token_ids_size() == 0 && event.text().empty() && !event.finished()) return "";
+    return SseData(GenerateObject(absl::ToDoubleSeconds(absl::Now() - start_)));
+  }
+  return OpenAiStreamChunks(event, first_new_token);
+}
+
+std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
+                                               size_t first_new_token) {
+  const bool has_new_tokens = event.token_ids_size() > 0;
+  // Tokens that completed no character yet carry nothing to show unless logprobs were asked for.
+  if (!event.finished() && event.text().empty() && !(return_logprob_ && has_new_tokens)) {
+    if (kind_ != ApiKind::kChatCompletions || sent_role_) return "";
+  }
+  const bool chat = kind_ == ApiKind::kChatCompletions;
+  Json choice = {{"index", 0}};
+  if (chat) {
+    Json delta = Json::object();
+    if (!sent_role_) {
+      delta["role"] = "assistant";
+      sent_role_ = true;
+    }
+    if (!event.text().empty() || delta.contains("role")) delta["content"] = event.text();
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = event.text();
+  }
+  Json logprobs = nullptr;
+  if (return_logprob_) {
+    const std::vector<int32_t> ids(output_ids_.begin() + static_cast<ptrdiff_t>(first_new_token),
+                                   output_ids_.end());
+    const std::vector<float> lps(
+        logprobs_.begin() + static_cast<ptrdiff_t>(std::min(first_new_token, logprobs_.size())),
+        logprobs_.end());
+    const int64_t base = static_cast<int64_t>(text_.size() - event.text().size());
+    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, ids, lps)
+                    : api_internal::CompletionLogprobs(tokenizer_, ids, lps, base);
+  }
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] =
+      event.finished() ? api_internal::OpenAiFinishReason(final_.finish_reason()) : Json(nullptr);
+  if (event.finished()) choice["matched_stop"] = api_internal::MatchedStop(final_.finish_reason());
+
+  const char* object = chat ? "chat.completion.chunk" : "text_completion";
+  Json chunk = {{"id", response_id_},
+                {"object", object},
+                {"created", created_},
+                {"model", model_},
+                {"choices", Json::array({std::move(choice)})}};
+  if (include_usage_) chunk["usage"] = nullptr;  // as OpenAI: null on every content chunk
+  std::string out = SseData(Dump(chunk));
+  if (event.finished() && include_usage_) {
+    const Json usage_chunk = {{"id", response_id_},
+                              {"object", object},
+                              {"created", created_},
+                              {"model", model_},
+                              {"choices", Json::array()},
+                              {"usage", api_internal::Usage({PromptTokens(), CompletionTokens(),
+                                                             final_.cached_tokens()})}};
+    out += SseData(Dump(usage_chunk));
+  }
+  return out;
+}
+
+std::string ResponseShaper::StreamDone() { return "data: [DONE]\n\n"; }
+
+std::string ResponseShaper::StreamError(const absl::Status& status) {
+  finished_ = true;
+  return SseData(ErrorJson(HttpStatusFor(status), std::string(status.message())));
+}
+
+void ResponseShaper::Accumulate(const proto::DecodeEvent& event) {
+  if (finished_) return;
+  Append(event);
+}
+
+absl::Status ResponseShaper::FinalStatus() const {
+  if (!finished_) {
+    return absl::InternalError("the decode stream ended without its final event");
+  }
+  if (final_.finish_reason().type() == proto::FinishReason::ABORT) {
+    const std::string& why = final_.finish_reason().message();
+    return absl::UnavailableError(
+        absl::StrCat("the request was aborted", why.empty() ? "" : ": ", why));
+  }
+  return absl::OkStatus();
+}
+
+std::string ResponseShaper::Body(double e2e_latency_s) const {
+  if (kind_ == ApiKind::kGenerate) return GenerateObject(e2e_latency_s);
+  return OpenAiBody();
+}
+
+std::string ResponseShaper::OpenAiBody() const {
+  const bool chat = kind_ == ApiKind::kChatCompletions;
+  Json choice = {{"index", 0}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  Json logprobs = nullptr;
+  if (return_logprob_) {
+    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, output_ids_, logprobs_)
+                    : api_internal::CompletionLogprobs(tokenizer_, output_ids_, logprobs_, 0);
+  }
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = api_internal::OpenAiFinishReason(final_.finish_reason());
+  choice["matched_stop"] = api_internal::MatchedStop(final_.finish_reason());
+  const Json body = {
+      {"id", response_id_},
+      {"object", chat ? "chat.completion" : "text_completion"},
+      {"created", created_},
+      {"model", model_},
+      {"choices", Json::array({std::move(choice)})},
+      {"usage", api_internal::Usage({PromptTokens(), CompletionTokens(), final_.cached_tokens()})}};
+  return Dump(body);
+}
+
+int HttpStatusFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kDeadlineExceeded:
+      // A request that waited too long in the router's queue is the client's 408; an upstream
+      // worker that did not answer in time is a gateway timeout.
+      return absl::StrContains(absl::AsciiStrToLower(status.message()), "queue") ? 408 : 504;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    default:
+      return 500;
+  }
+}
+
+HttpResponse ErrorResponse(const absl::Status& status) {
+  if (status.ok())
+    return HttpResponse::Error(500, "internal error: an error response for an OK status");
+  return HttpResponse::Error(HttpStatusFor(status), std::string(status.message()));
+}
+
+std::string ModelsBody(const std::string& id, int64_t created) {
+  const Json body = {{"object", "list"},
+                     {"data", Json::array({{{"id", id},
+                                            {"object", "model"},
+                                            {"created", created},
+                                            {"owned_by", "tandem"},
+                                            {"root", id}}})}};
+  return Dump(body);
+}
+
+}  // namespace tandem::router

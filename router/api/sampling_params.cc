@@ -1,0 +1,121 @@
+#include "router/api/sampling_params.h"
+
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace tandem::router::api_internal {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr double kFloatMax = std::numeric_limits<float>::max();
+constexpr size_t kMaxStopStrings = 64;
+constexpr size_t kMaxStopTokenIds = 1024;
+
+absl::Status Unsupported(const std::string& path, const Json& value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, " is not supported by this server (got ",
+                   value.dump(-1, ' ', false, Json::error_handler_t::replace), ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& value,
+                                        const std::string& path, proto::SamplingParams* out) {
+  if (key == "temperature") {
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, kFloatMax));
+    out->set_temperature(static_cast<float>(v));
+  } else if (key == "top_p") {
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, 1.0));
+    if (v <= 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be in (0, 1], got ", value.dump()));
+    }
+    out->set_top_p(static_cast<float>(v));
+  } else if (key == "top_k") {
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, -1, kInt32Max));
+    out->set_top_k(static_cast<int32_t>(v));
+  } else if (key == "min_p") {
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, 1.0));
+    out->set_min_p(static_cast<float>(v));
+  } else if (key == "max_new_tokens") {
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt32Max));
+    out->set_max_new_tokens(static_cast<int32_t>(v));
+  } else if (key == "stop") {
+    ASSIGN_OR_RETURN(std::vector<std::string> stops, ToStringOrList(value, path, kMaxStopStrings));
+    out->clear_stop();
+    for (std::string& s : stops) out->add_stop(std::move(s));
+  } else if (key == "stop_token_ids") {
+    ASSIGN_OR_RETURN(const std::vector<int32_t> ids, ToIntList(value, path, 0, kInt32Max));
+    if (ids.size() > kMaxStopTokenIds) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " has ", ids.size(), " entries; at most ", kMaxStopTokenIds, " are allowed"));
+    }
+    out->clear_stop_token_ids();
+    for (const int32_t id : ids) out->add_stop_token_ids(id);
+  } else if (key == "ignore_eos") {
+    ASSIGN_OR_RETURN(const bool v, ToBool(value, path));
+    out->set_ignore_eos(v);
+  } else if (key == "frequency_penalty") {
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, -2.0, 2.0));
+    out->set_frequency_penalty(static_cast<float>(v));
+  } else if (key == "presence_penalty") {
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, -2.0, 2.0));
+    out->set_presence_penalty(static_cast<float>(v));
+  } else if (key == "repetition_penalty") {
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, kFloatMax));
+    if (v != 1.0) return Unsupported(path, value);
+  } else if (key == "skip_special_tokens") {
+    ASSIGN_OR_RETURN(const bool v, ToBool(value, path));
+    out->set_skip_special_tokens(v);
+  } else if (key == "spaces_between_special_tokens") {
+    // Byte-level BPE decoding never inserts spaces between special tokens; true is what we do.
+    ASSIGN_OR_RETURN(const bool v, ToBool(value, path));
+    if (!v) return Unsupported(path, value);
+  } else if (key == "no_stop_trim") {
+    ASSIGN_OR_RETURN(const bool v, ToBool(value, path));
+    out->set_no_stop_trim(v);
+  } else if (key == "seed" || key == "sampling_seed") {
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt64Max));
+    out->set_seed(static_cast<uint64_t>(v));
+  } else if (key == "n") {
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 1, kInt32Max));
+    if (v != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be 1: one completion per request is supported, got ", v));
+    }
+  } else if (key == "min_new_tokens" || key == "min_tokens") {
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt32Max));
+    if (v != 0) return Unsupported(path, value);
+  } else if (key == "regex" || key == "json_schema" || key == "ebnf" || key == "structural_tag" ||
+             key == "logit_bias" || key == "custom_params") {
+    if (IsSet(value)) return Unsupported(path, value);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+absl::Status ApplySamplingObject(const Json& object, proto::SamplingParams* out) {
+  if (!object.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling_params must be an object, got ", JsonTypeName(object)));
+  }
+  for (const auto& [key, value] : object.items()) {
+    if (value.is_null()) continue;
+    const std::string path = JoinPath("sampling_params", key);
+    // min_tokens is the OpenAI spelling; /generate takes SGLang's names only.
+    ASSIGN_OR_RETURN(const bool known, key == "min_tokens"
+                                           ? absl::StatusOr<bool>(false)
+                                           : ApplySamplingParam(key, value, path, out));
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " is not a known sampling parameter"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::router::api_internal

@@ -1,0 +1,37 @@
+// The mapping of SGLang's sampling parameter names (and the OpenAI names that mean the same) to
+// proto::SamplingParams, with SGLang's validation ranges, so bad values fail at the router with a
+// 400 naming the field instead of after a round trip to a worker.
+//
+// Ranges: temperature >= 0; top_p in (0, 1]; top_k -1, 0 (both: disabled) or >= 1; min_p in
+// [0, 1]; frequency_penalty and presence_penalty in [-2, 2]; max_new_tokens in [0, 2^31-1];
+// stop: a string or up to 64 non-empty strings; stop_token_ids: up to 1024 ids >= 0; seed in
+// [0, 2^63-1]. repetition_penalty has no field in the proto: 1.0 (its identity) is accepted,
+// anything else is a 400. Parameters we do not serve (min_new_tokens, n, regex, json_schema,
+// ebnf, structural_tag, logit_bias, custom_params) are a 400 unless set to their default.
+//
+// Thread-safety: pure functions. Internal to router/api.
+#ifndef TANDEM_ROUTER_API_SAMPLING_PARAMS_H_
+#define TANDEM_ROUTER_API_SAMPLING_PARAMS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/worker.pb.h"
+#include "router/api/json_fields.h"
+
+namespace tandem::router::api_internal {
+
+// Applies the sampling parameter `key` = `value` (not null) to `out`. Returns false when `key`
+// is not a sampling parameter name (nothing changed), true when applied; an error names `path`.
+// Accepts SGLang's names plus "seed"/"sampling_seed" for the seed and "min_tokens" (OpenAI
+// extension) for min_new_tokens.
+absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& value,
+                                        const std::string& path, proto::SamplingParams* out);
+
+// Applies a /generate `sampling_params` object (path "sampling_params"). Unknown names are a 400,
+// as SGLang's SamplingParams(**kwargs) rejects them.
+absl::Status ApplySamplingObject(const Json& object, proto::SamplingParams* out);
+
+}  // namespace tandem::router::api_internal
+
+#endif  // TANDEM_ROUTER_API_SAMPLING_PARAMS_H_
