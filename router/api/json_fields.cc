@@ -200,7 +200,8 @@ bool IsSet(const Json& value) {
     case Json::value_t::number_unsigned:
     case Json::value_t::number_float:
       return value.get<double>() != 0.0;
-    case Json::value_t::string:
+    case Json::value_t::string:  // nlohmann's empty() is false for every string
+      return !value.get_ref<const std::string&>().empty();
     case Json::value_t::array:
     case Json::value_t::object:
       return !value.empty();

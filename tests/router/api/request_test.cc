@@ -1,0 +1,394 @@
+// ParseGenerate / ParseCompletions / ParseChatCompletions: every accepted shape and every error
+// message a client can cause.
+#include "router/api/request.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/router/api/test_tokenizer.h"
+
+namespace tandem::router {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ApiContext Context() {
+  ApiContext ctx;
+  ctx.tokenizer = &FortunesTokenizer();
+  ctx.served_model_name = "tandem-tiny";
+  ctx.context_length = 512;
+  return ctx;
+}
+
+// The message of a failed parse, checking its code.
+std::string ErrorOf(const absl::StatusOr<RoutedRequest>& parsed,
+                    absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  EXPECT_FALSE(parsed.ok());
+  if (parsed.ok()) return "";
+  EXPECT_EQ(parsed.status().code(), code) << parsed.status();
+  return std::string(parsed.status().message());
+}
+
+TEST(ParseGenerateTest, TextPromptWithSamplingParams) {
+  const auto parsed = ParseGenerate(R"({"text":"Hello world","rid":"r1","stream":true,
+      "return_logprob":true,"sampling_params":{"temperature":0.5,"top_p":0.9,"top_k":20,
+      "min_p":0.05,"max_new_tokens":32,"stop":["\n\n","END"],"stop_token_ids":[2],
+      "ignore_eos":true,"frequency_penalty":0.5,"presence_penalty":-0.5,
+      "skip_special_tokens":false,"no_stop_trim":true,"sampling_seed":7}})",
+                                    Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const RoutedRequest& r = *parsed;
+  EXPECT_EQ(r.kind, ApiKind::kGenerate);
+  EXPECT_EQ(r.rid, "r1");
+  EXPECT_EQ(r.prompt_text, "Hello world");
+  EXPECT_EQ(r.input_ids, FortunesTokenizer().Encode("Hello world"));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.return_logprob);
+  EXPECT_FLOAT_EQ(r.sampling.temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p(), 0.9f);
+  EXPECT_EQ(r.sampling.top_k(), 20);
+  EXPECT_FLOAT_EQ(r.sampling.min_p(), 0.05f);
+  EXPECT_EQ(r.sampling.max_new_tokens(), 32);
+  EXPECT_THAT(r.sampling.stop(), ElementsAre("\n\n", "END"));
+  EXPECT_THAT(r.sampling.stop_token_ids(), ElementsAre(2));
+  EXPECT_TRUE(r.sampling.ignore_eos());
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty(), -0.5f);
+  EXPECT_FALSE(r.sampling.skip_special_tokens());
+  EXPECT_TRUE(r.sampling.no_stop_trim());
+  EXPECT_EQ(r.sampling.seed(), 7u);
+}
+
+TEST(ParseGenerateTest, DefaultsFollowSglang) {
+  const auto parsed = ParseGenerate(R"({"input_ids":[1,2,3],"unknown_field":{"x":1}})", Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->input_ids, ElementsAre(1, 2, 3));
+  EXPECT_TRUE(parsed->prompt_text.empty());
+  EXPECT_TRUE(parsed->sampling.skip_special_tokens());
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 128);
+  EXPECT_FALSE(parsed->sampling.has_temperature());
+  EXPECT_FALSE(parsed->stream);
+  EXPECT_EQ(parsed->rid.size(), 32u);
+  EXPECT_EQ(parsed->rid.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_GT(parsed->created, 0);
+  const auto other = ParseGenerate(R"({"input_ids":[1]})", Context());
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->rid, parsed->rid);
+}
+
+TEST(ParseGenerateTest, NullMeansAbsentAndStopMayBeAString) {
+  const auto parsed = ParseGenerate(
+      R"({"text":"hi","rid":null,"sampling_params":{"stop":"x","temperature":null,"seed":3.0}})",
+      Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->sampling.stop(), ElementsAre("x"));
+  EXPECT_FALSE(parsed->sampling.has_temperature());
+  EXPECT_EQ(parsed->sampling.seed(), 3u);
+  EXPECT_FALSE(parsed->rid.empty());
+}
+
+TEST(ParseGenerateTest, PromptErrors) {
+  const ApiContext ctx = Context();
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"sampling_params":{}})", ctx)),
+            "one of text or input_ids is required");
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"a","input_ids":[1]})", ctx)),
+            "give either text or input_ids, not both");
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":["a","b"]})", ctx)),
+            "text is a list: batched requests are not supported; send one prompt per request");
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"input_ids":[[1],[2]]})", ctx)),
+              HasSubstr("batched requests are not supported"));
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":5})", ctx)), "text must be a string, got integer");
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"input_ids":[1,"2"]})", ctx)),
+            "input_ids[1] must be an integer, got string");
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"input_ids":[-1]})", ctx)),
+              HasSubstr("input_ids[0] must be an integer in [0, 2147483647]"));
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"input_ids":[1e30]})", ctx)),
+              HasSubstr("input_ids[0] must be an integer in"));
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"input_ids":[99999]})", ctx)),
+              HasSubstr("input_ids[0] = 99999 is outside the vocabulary"));
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"input_ids":[]})", ctx)), "input_ids is empty");
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":""})", ctx)), "text is empty");
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"input_ids":[1.5]})", ctx)),
+              HasSubstr("input_ids[0] must be an integer, got 1.5"));
+}
+
+TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
+  const ApiContext ctx = Context();
+  const auto error = [&](const std::string& params) {
+    return ErrorOf(ParseGenerate(R"({"text":"x","sampling_params":)" + params + "}", ctx));
+  };
+  EXPECT_THAT(error(R"({"temperature":-0.1})"), HasSubstr("sampling_params.temperature must be"));
+  EXPECT_THAT(error(R"({"temperature":"hot"})"),
+              HasSubstr("sampling_params.temperature must be a number, got string"));
+  EXPECT_THAT(error(R"({"temperature":1e300})"), HasSubstr("sampling_params.temperature"));
+  EXPECT_THAT(error(R"({"top_p":0})"), HasSubstr("sampling_params.top_p must be in (0, 1]"));
+  EXPECT_THAT(error(R"({"top_p":1.5})"), HasSubstr("sampling_params.top_p"));
+  EXPECT_THAT(error(R"({"top_k":-2})"), HasSubstr("sampling_params.top_k"));
+  EXPECT_THAT(error(R"({"min_p":2})"), HasSubstr("sampling_params.min_p"));
+  EXPECT_THAT(error(R"({"max_new_tokens":99999999999999999999})"),
+              HasSubstr("sampling_params.max_new_tokens"));
+  EXPECT_THAT(error(R"({"max_new_tokens":-1})"), HasSubstr("sampling_params.max_new_tokens"));
+  EXPECT_THAT(error(R"({"frequency_penalty":3})"), HasSubstr("sampling_params.frequency_penalty"));
+  EXPECT_THAT(error(R"({"stop":[""]})"), HasSubstr("sampling_params.stop must not contain"));
+  EXPECT_THAT(error(R"({"stop":[1]})"), HasSubstr("sampling_params.stop[0] must be a string"));
+  EXPECT_THAT(error(R"({"stop_token_ids":"1"})"),
+              HasSubstr("sampling_params.stop_token_ids must be an array of integers"));
+  EXPECT_THAT(error(R"({"ignore_eos":1})"),
+              HasSubstr("sampling_params.ignore_eos must be a boolean, got integer"));
+  EXPECT_THAT(error(R"({"seed":-4})"), HasSubstr("sampling_params.seed"));
+  EXPECT_THAT(error(R"({"repetition_penalty":1.2})"),
+              HasSubstr("sampling_params.repetition_penalty is not supported"));
+  EXPECT_THAT(error(R"({"regex":"a+"})"), HasSubstr("sampling_params.regex is not supported"));
+  EXPECT_THAT(error(R"({"n":2})"), HasSubstr("sampling_params.n must be 1"));
+  EXPECT_EQ(error(R"({"bogus":1})"), "sampling_params.bogus is not a known sampling parameter");
+  EXPECT_EQ(error(R"([{}])"),
+            "sampling_params is a list: batched requests are not supported; send one prompt per "
+            "request");
+  EXPECT_EQ(error("3"), "sampling_params must be an object, got integer");
+  // Defaults of features we do not serve are accepted.
+  EXPECT_EQ(ParseGenerate(R"({"text":"x","sampling_params":{"repetition_penalty":1.0,
+      "regex":null,"json_schema":"","n":1,"min_new_tokens":0}})",
+                          ctx)
+                .status(),
+            absl::OkStatus());
+}
+
+TEST(ParseGenerateTest, UnsupportedTopLevelFieldsAreNamed) {
+  const ApiContext ctx = Context();
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","image_data":"http://a/b.png"})", ctx)),
+            "image_data is not supported by this server");
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","lora_path":"adapter"})", ctx)),
+            "lora_path is not supported by this server");
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"text":"x","top_logprobs_num":2})", ctx)),
+              HasSubstr("top_logprobs_num > 0 is not supported"));
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","stream":"yes"})", ctx)),
+            "stream must be a boolean, got string");
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","rid":["a","b"]})", ctx)),
+            "rid is a list: batched requests are not supported; send one prompt per request");
+  EXPECT_EQ(ParseGenerate(R"({"text":"x","image_data":null,"lora_path":"","logprob_start_len":-1,
+      "return_text_in_logprobs":true})",
+                          ctx)
+                .status(),
+            absl::OkStatus());
+}
+
+TEST(ParseGenerateTest, MalformedBodies) {
+  const ApiContext ctx = Context();
+  EXPECT_THAT(ErrorOf(ParseGenerate("", ctx)), HasSubstr("not valid JSON"));
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"text":"x")", ctx)), HasSubstr("not valid JSON"));
+  EXPECT_EQ(ErrorOf(ParseGenerate("[1]", ctx)),
+            "the request body must be a JSON object, got array");
+  EXPECT_THAT(ErrorOf(ParseGenerate("{\"text\":\"\xff\xfe\"}", ctx)), HasSubstr("not valid JSON"));
+  EXPECT_THAT(ErrorOf(ParseGenerate(std::string(100000, '['), ctx)),
+              HasSubstr("nests JSON deeper than 64 levels"));
+}
+
+TEST(ParseGenerateTest, ContextLengthRejectsLongPromptsAndClampsMaxNewTokens) {
+  ApiContext ctx = Context();
+  ctx.context_length = 10;
+  const auto clamped =
+      ParseGenerate(R"({"input_ids":[1,2,3,4],"sampling_params":{"max_new_tokens":100}})", ctx);
+  ASSERT_TRUE(clamped.ok()) << clamped.status();
+  EXPECT_EQ(clamped->sampling.max_new_tokens(), 6);
+  const auto fits =
+      ParseGenerate(R"({"input_ids":[1,2,3,4],"sampling_params":{"max_new_tokens":3}})", ctx);
+  ASSERT_TRUE(fits.ok());
+  EXPECT_EQ(fits->sampling.max_new_tokens(), 3);
+  EXPECT_EQ(
+      ErrorOf(ParseGenerate(
+          R"({"input_ids":[1,2,3,4,5,6,7,8,9,10],"sampling_params":{"max_new_tokens":5}})", ctx)),
+      "the prompt has 10 tokens; with max_new_tokens 5 it exceeds the context length 10");
+}
+
+TEST(ParseGenerateTest, TextNeedsATokenizer) {
+  ApiContext ctx = Context();
+  ctx.tokenizer = nullptr;
+  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"text":"x"})", ctx), absl::StatusCode::kFailedPrecondition),
+              HasSubstr("no tokenizer"));
+  const auto ids = ParseGenerate(R"({"input_ids":[5000]})", ctx);
+  ASSERT_TRUE(ids.ok()) << ids.status();  // no vocabulary to check against
+}
+
+TEST(ParseCompletionsTest, OpenAiFieldsMap) {
+  const auto parsed = ParseCompletions(R"({"model":"tandem-tiny","prompt":"Once upon",
+      "max_tokens":20,"temperature":0,"top_p":0.5,"n":1,"stop":"\n","stream":true,
+      "stream_options":{"include_usage":true},"logprobs":1,"echo":false,"seed":42,
+      "frequency_penalty":0.1,"presence_penalty":0.2,"user":"u1","top_k":5,"min_p":0.1,
+      "ignore_eos":true,"skip_special_tokens":false,"stop_token_ids":[3],"no_stop_trim":true,
+      "logit_bias":{}})",
+                                       Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const RoutedRequest& r = *parsed;
+  EXPECT_EQ(r.kind, ApiKind::kCompletions);
+  EXPECT_EQ(r.model, "tandem-tiny");
+  EXPECT_EQ(r.prompt_text, "Once upon");
+  EXPECT_EQ(r.input_ids, FortunesTokenizer().Encode("Once upon"));
+  EXPECT_EQ(r.sampling.max_new_tokens(), 20);
+  EXPECT_TRUE(r.sampling.has_temperature());
+  EXPECT_FLOAT_EQ(r.sampling.temperature(), 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p(), 0.5f);
+  EXPECT_THAT(r.sampling.stop(), ElementsAre("\n"));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.return_logprob);
+  EXPECT_EQ(r.top_logprobs, 0);
+  EXPECT_EQ(r.sampling.seed(), 42u);
+  EXPECT_EQ(r.sampling.top_k(), 5);
+  EXPECT_TRUE(r.sampling.ignore_eos());
+  EXPECT_FALSE(r.sampling.skip_special_tokens());
+  EXPECT_THAT(r.sampling.stop_token_ids(), ElementsAre(3));
+  EXPECT_TRUE(r.sampling.no_stop_trim());
+}
+
+TEST(ParseCompletionsTest, DefaultsAndPromptForms) {
+  const ApiContext ctx = Context();
+  const auto plain = ParseCompletions(R"({"prompt":"a"})", ctx);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->sampling.max_new_tokens(), 16);  // OpenAI's default
+  EXPECT_EQ(plain->model, "tandem-tiny");           // absent: the served model
+  EXPECT_TRUE(plain->sampling.skip_special_tokens());
+  EXPECT_FALSE(plain->return_logprob);
+  const auto ids = ParseCompletions(R"({"prompt":[4,5,6]})", ctx);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(ids->input_ids, ElementsAre(4, 5, 6));
+  const auto one_string = ParseCompletions(R"({"prompt":["a b"]})", ctx);
+  ASSERT_TRUE(one_string.ok());
+  EXPECT_EQ(one_string->prompt_text, "a b");
+  const auto one_list = ParseCompletions(R"({"prompt":[[7,8]]})", ctx);
+  ASSERT_TRUE(one_list.ok());
+  EXPECT_THAT(one_list->input_ids, ElementsAre(7, 8));
+}
+
+TEST(ParseCompletionsTest, Errors) {
+  const ApiContext ctx = Context();
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"model":"gpt-4","prompt":"a"})", ctx),
+                    absl::StatusCode::kNotFound),
+            "The model `gpt-4` does not exist; this server serves `tandem-tiny`");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"model":"x"})", ctx), absl::StatusCode::kNotFound),
+            "The model `x` does not exist; this server serves `tandem-tiny`");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({})", ctx)), "prompt is required");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":["a","b"]})", ctx)),
+            "prompt holds 2 prompts: batched requests are not supported; send one prompt per "
+            "request");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":[]})", ctx)), "prompt is an empty array");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":""})", ctx)), "prompt is empty");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":{}})", ctx)),
+            "prompt must be a string or an array of token ids, got object");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","n":3})", ctx)),
+            "n must be 1: one completion per request is supported, got 3");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","echo":true})", ctx)),
+            "echo is not supported");
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":3})", ctx)),
+              HasSubstr("logprobs > 1 is not supported"));
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":true})", ctx)),
+              HasSubstr("logprobs must be an integer, got boolean"));
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","max_tokens":-5})", ctx)),
+              HasSubstr("max_tokens must be an integer in [0, 2147483647], got -5"));
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","max_tokens":1e999})", ctx)),
+              HasSubstr("not valid JSON"));
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","temperature":-1})", ctx)),
+              HasSubstr("temperature must be a number in"));
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","stream_options":true})", ctx)),
+            "stream_options must be an object, got boolean");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","best_of":2})", ctx)), "best_of must be 1");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","suffix":"z"})", ctx)),
+            "suffix is not supported by this server");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","logit_bias":{"5":10}})", ctx)),
+            "logit_bias is not supported by this server (got {\"5\":10})");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","user":7})", ctx)),
+            "user must be a string, got integer");
+}
+
+TEST(ParseChatCompletionsTest, AppliesTheChatTemplate) {
+  const auto parsed = ParseChatCompletions(R"({"model":"tandem-tiny","messages":[
+      {"role":"system","content":"Be brief."},
+      {"role":"user","content":[{"type":"text","text":"Tell me "},{"type":"text","text":"a fortune"}]},
+      {"role":"assistant","content":"Sure."},
+      {"role":"user","content":"Another"}],
+      "max_completion_tokens":40,"logprobs":true,"top_logprobs":0,"stream":true,
+      "tool_choice":"none","response_format":{"type":"text"}})",
+                                           Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::string expected =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me a fortune<|im_end|>\n"
+      "<|im_start|>assistant\nSure.<|im_end|>\n<|im_start|>user\nAnother<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  EXPECT_EQ(parsed->prompt_text, expected);
+  EXPECT_EQ(parsed->input_ids, FortunesTokenizer().Encode(expected, false));
+  EXPECT_EQ(parsed->input_ids.front(), *FortunesTokenizer().TokenId("<|im_start|>"));
+  EXPECT_EQ(parsed->kind, ApiKind::kChatCompletions);
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 40);
+  EXPECT_TRUE(parsed->return_logprob);
+  EXPECT_TRUE(parsed->stream);
+  EXPECT_TRUE(parsed->sampling.skip_special_tokens());
+}
+
+TEST(ParseChatCompletionsTest, DeveloperIsSystemAndDefaultsApply) {
+  const auto parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"developer","content":"x"},{"role":"user","content":"y"}]})",
+      Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_text.rfind("<|im_start|>system\nx<|im_end|>", 0), 0u);
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 128);
+}
+
+TEST(ParseChatCompletionsTest, Errors) {
+  const ApiContext ctx = Context();
+  const auto error = [&](const std::string& body) {
+    return ErrorOf(ParseChatCompletions(body, ctx));
+  };
+  EXPECT_EQ(error(R"({})"), "messages is required");
+  EXPECT_EQ(error(R"({"messages":[]})"), "messages must not be empty");
+  EXPECT_EQ(error(R"({"messages":"hi"})"), "messages must be an array, got string");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"},
+      {"role":"user","content":5}]})"),
+            "messages[2].content must be a string or an array of text parts, got integer");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":[{"type":"image_url",
+      "image_url":{"url":"http://x"}}]}]})"),
+            "messages[0].content[0].type 'image_url' is not supported; only text parts are");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})"),
+            "messages[0].content[0].text is required");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":["a"]}]})"),
+            "messages[0].content[0] must be an object, got string");
+  EXPECT_EQ(error(R"({"messages":[{"role":"tool","content":"a","tool_call_id":"1"}]})"),
+            "messages[0].role 'tool' is not supported; use system, user or assistant");
+  EXPECT_EQ(error(R"({"messages":[{"role":"assistant","tool_calls":[{"id":"1"}]}]})"),
+            "messages[0].tool_calls is not supported");
+  EXPECT_EQ(error(R"({"messages":[{"content":"a"}]})"), "messages[0].role is required");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user"}]})"), "messages[0].content is required");
+  EXPECT_EQ(error(R"({"messages":[1]})"), "messages[0] must be an object, got integer");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]})"),
+            "tools is not supported: this server does not call tools");
+  EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":3})"),
+              HasSubstr("top_logprobs > 0 is not supported"));
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"logprobs":1})"),
+            "logprobs must be a boolean, got integer");
+  EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"json_object"}})"),
+              HasSubstr("response_format is not supported"));
+  EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"max_tokens":"9"})"),
+              HasSubstr("max_tokens must be an integer, got string"));
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                        R"({"model":"m","messages":[{"role":"user","content":"a"}]})", ctx),
+                    absl::StatusCode::kNotFound),
+            "The model `m` does not exist; this server serves `tandem-tiny`");
+  ApiContext no_tokenizer = ctx;
+  no_tokenizer.tokenizer = nullptr;
+  EXPECT_EQ(
+      ErrorOf(ParseChatCompletions(R"({"messages":[{"role":"user","content":"a"}]})", no_tokenizer),
+              absl::StatusCode::kFailedPrecondition),
+      "this server has no tokenizer loaded, so it cannot apply the chat template");
+}
+
+TEST(ParseChatCompletionsTest, AssistantNullContentIsEmpty) {
+  const auto parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null}]})",
+      Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_NE(parsed->prompt_text.find("<|im_start|>assistant\n<|im_end|>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::router
