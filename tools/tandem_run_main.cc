@@ -3,6 +3,7 @@
 //   tandem-run --model-path models/tandem-tiny-fortunes --prompt "The meaning of life"
 //   echo "Tell me a joke" | tandem-run --model-path DIR --chat --temperature 0.7
 //   tandem-run --model-path DIR --batch-file prompts.txt     # one prompt per line, concurrently
+//   tandem-run --model-path DIR --batch-file ids.txt --input-ids --jsonl   # token ids in and out
 //
 // Everything runs through the serving engine's scheduler (continuous batching, chunked prefill,
 // radix cache), so a prompt gives here exactly the tokens a worker would give it.
@@ -16,13 +17,16 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "common/flags.h"
+#include "engine/finish_reason.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem {
 namespace {
@@ -47,6 +51,8 @@ struct Options {
   int prefill_chunk = 512;
   int max_running_requests = 64;
   bool disable_radix_cache = false;
+  bool input_ids = false;  // prompts are whitespace-separated token ids, not text
+  bool jsonl = false;      // one JSON object per prompt on stdout instead of the text
 };
 
 int Fail(int code, const std::string& message) {
@@ -74,6 +80,28 @@ std::vector<std::string> ReadPrompts(const Options& o, std::string* error) {
   return prompts;
 }
 
+// Parses a prompt given as token ids ("151644 872 198"); each must be in [0, vocab_size).
+bool ParseIds(const std::string& line, int32_t vocab_size, std::vector<int32_t>* ids,
+              std::string* error) {
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    int64_t id = -1;
+    size_t used = 0;
+    try {
+      id = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || id < 0 || id >= vocab_size) {
+      *error = "'" + word + "' is not a token id in [0, " + std::to_string(vocab_size) + ")";
+      return false;
+    }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
 int Run(const Options& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -92,6 +120,16 @@ int Run(const Options& o) {
 
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string where = texts.size() == 1 ? "the prompt" : "prompt " + std::to_string(i + 1);
+    if (o.input_ids) {
+      std::vector<int32_t> ids;
+      if (!ParseIds(texts[i], (*tokenizer)->vocab_size(), &ids, &error)) {
+        return Fail(2, "--input-ids: " + where + ": " + error);
+      }
+      if (ids.empty()) return Fail(2, "--input-ids: " + where + " has no token id");
+      prompts.push_back(std::move(ids));
+      continue;
+    }
     std::string text = texts[i];
     bool add_special = true;
     if (o.chat) {
@@ -128,6 +166,8 @@ int Run(const Options& o) {
 
   const bool single = prompts.size() == 1;
   std::map<size_t, std::string> texts_out;
+  std::map<size_t, std::vector<int32_t>> ids_out;
+  std::map<size_t, nlohmann::json> finish_out;
   int64_t generated = 0;
   std::vector<std::string> failures;
   using Clock = std::chrono::steady_clock;
@@ -151,7 +191,9 @@ int Run(const Options& o) {
     r.callbacks.on_output = [&, i](const engine::RequestOutput& out) {
       if (generated == 0 && !out.token_ids.empty()) first_token = Clock::now();
       generated += static_cast<int64_t>(out.token_ids.size());
-      if (single) {
+      ids_out[i].insert(ids_out[i].end(), out.token_ids.begin(), out.token_ids.end());
+      if (out.last && out.finish) finish_out[i] = out.finish->ToJson();
+      if (single && !o.jsonl) {
         std::cout << out.text << std::flush;
       } else {
         texts_out[i] += out.text;
@@ -170,7 +212,16 @@ int Run(const Options& o) {
     if (!st.ok()) return Fail(1, std::string(st.status().message()));
   }
   const auto t2 = Clock::now();
-  if (single) {
+  if (o.jsonl) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      nlohmann::json line = {{"index", i},
+                             {"output_ids", ids_out[i]},
+                             {"text", texts_out[i]},
+                             {"finish_reason", finish_out[i]}};
+      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+    std::cout << std::flush;
+  } else if (single) {
     std::cout << std::endl;
   } else {
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -222,6 +273,10 @@ int main(int argc, char** argv) {
   flags.Add("--max-running-requests", &o.max_running_requests, "prompts decoding at once")
       ->check(CLI::Range(1, 1 << 16));
   flags.Add("--disable-radix-cache", &o.disable_radix_cache, "do not share prompt prefixes");
+  flags.Add("--input-ids", &o.input_ids,
+            "prompts are whitespace-separated token ids (no tokenizer, no chat template)");
+  flags.Add("--jsonl", &o.jsonl,
+            "print one JSON object per prompt: index, output_ids, text, finish_reason");
   if (auto code = flags.Parse(argc, argv)) return *code;
   if (o.prompt.empty() && o.batch_file.empty()) {  // not given on the command line or in --config
     o.prompt.assign(std::istreambuf_iterator<char>(std::cin), {});

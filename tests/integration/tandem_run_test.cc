@@ -106,5 +106,39 @@ TEST(TandemRunTest, WrongInvocationsNameTheProblem) {
   EXPECT_NE(r.out.find("/nonexistent/model"), std::string::npos) << r.out;
 }
 
+// --input-ids --jsonl: token ids in, one JSON object per prompt out.
+TEST(TandemRunTest, TokenIdsInJsonLinesOut) {
+  auto text = Base();
+  text.insert(text.end(), {"--prompt", "Once upon a time", "--jsonl", "--ignore-eos"});
+  RunResult by_text = RunToExit(text, std::chrono::seconds(60));
+  ASSERT_EQ(by_text.exit_code, 0) << by_text.out;
+  const std::string ids_path = ::testing::TempDir() + "/tandem_run_ids.txt";
+  {
+    std::ofstream out(ids_path);
+    out << "10 20 30\n7\n";
+  }
+  auto ids = Base();
+  ids.insert(ids.end(), {"--batch-file", ids_path, "--input-ids", "--jsonl", "--ignore-eos"});
+  RunResult by_ids = RunToExit(ids, std::chrono::seconds(60));
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.out;
+  int lines = 0;
+  for (const RunResult* r : {&by_text, &by_ids}) {
+    size_t at = 0;
+    while ((at = r->out.find("{\"finish_reason\":{\"length\":24,\"type\":\"length\"},\"index\":",
+                             at)) != std::string::npos) {
+      ++lines;
+      ++at;
+    }
+  }
+  EXPECT_EQ(lines, 3) << by_text.out << by_ids.out;
+  EXPECT_NE(by_ids.out.find("\"index\":1,\"output_ids\":["), std::string::npos) << by_ids.out;
+
+  auto bad = Base();
+  bad.insert(bad.end(), {"--prompt", "10 -3", "--input-ids"});
+  RunResult r = RunToExit(bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("'-3' is not a token id in [0, "), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace tandem::itest
