@@ -124,6 +124,45 @@ class DecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent> {
   LegId leg_;                             // guarded by mu_
 };
 
+// One Prefill leg. A client that cancels (the router gave up on the pair, or its client went
+// away) aborts the room at once, so the KV push stops and both sides free the room's blocks
+// instead of finishing a handoff nobody will decode. Deletes itself when gRPC is done with it
+// and the leg has answered, whichever comes second.
+class PrefillReactor : public grpc::ServerUnaryReactor {
+ public:
+  PrefillReactor(WorkerCore* core, const proto::PrefillRequest& request,
+                 proto::PrefillResponse* response)
+      : core_(core), room_(request.bootstrap_room()) {
+    core_->StartPrefill(request, [this, response](absl::StatusOr<proto::PrefillResponse> result) {
+      if (result.ok()) {
+        *response = *std::move(result);
+        Finish(grpc::Status::OK);
+      } else {
+        Finish(ToGrpcStatus(result.status()));
+      }
+      Unref();
+    });
+  }
+
+  void OnCancel() override {
+    proto::AbortRequest abort;
+    abort.set_bootstrap_room(room_);
+    abort.set_reason("the router cancelled the prefill leg");
+    core_->Abort(abort);
+  }
+
+  void OnDone() override { Unref(); }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  WorkerCore* core_;
+  const uint64_t room_;
+  std::atomic<int> refs_{2};  // gRPC's OnDone + the leg's answer
+};
+
 class WorkerService final : public proto::Worker::CallbackService {
  public:
   explicit WorkerService(WorkerCore* core) : core_(core) {}
@@ -133,20 +172,10 @@ class WorkerService final : public proto::Worker::CallbackService {
     return new DecodeReactor(core_, *request);
   }
 
-  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* /*context*/,
                                     const proto::PrefillRequest* request,
                                     proto::PrefillResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    core_->StartPrefill(*request,
-                        [reactor, response](absl::StatusOr<proto::PrefillResponse> result) {
-                          if (!result.ok()) {
-                            reactor->Finish(ToGrpcStatus(result.status()));
-                            return;
-                          }
-                          *response = *std::move(result);
-                          reactor->Finish(grpc::Status::OK);
-                        });
-    return reactor;
+    return new PrefillReactor(core_, *request, response);
   }
 
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,

@@ -179,7 +179,8 @@ void PrefillHandoff::StartLeg(const std::shared_ptr<Leg>& leg) {
                                " blocks, but the prompt has ", n, " tokens")));
     return;
   }
-  leg->transfer_deadline = absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
+  // --transfer-timeout counts from the moment the prefill starts computing (the first layer's
+  // K/V), not while the request waits in this worker's queue behind others.
   engine::Request r;
   r.rid = leg->rid;
   r.input_ids.assign(leg->req.input_ids().begin(), leg->req.input_ids().end());
@@ -197,6 +198,9 @@ void PrefillHandoff::OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::Kv
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (leg->finished) return;
+    if (leg->transfer_deadline == absl::InfiniteFuture()) {
+      leg->transfer_deadline = absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
+    }
     ops = LayerWrites(*engine_->kv_storage(), e.layer, e.block_ids, leg->reg.blocks, e.begin_pos,
                       e.end_pos);
     if (ops.empty()) return;
@@ -294,7 +298,9 @@ void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
     }
   }
   kv::SubmitOptions so;
-  so.deadline = leg->transfer_deadline;
+  so.deadline = leg->transfer_deadline != absl::InfiniteFuture()
+                    ? leg->transfer_deadline
+                    : absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
   so.on_done = [this, leg](kv::BatchId, const kv::BatchStatus& st) {
     if (st.state != kv::BatchState::kCompleted) {
       Fail(leg, absl::UnavailableError(
