@@ -1,22 +1,27 @@
-// Disaggregated serving with real processes on loopback: 2 tandem-prefill + 2 tandem-decode
-// workers and a colocated tandem-decode --local-prefill as the reference. 64 concurrent requests
-// through the two gRPC legs give the colocated worker's tokens exactly; failures (a room nobody
-// prefills, a prefill nobody registers, another model, a peer without the secret, a prefill
-// worker killed mid-flight) end with a clear error within the timeouts, and every surviving
+// Disaggregated serving with real processes on loopback: 1 + 1 and 2 + 2 tandem-prefill /
+// tandem-decode workers, with a colocated tandem-decode --local-prefill and tandem-run as the
+// references. 64 concurrent requests through the two gRPC legs give their tokens exactly; failures
+// (a room nobody prefills, a prefill nobody registers, another model, a peer without the secret, a
+// prefill worker killed mid-flight) end with a clear error within the timeouts, and every surviving
 // worker returns to free blocks == total.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "proto/worker.grpc.pb.h"
 #include "tests/integration/process.h"
 
@@ -67,7 +72,16 @@ std::unique_ptr<Worker> Start(const std::string& role, std::vector<std::string> 
   bool has_secret = false;
   for (const auto& e : extra) has_secret |= e == "--cluster-secret";
   if (role != "colocated" && !has_secret) argv.insert(argv.end(), {"--cluster-secret", kSecret});
-  argv.insert(argv.end(), extra.begin(), extra.end());
+  // An extra "--flag value" replaces the default value of a flag already given.
+  for (size_t i = 0; i < extra.size(); ++i) {
+    auto given = std::find(argv.begin(), argv.end(), extra[i]);
+    if (given != argv.end() && given + 1 != argv.end() && i + 1 < extra.size() &&
+        extra[i + 1].rfind("--", 0) != 0) {
+      *(given + 1) = extra[++i];
+    } else {
+      argv.push_back(extra[i]);
+    }
+  }
   w->process = std::make_unique<Process>(argv);
   EXPECT_TRUE(WaitForHttp(w->http_port, "/health", 200, seconds(60))) << w->process->Output();
   w->stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(w->grpc_port),
@@ -178,38 +192,86 @@ std::vector<std::vector<int32_t>> Prompts(int n) {
   return prompts;
 }
 
-TEST(PdClusterTest, SixtyFourConcurrentRequestsOnTwoPairsMatchColocated) {
+constexpr int kMaxNew = 12;
+int MaxNew(size_t i) { return 4 + static_cast<int>(i % 9); }
+
+// tandem-run's greedy tokens for every prompt (given as token ids), kMaxNew each.
+std::vector<std::vector<int32_t>> TandemRunTokens(
+    const std::vector<std::vector<int32_t>>& prompts) {
+  const std::string path = ::testing::TempDir() + "/pd_cluster_prompts.txt";
+  {
+    std::ofstream out(path);
+    for (const auto& p : prompts) {
+      for (int32_t t : p) out << t << ' ';
+      out << '\n';
+    }
+  }
+  RunResult r = RunToExit(
+      {BinaryPath("tandem-run"), "--model-path", SourcePath("models/tandem-tiny-fortunes"),
+       "--batch-file", path, "--input-ids", "--jsonl", "--temperature", "0", "--ignore-eos",
+       "--max-new-tokens", std::to_string(kMaxNew), "--threads", "1", "--prefill-chunk", "64"},
+      std::chrono::seconds(300));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  std::vector<std::vector<int32_t>> tokens(prompts.size());
+  std::istringstream lines(r.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;  // the stats line on stderr
+    auto j = nlohmann::json::parse(line);
+    tokens.at(j.at("index").get<size_t>()) = j.at("output_ids").get<std::vector<int32_t>>();
+  }
+  return tokens;
+}
+
+// 64 concurrent requests through both legs on P prefill + P decode workers (pairs crossing when
+// P = 2) give exactly the tokens of a colocated worker and of tandem-run.
+class PdClusterPairsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PdClusterPairsTest, SixtyFourConcurrentRequestsMatchColocatedAndTandemRun) {
+  const int pairs = GetParam();
   auto colocated = Start("colocated");
   std::vector<std::unique_ptr<Worker>> prefill, decode;
-  for (int i = 0; i < 2; ++i) prefill.push_back(Start("prefill"));
-  for (int i = 0; i < 2; ++i) decode.push_back(Start("decode"));
+  // 64 requests on one pair queue for a while on a loaded machine: timeouts for that, not for
+  // the failure tests'.
+  const std::vector<std::string> patient = {"--bootstrap-timeout", "60", "--transfer-timeout",
+                                            "60"};
+  for (int i = 0; i < pairs; ++i) prefill.push_back(Start("prefill", patient));
+  for (int i = 0; i < pairs; ++i) decode.push_back(Start("decode", patient));
   const auto prompts = Prompts(64);
   std::vector<DecodeResult> pd(prompts.size()), ref(prompts.size());
   std::vector<grpc::Status> pst(prompts.size());
+  std::vector<std::vector<int32_t>> offline;
+  std::thread tandem_run([&] { offline = TandemRunTokens(prompts); });
   std::vector<std::thread> threads;
   for (size_t i = 0; i < prompts.size(); ++i) {
     threads.emplace_back([&, i] {
-      // Pairs cross: prefill i % 2 with decode (i / 2) % 2, so each decode hears both prefills.
-      pd[i] = RunPd(prefill[i % 2].get(), decode[(i / 2) % 2].get(), 7000 + i, prompts[i],
-                    4 + static_cast<int>(i % 9), &pst[i]);
+      // With two pairs they cross: prefill i % 2 with decode (i / 2) % 2, so each decode worker
+      // hears both prefill workers.
+      pd[i] = RunPd(prefill[i % pairs].get(), decode[(i / 2) % pairs].get(), 7000 + i, prompts[i],
+                    MaxNew(i), &pst[i]);
       proto::DecodeRequest dr;
       dr.set_rid("c" + std::to_string(i));
       dr.mutable_input_ids()->Add(prompts[i].begin(), prompts[i].end());
-      *dr.mutable_sampling_params() = Greedy(4 + static_cast<int>(i % 9));
+      *dr.mutable_sampling_params() = Greedy(MaxNew(i));
       dr.set_stream(i % 2 == 0);
       ref[i] = Decode(colocated->stub.get(), dr);
     });
   }
   for (auto& t : threads) t.join();
+  tandem_run.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(pst[i].ok()) << i << ": " << pst[i].error_message();
     ASSERT_TRUE(pd[i].status.ok()) << i << ": " << pd[i].status.error_message();
     ASSERT_TRUE(ref[i].status.ok()) << i;
     EXPECT_EQ(pd[i].last.finish_reason().type(), proto::FinishReason::LENGTH)
         << i << ": " << pd[i].last.finish_reason().message();
+    ASSERT_EQ(pd[i].tokens.size(), static_cast<size_t>(MaxNew(i))) << i;
     EXPECT_EQ(pd[i].tokens, ref[i].tokens) << "request " << i;
+    ASSERT_EQ(offline[i].size(), static_cast<size_t>(kMaxNew)) << i;
+    EXPECT_EQ(pd[i].tokens,
+              std::vector<int32_t>(offline[i].begin(), offline[i].begin() + MaxNew(i)))
+        << "request " << i << " against tandem-run";
   }
-  // The transfer shows up in the decode workers' phase metrics.
   // The transfer shows up in both sides' phase metrics, one sample per leg.
   for (Worker* w : {prefill[0].get(), decode[0].get()}) {
     HttpReply metrics = HttpGet(w->http_port, "/metrics");
@@ -220,6 +282,53 @@ TEST(PdClusterTest, SixtyFourConcurrentRequestsOnTwoPairsMatchColocated) {
   for (auto& w : prefill) ExpectAllBlocksReturn(w.get());
   for (auto& w : decode) ExpectAllBlocksReturn(w.get());
   ExpectAllBlocksReturn(colocated.get());
+}
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwoPairs, PdClusterPairsTest, ::testing::Values(1, 2),
+                         [](const auto& info) {
+                           return std::to_string(info.param) + "x" + std::to_string(info.param);
+                         });
+
+// A prefill leg the router cancels (its client went away, or the pair was given up) aborts the
+// room at once instead of waiting for the decode worker until --bootstrap-timeout.
+TEST(PdClusterTest, CancelledPrefillLegAbortsItsRoom) {
+  auto p = Start("prefill", {"--bootstrap-timeout", "120"});
+  proto::PrefillRequest pr;
+  pr.set_rid("cancelled");
+  pr.set_bootstrap_room(4242);
+  for (int32_t t = 11; t <= 18; ++t) pr.add_input_ids(t);
+  *pr.mutable_sampling_params() = Greedy(4);
+  grpc::ClientContext ctx;
+  proto::PrefillResponse resp;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  p->stub->async()->Prefill(&ctx, &pr, &resp, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done = true;
+    cv.notify_all();
+  });
+  // The leg is waiting for a decode worker that never registers the room.
+  auto aborted = [&] {
+    HttpReply m = HttpGet(p->http_port, "/metrics");
+    return m.body.find("tandem_worker_requests_total{outcome=\"aborted\"} 1") != std::string::npos;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(aborted());
+  ctx.TryCancel();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, seconds(30), [&] { return done; }));
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // Well before the 120 s bootstrap timeout, the worker has ended the leg as aborted.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (!aborted() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(aborted()) << HttpGet(p->http_port, "/metrics").body;
 }
 
 TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
