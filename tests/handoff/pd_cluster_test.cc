@@ -24,69 +24,17 @@
 #include "nlohmann/json.hpp"
 #include "proto/worker.grpc.pb.h"
 #include "tests/integration/process.h"
+#include "tests/integration/worker_process.h"
 
 namespace tandem::itest {
 namespace {
 
 using std::chrono::seconds;
 
-const char kSecret[] = "pd-cluster-test-secret-0123456789";
+using Worker = WorkerProcess;
 
-struct Worker {
-  std::string role;
-  int grpc_port = 0;
-  int http_port = 0;
-  int bootstrap_port = 0;
-  std::unique_ptr<Process> process;
-  std::unique_ptr<proto::Worker::Stub> stub;
-};
-
-std::unique_ptr<Worker> Start(const std::string& role, std::vector<std::string> extra = {}) {
-  auto w = std::make_unique<Worker>();
-  w->role = role;
-  w->grpc_port = FreePort();
-  w->http_port = FreePort();
-  std::vector<std::string> argv = {
-      BinaryPath(role == "prefill" ? "tandem-prefill" : "tandem-decode"),
-      "--model-path",
-      SourcePath("models/tandem-tiny-fortunes"),
-      "--port",
-      std::to_string(w->grpc_port),
-      "--http-port",
-      std::to_string(w->http_port),
-      "--kv-cache-memory",
-      "16MiB",
-      "--chunked-prefill-size",
-      "64",
-      "--threads",
-      "1",
-      "--bootstrap-timeout",
-      "3",
-      "--transfer-timeout",
-      "6"};
-  if (role == "prefill") {
-    w->bootstrap_port = FreePort();
-    argv.insert(argv.end(), {"--disaggregation-bootstrap-port", std::to_string(w->bootstrap_port)});
-  }
-  if (role == "colocated") argv.push_back("--local-prefill");
-  bool has_secret = false;
-  for (const auto& e : extra) has_secret |= e == "--cluster-secret";
-  if (role != "colocated" && !has_secret) argv.insert(argv.end(), {"--cluster-secret", kSecret});
-  // An extra "--flag value" replaces the default value of a flag already given.
-  for (size_t i = 0; i < extra.size(); ++i) {
-    auto given = std::find(argv.begin(), argv.end(), extra[i]);
-    if (given != argv.end() && given + 1 != argv.end() && i + 1 < extra.size() &&
-        extra[i + 1].rfind("--", 0) != 0) {
-      *(given + 1) = extra[++i];
-    } else {
-      argv.push_back(extra[i]);
-    }
-  }
-  w->process = std::make_unique<Process>(argv);
-  EXPECT_TRUE(WaitForHttp(w->http_port, "/health", 200, seconds(60))) << w->process->Output();
-  w->stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(w->grpc_port),
-                                                       grpc::InsecureChannelCredentials()));
-  return w;
+std::unique_ptr<Worker> Start(const std::string& role, const std::vector<std::string>& extra = {}) {
+  return StartWorker(role, extra);
 }
 
 proto::SamplingParams Greedy(int max_new) {
@@ -421,34 +369,8 @@ TEST(PdClusterTest, DecodeWorkerReRegistersWithARestartedPrefillWorker) {
   ASSERT_TRUE(pst.ok()) << pst.error_message();
   ASSERT_EQ(r.tokens.size(), 4u);
   // Same ports, new process: it knows no decode worker.
-  const int grpc_port = p->grpc_port, http_port = p->http_port, bootstrap = p->bootstrap_port;
-  p->process->Signal(SIGKILL);
-  p->process->Wait(seconds(10));
-  p->process =
-      std::make_unique<Process>(std::vector<std::string>{BinaryPath("tandem-prefill"),
-                                                         "--model-path",
-                                                         SourcePath("models/tandem-tiny-fortunes"),
-                                                         "--port",
-                                                         std::to_string(grpc_port),
-                                                         "--http-port",
-                                                         std::to_string(http_port),
-                                                         "--disaggregation-bootstrap-port",
-                                                         std::to_string(bootstrap),
-                                                         "--kv-cache-memory",
-                                                         "16MiB",
-                                                         "--chunked-prefill-size",
-                                                         "64",
-                                                         "--threads",
-                                                         "1",
-                                                         "--bootstrap-timeout",
-                                                         "3",
-                                                         "--transfer-timeout",
-                                                         "6",
-                                                         "--cluster-secret",
-                                                         kSecret});
-  ASSERT_TRUE(WaitForHttp(http_port, "/health", 200, seconds(60))) << p->process->Output();
-  p->stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port),
-                                                       grpc::InsecureChannelCredentials()));
+  std::string why;
+  ASSERT_TRUE(p->Restart(&why)) << why;
   // At most one room is lost to the stale registration (it times out); then the pair works.
   bool recovered = false;
   for (int attempt = 0; attempt < 3 && !recovered; ++attempt) {

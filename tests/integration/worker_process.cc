@@ -1,0 +1,79 @@
+#include "tests/integration/worker_process.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace tandem::itest {
+namespace {
+
+bool WaitHealthy(WorkerProcess* w) {
+  if (!WaitForHttp(w->http_port, "/health", 200, std::chrono::seconds(60))) return false;
+  w->stub = proto::Worker::NewStub(
+      grpc::CreateChannel(w->grpc_address(), grpc::InsecureChannelCredentials()));
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
+                                           const std::vector<std::string>& extra) {
+  auto w = std::make_unique<WorkerProcess>();
+  w->role = role;
+  w->grpc_port = FreePort();
+  w->http_port = FreePort();
+  std::vector<std::string>& argv = w->argv;
+  argv = {BinaryPath(role == "prefill" ? "tandem-prefill" : "tandem-decode"),
+          "--model-path",
+          SourcePath("models/tandem-tiny-fortunes"),
+          "--port",
+          std::to_string(w->grpc_port),
+          "--http-port",
+          std::to_string(w->http_port),
+          "--kv-cache-memory",
+          "16MiB",
+          "--chunked-prefill-size",
+          "64",
+          "--threads",
+          "1",
+          "--bootstrap-timeout",
+          "3",
+          "--transfer-timeout",
+          "6"};
+  if (role == "prefill") {
+    w->bootstrap_port = FreePort();
+    argv.insert(argv.end(), {"--disaggregation-bootstrap-port", std::to_string(w->bootstrap_port)});
+  }
+  if (role == "colocated") argv.push_back("--local-prefill");
+  const bool own_secret = std::find(extra.begin(), extra.end(), "--cluster-secret") != extra.end();
+  if (role != "colocated" && !own_secret) {
+    argv.insert(argv.end(), {"--cluster-secret", kTestClusterSecret});
+  }
+  for (size_t i = 0; i < extra.size(); ++i) {
+    auto given = std::find(argv.begin(), argv.end(), extra[i]);
+    if (given != argv.end() && given + 1 != argv.end() && i + 1 < extra.size() &&
+        extra[i + 1].rfind("--", 0) != 0) {
+      *(given + 1) = extra[++i];
+    } else {
+      argv.push_back(extra[i]);
+    }
+  }
+  w->process = std::make_unique<Process>(argv);
+  EXPECT_TRUE(WaitHealthy(w.get())) << role << " did not come up:\n" << w->process->Output();
+  return w;
+}
+
+bool WorkerProcess::Restart(std::string* why) {
+  process->Signal(SIGKILL);
+  process->Wait(std::chrono::seconds(10));
+  process = std::make_unique<Process>(argv);
+  if (WaitHealthy(this)) return true;
+  if (why != nullptr) *why = process->Output();
+  return false;
+}
+
+}  // namespace tandem::itest
