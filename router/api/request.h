@@ -8,16 +8,31 @@
 //
 // Decisions, where SGLang/OpenAI leave room:
 // - One prompt per request: batched /generate (`text` as an array of strings, `input_ids` as an
-//   array of arrays) and several OpenAI prompts are a 400.
-// - OpenAI `n` must be 1; completions `echo: true`, `best_of` > 1, `suffix`, a completions
-//   `logprobs` > 1 or chat `top_logprobs` > 0 (alternatives per position) are 400s: the workers
-//   return only the chosen token's logprob. Completions `logprobs: 0|1` and chat `logprobs: true`
-//   set return_logprob.
+//   array of arrays, `rid` as a list) and several OpenAI prompts are a 400 ("batched requests
+//   are not supported; send one prompt per request"). A one-element batch is accepted.
+// - OpenAI `n` and `best_of` must be 1; completions `echo: true`, `suffix`, completions
+//   `logprobs` > 1 and chat `top_logprobs` > 0 (alternatives per position) are 400s: the workers
+//   return only the chosen token's logprob. Completions `logprobs: 0|1` and chat
+//   `logprobs: true` set return_logprob (the response's top_logprobs is null / empty).
+// - max_new_tokens when the client gives none: /generate and chat use
+//   ApiContext::default_max_new_tokens (SGLang's 128), completions OpenAI's 16. Chat takes
+//   max_completion_tokens over the deprecated max_tokens when both are present.
 // - Context length (as SGLang): a prompt of `context_length` tokens or more is a 400; a prompt
 //   that fits but leaves less room than max_new_tokens has max_new_tokens clamped to
 //   context_length - prompt_tokens.
-// - SGLang fields we do not serve (image_data, lora_path, ...) are a 400 naming the field;
-//   fields neither API knows are ignored, as SGLang and OpenAI servers ignore them.
+// - JSON null means absent. Integers may be sent as integral floats (3.0). Numbers outside a
+//   field's range are a 400 naming the field; a literal too large for a double (1e999) fails
+//   JSON parsing ("number overflow"). Invalid UTF-8 anywhere in the body, nesting deeper than 64
+//   levels, and a top level that is not an object are 400s.
+// - SGLang fields we do not serve (image_data, lora_path, ..., and the sampling parameters
+//   regex/json_schema/ebnf/min_new_tokens/repetition_penalty != 1 ...) are a 400 naming the field
+//   when set to anything but their default; unknown keys inside /generate's sampling_params are a
+//   400 (SGLang's SamplingParams rejects them too); other unknown top-level fields are ignored, as
+//   SGLang and OpenAI servers ignore them.
+// - Chat: roles system, user, assistant ("developer" is read as system); content a string or
+//   an array of text parts; tool/function roles, tool_calls, non-text parts, `tools`, a
+//   tool_choice other than "none"/"auto", and a response_format other than text are 400s.
+// - skip_special_tokens defaults to true (SGLang's default); the workers take it as sent.
 #ifndef TANDEM_ROUTER_API_REQUEST_H_
 #define TANDEM_ROUTER_API_REQUEST_H_
 
