@@ -24,6 +24,7 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--port", &o->port, "HTTP port")->check(CLI::Range(0, 65535));
   flags.Add("--api-key", &o->api_key, "Key clients must send as 'Authorization: Bearer KEY'");
   flags.Add("--admin-key", &o->admin_key, "Key for the admin API (workers, flush, drain)");
+  flags.Add("--http-threads", &o->http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
 
   flags.Add("--pd-disaggregation", &o->pd_disaggregation,
             "Prefill-decode disaggregated mode (--prefill and --decode)");
@@ -122,6 +123,9 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--model-path", &o->model_path,
             "Model directory whose tokenizer and chat template the router uses");
   flags.Add("--tokenizer-path", &o->tokenizer_path, "Tokenizer directory (default: --model-path)");
+  flags.Add("--served-model-name", &o->served_model_name,
+            "Model id of /v1/models and the accepted \"model\" (default: the model directory's "
+            "name)");
   flags.Add("--request-id-headers", &o->request_id_headers,
             "Headers checked for a client request id");
   flags.Add("--cluster-secret-file", &o->cluster_secret_file,

@@ -24,6 +24,7 @@ struct RouterOptions {
   int port = 30000;
   std::string api_key;    // clients must send "Authorization: Bearer <key>"
   std::string admin_key;  // the admin API's key (separate from the client key)
+  int http_threads = 2;   // HTTP I/O threads
 
   // Workers.
   bool pd_disaggregation = false;
@@ -72,6 +73,7 @@ struct RouterOptions {
   // Tokenizer / chat template source (the router tokenizes for cache_aware and chat).
   std::string model_path;
   std::string tokenizer_path;
+  std::string served_model_name;  // /v1/models id; "" = the model directory's name
 
   std::vector<std::string> request_id_headers;  // "" = x-request-id, x-correlation-id, ...
   std::string cluster_secret_file;              // to authenticate to workers

@@ -1,36 +1,390 @@
 #include "router/router_server.h"
 
+#include <chrono>
+#include <filesystem>
+#include <optional>
 #include <utility>
 
-#include "common/daemon.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
+#include "nlohmann/json.hpp"
+#include "router/api/response.h"
+#include "router/request_headers.h"
 
 namespace tandem::router {
+namespace {
+
+double ToSec(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// The error kind label of tandem_router_errors_total for a failed request.
+std::string ErrorKind(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+      return "bad_request";
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return "unauthorized";
+    case absl::StatusCode::kResourceExhausted:
+      return "queue_full";
+    case absl::StatusCode::kDeadlineExceeded:
+      return "timeout";
+    case absl::StatusCode::kUnavailable:
+      return "upstream";
+    case absl::StatusCode::kCancelled:
+      return "client_gone";
+    default:
+      return "internal";
+  }
+}
+
+}  // namespace
+
+// One client inference request from admission to its last byte. Shared by the HTTP callbacks
+// and the dispatcher's callbacks; `mu` guards the answer side.
+class ClientCall : public std::enable_shared_from_this<ClientCall> {
+ public:
+  ClientCall(RouterServer* server, std::string route, std::shared_ptr<RoutedRequest> request,
+             HttpResponder responder)
+      : server_(server),
+        route_(std::move(route)),
+        received_(absl::Now()),
+        request_(std::move(request)),
+        shaper_(*request_),
+        responder_(std::move(responder)) {
+    headers_.emplace_back("x-request-id", request_->rid);
+  }
+
+  void Begin();
+
+ private:
+  void Admitted(absl::Status status);
+  void ClientGone();
+  void OnEvent(const proto::DecodeEvent& e);
+  void OnDone(absl::Status status);
+  // Sends an error before anything was sent; counts it.
+  void SendError(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Count(int status, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  RouterServer* const server_;
+  const std::string route_;
+  const absl::Time received_;
+  const std::shared_ptr<RoutedRequest> request_;
+  HttpHeaders headers_;  // echoed on the response
+
+  absl::Mutex mu_;
+  ResponseShaper shaper_ ABSL_GUARDED_BY(mu_);
+  std::optional<HttpResponder> responder_ ABSL_GUARDED_BY(mu_);  // until answered
+  HttpStreamPtr stream_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<DispatchRun> run_ ABSL_GUARDED_BY(mu_);
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool admitted_ ABSL_GUARDED_BY(mu_) = false;
+  bool gone_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Time> first_token_ ABSL_GUARDED_BY(mu_);
+  int64_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void ClientCall::Begin() {
+  std::weak_ptr<ClientCall> weak = weak_from_this();
+  // May run at once on this thread when the client is already gone: no lock held here.
+  HttpResponder* responder;
+  {
+    absl::MutexLock lock(&mu_);
+    responder = &*responder_;
+  }
+  responder->OnClientGone([weak] {
+    if (auto self = weak.lock()) self->ClientGone();
+  });
+  auto self = shared_from_this();
+  const uint64_t ticket =
+      server_->admission_->Acquire([self](absl::Status s) { self->Admitted(std::move(s)); });
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  absl::MutexLock lock(&mu_);
+  if (!admitted_ && !done_) ticket_ = ticket;
+}
+
+void ClientCall::Admitted(absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!status.ok()) {
+      done_ = true;
+      if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+        responder_->Send(HttpResponse::Error(408, std::string(status.message())));
+        Count(408, status);
+      } else {
+        SendError(status);
+      }
+      return;
+    }
+    admitted_ = true;
+    ticket_ = 0;
+    server_->router_metrics_->inflight.Increment();
+    if (gone_) {
+      // Gone while it waited: give the slot back at once.
+      done_ = true;
+      Count(499, absl::CancelledError("client gone"));
+    }
+  }
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  bool gone_now;
+  {
+    absl::MutexLock lock(&mu_);
+    gone_now = done_;
+  }
+  if (gone_now) {
+    server_->router_metrics_->inflight.Decrement();
+    server_->admission_->Release();
+    return;
+  }
+  auto self = shared_from_this();
+  std::shared_ptr<DispatchRun> run = server_->dispatcher_->Start(
+      request_, [self](const proto::DecodeEvent& e) { self->OnEvent(e); },
+      [self](absl::Status s) { self->OnDone(std::move(s)); });
+  bool cancel = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) run_ = run;
+    cancel = gone_ && !done_;
+  }
+  if (cancel) run->Cancel();
+}
+
+void ClientCall::ClientGone() {
+  std::shared_ptr<DispatchRun> run;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    gone_ = true;
+    run = run_;
+    ticket = ticket_;
+  }
+  if (ticket != 0 && server_->admission_->Cancel(ticket)) {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    Count(499, absl::CancelledError("client gone"));
+    server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+    return;
+  }
+  // Never cancel on the calling thread: it may be inside the run's own event delivery.
+  if (run) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+}
+
+void ClientCall::OnEvent(const proto::DecodeEvent& e) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  completion_tokens_ += e.token_ids_size();
+  if (!first_token_ && e.token_ids_size() > 0) {
+    first_token_ = absl::Now();
+    server_->router_metrics_->ttft.Observe(ToSec(*first_token_ - received_));
+  }
+  if (!request_->stream) {
+    shaper_.Accumulate(e);
+    return;
+  }
+  if (!stream_) {
+    stream_ = responder_->StartStream(200, "text/event-stream", headers_);
+    responder_.reset();
+    std::weak_ptr<ClientCall> weak = weak_from_this();
+    std::shared_ptr<DispatchRun> run = run_;
+    // OnClose may run at once (client already gone): it only schedules the cancel.
+    Dispatcher* dispatcher = server_->dispatcher_.get();
+    stream_->OnClose([weak, dispatcher] {
+      auto self = weak.lock();
+      if (!self) return;
+      std::shared_ptr<DispatchRun> run;
+      {
+        absl::MutexLock lock(&self->mu_);
+        self->gone_ = true;
+        run = self->run_;
+      }
+      if (run) dispatcher->RunAt(absl::Now(), [run] { run->Cancel(); });
+    });
+  }
+  stream_->Write(shaper_.StreamEvent(e));
+}
+
+void ClientCall::OnDone(absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    run_ = nullptr;
+    if (!done_) {
+      done_ = true;
+      const absl::Time now = absl::Now();
+      if (status.ok()) {
+        server_->router_metrics_->e2e.Observe(ToSec(now - received_));
+        // A non-streamed response has one event: no per-token timing to report.
+        if (request_->stream && first_token_ && completion_tokens_ > 1) {
+          server_->router_metrics_->tpot.Observe(ToSec(now - *first_token_) /
+                                                 static_cast<double>(completion_tokens_ - 1));
+        }
+      }
+      if (stream_) {
+        if (status.ok()) {
+          stream_->Write(shaper_.StreamDone());
+          Count(200, status);
+        } else {
+          stream_->Write(shaper_.StreamError(status));
+          Count(200, status);  // the status line went out as 200; the error is in the stream
+        }
+        stream_->Finish();
+      } else if (!status.ok()) {
+        if (status.code() == absl::StatusCode::kCancelled) {
+          Count(499, status);
+        } else {
+          SendError(status);
+        }
+      } else if (request_->stream) {
+        // A stream with no event before its end (cannot normally happen): still well-formed.
+        stream_ = responder_->StartStream(200, "text/event-stream", headers_);
+        responder_.reset();
+        stream_->Write(shaper_.StreamDone());
+        stream_->Finish();
+        Count(200, status);
+      } else {
+        absl::Status final_status = shaper_.FinalStatus();
+        if (!final_status.ok()) {
+          SendError(final_status);
+        } else {
+          HttpResponse r = HttpResponse::Json(200, shaper_.Body(ToSec(now - received_)));
+          r.headers = headers_;
+          responder_->Send(std::move(r));
+          responder_.reset();
+          Count(200, status);
+        }
+      }
+    }
+  }
+  server_->router_metrics_->inflight.Decrement();
+  server_->admission_->Release();
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+}
+
+void ClientCall::SendError(const absl::Status& status) {
+  HttpResponse r = status.code() == absl::StatusCode::kDeadlineExceeded
+                       ? HttpResponse::Error(504, std::string(status.message()))
+                       : ErrorResponse(status);
+  r.headers.insert(r.headers.end(), headers_.begin(), headers_.end());
+  const int code = r.status;
+  if (responder_) {
+    responder_->Send(std::move(r));
+    responder_.reset();
+  }
+  Count(code, status);
+}
+
+void ClientCall::Count(int status, const absl::Status& error) {
+  server_->router_metrics_->CountRequest(route_, status);
+  if (!error.ok()) server_->router_metrics_->CountError(ErrorKind(error));
+}
 
 absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions options) {
   RETURN_IF_ERROR(ValidateRouterOptions(&options));
   std::unique_ptr<RouterServer> server(new RouterServer(std::move(options)));
-  const RouterOptions& o = server->options_;
+  RouterServer& s = *server;
+  const RouterOptions& o = s.options_;
+  s.router_metrics_ = std::make_unique<RouterMetrics>(&s.metrics_);
+
+  const std::string tokenizer_dir = !o.tokenizer_path.empty() ? o.tokenizer_path : o.model_path;
+  if (tokenizer_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "the router needs the model directory for its tokenizer and chat template: give "
+        "--model-path DIR (or --tokenizer-path DIR); nothing is downloaded");
+  }
+  auto tokenizer = engine::Tokenizer::FromModelDir(tokenizer_dir);
+  if (!tokenizer.ok()) {
+    return absl::Status(
+        tokenizer.status().code(),
+        absl::StrCat(o.tokenizer_path.empty() ? "--model-path " : "--tokenizer-path ",
+                     tokenizer_dir, ": ", tokenizer.status().message()));
+  }
+  s.tokenizer_ = std::move(*tokenizer);
+  s.api_.tokenizer = s.tokenizer_.get();
+  s.api_.served_model_name = o.served_model_name;
+  if (s.api_.served_model_name.empty()) {
+    const std::string dir = !o.model_path.empty() ? o.model_path : o.tokenizer_path;
+    std::filesystem::path p(dir);
+    if (!p.has_filename()) p = p.parent_path();
+    s.api_.served_model_name = p.filename().string();
+  }
+  s.created_ = absl::ToUnixSeconds(absl::Now());
+
+  RegistryOptions ro;
+  ro.health_failure_threshold = o.health_failure_threshold;
+  ro.health_success_threshold = o.health_success_threshold;
+  ro.health_check_timeout_secs = o.health_check_timeout_secs;
+  ro.health_check_interval_secs = o.health_check_interval_secs;
+  ro.cb_failure_threshold = o.cb_failure_threshold;
+  ro.cb_success_threshold = o.cb_success_threshold;
+  ro.cb_timeout_duration_secs = o.cb_timeout_duration_secs;
+  ro.cb_window_duration_secs = o.cb_window_duration_secs;
+  ro.disable_circuit_breaker = o.disable_circuit_breaker;
+  ro.worker_load_check_interval = o.worker_load_check_interval;
+  s.registry_ = std::make_unique<WorkerRegistry>(ro, &s.metrics_);
+
+  PolicyOptions po;
+  po.cache_threshold = o.cache_threshold;
+  po.balance_abs_threshold = o.balance_abs_threshold;
+  po.balance_rel_threshold = o.balance_rel_threshold;
+  po.max_tree_size = o.max_tree_size;
+  po.eviction_interval_secs = o.eviction_interval_secs;
+  ASSIGN_OR_RETURN(s.prefill_policy_, MakePolicy(o.prefill_policy, po, &s.metrics_),
+                   "--prefill-policy: ");
+  ASSIGN_OR_RETURN(s.decode_policy_,
+                   MakePolicy(o.pd_disaggregation ? o.decode_policy : o.policy, po, &s.metrics_),
+                   o.pd_disaggregation ? "--decode-policy: " : "--policy: ");
+
+  if (o.pd_disaggregation) {
+    for (const PrefillEndpoint& p : o.prefill) {
+      RETURN_IF_ERROR(s.registry_->Add(p.url, WorkerType::kPrefill, p.bootstrap_port).status(),
+                      "--prefill: ");
+    }
+    for (const std::string& url : o.decode_urls) {
+      RETURN_IF_ERROR(s.registry_->Add(url, WorkerType::kDecode, std::nullopt).status(),
+                      "--decode: ");
+    }
+  } else {
+    for (const std::string& url : o.worker_urls) {
+      RETURN_IF_ERROR(s.registry_->Add(url, WorkerType::kRegular, std::nullopt).status(),
+                      "--worker-urls: ");
+    }
+  }
+
+  s.admission_ = std::make_unique<AdmissionQueue>(o.max_concurrent_requests, o.queue_size,
+                                                  absl::Seconds(o.queue_timeout_secs));
+  DispatchOptions dop;
+  dop.pd_mode = o.pd_disaggregation;
+  dop.backoff.max_retries = o.disable_retries ? 0 : o.retry_max_retries;
+  dop.backoff.initial_backoff_ms = o.retry_initial_backoff_ms;
+  dop.backoff.max_backoff_ms = o.retry_max_backoff_ms;
+  dop.backoff.multiplier = o.retry_backoff_multiplier;
+  dop.backoff.jitter_factor = o.retry_jitter_factor;
+  dop.request_timeout = absl::Seconds(o.request_timeout_secs);
+  s.dispatcher_ = std::make_unique<Dispatcher>(dop, s.registry_.get(), s.prefill_policy_.get(),
+                                               s.decode_policy_.get(), s.router_metrics_.get());
+  s.registry_->Start();
 
   HttpServerOptions http;
   http.host = o.host;
   http.port = static_cast<uint16_t>(o.port);
+  http.threads = o.http_threads;
   http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
-  ASSIGN_OR_RETURN(server->http_, StartStatusEndpoint(
-                                      http, server->metrics_,
-                                      [] {
-                                        return absl::UnavailableError(
-                                            "tandem-router: request routing is not part of this "
-                                            "build; this process serves only "
-                                            "/metrics and /health");
-                                      },
-                                      "--port: "));
-  spdlog::info("tandem-router {} on {}:{} ({} mode, {} prefill, {} decode, {} plain workers)",
-               kTandemVersion, o.host, server->http_->port(), o.pd_disaggregation ? "pd" : "plain",
-               o.prefill.size(), o.decode_urls.size(), o.worker_urls.size());
-  spdlog::warn("tandem-router: routing is not served by this build (/health reports 503)");
+  // Streams may be silent for long (a queued request on a busy worker).
+  http.read_timeout = std::chrono::seconds(60);
+  s.http_ = std::make_unique<HttpServer>(http);
+  s.AddRoutes();
+  RETURN_IF_ERROR(s.http_->Start(), "--host/--port: ");
+  spdlog::info(
+      "tandem-router {} on {}:{} ({} mode, {} prefill, {} decode, {} plain workers; policy "
+      "{}/{}; model '{}')",
+      kTandemVersion, o.host, s.http_->port(), o.pd_disaggregation ? "pd" : "plain",
+      o.prefill.size(), o.decode_urls.size(), o.worker_urls.size(), o.prefill_policy,
+      o.decode_policy, s.api_.served_model_name);
   return server;
 }
 
@@ -38,6 +392,144 @@ RouterServer::~RouterServer() { Shutdown(); }
 
 void RouterServer::Shutdown() {
   if (http_) http_->Stop();
+  if (registry_) registry_->Stop();
+}
+
+void RouterServer::Answer(const std::string& route, HttpResponder& responder,
+                          HttpResponse response) {
+  router_metrics_->CountRequest(route, response.status);
+  responder.Send(std::move(response));
+}
+
+HttpHandler RouterServer::Guarded(const std::string& route, const std::string* key,
+                                  const std::string& what, HttpHandler handler) {
+  return [this, route, key, what, handler = std::move(handler)](HttpRequest request,
+                                                                HttpResponder responder) {
+    if (key != nullptr) {
+      if (absl::Status s = CheckBearer(request, *key, what); !s.ok()) {
+        router_metrics_->CountError("unauthorized");
+        Answer(route, responder, ErrorResponse(s));
+        return;
+      }
+    }
+    handler(std::move(request), std::move(responder));
+  };
+}
+
+void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpRequest request,
+                                   HttpResponder responder) {
+  auto parsed = ParseRequest(kind, request.body, api_);
+  if (!parsed.ok()) {
+    router_metrics_->CountError("bad_request");
+    HttpResponse r = ErrorResponse(parsed.status());
+    Answer(route, responder, std::move(r));
+    return;
+  }
+  auto routed = std::make_shared<RoutedRequest>(std::move(*parsed));
+  const std::vector<std::string>& id_headers =
+      options_.request_id_headers.empty() ? DefaultRequestIdHeaders() : options_.request_id_headers;
+  if (auto id = ClientRequestId(request, id_headers)) routed->rid = *id;
+  auto call = std::make_shared<ClientCall>(this, route, std::move(routed), std::move(responder));
+  call->Begin();
+}
+
+void RouterServer::HandleHealthGenerate(HttpResponder responder) {
+  auto request = std::make_shared<RoutedRequest>();
+  request->rid = absl::StrCat("health-generate-", NewBootstrapRoom());
+  request->input_ids = tokenizer_->Encode("ping");
+  if (request->input_ids.empty()) request->input_ids.push_back(0);
+  request->sampling.set_max_new_tokens(1);
+  request->sampling.set_temperature(0);
+  request->sampling.set_skip_special_tokens(true);
+  auto holder = std::make_shared<HttpResponder>(std::move(responder));
+  dispatcher_->Start(
+      request, [](const proto::DecodeEvent&) {},
+      [this, holder](absl::Status s) {
+        if (s.ok()) {
+          Answer("/health_generate", *holder, HttpResponse::Json(200, R"({"status":"ok"})"));
+        } else {
+          Answer("/health_generate", *holder,
+                 HttpResponse::Error(503, absl::StrCat("health_generate failed: ", s.message())));
+        }
+      });
+}
+
+void RouterServer::AddRoutes() {
+  HttpServer& h = *http_;
+  const std::string* api_key = options_.api_key.empty() ? nullptr : &options_.api_key;
+  const std::string* admin_key = options_.admin_key.empty() ? nullptr : &options_.admin_key;
+  auto inference = [this, api_key](const std::string& path, ApiKind kind) {
+    http_->Handle("POST", path,
+                  Guarded(path, api_key, "API key",
+                          [this, path, kind](HttpRequest r, HttpResponder responder) {
+                            HandleInference(path, kind, std::move(r), std::move(responder));
+                          }));
+  };
+  inference("/generate", ApiKind::kGenerate);
+  inference("/v1/completions", ApiKind::kCompletions);
+  inference("/v1/chat/completions", ApiKind::kChatCompletions);
+  h.Handle("GET", "/v1/models",
+           Guarded("/v1/models", api_key, "API key", [this](HttpRequest, HttpResponder r) {
+             Answer("/v1/models", r,
+                    HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_)));
+           }));
+
+  h.Handle("GET", "/health", [this](HttpRequest, HttpResponder r) {
+    absl::Status s = dispatcher_->CanRoute();
+    Answer("/health", r,
+           s.ok() ? HttpResponse::Json(200, R"({"status":"ok"})")
+                  : HttpResponse::Error(503, std::string(s.message())));
+  });
+  h.Handle("GET", "/readiness", [this](HttpRequest, HttpResponder r) {
+    absl::Status s = dispatcher_->CanRoute();
+    nlohmann::json j;
+    j["ready"] = s.ok();
+    int64_t healthy = 0, total = 0;
+    for (const WorkerState& w : registry_->Snapshot()) {
+      ++total;
+      healthy += w.healthy ? 1 : 0;
+    }
+    j["healthy_workers"] = healthy;
+    j["total_workers"] = total;
+    if (!s.ok()) j["error"] = std::string(s.message());
+    Answer("/readiness", r, HttpResponse::Json(s.ok() ? 200 : 503, j.dump()));
+  });
+  h.Handle("GET", "/health_generate",
+           [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); });
+  h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) {
+    HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
+    resp.content_type = "text/plain; version=0.0.4";
+    r.Send(std::move(resp));
+  });
+
+  h.Handle("GET", "/get_server_info",
+           Guarded("/get_server_info", api_key, "API key",
+                   [this](HttpRequest, HttpResponder r) { HandleServerInfo(std::move(r)); }));
+  h.Handle("GET", "/get_loads",
+           Guarded("/get_loads", api_key, "API key",
+                   [this](HttpRequest, HttpResponder r) { HandleGetLoads(std::move(r)); }));
+
+  auto admin = [this, admin_key](const std::string& method, const std::string& path,
+                                 HttpHandler handler) {
+    http_->Handle(method, path, Guarded(path, admin_key, "admin key", std::move(handler)));
+  };
+  admin("POST", "/flush_cache",
+        [this](HttpRequest, HttpResponder r) { HandleFlushCache(std::move(r)); });
+  admin("GET", "/workers",
+        [this](HttpRequest, HttpResponder r) { HandleListWorkers(std::move(r), false); });
+  admin("GET", "/list_workers",
+        [this](HttpRequest, HttpResponder r) { HandleListWorkers(std::move(r), true); });
+  admin("POST", "/workers",
+        [this](HttpRequest q, HttpResponder r) { HandleAddWorker(q, std::move(r), false); });
+  admin("POST", "/add_worker",
+        [this](HttpRequest q, HttpResponder r) { HandleAddWorker(q, std::move(r), true); });
+  admin("DELETE", "/workers", [this](HttpRequest q, HttpResponder r) {
+    HandleRemoveWorker(q, std::move(r), q.body.empty());
+  });
+  admin("POST", "/remove_worker",
+        [this](HttpRequest q, HttpResponder r) { HandleRemoveWorker(q, std::move(r), true); });
+  admin("POST", "/workers/drain",
+        [this](HttpRequest q, HttpResponder r) { HandleDrainWorker(q, std::move(r)); });
 }
 
 }  // namespace tandem::router

@@ -1,38 +1,88 @@
-// RouterServer: the tandem-router process-level object. It owns the options, the metrics registry
-// and the HTTP front door, on which /metrics and /health are served.
+// RouterServer: the tandem-router process-level object. It owns the options, the tokenizer, the
+// worker registry (health and load loop), the policies, the dispatcher (PD pairing, retries), the
+// admission queue (--max-concurrent-requests / --queue-size) and the HTTP front door with every
+// route (DESIGN.md "Router"):
 //
-// Request routing (the OpenAI and SGLang routes, policies, PD pairing, admin API) is not part of
-// this build yet: /health answers 503 and says so. Thread-safe: Create/Shutdown on the main
-// thread; HTTP handlers on I/O threads.
+//   client (--api-key):  POST /generate, /v1/completions, /v1/chat/completions; GET /v1/models
+//   probes (no key):     GET /health, /health_generate, /readiness, /metrics
+//   info (--api-key):    GET /get_server_info, /get_loads
+//   admin (--admin-key): GET/POST/DELETE /workers, POST /workers/drain, POST /flush_cache,
+//                        POST /add_worker?url=, POST /remove_worker?url=, GET /list_workers
+//
+// Thread-safety: Create/Shutdown on the main thread; HTTP handlers run on I/O threads and answer
+// asynchronously from gRPC threads. Shutdown() stops the HTTP server (open streams see OnClose and
+// cancel their legs), then the registry; the destructor waits for the legs still in flight.
 #ifndef TANDEM_ROUTER_ROUTER_SERVER_H_
 #define TANDEM_ROUTER_ROUTER_SERVER_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "router/admission.h"
+#include "router/api/request.h"
+#include "router/dispatcher.h"
+#include "router/policy/policy.h"
+#include "router/router_metrics.h"
 #include "router/router_options.h"
+#include "router/workers/worker_registry.h"
 
 namespace tandem::router {
 
+class ClientCall;
+
 class RouterServer {
  public:
-  // Validates options and starts the HTTP front door.
+  // Validates options, loads the tokenizer, registers the workers given by flags, starts the
+  // health loop and the HTTP front door. Errors name the flag or file at fault.
   static absl::StatusOr<std::unique_ptr<RouterServer>> Create(RouterOptions options);
   ~RouterServer();
   RouterServer(const RouterServer&) = delete;
   RouterServer& operator=(const RouterServer&) = delete;
 
   int port() const { return http_->port(); }
-  // Stops accepting, closes connections. Idempotent.
+  // Stops accepting, closes connections, stops health checks. Idempotent.
   void Shutdown();
 
  private:
+  friend class ClientCall;
   explicit RouterServer(RouterOptions options) : options_(std::move(options)) {}
+
+  void AddRoutes();
+  // Client routes: auth, parse, admission, dispatch, response shaping.
+  void HandleInference(const std::string& route, ApiKind kind, HttpRequest request,
+                       HttpResponder responder);
+  void HandleHealthGenerate(HttpResponder responder);
+  // Info and admin routes (router_admin.cc).
+  void HandleServerInfo(HttpResponder responder);
+  void HandleGetLoads(HttpResponder responder);
+  void HandleFlushCache(HttpResponder responder);
+  void HandleListWorkers(HttpResponder responder, bool sglang_form);
+  void HandleAddWorker(const HttpRequest& request, HttpResponder responder, bool query_form);
+  void HandleRemoveWorker(const HttpRequest& request, HttpResponder responder, bool query_form);
+  void HandleDrainWorker(const HttpRequest& request, HttpResponder responder);
+  // Sends `response` and counts it under `route`.
+  void Answer(const std::string& route, HttpResponder& responder, HttpResponse response);
+  // Wraps a handler with the key check for `key` and request counting.
+  HttpHandler Guarded(const std::string& route, const std::string* key, const std::string& what,
+                      HttpHandler handler);
 
   RouterOptions options_;
   MetricsRegistry metrics_;
+  std::unique_ptr<RouterMetrics> router_metrics_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  ApiContext api_;
+  int64_t created_ = 0;  // unix seconds, for /v1/models
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<Policy> prefill_policy_;
+  std::unique_ptr<Policy> decode_policy_;
+  // Declared before the dispatcher: the dispatcher's destructor waits for runs whose last
+  // callbacks release admission slots.
+  std::unique_ptr<AdmissionQueue> admission_;
+  std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<HttpServer> http_;
 };
 

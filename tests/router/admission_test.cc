@@ -25,8 +25,8 @@ struct Recorder {
 };
 
 TEST(AdmissionQueueTest, UnboundedAdmitsEverythingAtOnce) {
-  AdmissionQueue q(-1, 0, absl::Seconds(1));
   Recorder r;
+  AdmissionQueue q(-1, 0, absl::Seconds(1));
   for (int i = 0; i < 50; ++i) q.Acquire(r.For(i));
   ASSERT_EQ(r.Get().size(), 50u);
   for (auto& [id, s] : r.Get()) EXPECT_TRUE(s.ok()) << id;
@@ -36,8 +36,8 @@ TEST(AdmissionQueueTest, UnboundedAdmitsEverythingAtOnce) {
 }
 
 TEST(AdmissionQueueTest, QueuesInOrderThenRejectsWhenFull) {
-  AdmissionQueue q(2, 2, absl::Hours(1));
   Recorder r;
+  AdmissionQueue q(2, 2, absl::Hours(1));
   for (int i = 0; i < 5; ++i) q.Acquire(r.For(i));
   auto answers = r.Get();
   ASSERT_EQ(answers.size(), 3u);  // 0, 1 admitted; 2, 3 wait; 4 rejected
@@ -57,8 +57,8 @@ TEST(AdmissionQueueTest, QueuesInOrderThenRejectsWhenFull) {
 }
 
 TEST(AdmissionQueueTest, CancelledWaiterIsNeverAnswered) {
-  AdmissionQueue q(1, 4, absl::Hours(1));
   Recorder r;
+  AdmissionQueue q(1, 4, absl::Hours(1));
   q.Acquire(r.For(0));
   const uint64_t t1 = q.Acquire(r.For(1));
   q.Acquire(r.For(2));
@@ -71,8 +71,8 @@ TEST(AdmissionQueueTest, CancelledWaiterIsNeverAnswered) {
 }
 
 TEST(AdmissionQueueTest, WaitersTimeOutWithDeadlineExceeded) {
-  AdmissionQueue q(1, 4, absl::Milliseconds(50));
   Recorder r;
+  AdmissionQueue q(1, 4, absl::Milliseconds(50));
   q.Acquire(r.For(0));
   absl::Notification timed_out;
   absl::Status status;

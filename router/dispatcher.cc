@@ -1,0 +1,417 @@
+#include "router/dispatcher.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace tandem::router {
+namespace {
+
+constexpr absl::Duration kAbortTimeout = absl::Seconds(5);
+
+// Errors that the request itself caused: another worker would answer the same.
+bool IsCallerError(grpc::StatusCode code) {
+  return code == grpc::StatusCode::INVALID_ARGUMENT ||
+         code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE;
+}
+
+// Errors that count against the worker's circuit breaker.
+bool IsWorkerFault(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::INTERNAL ||
+         code == grpc::StatusCode::UNKNOWN || code == grpc::StatusCode::DATA_LOSS ||
+         code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& leg, const std::string& url) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(leg, " worker ", url, ": ", s.error_message()));
+}
+
+}  // namespace
+
+// One request across its attempts. Owned by shared_ptr: every leg callback keeps it alive.
+class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
+ public:
+  Run(Dispatcher* d, std::shared_ptr<const RoutedRequest> request, Dispatcher::EventFn on_event,
+      Dispatcher::DoneFn on_done)
+      : d_(d),
+        request_(std::move(request)),
+        deadline_(absl::Now() + d->options_.request_timeout),
+        on_event_(std::move(on_event)),
+        on_done_(std::move(on_done)) {
+    d_->live_runs_.fetch_add(1);
+  }
+  ~Run() override { d_->live_runs_.fetch_sub(1); }
+
+  void StartAttempt();
+  void Cancel() override;
+
+ private:
+  struct Attempt {
+    int number = 0;
+    uint64_t room = 0;
+    std::string rid;
+    WorkerPtr prefill;  // null in plain mode
+    WorkerPtr decode;
+    std::shared_ptr<CallHandle> prefill_call;
+    std::shared_ptr<CallHandle> decode_call;
+    bool prefill_done = false;
+    bool decode_done = false;
+    bool over = false;  // failed, cancelled or finished: later callbacks change nothing
+  };
+  using AttemptPtr = std::shared_ptr<Attempt>;
+
+  void OnPrefillDone(const AttemptPtr& a, const grpc::Status& s);
+  void OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e);
+  void OnDecodeDone(const AttemptPtr& a, const grpc::Status& s);
+  // The current attempt failed with `why`: stop its other leg, then retry or finish.
+  void Fail(const AttemptPtr& a, absl::Status why, bool retryable) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancels the attempt's legs still running and aborts its room/rid on its workers.
+  void StopLegs(const AttemptPtr& a, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  void Finish(absl::Status s) ABSL_LOCKS_EXCLUDED(deliver_mu_);
+  bool pd() const { return d_->options_.pd_mode; }
+
+  Dispatcher* const d_;
+  const std::shared_ptr<const RoutedRequest> request_;
+  const absl::Time deadline_;
+
+  absl::Mutex mu_;
+  AttemptPtr current_ ABSL_GUARDED_BY(mu_);
+  int attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  bool delivered_ ABSL_GUARDED_BY(mu_) = false;  // an event went to the caller: no more retries
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Serializes calls into the caller's callbacks.
+  absl::Mutex deliver_mu_;
+  bool done_delivered_ ABSL_GUARDED_BY(deliver_mu_) = false;
+  Dispatcher::EventFn on_event_ ABSL_GUARDED_BY(deliver_mu_);
+  Dispatcher::DoneFn on_done_ ABSL_GUARDED_BY(deliver_mu_);
+};
+
+void Run::StartAttempt() {
+  auto self = shared_from_this();
+  auto a = std::make_shared<Attempt>();
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_ || finished_) return;  // Cancel() already finished the run
+    a->number = attempts_++;
+  }
+  if (absl::Now() >= deadline_) {
+    Fail(a,
+         absl::DeadlineExceededError("the request timed out (--request-timeout-secs) "
+                                     "before a worker could take it"),
+         false);
+    return;
+  }
+  a->rid = a->number == 0 ? request_->rid : absl::StrCat(request_->rid, "-retry", a->number);
+  const PolicyRequest policy_request{&request_->input_ids, &request_->prompt_text};
+  std::vector<WorkerPtr> decodes =
+      d_->registry_->Available(pd() ? WorkerType::kDecode : WorkerType::kRegular);
+  if (pd()) {
+    std::vector<WorkerPtr> prefills = d_->registry_->Available(WorkerType::kPrefill);
+    if (!prefills.empty()) a->prefill = d_->prefill_policy_->Select(prefills, policy_request);
+    if (a->prefill == nullptr) {
+      Fail(a, absl::UnavailableError("no healthy prefill worker to route to"), true);
+      return;
+    }
+    a->prefill->BeginRequest();
+  }
+  if (!decodes.empty()) a->decode = d_->decode_policy_->Select(decodes, policy_request);
+  if (a->decode == nullptr) {
+    if (a->prefill) {
+      a->prefill->EndRequest(true);
+      a->prefill = nullptr;
+    }
+    Fail(a,
+         absl::UnavailableError(pd() ? "no healthy decode worker to route to"
+                                     : "no healthy worker to route to"),
+         true);
+    return;
+  }
+  a->decode->BeginRequest();
+  a->room = pd() ? NewBootstrapRoom() : 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      a->over = true;
+      if (a->prefill) a->prefill->EndRequest(true);
+      a->decode->EndRequest(true);
+      return;
+    }
+    current_ = a;
+  }
+
+  proto::DecodeRequest dr;
+  dr.set_rid(a->rid);
+  dr.set_bootstrap_room(a->room);
+  dr.mutable_input_ids()->Add(request_->input_ids.begin(), request_->input_ids.end());
+  *dr.mutable_sampling_params() = request_->sampling;
+  dr.set_return_logprob(request_->return_logprob);
+  dr.set_stream(request_->stream);
+  std::shared_ptr<CallHandle> prefill_call;
+  if (pd()) {
+    dr.set_bootstrap_host(a->prefill->client().host());
+    dr.set_bootstrap_port(a->prefill->bootstrap_port().value_or(0));
+    proto::PrefillRequest pr;
+    pr.set_rid(a->rid);
+    pr.set_bootstrap_room(a->room);
+    pr.mutable_input_ids()->Add(request_->input_ids.begin(), request_->input_ids.end());
+    *pr.mutable_sampling_params() = request_->sampling;
+    pr.set_return_logprob(request_->return_logprob);
+    prefill_call = a->prefill->client().Prefill(
+        std::move(pr), deadline_,
+        [self, a](grpc::Status s, proto::PrefillResponse) { self->OnPrefillDone(a, s); });
+  }
+  std::shared_ptr<CallHandle> decode_call = a->decode->client().Decode(
+      std::move(dr), deadline_,
+      [self, a](const proto::DecodeEvent& e) { self->OnDecodeEvent(a, e); },
+      [self, a](grpc::Status s) { self->OnDecodeDone(a, s); });
+  bool over;
+  {
+    absl::MutexLock lock(&mu_);
+    a->prefill_call = prefill_call;
+    a->decode_call = decode_call;
+    over = a->over;
+  }
+  // A Cancel() or a failed leg while the calls were being sent saw no handles to cancel.
+  if (over) {
+    if (prefill_call) prefill_call->Cancel();
+    decode_call->Cancel();
+  }
+}
+
+void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s) {
+  bool over;
+  bool delivered;
+  {
+    absl::MutexLock lock(&mu_);
+    a->prefill_done = true;
+    over = a->over;
+    delivered = delivered_;
+  }
+  a->prefill->EndRequest(s.ok() || over || !IsWorkerFault(s.error_code()));
+  if (s.ok() || over) return;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    d_->registry_->ReportFailure(a->prefill->url(), s.error_message());
+  }
+  if (delivered) {
+    // The decode stream already started: its worker's own timeout ends it.
+    spdlog::warn("rid {}: prefill worker {} failed after the decode stream started: {}", a->rid,
+                 a->prefill->url(), s.error_message());
+    return;
+  }
+  Fail(a, FromGrpc(s, "prefill", a->prefill->url()), !IsCallerError(s.error_code()));
+}
+
+void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (a->over || finished_) return;
+    delivered_ = true;
+  }
+  absl::MutexLock lock(&deliver_mu_);
+  if (!done_delivered_ && on_event_) on_event_(e);
+}
+
+void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
+  bool over;
+  {
+    absl::MutexLock lock(&mu_);
+    a->decode_done = true;
+    over = a->over;
+    if (!over && s.ok()) {
+      a->over = true;
+      finished_ = true;
+    }
+  }
+  a->decode->EndRequest(s.ok() || over || !IsWorkerFault(s.error_code()));
+  if (over) return;
+  if (s.ok()) {
+    Finish(absl::OkStatus());
+    return;
+  }
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    d_->registry_->ReportFailure(a->decode->url(), s.error_message());
+  }
+  Fail(a, FromGrpc(s, "decode", a->decode->url()), !IsCallerError(s.error_code()));
+}
+
+void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
+  int retry = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || cancelled_) return;
+    a->over = true;
+    const bool timed_out =
+        absl::Now() >= deadline_ || why.code() == absl::StatusCode::kDeadlineExceeded;
+    if (timed_out) {
+      why = absl::DeadlineExceededError(
+          absl::StrCat("upstream timeout: the request exceeded --request-timeout-secs (",
+                       absl::ToInt64Seconds(d_->options_.request_timeout), " s); ", why.message()));
+    }
+    if (delivered_ || !retryable || timed_out || attempts_ > d_->options_.backoff.max_retries) {
+      finished_ = true;
+      if (retryable && !delivered_ && !timed_out && attempts_ > 1) {
+        why = absl::UnavailableError(
+            absl::StrCat("all ", attempts_, " attempts failed; last: ", why.message()));
+      }
+    } else {
+      retry = attempts_;
+    }
+  }
+  StopLegs(a, std::string(why.message()));
+  if (retry == 0) {
+    Finish(why);
+    return;
+  }
+  d_->metrics_->retries.Increment();
+  const absl::Duration delay = BackoffDelay(d_->options_.backoff, retry);
+  spdlog::info("rid {}: attempt {} failed ({}); retrying in {} with a new pair", request_->rid,
+               retry, std::string(why.message()), absl::FormatDuration(delay));
+  auto self = shared_from_this();
+  d_->RunAt(absl::Now() + delay, [self] { self->StartAttempt(); });
+}
+
+void Run::StopLegs(const AttemptPtr& a, const std::string& reason) {
+  std::shared_ptr<CallHandle> prefill_call, decode_call;
+  bool abort_prefill = false, abort_decode = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (a->prefill && !a->prefill_done) {
+      prefill_call = a->prefill_call;
+      abort_prefill = true;
+    }
+    if (a->decode && !a->decode_done) {
+      decode_call = a->decode_call;
+      abort_decode = true;
+    }
+  }
+  if (prefill_call) prefill_call->Cancel();
+  if (decode_call) decode_call->Cancel();
+  // Cancelling a call ends it on the worker; the abort also reaches a room that is still queued
+  // or waiting for its peer (PD: by room on both sides, so neither holds blocks for it).
+  auto abort = [&](const WorkerPtr& w) {
+    proto::AbortRequest r;
+    if (pd()) {
+      r.set_bootstrap_room(a->room);
+    } else {
+      r.set_rid(a->rid);
+    }
+    r.set_reason(reason);
+    w->client().Abort(std::move(r), absl::Now() + kAbortTimeout,
+                      [](grpc::Status, proto::AbortResponse) {});
+  };
+  // In PD mode a room is aborted on both workers even when one leg already ended.
+  if (a->prefill && (abort_prefill || (pd() && abort_decode))) abort(a->prefill);
+  if (a->decode && (abort_decode || (pd() && abort_prefill))) abort(a->decode);
+}
+
+void Run::Cancel() {
+  AttemptPtr a;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_ || finished_) return;
+    cancelled_ = true;
+    finished_ = true;
+    a = current_;
+    if (a) a->over = true;
+  }
+  if (a) StopLegs(a, "the client disconnected");
+  Finish(absl::CancelledError("the client disconnected"));
+}
+
+void Run::Finish(absl::Status s) {
+  Dispatcher::DoneFn done;
+  {
+    absl::MutexLock lock(&deliver_mu_);
+    if (done_delivered_) return;
+    done_delivered_ = true;
+    done = std::move(on_done_);
+    on_event_ = nullptr;
+    // The caller's callback runs under deliver_mu_ so that no event can overtake it.
+    if (done) done(std::move(s));
+  }
+}
+
+Dispatcher::Dispatcher(DispatchOptions options, WorkerRegistry* registry, Policy* prefill_policy,
+                       Policy* decode_policy, RouterMetrics* metrics)
+    : options_(std::move(options)),
+      registry_(registry),
+      prefill_policy_(prefill_policy),
+      decode_policy_(decode_policy),
+      metrics_(metrics) {
+  timer_thread_ = std::thread([this] { TimerLoop(); });
+}
+
+Dispatcher::~Dispatcher() {
+  std::multimap<absl::Time, std::function<void()>> pending;
+  {
+    absl::MutexLock lock(&timer_mu_);
+    stopping_ = true;
+  }
+  timer_thread_.join();
+  {
+    absl::MutexLock lock(&timer_mu_);
+    pending.swap(timers_);
+  }
+  pending.clear();  // retries that will not happen release their runs
+  // Legs cancelled at shutdown still call back on gRPC threads; wait for them (bounded).
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (live_runs_.load() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
+  if (live_runs_.load() > 0) {
+    spdlog::warn("dispatcher: {} requests still had legs in flight at shutdown", live_runs_.load());
+  }
+}
+
+std::shared_ptr<DispatchRun> Dispatcher::Start(std::shared_ptr<const RoutedRequest> request,
+                                               EventFn on_event, DoneFn on_done) {
+  auto run =
+      std::make_shared<Run>(this, std::move(request), std::move(on_event), std::move(on_done));
+  run->StartAttempt();
+  return run;
+}
+
+absl::Status Dispatcher::CanRoute() const {
+  if (options_.pd_mode) {
+    if (registry_->Available(WorkerType::kPrefill).empty()) {
+      return absl::UnavailableError("no healthy prefill worker");
+    }
+    if (registry_->Available(WorkerType::kDecode).empty()) {
+      return absl::UnavailableError("no healthy decode worker");
+    }
+    return absl::OkStatus();
+  }
+  if (registry_->Available(WorkerType::kRegular).empty()) {
+    return absl::UnavailableError("no healthy worker");
+  }
+  return absl::OkStatus();
+}
+
+void Dispatcher::RunAt(absl::Time when, std::function<void()> fn) {
+  absl::MutexLock lock(&timer_mu_);
+  timers_.emplace(when, std::move(fn));
+}
+
+void Dispatcher::TimerLoop() {
+  absl::MutexLock lock(&timer_mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    if (!timers_.empty() && timers_.begin()->first <= now) {
+      std::function<void()> fn = std::move(timers_.begin()->second);
+      timers_.erase(timers_.begin());
+      timer_mu_.Unlock();
+      fn();
+      timer_mu_.Lock();
+      continue;
+    }
+    const absl::Time wake = timers_.empty()
+                                ? now + absl::Milliseconds(20)
+                                : std::min(timers_.begin()->first, now + absl::Milliseconds(20));
+    timer_mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
+  }
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,107 @@
+// Dispatcher: sends one routed request to workers and reports its decode stream, with SGLang
+// router's failure rules (DESIGN.md "Failure rules").
+//
+// Plain mode: one Decode leg (no bootstrap host) to a `regular` worker chosen by the policy.
+// PD mode: a new random 63-bit room, a prefill worker chosen by the prefill policy and a decode
+// worker by the decode policy; both legs are sent at once, the decode leg naming the prefill
+// worker's host and bootstrap port. A request is counted against a worker (BeginRequest) from the
+// moment it is chosen until its leg ends (EndRequest, which feeds the circuit breaker).
+//
+// Retries: only while no event has been delivered to the caller. When a leg fails, the other leg
+// is cancelled at once (and, in PD mode, the room aborted on both workers), then after a backoff
+// with jitter a new pair and a new room are tried, up to BackoffOptions::max_retries times. After
+// that the request fails with Unavailable naming the worker and its error. A prefill leg failing
+// after the decode stream delivered an event is left to the decode worker, whose own timeout ends
+// the stream; the caller then sees the error. Caller errors reported by a worker
+// (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE) are not retried.
+//
+// Every run ends with exactly one `on_done` call: OK after the final event, Cancelled after
+// Cancel(), DeadlineExceeded when the request timeout passed, else the failure. `on_event` and
+// `on_done` are never called at the same time for one run and never after on_done; they run on
+// gRPC threads or the dispatcher's timer thread and must not block.
+//
+// Thread-safety: thread-safe. The registry, policies and metrics must outlive the dispatcher; the
+// dispatcher must outlive its runs' callbacks (destroy it after the registry stopped and the
+// clients' calls finished, i.e. at process shutdown after the HTTP server).
+#ifndef TANDEM_ROUTER_DISPATCHER_H_
+#define TANDEM_ROUTER_DISPATCHER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/worker.pb.h"
+#include "router/api/request.h"
+#include "router/policy/policy.h"
+#include "router/retry.h"
+#include "router/router_metrics.h"
+#include "router/workers/worker_registry.h"
+
+namespace tandem::router {
+
+struct DispatchOptions {
+  bool pd_mode = false;
+  BackoffOptions backoff;  // max_retries = 0 with --disable-retries
+  absl::Duration request_timeout = absl::Seconds(1800);
+};
+
+// One request being dispatched. Cancel() (client gone) cancels its legs, aborts its room on both
+// workers and ends it with Cancelled. Thread-safe, idempotent.
+class DispatchRun {
+ public:
+  virtual ~DispatchRun() = default;
+  virtual void Cancel() = 0;
+};
+
+class Dispatcher {
+ public:
+  using EventFn = std::function<void(const proto::DecodeEvent&)>;
+  using DoneFn = std::function<void(absl::Status)>;
+
+  // `prefill_policy` is used only in PD mode; `decode_policy` picks decode or regular workers.
+  Dispatcher(DispatchOptions options, WorkerRegistry* registry, Policy* prefill_policy,
+             Policy* decode_policy, RouterMetrics* metrics);
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Starts `request`; see the class comment for the callbacks' contract.
+  std::shared_ptr<DispatchRun> Start(std::shared_ptr<const RoutedRequest> request, EventFn on_event,
+                                     DoneFn on_done);
+
+  // Whether a request could be routed now: in plain mode an available regular worker, in PD mode
+  // an available prefill and an available decode worker. Unavailable names what is missing.
+  absl::Status CanRoute() const;
+
+  const DispatchOptions& options() const { return options_; }
+
+  // Runs `fn` on the dispatcher's timer thread at `when` (or soon after). Used for backoff.
+  void RunAt(absl::Time when, std::function<void()> fn);
+
+ private:
+  friend class Run;
+  void TimerLoop();
+
+  const DispatchOptions options_;
+  WorkerRegistry* const registry_;
+  Policy* const prefill_policy_;
+  Policy* const decode_policy_;
+  RouterMetrics* const metrics_;
+
+  absl::Mutex timer_mu_;
+  std::multimap<absl::Time, std::function<void()>> timers_ ABSL_GUARDED_BY(timer_mu_);
+  bool stopping_ ABSL_GUARDED_BY(timer_mu_) = false;
+  std::thread timer_thread_;
+  std::atomic<int64_t> live_runs_{0};  // Run objects alive (their legs may still call back)
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_DISPATCHER_H_
