@@ -119,8 +119,11 @@ absl::StatusOr<int64_t> ToInt(const Json& value, const std::string& path, int64_
       return absl::InvalidArgumentError(
           absl::StrCat(path, " must be an integer, got ", value.dump()));
     }
-    if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) return out_of_range();
-    return static_cast<int64_t>(v);
+    // 2^63 and above do not fit int64_t; converting them would be undefined.
+    if (v < static_cast<double>(lo) || v >= 9223372036854775808.0) return out_of_range();
+    const auto integral = static_cast<int64_t>(v);
+    if (integral < lo || integral > hi) return out_of_range();
+    return integral;
   }
   return absl::InvalidArgumentError(
       absl::StrCat(path, " must be an integer, got ", JsonTypeName(value)));

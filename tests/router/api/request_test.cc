@@ -138,6 +138,11 @@ TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
   EXPECT_THAT(error(R"({"ignore_eos":1})"),
               HasSubstr("sampling_params.ignore_eos must be a boolean, got integer"));
   EXPECT_THAT(error(R"({"seed":-4})"), HasSubstr("sampling_params.seed"));
+  EXPECT_THAT(error(R"({"seed":9223372036854775808.0})"),
+              HasSubstr("sampling_params.seed must be"));
+  EXPECT_THAT(error(R"({"seed":18446744073709551615})"), HasSubstr("sampling_params.seed must be"));
+  EXPECT_THAT(error(R"({"max_new_tokens":2147483648.0})"),
+              HasSubstr("sampling_params.max_new_tokens must be"));
   EXPECT_THAT(error(R"({"repetition_penalty":1.2})"),
               HasSubstr("sampling_params.repetition_penalty is not supported"));
   EXPECT_THAT(error(R"({"regex":"a+"})"), HasSubstr("sampling_params.regex is not supported"));
