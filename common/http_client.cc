@@ -73,6 +73,17 @@ class Exchange {
     });
   }
 
+  // Returns as soon as some body bytes were parsed (not when the buffer is full), so a stream's
+  // events reach the caller when they arrive.
+  template <typename Parser>
+  absl::Status ReadSome(Parser& parser) {
+    return Run("read", [&](auto handler) {
+      http::async_read_some(socket_, buffer_, parser, [handler](beast::error_code ec, size_t) {
+        handler(ec == http::error::need_buffer ? beast::error_code{} : ec);
+      });
+    });
+  }
+
   std::string Address() const { return absl::StrCat(host_, ":", port_); }
 
  private:
@@ -339,7 +350,7 @@ absl::StatusOr<HttpClientResponse> HttpClient::PostStream(
   while (!parser.is_done()) {
     parser.get().body().data = chunk.data();
     parser.get().body().size = chunk.size();
-    RETURN_IF_ERROR(exchange.Read(parser));
+    RETURN_IF_ERROR(exchange.ReadSome(parser));
     size_t got = chunk.size() - parser.get().body().size;
     std::string_view bytes(chunk.data(), got);
     if (success) {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/http_server.h"
 #include "gtest/gtest.h"
 
@@ -127,6 +128,22 @@ class HttpClientTest : public ::testing::Test {
         stream->Finish();
       });
     });
+    // Sends each event only after the client has seen the previous one (or 5 s passed), so a
+    // client that holds events back until more bytes arrive makes `lockstep_ok_` false.
+    server_.Handle("POST", "/lockstep", [this](HttpRequest, HttpResponder w) {
+      HttpStreamPtr stream = w.StartStream(200, "text/event-stream");
+      producers_.emplace_back([this, stream] {
+        for (int i = 0; i < 3; ++i) {
+          stream->Write("data: " + std::to_string(i) + "\n\n");
+          absl::MutexLock lock(&mu_);
+          auto seen = [this, i] { return seen_ > i; };
+          if (!mu_.AwaitWithTimeout(absl::Condition(&seen), absl::Seconds(5))) {
+            lockstep_ok_ = false;
+          }
+        }
+        stream->Finish();
+      });
+    });
     server_.Handle("POST", "/stream-error", [](HttpRequest, HttpResponder w) {
       w.Send(HttpResponse::Error(429, "queue full"));
     });
@@ -145,7 +162,24 @@ class HttpClientTest : public ::testing::Test {
   HttpServer server_;
   std::vector<std::thread> producers_;
   std::vector<HttpResponder> held_;
+  absl::Mutex mu_;
+  int seen_ ABSL_GUARDED_BY(mu_) = 0;
+  bool lockstep_ok_ ABSL_GUARDED_BY(mu_) = true;
 };
+
+TEST_F(HttpClientTest, StreamEventsArriveBeforeTheStreamEnds) {
+  std::vector<std::string> events;
+  auto response = Client().PostStream("/lockstep", "{}", {}, Soon(), [&](std::string_view data) {
+    events.emplace_back(data);
+    absl::MutexLock lock(&mu_);
+    ++seen_;
+    return true;
+  });
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(events, (std::vector<std::string>{"0", "1", "2"}));
+  absl::MutexLock lock(&mu_);
+  EXPECT_TRUE(lockstep_ok_) << "an event was held back until later bytes arrived";
+}
 
 TEST_F(HttpClientTest, GetAndPost) {
   auto response = Client().Get("/hello", Soon());
