@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -45,6 +46,8 @@ std::string TimelineData(const Timeline& timeline) {
   for (size_t i = 0; i < timeline.output_tokens.size(); ++i) {
     data << i << ' ' << timeline.output_tokens[i] << ' ' << timeline.running_requests[i] << '\n';
   }
+  // A closing point, so gnuplot's `steps` draws the last bucket over its whole second.
+  data << timeline.output_tokens.size() << " 0 0\n";
   return data.str();
 }
 
@@ -68,14 +71,20 @@ absl::Status WriteThroughputPlot(const Timeline& timeline, const std::string& pn
     data << TimelineData(timeline);
     if (!data) return absl::InternalError(absl::StrCat("--plot: cannot write ", data_path));
   }
+  // Headroom above the highest value so the lines do not run along the frame.
+  const double max_tokens =
+      *std::max_element(timeline.output_tokens.begin(), timeline.output_tokens.end());
+  const int max_running =
+      *std::max_element(timeline.running_requests.begin(), timeline.running_requests.end());
   std::string script = absl::StrCat(
       "set terminal png size 1000,560\n", "set output ", GnuplotQuote(png_path), "\n", "set title ",
-      GnuplotQuote(title), " noenhanced\n", "set xlabel 'time since start (s)'\n",
+      GnuplotQuote(title), " noenhanced\n", "set xlabel 'time since start (s), 1-second buckets'\n",
       "set ylabel 'output tokens/s'\n", "set y2label 'running requests'\n", "set ytics nomirror\n",
-      "set y2tics\n", "set yrange [0:*]\n", "set y2range [0:*]\n", "set key top left\n",
-      "set grid\n", "plot ", GnuplotQuote(data_path),
-      " using 1:2 with linespoints title 'output token throughput (tok/s)' axes x1y1, ",
-      "'' using 1:3 with steps title 'running requests' axes x1y2\n");
+      "set y2tics\n", "set yrange [0:", std::max(1.0, max_tokens * 1.15), "]\n",
+      "set y2range [0:", std::max(1.0, max_running * 1.15), "]\n", "set key below\n", "set grid\n",
+      "plot ", GnuplotQuote(data_path),
+      " using 1:2 with steps lw 2 title 'output token throughput (tok/s)' axes x1y1, ",
+      "'' using 1:3 with steps lw 2 title 'running requests' axes x1y2\n");
   FILE* pipe = popen("gnuplot 2>&1", "w");
   if (pipe == nullptr) {
     std::filesystem::remove(data_path, ec);
