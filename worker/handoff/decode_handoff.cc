@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kvtransfer/factory.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "worker/handoff/control_channel.h"
 #include "worker/handoff/kv_geometry.h"
@@ -30,33 +30,10 @@ absl::Status DecodeHandoff::Start() {
   eo.name = options_.worker_id;
   eo.cluster_secret = options_.cluster_secret;
   eo.compat = compat_;
-  eo.listen_host = options_.transfer.transfer_host;
-  eo.listen_port = options_.transfer.transfer_port;
-  eo.lanes = options_.transfer.lanes;
-  eo.rdma_device = options_.transfer.ib_device;
   eo.on_notification = [this](const std::string& peer, const std::string& msg) {
     OnNotification(peer, msg);
   };
-  auto transfer = kv::CreateTransferEngine(options_.transfer.backend, eo);
-  if (!transfer.ok() && options_.transfer.fallback_to_tcp && options_.transfer.backend != "tcp") {
-    spdlog::warn("transfer backend {} unavailable ({}); falling back to tcp as asked",
-                 options_.transfer.backend, std::string(transfer.status().message()));
-    transfer = kv::CreateTransferEngine("tcp", eo);
-  }
-  if (!transfer.ok()) {
-    return absl::Status(transfer.status().code(),
-                        absl::StrCat("--disaggregation-transfer-backend ",
-                                     options_.transfer.backend, ": ", transfer.status().message()));
-  }
-  transfer_ = std::move(*transfer);
-  if (absl::Status s = transfer_->RegisterRegion(
-          {kKvRegion, storage->base(), static_cast<uint64_t>(storage->total_bytes()), false});
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = transfer_->Start(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("--transfer-port: ", s.message()));
-  }
+  ASSIGN_OR_RETURN(transfer_, StartKvTransfer(options_.transfer, std::move(eo), *storage));
   auto descriptor = transfer_->ExportDescriptor();
   if (!descriptor.ok()) return descriptor.status();
   descriptor_ = *descriptor;

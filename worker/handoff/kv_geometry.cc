@@ -5,6 +5,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kvtransfer/factory.h"
+#include "spdlog/spdlog.h"
 
 namespace tandem::worker {
 
@@ -94,6 +97,33 @@ std::vector<kv::WriteOp> LayerWrites(const engine::KvCacheStorage& g, int64_t la
     p += n;
   }
   return ops;
+}
+
+absl::StatusOr<kv::TransferEnginePtr> StartKvTransfer(const kv::TransferFlags& transfer,
+                                                      kv::EngineOptions options,
+                                                      engine::KvCacheStorage& storage) {
+  options.listen_host = transfer.transfer_host;
+  options.listen_port = transfer.transfer_port;
+  options.lanes = transfer.lanes;
+  options.rdma_device = transfer.ib_device;
+  auto engine = kv::CreateTransferEngine(transfer.backend, options);
+  if (!engine.ok() && transfer.fallback_to_tcp && transfer.backend != "tcp") {
+    spdlog::warn("transfer backend {} unavailable ({}); falling back to tcp as asked",
+                 transfer.backend, std::string(engine.status().message()));
+    engine = kv::CreateTransferEngine("tcp", options);
+  }
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(),
+                        absl::StrCat("--disaggregation-transfer-backend ", transfer.backend, ": ",
+                                     engine.status().message()));
+  }
+  kv::TransferEnginePtr started = std::move(*engine);
+  RETURN_IF_ERROR(started->RegisterRegion(
+      {kKvRegion, storage.base(), static_cast<uint64_t>(storage.total_bytes()), false}));
+  if (absl::Status s = started->Start(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--transfer-port: ", s.message()));
+  }
+  return started;
 }
 
 }  // namespace tandem::worker

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "kvtransfer/descriptor.h"
 #include "kvtransfer/transfer_engine.h"
+#include "kvtransfer/transfer_flags.h"
 #include "proto/kv_control.pb.h"
 
 namespace tandem::worker {
@@ -31,6 +33,13 @@ kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
                                         const engine::ModelConfig& model,
                                         const engine::KvCacheStorage& storage);
 proto::KvLayout ToProto(const kv::CompatibilityRecord& record);
+
+// Creates the transfer engine `transfer.backend` names (falling back to tcp only when
+// `transfer.fallback_to_tcp` asks for it), registers all of `storage` as kKvRegion and starts it.
+// Errors name the flag (--disaggregation-transfer-backend, --transfer-port).
+absl::StatusOr<kv::TransferEnginePtr> StartKvTransfer(const kv::TransferFlags& transfer,
+                                                      kv::EngineOptions options,
+                                                      engine::KvCacheStorage& storage);
 kv::CompatibilityRecord FromProto(const proto::KvLayout& layout);
 
 // Writes for layer `layer`, positions [begin, end): position p lives in src_blocks[p / bs] on

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kvtransfer/factory.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 #include "worker/handoff/control_channel.h"
@@ -56,30 +56,7 @@ absl::Status PrefillHandoff::Start() {
   eo.name = options_.worker_id;
   eo.cluster_secret = options_.cluster_secret;
   eo.compat = compat_;
-  eo.listen_host = options_.transfer.transfer_host;
-  eo.listen_port = options_.transfer.transfer_port;
-  eo.lanes = options_.transfer.lanes;
-  eo.rdma_device = options_.transfer.ib_device;
-  auto transfer = kv::CreateTransferEngine(options_.transfer.backend, eo);
-  if (!transfer.ok() && options_.transfer.fallback_to_tcp && options_.transfer.backend != "tcp") {
-    spdlog::warn("transfer backend {} unavailable ({}); falling back to tcp as asked",
-                 options_.transfer.backend, std::string(transfer.status().message()));
-    transfer = kv::CreateTransferEngine("tcp", eo);
-  }
-  if (!transfer.ok()) {
-    return absl::Status(transfer.status().code(),
-                        absl::StrCat("--disaggregation-transfer-backend ",
-                                     options_.transfer.backend, ": ", transfer.status().message()));
-  }
-  transfer_ = std::move(*transfer);
-  if (absl::Status s = transfer_->RegisterRegion(
-          {kKvRegion, storage->base(), static_cast<uint64_t>(storage->total_bytes()), false});
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = transfer_->Start(); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("--transfer-port: ", s.message()));
-  }
+  ASSIGN_OR_RETURN(transfer_, StartKvTransfer(options_.transfer, std::move(eo), *storage));
   try {
     router_ = zmq::socket_t(zmq_context_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
