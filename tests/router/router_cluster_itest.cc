@@ -1,0 +1,460 @@
+// tandem-router end to end: real tandem-decode --local-prefill workers (plain mode) and a
+// tandem-prefill + tandem-decode pair (PD mode) on loopback, driven over raw HTTP. Checks the
+// routes' shapes and status codes, that greedy outputs through PD equal the plain path's, limits
+// (429, 401, 400 while other requests run), the admin API, a killed worker, and that a client
+// disconnect mid-stream leaves both workers with every KV block free. Bounded waits only.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "proto/worker.grpc.pb.h"
+#include "tests/common/http_test_client.h"
+#include "tests/integration/process.h"
+
+namespace tandem::itest {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using testing::ClientResponse;
+using testing::TestClient;
+
+const char kSecret[] = "router-cluster-test-secret-0123456789";
+const char kApiKey[] = "client-key-1";
+const char kAdminKey[] = "admin-key-2";
+
+struct Worker {
+  std::string role;
+  int grpc_port = 0;
+  int http_port = 0;
+  int bootstrap_port = 0;
+  std::unique_ptr<Process> process;
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(grpc_port); }
+};
+
+std::unique_ptr<Worker> StartWorker(const std::string& role) {
+  auto w = std::make_unique<Worker>();
+  w->role = role;
+  w->grpc_port = FreePort();
+  w->http_port = FreePort();
+  std::vector<std::string> argv = {
+      BinaryPath(role == "prefill" ? "tandem-prefill" : "tandem-decode"),
+      "--model-path",
+      SourcePath("models/tandem-tiny-fortunes"),
+      "--port",
+      std::to_string(w->grpc_port),
+      "--http-port",
+      std::to_string(w->http_port),
+      "--kv-cache-memory",
+      "16MiB",
+      "--chunked-prefill-size",
+      "64",
+      "--threads",
+      "1",
+      "--bootstrap-timeout",
+      "3",
+      "--transfer-timeout",
+      "6"};
+  if (role == "prefill") {
+    w->bootstrap_port = FreePort();
+    argv.insert(argv.end(), {"--disaggregation-bootstrap-port", std::to_string(w->bootstrap_port)});
+  }
+  if (role == "colocated") {
+    argv.push_back("--local-prefill");
+  } else {
+    argv.insert(argv.end(), {"--cluster-secret", kSecret});
+  }
+  w->process = std::make_unique<Process>(argv);
+  EXPECT_TRUE(WaitForHttp(w->http_port, "/health", 200, seconds(90))) << w->process->Output();
+  return w;
+}
+
+struct Router {
+  int port = 0;
+  std::unique_ptr<Process> process;
+};
+
+std::unique_ptr<Router> StartRouter(std::vector<std::string> extra) {
+  auto r = std::make_unique<Router>();
+  r->port = FreePort();
+  std::vector<std::string> argv = {BinaryPath("tandem-router"),
+                                   "--port",
+                                   std::to_string(r->port),
+                                   "--model-path",
+                                   SourcePath("models/tandem-tiny-fortunes"),
+                                   "--health-check-interval-secs",
+                                   "1",
+                                   "--health-success-threshold",
+                                   "1",
+                                   "--health-failure-threshold",
+                                   "1",
+                                   "--worker-load-check-interval",
+                                   "1",
+                                   "--retry-initial-backoff-ms",
+                                   "20",
+                                   "--request-timeout-secs",
+                                   "60",
+                                   "--policy",
+                                   "round_robin"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  r->process = std::make_unique<Process>(argv);
+  EXPECT_TRUE(WaitForHttp(r->port, "/health", 200, seconds(60))) << r->process->Output();
+  return r;
+}
+
+std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
+
+ClientResponse Request(int port, const std::string& method, const std::string& target,
+                       const std::string& body = "", const std::string& headers = "") {
+  TestClient c(static_cast<uint16_t>(port), 60);
+  EXPECT_TRUE(c.connected());
+  EXPECT_TRUE(c.SendRequest(method, target, body,
+                            "Content-Type: application/json\r\nConnection: close\r\n" + headers));
+  std::optional<ClientResponse> r = c.ReadResponse();
+  EXPECT_TRUE(r.has_value()) << method << " " << target;
+  return r.value_or(ClientResponse{});
+}
+
+// The JSON objects of an SSE body's "data: {...}" lines; `done` set when [DONE] ended it.
+std::vector<json> SseEvents(const std::string& body, bool* done) {
+  std::vector<json> events;
+  *done = false;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    events.push_back(json::parse(data));
+  }
+  return events;
+}
+
+proto::LoadReport Load(const Worker& w) {
+  auto stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(w.grpc_port),
+                                                         grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
+  proto::LoadReport load;
+  EXPECT_TRUE(stub->GetLoad(&ctx, proto::LoadRequest(), &load).ok());
+  return load;
+}
+
+// Flushes the radix cache until every block of `w` is free (bounded wait).
+bool AllBlocksFree(const Worker& w) {
+  auto stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(w.grpc_port),
+                                                         grpc::InsecureChannelCredentials()));
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    grpc::ClientContext ctx;
+    proto::FlushCacheResponse flush;
+    stub->FlushCache(&ctx, proto::FlushCacheRequest(), &flush);
+    proto::LoadReport load = Load(w);
+    if (flush.flushed() && load.total_kv_blocks() > 0 &&
+        load.free_kv_blocks() == load.total_kv_blocks()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+const char kPrompt[] = "Tell me a fortune about the sea.";
+
+json GenerateBody(int max_new, bool stream) {
+  return {
+      {"text", kPrompt},
+      {"sampling_params", {{"temperature", 0}, {"max_new_tokens", max_new}, {"ignore_eos", true}}},
+      {"stream", stream}};
+}
+
+class RouterClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    colocated_ = StartWorker("colocated").release();
+    colocated2_ = StartWorker("colocated").release();
+    prefill_ = StartWorker("prefill").release();
+    decode_ = StartWorker("decode").release();
+  }
+  static void TearDownTestSuite() {
+    for (Worker* w : {colocated_, colocated2_, prefill_, decode_}) delete w;
+  }
+  static std::unique_ptr<Router> Plain(std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), {"--worker-urls", colocated_->url()});
+    return StartRouter(extra);
+  }
+  static std::unique_ptr<Router> Pd(std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(),
+                 {"--pd-disaggregation", "--prefill", prefill_->url(),
+                  std::to_string(prefill_->bootstrap_port), "--decode", decode_->url()});
+    return StartRouter(extra);
+  }
+
+  static Worker* colocated_;
+  static Worker* colocated2_;
+  static Worker* prefill_;
+  static Worker* decode_;
+};
+Worker* RouterClusterTest::colocated_ = nullptr;
+Worker* RouterClusterTest::colocated2_ = nullptr;
+Worker* RouterClusterTest::prefill_ = nullptr;
+Worker* RouterClusterTest::decode_ = nullptr;
+
+TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
+  auto plain = Plain();
+  auto pd = Pd();
+  ClientResponse a = Request(plain->port, "POST", "/generate", GenerateBody(12, false).dump(),
+                             "x-request-id: my-rid-1\r\n");
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.headers["x-request-id"], "my-rid-1");
+  json ja = json::parse(a.body);
+  ASSERT_TRUE(ja["text"].is_string());
+  ASSERT_EQ(ja["output_ids"].size(), 12u) << a.body;
+  EXPECT_EQ(ja["meta_info"]["id"], "my-rid-1");
+  EXPECT_EQ(ja["meta_info"]["completion_tokens"], 12);
+  EXPECT_GT(ja["meta_info"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_TRUE(ja["meta_info"]["e2e_latency"].is_number());
+
+  ClientResponse b = Request(pd->port, "POST", "/generate", GenerateBody(12, false).dump());
+  ASSERT_EQ(b.status, 200) << b.body;
+  json jb = json::parse(b.body);
+  EXPECT_EQ(jb["output_ids"], ja["output_ids"]);
+  EXPECT_EQ(jb["text"], ja["text"]);
+
+  // input_ids instead of text, streamed: cumulative text, the same ids, [DONE].
+  json ids_body = {
+      {"input_ids", json::array({1, 450, 1276, 310, 263})},
+      {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 8}, {"ignore_eos", true}}},
+      {"stream", true}};
+  ClientResponse s = Request(pd->port, "POST", "/generate", ids_body.dump());
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.headers["content-type"], "text/event-stream");
+  bool done = false;
+  std::vector<json> events = SseEvents(s.body, &done);
+  EXPECT_TRUE(done) << s.body;
+  ASSERT_FALSE(events.empty());
+  ids_body["stream"] = false;
+  ClientResponse ns = Request(plain->port, "POST", "/generate", ids_body.dump());
+  ASSERT_EQ(ns.status, 200) << ns.body;
+  EXPECT_EQ(events.back()["output_ids"], json::parse(ns.body)["output_ids"]) << s.body;
+  EXPECT_EQ(events.back()["text"], json::parse(ns.body)["text"]) << s.body;
+}
+
+TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
+  auto pd = Pd();
+  json completion = {{"model", "tandem-tiny-fortunes"},
+                     {"prompt", kPrompt},
+                     {"max_tokens", 6},
+                     {"temperature", 0},
+                     {"ignore_eos", true}};
+  ClientResponse c = Request(pd->port, "POST", "/v1/completions", completion.dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  json jc = json::parse(c.body);
+  EXPECT_EQ(jc["object"], "text_completion");
+  EXPECT_EQ(jc["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(jc["usage"]["total_tokens"].get<int>(), jc["usage"]["prompt_tokens"].get<int>() + 6);
+  EXPECT_EQ(jc["choices"][0]["finish_reason"], "length");
+
+  completion["stream"] = true;
+  completion["stream_options"] = {{"include_usage", true}};
+  ClientResponse cs = Request(pd->port, "POST", "/v1/completions", completion.dump());
+  ASSERT_EQ(cs.status, 200) << cs.body;
+  bool done = false;
+  std::vector<json> events = SseEvents(cs.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6) << cs.body;
+  std::string streamed;
+  for (const json& e : events) {
+    if (!e["choices"].empty()) streamed += e["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, jc["choices"][0]["text"].get<std::string>());
+
+  json chat = {{"model", "tandem-tiny-fortunes"},
+               {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+               {"max_tokens", 5},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  ClientResponse ch = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(ch.status, 200) << ch.body;
+  json jch = json::parse(ch.body);
+  EXPECT_EQ(jch["object"], "chat.completion");
+  EXPECT_EQ(jch["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(jch["usage"]["completion_tokens"], 5);
+  chat["stream"] = true;
+  ClientResponse chs = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(chs.status, 200) << chs.body;
+  events = SseEvents(chs.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  std::string content;
+  for (const json& e : events) {
+    if (!e["choices"].empty() && e["choices"][0]["delta"].contains("content")) {
+      content += e["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(content, jch["choices"][0]["message"]["content"].get<std::string>());
+
+  ClientResponse models = Request(pd->port, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tandem-tiny-fortunes") << models.body;
+}
+
+TEST_F(RouterClusterTest, BadBodyIs400NamingTheFieldWhileOthersRun) {
+  auto plain = Plain();
+  json long_body = GenerateBody(40, true);
+  TestClient streaming(static_cast<uint16_t>(plain->port), 60);
+  ASSERT_TRUE(streaming.SendRequest("POST", "/generate", long_body.dump(),
+                                    "Content-Type: application/json\r\n"));
+  ClientResponse bad = Request(plain->port, "POST", "/generate",
+                               R"({"text":"hi","sampling_params":{"max_new_tokens":"many"}})");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("max_new_tokens"), std::string::npos) << bad.body;
+  EXPECT_EQ(json::parse(bad.body)["error"]["code"], 400);
+  ClientResponse not_json = Request(plain->port, "POST", "/v1/completions", "{nope");
+  EXPECT_EQ(not_json.status, 400) << not_json.body;
+  std::optional<ClientResponse> ok = streaming.ReadResponse();
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 200);
+  bool done = false;
+  SseEvents(ok->body, &done);
+  EXPECT_TRUE(done) << ok->body;
+}
+
+TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
+  auto plain = Plain({"--max-concurrent-requests", "1", "--queue-size", "0", "--api-key", kApiKey,
+                      "--admin-key", kAdminKey});
+  EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump()).status, 401);
+  ClientResponse wrong =
+      Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth("nope"));
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(json::parse(wrong.body)["error"]["type"], "authentication_error") << wrong.body;
+  EXPECT_EQ(Request(plain->port, "GET", "/list_workers", "", Auth(kApiKey)).status, 401);
+  EXPECT_EQ(Request(plain->port, "GET", "/health").status, 200);  // probes need no key
+
+  json long_body = GenerateBody(400, true);  // runs while the next request arrives
+  TestClient streaming(static_cast<uint16_t>(plain->port), 60);
+  ASSERT_TRUE(streaming.SendRequest("POST", "/generate", long_body.dump(), Auth(kApiKey)));
+  std::optional<ClientResponse> head = streaming.ReadHead();  // the first one is running
+  ASSERT_TRUE(head.has_value());
+  ASSERT_EQ(head->status, 200);
+  ClientResponse full =
+      Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey));
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_NE(full.body.find("--queue-size"), std::string::npos) << full.body;
+  for (;;) {  // drain the first one, then the slot is free again
+    std::optional<std::string> chunk = streaming.ReadChunk();
+    ASSERT_TRUE(chunk.has_value());
+    if (chunk->empty()) break;
+  }
+  EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
+                .status,
+            200);
+}
+
+TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
+  auto plain = Plain({"--admin-key", kAdminKey});
+  ClientResponse list = Request(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(json::parse(list.body)["urls"], json::array({colocated_->url()}));
+  EXPECT_EQ(Request(plain->port, "POST", "/add_worker?url=" + colocated2_->url()).status, 401);
+  ClientResponse added =
+      Request(plain->port, "POST", "/add_worker?url=" + colocated2_->url(), "", Auth(kAdminKey));
+  EXPECT_EQ(added.status, 200) << added.body;
+  ClientResponse dup = Request(plain->port, "POST", "/workers",
+                               json({{"url", colocated2_->url()}}).dump(), Auth(kAdminKey));
+  EXPECT_EQ(dup.status, 409) << dup.body;
+  ClientResponse bad =
+      Request(plain->port, "POST", "/workers",
+              R"({"url":"http://127.0.0.1:9","worker_type":"prefill"})", Auth(kAdminKey));
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("worker_type"), std::string::npos) << bad.body;
+  ClientResponse workers = Request(plain->port, "GET", "/workers", "", Auth(kAdminKey));
+  ASSERT_EQ(workers.status, 200);
+  EXPECT_EQ(json::parse(workers.body)["workers"].size(), 2u) << workers.body;
+
+  ClientResponse info = Request(plain->port, "GET", "/get_server_info");
+  ASSERT_EQ(info.status, 200) << info.body;
+  json ji = json::parse(info.body);
+  ASSERT_TRUE(ji["internal_states"].is_array());
+  ASSERT_FALSE(ji["internal_states"].empty());
+  EXPECT_TRUE(ji["internal_states"][0].contains("avg_spec_accept_length")) << info.body;
+  ClientResponse loads = Request(plain->port, "GET", "/get_loads");
+  EXPECT_EQ(loads.status, 200) << loads.body;
+
+  ClientResponse removed = Request(plain->port, "DELETE", "/workers",
+                                   json({{"url", colocated2_->url()}}).dump(), Auth(kAdminKey));
+  EXPECT_EQ(removed.status, 200) << removed.body;
+  ClientResponse gone =
+      Request(plain->port, "POST", "/remove_worker?url=" + colocated2_->url(), "", Auth(kAdminKey));
+  EXPECT_EQ(gone.status, 404) << gone.body;
+  list = Request(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
+  EXPECT_EQ(json::parse(list.body)["urls"].size(), 1u);
+
+  // PD mode's server info nests per role, as sglang.bench_serving reads it.
+  auto pd = Pd();
+  info = Request(pd->port, "GET", "/get_server_info");
+  ASSERT_EQ(info.status, 200) << info.body;
+  ji = json::parse(info.body);
+  EXPECT_TRUE(ji["decode"][0]["internal_states"][0].contains("avg_spec_accept_length"))
+      << info.body;
+  EXPECT_EQ(ji["prefill"][0]["disaggregation_mode"], "prefill") << info.body;
+}
+
+TEST_F(RouterClusterTest, ClientDisconnectMidStreamFreesBothWorkersBlocks) {
+  auto pd = Pd();
+  json body = GenerateBody(200, true);
+  {
+    TestClient c(static_cast<uint16_t>(pd->port), 60);
+    ASSERT_TRUE(c.SendRequest("POST", "/generate", body.dump()));
+    std::optional<ClientResponse> head = c.ReadHead();
+    ASSERT_TRUE(head.has_value());
+    ASSERT_EQ(head->status, 200);
+    ASSERT_TRUE(c.ReadChunk().has_value());  // tokens are flowing
+  }                                          // closes the connection mid-stream
+  EXPECT_TRUE(AllBlocksFree(*decode_));
+  EXPECT_TRUE(AllBlocksFree(*prefill_));
+  // The router is still fine.
+  EXPECT_EQ(Request(pd->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
+}
+
+// Last: kills a worker.
+TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
+  auto plain = StartRouter({"--worker-urls", colocated_->url(), colocated2_->url()});
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
+  }
+  colocated2_->process->Signal(SIGKILL);
+  colocated2_->process->Wait(seconds(10));
+  // Every request succeeds (a leg on the dead worker is retried on the survivor).
+  for (int i = 0; i < 6; ++i) {
+    ClientResponse r = Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  // Health converges: the dead worker is reported unhealthy.
+  bool converged = false;
+  for (int i = 0; i < 200 && !converged; ++i) {
+    ClientResponse w = Request(plain->port, "GET", "/workers");
+    const json states = json::parse(w.body);
+    for (const json& s : states["workers"]) {
+      if (s["url"] == colocated2_->url() && s["healthy"] == false) converged = true;
+    }
+    if (!converged) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(converged);
+  EXPECT_EQ(Request(plain->port, "GET", "/health").status, 200);
+}
+
+}  // namespace
+}  // namespace tandem::itest
