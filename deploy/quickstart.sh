@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Quickstart: install dependencies, build, and run the model that ships with Tandem.
+# Quickstart: install dependencies, build, start a local cluster (tandem-router in front of one
+# tandem-prefill and one tandem-decode worker) on the model that ships with Tandem, send it one
+# chat request through the router and print the answer. The cluster keeps running afterwards;
+# the script prints how to query it and how to stop it.
 #
-# The full quickstart starts a local router + prefill + decode cluster on the shipped model and
-# sends it a chat request. The prefill and decode workers serve their gRPC legs and hand the KV
-# cache over in this build, but the router's HTTP API is not built yet, so this script runs the
-# shipped model in-process with tandem-run (the same serving engine) and shows how to start the
-# workers.
+#   deploy/quickstart.sh ["your question"]
+#   TANDEM_ROUTER_PORT=30000 deploy/quickstart.sh     # ports are overridable
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,27 +20,88 @@ if [ -z "$model_dir" ] || [ ! -f "$model_dir/config.json" ]; then
   echo "quickstart: no model under models/ — the shipped model is missing from this checkout" >&2
   exit 1
 fi
+for b in tandem-router tandem-prefill tandem-decode; do
+  if [ ! -x "build/bin/$b" ]; then
+    echo "quickstart: build/bin/$b was not built" >&2
+    exit 1
+  fi
+done
+
+router_port=${TANDEM_ROUTER_PORT:-30000}
+prefill_port=${TANDEM_PREFILL_PORT:-30001}
+prefill_http=${TANDEM_PREFILL_HTTP_PORT:-30011}
+bootstrap_port=${TANDEM_BOOTSTRAP_PORT:-30021}
+decode_port=${TANDEM_DECODE_PORT:-30002}
+decode_http=${TANDEM_DECODE_HTTP_PORT:-30012}
+run_dir=${TANDEM_RUN_DIR:-/tmp/tandem-quickstart}
+mkdir -p "$run_dir"
+secret_file="$run_dir/cluster-secret"
+if [ ! -s "$secret_file" ]; then
+  (umask 077; head -c 24 /dev/urandom | base64 > "$secret_file")
+fi
+
+pids=()
+cleanup_on_error() {
+  echo "quickstart: failed; stopping what was started (logs in $run_dir)" >&2
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+}
+trap cleanup_on_error ERR
+
+echo "== starting the prefill worker, the decode worker and the router (logs in $run_dir)"
+build/bin/tandem-prefill --model-path "$model_dir" --port "$prefill_port" \
+  --http-port "$prefill_http" --disaggregation-bootstrap-port "$bootstrap_port" \
+  --cluster-secret-file "$secret_file" > "$run_dir/prefill.log" 2>&1 &
+pids+=($!)
+build/bin/tandem-decode --model-path "$model_dir" --port "$decode_port" \
+  --http-port "$decode_http" --cluster-secret-file "$secret_file" > "$run_dir/decode.log" 2>&1 &
+pids+=($!)
+build/bin/tandem-router --pd-disaggregation --model-path "$model_dir" --port "$router_port" \
+  --prefill "http://127.0.0.1:$prefill_port" "$bootstrap_port" \
+  --decode "http://127.0.0.1:$decode_port" \
+  --health-check-interval-secs 2 --health-success-threshold 1 > "$run_dir/router.log" 2>&1 &
+pids+=($!)
+printf '%s\n' "${pids[@]}" > "$run_dir/pids"
+
+echo -n "== waiting for the router to be ready"
+ready=0
+for _ in $(seq 1 180); do
+  for pid in "${pids[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo
+      echo "quickstart: a daemon exited during start-up; see $run_dir/*.log" >&2
+      tail -n 5 "$run_dir"/*.log >&2
+      false
+    fi
+  done
+  if curl -sf "http://127.0.0.1:$router_port/readiness" > /dev/null; then
+    ready=1
+    break
+  fi
+  echo -n "."
+  sleep 1
+done
+echo
+if [ "$ready" != 1 ]; then
+  echo "quickstart: the router was not ready after 180 s; see $run_dir/*.log" >&2
+  false
+fi
 
 prompt=${1:-"What is the meaning of life?"}
-if [ -x build/bin/tandem-run ]; then
-  echo "== asking $model_dir: $prompt"
-  build/bin/tandem-run --model-path "$model_dir" --chat --prompt "$prompt" --max-new-tokens 64 \
-    --temperature 0
-  echo
-else
-  echo "quickstart: build/bin/tandem-run was not built; cannot run the model" >&2
-  exit 1
-fi
+body=$(python3 -c 'import json,sys; print(json.dumps({"model": sys.argv[1], "messages": [{"role": "user", "content": sys.argv[2]}], "max_tokens": 64, "temperature": 0}))' "$(basename "$model_dir")" "$prompt")
+echo "== asking through the router: $prompt"
+answer=$(curl -sf "http://127.0.0.1:$router_port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d "$body")
+python3 -c 'import json,sys; print(json.loads(sys.argv[1])["choices"][0]["message"]["content"])' \
+  "$answer"
+trap - ERR
 
 cat <<MSG
 
-== what is missing for the local cluster
-tandem-prefill and tandem-decode serve the Worker gRPC service (proto/worker.proto): a request's
-prefill leg on the prefill worker, its KV cache pushed into the decode worker's blocks, tokens
-streamed from the decode leg. The router's HTTP API (OpenAI and SGLang routes) is not built yet,
-so nothing answers curl on a /v1 route. The workers:
-  export TANDEM_CLUSTER_SECRET=\$(head -c 24 /dev/urandom | base64)
-  build/bin/tandem-prefill --model-path $model_dir --port 8000 --http-port 9000 &
-  build/bin/tandem-decode  --model-path $model_dir --port 8001 --http-port 9001 &
-  curl -s localhost:9000/health; curl -s localhost:9001/metrics
+== the cluster is running (router :$router_port, prefill :$prefill_port, decode :$decode_port)
+  curl -s localhost:$router_port/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{"model":"$(basename "$model_dir")","messages":[{"role":"user","content":"Hello"}],"stream":true}'
+  curl -s localhost:$router_port/generate -d '{"text":"Once upon a time","sampling_params":{"max_new_tokens":32}}'
+  curl -s localhost:$router_port/list_workers; curl -s localhost:$router_port/metrics
+To stop it:
+  kill \$(cat $run_dir/pids)
 MSG
