@@ -41,7 +41,15 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       include_usage_(request.include_usage),
       routed_prompt_tokens_(static_cast<int64_t>(request.input_ids.size())),
       tokenizer_(tokenizer),
-      start_(absl::Now()) {}
+      start_(absl::Now()) {
+  if (kind_ != ApiKind::kGenerate) {
+    const char* object =
+        kind_ == ApiKind::kChatCompletions ? "chat.completion.chunk" : "text_completion";
+    stream_chunk_head_ = absl::StrCat("{\"id\":", Dump(response_id_), ",\"object\":\"", object,
+                                      "\",\"created\":", created_, ",\"model\":", Dump(model_),
+                                      ",\"choices\":[{\"index\":0,");
+  }
+}
 
 void ResponseShaper::Append(const proto::DecodeEvent& event) {
   text_ += event.text();
@@ -96,6 +104,20 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
     if (kind_ != ApiKind::kChatCompletions || sent_role_) return "";
   }
   const bool chat = kind_ == ApiKind::kChatCompletions;
+  if (!event.finished() && !return_logprob_) {
+    // The per-token hot path: the fixed head was rendered once; only the text is escaped here.
+    std::string out = absl::StrCat("data: ", stream_chunk_head_);
+    if (chat) {
+      absl::StrAppend(&out, "\"delta\":{", sent_role_ ? "" : "\"role\":\"assistant\",",
+                      "\"content\":", Dump(event.text()), "}");
+      sent_role_ = true;
+    } else {
+      absl::StrAppend(&out, "\"text\":", Dump(event.text()));
+    }
+    absl::StrAppend(&out, ",\"logprobs\":null,\"finish_reason\":null}]",
+                    include_usage_ ? ",\"usage\":null" : "", "}\n\n");
+    return out;
+  }
   Json choice = {{"index", 0}};
   if (chat) {
     Json delta = Json::object();

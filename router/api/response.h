@@ -85,6 +85,8 @@ class ResponseShaper {
   const int64_t routed_prompt_tokens_;  // until the worker reports its own count
   const engine::Tokenizer* const tokenizer_;
   const absl::Time start_;  // for the streamed /generate e2e_latency
+  // OpenAI streams: a chunk's JSON up to the choice's fields ({"id":...,"choices":[{"index":0,).
+  std::string stream_chunk_head_;
 
   // Accumulated over the events.
   std::string text_;

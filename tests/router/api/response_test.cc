@@ -246,6 +246,23 @@ TEST(ResponseShaperTest, CompletionsStreamWithLogprobsAndAbort) {
   EXPECT_EQ(events[0]["choices"][0]["text"], "");
 }
 
+TEST(ResponseShaperTest, CompletionsStreamWithoutUsage) {
+  RoutedRequest r = Request(ApiKind::kCompletions);
+  r.model = "a \"quoted\" model";
+  ResponseShaper shaper(r);
+  std::string sse = shaper.StreamEvent(Tokens({4}, "line\n\"q\" \xc3\xa9"));
+  sse += shaper.StreamEvent(Tokens({5}, ""));  // nothing to show
+  sse += shaper.StreamEvent(Final({6}, "", proto::FinishReason::STOP));
+  const std::vector<Json> events = SseEvents(sse);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0], Json::parse(R"({"id":"cmpl-abc","object":"text_completion",
+      "created":1700000000,"model":"a \"quoted\" model","choices":[{"index":0,
+      "text":"line\n\"q\" \u00e9","logprobs":null,"finish_reason":null}]})"));
+  EXPECT_EQ(events[1], Json::parse(R"({"id":"cmpl-abc","object":"text_completion",
+      "created":1700000000,"model":"a \"quoted\" model","choices":[{"index":0,"text":"",
+      "logprobs":null,"finish_reason":"stop","matched_stop":null}]})"));
+}
+
 TEST(ResponseShaperTest, StreamErrorEndsTheStream) {
   ResponseShaper shaper(Request(ApiKind::kChatCompletions));
   const std::string sse = shaper.StreamError(absl::UnavailableError("prefill worker lost"));
