@@ -59,6 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (parsed->input_ids.empty()) std::abort();
   tandem::router::ResponseShaper shaper(*parsed, ctx.tokenizer);
+  tandem::proto::DecodeEvent partial;  // a mid-stream event: the per-token path
+  partial.add_token_ids(parsed->input_ids.front());
+  partial.set_text(parsed->prompt_text.substr(0, 8));
+  shaper.StreamEvent(partial);
   tandem::proto::DecodeEvent event;
   event.add_token_ids(parsed->input_ids.front());
   event.add_token_logprobs(-0.5f);
