@@ -3,10 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/daemon.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
+#include "worker/endpoints.h"
 
 namespace tandem::decode {
 namespace {
@@ -43,21 +43,11 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   server->core_ = std::make_unique<worker::WorkerCore>(server->engine_.get(), std::move(core),
                                                        &server->metrics_, server->handoff_.get());
 
-  HttpServerOptions http;
-  http.host = o.host;
-  http.port = static_cast<uint16_t>(o.http_port);
-  worker::WorkerCore* core_ptr = server->core_.get();
-  ASSIGN_OR_RETURN(server->http_,
-                   StartStatusEndpoint(
-                       http, server->metrics_,
-                       [core_ptr]() -> absl::Status {
-                         if (core_ptr->draining()) {
-                           return absl::UnavailableError("draining: this worker is shutting down");
-                         }
-                         return core_ptr->CheckHealth();
-                       },
-                       "--http-port: "));
-  ASSIGN_OR_RETURN(server->grpc_, worker::GrpcServer::Start(o.host, o.port, core_ptr, "--port: "));
+  ASSIGN_OR_RETURN(worker::WorkerEndpoints endpoints,
+                   worker::StartWorkerEndpoints(server->core_.get(), server->metrics_, o.host,
+                                                o.port, o.http_port));
+  server->http_ = std::move(endpoints.http);
+  server->grpc_ = std::move(endpoints.grpc);
   const engine::SchedulerConfig& sc = server->engine_->config();
   spdlog::info(
       "tandem-decode {} model {} ({} layers), {} mode, {} KV blocks of {} tokens, gRPC on {}:{}, "

@@ -1,0 +1,27 @@
+#include "worker/endpoints.h"
+
+#include <utility>
+
+#include "common/daemon.h"
+#include "common/status.h"
+
+namespace tandem::worker {
+
+absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
+                                                     const MetricsRegistry& metrics,
+                                                     const std::string& host, int grpc_port,
+                                                     int http_port) {
+  WorkerEndpoints endpoints;
+  HttpServerOptions http;
+  http.host = host;
+  http.port = static_cast<uint16_t>(http_port);
+  auto health = [core]() -> absl::Status {
+    if (core->draining()) return absl::UnavailableError("draining: this worker is shutting down");
+    return core->CheckHealth();
+  };
+  ASSIGN_OR_RETURN(endpoints.http, StartStatusEndpoint(http, metrics, health, "--http-port: "));
+  ASSIGN_OR_RETURN(endpoints.grpc, GrpcServer::Start(host, grpc_port, core, "--port: "));
+  return endpoints;
+}
+
+}  // namespace tandem::worker

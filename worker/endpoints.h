@@ -1,0 +1,32 @@
+// The two listening endpoints of every worker daemon, started together: the Worker gRPC service
+// (the router's legs) and the HTTP status endpoint (/metrics, and /health that answers 200 only
+// when the model really answers and the worker is not draining).
+#ifndef TANDEM_WORKER_ENDPOINTS_H_
+#define TANDEM_WORKER_ENDPOINTS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "worker/grpc_server.h"
+#include "worker/worker_core.h"
+
+namespace tandem::worker {
+
+struct WorkerEndpoints {
+  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<GrpcServer> grpc;
+};
+
+// HTTP on host:http_port first, then gRPC on host:grpc_port (0 = ephemeral for both). Errors name
+// the flag to change (--http-port, --port). `core` and `metrics` must outlive the endpoints.
+absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
+                                                     const MetricsRegistry& metrics,
+                                                     const std::string& host, int grpc_port,
+                                                     int http_port);
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_ENDPOINTS_H_
