@@ -176,25 +176,32 @@ void ClientCall::ClientGone() {
 }
 
 void ClientCall::OnEvent(const proto::DecodeEvent& e) {
-  absl::MutexLock lock(&mu_);
-  if (done_) return;
-  completion_tokens_ += e.token_ids_size();
-  if (!first_token_ && e.token_ids_size() > 0) {
-    first_token_ = absl::Now();
-    server_->router_metrics_->ttft.Observe(ToSec(*first_token_ - received_));
+  HttpStreamPtr started;  // set when this event starts the stream
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    completion_tokens_ += e.token_ids_size();
+    if (!first_token_ && e.token_ids_size() > 0) {
+      first_token_ = absl::Now();
+      server_->router_metrics_->ttft.Observe(ToSec(*first_token_ - received_));
+    }
+    if (!request_->stream) {
+      shaper_.Accumulate(e);
+      return;
+    }
+    if (!stream_) {
+      stream_ = responder_->StartStream(200, "text/event-stream", headers_);
+      responder_.reset();
+      started = stream_;
+    }
+    stream_->Write(shaper_.StreamEvent(e));
   }
-  if (!request_->stream) {
-    shaper_.Accumulate(e);
-    return;
-  }
-  if (!stream_) {
-    stream_ = responder_->StartStream(200, "text/event-stream", headers_);
-    responder_.reset();
+  if (started) {
+    // Registered outside mu_: it runs at once when the client is already gone. It only posts
+    // the cancel (this thread is inside the run's event delivery).
     std::weak_ptr<ClientCall> weak = weak_from_this();
-    std::shared_ptr<DispatchRun> run = run_;
-    // OnClose may run at once (client already gone): it only schedules the cancel.
     Dispatcher* dispatcher = server_->dispatcher_.get();
-    stream_->OnClose([weak, dispatcher] {
+    started->OnClose([weak, dispatcher] {
       auto self = weak.lock();
       if (!self) return;
       std::shared_ptr<DispatchRun> run;
@@ -206,7 +213,6 @@ void ClientCall::OnEvent(const proto::DecodeEvent& e) {
       if (run) dispatcher->RunAt(absl::Now(), [run] { run->Cancel(); });
     });
   }
-  stream_->Write(shaper_.StreamEvent(e));
 }
 
 void ClientCall::OnDone(absl::Status status) {
