@@ -59,9 +59,9 @@ std::unique_ptr<Daemon> StartDaemon(const std::string& role) {
              "--threads",
              "1",
              "--bootstrap-timeout",
-             "3",
+             "30",
              "--transfer-timeout",
-             "6"};
+             "60"};
   if (role == "prefill") {
     d->bootstrap_port = FreePort();
     d->argv.insert(d->argv.end(),
