@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The router's cache_aware prefill policy against round_robin on a shared-prefix workload,
+# measured from the prefill workers' own radix-cache counters.
+#
+#   bench/cache_aware_hit_rate.sh [BIN_DIR]        # BIN_DIR defaults to build/bin
+#   GROUPS_N=8 PER_GROUP=8 PREFIX_LEN=256 SUFFIX_LEN=32 CLIENTS=4 bench/cache_aware_hit_rate.sh
+#
+# For each policy, a fresh cluster on 127.0.0.1: 2 tandem-prefill + 2 tandem-decode workers on
+# the shipped model and tandem-router in PD mode with --prefill-policy <policy> (decode policy
+# round_robin). GROUPS_N x PER_GROUP prompts (token ids via /generate input_ids), the prompts of
+# a group sharing a PREFIX_LEN-token prefix followed by SUFFIX_LEN tokens of their own, are sent
+# by CLIENTS concurrent clients in one shuffled order, the same for both policies. The hit rate is the sum over
+# both prefill workers of tandem_engine_cached_prompt_tokens_total over
+# tandem_engine_prompt_tokens_total. Prints both rates and cache_aware / round_robin.
+# Every daemon started is stopped on exit (also on failure or Ctrl-C).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=${1:-build/bin}
+model=${MODEL_PATH:-models/tandem-tiny-fortunes}
+groups_n=${GROUPS_N:-8}
+per_group=${PER_GROUP:-8}
+prefix_len=${PREFIX_LEN:-256}
+suffix_len=${SUFFIX_LEN:-32}
+clients=${CLIENTS:-4}
+for b in tandem-router tandem-prefill tandem-decode; do
+  if [ ! -x "$bin/$b" ]; then
+    echo "cache_aware_hit_rate: $bin/$b was not built" >&2
+    exit 2
+  fi
+done
+if [ ! -f "$model/tokenizer.json" ]; then
+  echo "cache_aware_hit_rate: no model at $model (set MODEL_PATH)" >&2
+  exit 2
+fi
+
+work=$(mktemp -d /tmp/cache_aware_hit_rate.XXXXXX)
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  pids=()
+}
+trap 'stop_all; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# The request bodies, one file each, and the send order: a shuffle with a fixed seed, the same for
+# both policies (a fixed group-by-group order would let round_robin keep each group on one
+# worker by accident of parity).
+mkdir -p "$work/bodies"
+awk -v G="$groups_n" -v P="$per_group" -v L="$prefix_len" -v S="$suffix_len" -v dir="$work/bodies" '
+BEGIN {
+  srand(7)
+  n = 0
+  for (r = 0; r < P; r++) for (g = 0; g < G; g++) {
+    ids = ""
+    for (i = 0; i < L; i++) ids = ids (i ? "," : "") (100 + (g * 7919 + i * 104729) % 2900)
+    for (i = 0; i < S; i++) ids = ids "," (100 + (g * 31 + r * 977 + i * 613 + 17) % 2900)
+    file = sprintf("%s/%04d.json", dir, n++)
+    printf "{\"input_ids\":[%s],\"sampling_params\":{\"max_new_tokens\":4,\"temperature\":0},\"stream\":false}\n", ids > file
+    close(file)
+    print rand(), file > (dir "/../order.unsorted")
+  }
+}'
+sort -n "$work/order.unsorted" | awk '{ print $2 }' > "$work/order"
+total=$((groups_n * per_group))
+
+metric() {  # metric PORT NAME -> the value (0 when absent)
+  curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { v = $2 } END { print v + 0 }'
+}
+
+run_policy() {  # run_policy POLICY -> writes "hit query" (summed over the prefill workers) to $work/POLICY.result
+  local policy=$1 log="$work/$1"
+  mkdir -p "$log"
+  local secret="$log/secret"
+  (umask 077; head -c 24 /dev/urandom | base64 > "$secret")
+  local prefill_args=() decode_args=() http_ports=()
+  for i in 0 1; do
+    local port http boot
+    port=$(free_port); http=$(free_port); boot=$(free_port)
+    "$bin/tandem-prefill" --model-path "$model" --port "$port" --http-port "$http" \
+      --disaggregation-bootstrap-port "$boot" --kv-cache-memory 64MiB --threads 1 \
+      --cluster-secret-file "$secret" > "$log/prefill$i.log" 2>&1 &
+    pids+=($!)
+    prefill_args+=(--prefill "http://127.0.0.1:$port" "$boot")
+    http_ports+=("$http")
+    port=$(free_port); http=$(free_port)
+    "$bin/tandem-decode" --model-path "$model" --port "$port" --http-port "$http" \
+      --kv-cache-memory 64MiB --threads 1 --cluster-secret-file "$secret" \
+      > "$log/decode$i.log" 2>&1 &
+    pids+=($!)
+    decode_args+=(--decode "http://127.0.0.1:$port")
+  done
+  local router_port
+  router_port=$(free_port)
+  "$bin/tandem-router" --pd-disaggregation --model-path "$model" --host 127.0.0.1 \
+    --port "$router_port" "${prefill_args[@]}" "${decode_args[@]}" \
+    --prefill-policy "$policy" --decode-policy round_robin \
+    --health-check-interval-secs 1 --health-success-threshold 1 > "$log/router.log" 2>&1 &
+  pids+=($!)
+  local ready=0
+  for _ in $(seq 1 300); do
+    for pid in "${pids[@]}"; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        echo "cache_aware_hit_rate: a daemon exited during start-up:" >&2
+        tail -n 5 "$log"/*.log >&2
+        exit 1
+      fi
+    done
+    if curl -sf "http://127.0.0.1:$router_port/readiness" > /dev/null; then ready=1; break; fi
+    sleep 0.2
+  done
+  if [ "$ready" != 1 ]; then
+    echo "cache_aware_hit_rate: the router was not ready after 60 s; see $log" >&2
+    tail -n 5 "$log"/*.log >&2
+    exit 1
+  fi
+  # Every request must succeed: a failed one would skew the counters.
+  local codes
+  codes=$(xargs < "$work/order" -P "$clients" -I{} curl -s -o /dev/null \
+    -w '%{http_code}\n' -H 'Content-Type: application/json' --max-time 120 \
+    --data-binary @{} "http://127.0.0.1:$router_port/generate" | sort | uniq -c || true)
+  if [ "$(echo "$codes" | awk '$2 == 200 { print $1 }')" != "$total" ]; then
+    echo "cache_aware_hit_rate: $policy: not every request succeeded (count status):" >&2
+    echo "$codes" >&2
+    tail -n 5 "$log"/*.log >&2
+    exit 1
+  fi
+  sleep 1  # the engines publish their counters after each scheduler step
+  local hit=0 query=0 h q
+  for http in "${http_ports[@]}"; do
+    h=$(metric "$http" tandem_engine_cached_prompt_tokens_total)
+    q=$(metric "$http" tandem_engine_prompt_tokens_total)
+    echo "  $policy prefill :$http: $h of $q prompt tokens from the radix cache"
+    hit=$(awk -v a="$hit" -v b="$h" 'BEGIN { print a + b }')
+    query=$(awk -v a="$query" -v b="$q" 'BEGIN { print a + b }')
+  done
+  stop_all
+  echo "$hit $query" > "$work/$policy.result"
+}
+
+echo "workload: $groups_n groups x $per_group prompts, $prefix_len shared + $suffix_len own tokens, $clients clients"
+run_policy cache_aware
+run_policy round_robin
+read -r ca_hit ca_query < "$work/cache_aware.result"
+read -r rr_hit rr_query < "$work/round_robin.result"
+awk -v ch="$ca_hit" -v cq="$ca_query" -v rh="$rr_hit" -v rq="$rr_query" \
+    -v best="$(( (per_group - 1) * prefix_len * groups_n ))" -v all="$(( total * (prefix_len + suffix_len) ))" 'BEGIN {
+  ca = cq > 0 ? ch / cq : 0; rr = rq > 0 ? rh / rq : 0
+  printf "%-12s %12s %12s %9s\n", "policy", "hit tokens", "prompt tok", "hit rate"
+  printf "%-12s %12d %12d %9.3f\n", "cache_aware", ch, cq, ca
+  printf "%-12s %12d %12d %9.3f\n", "round_robin", rh, rq, rr
+  printf "ideal (one worker per group): %.3f\n", best / all
+  if (rr > 0) printf "cache_aware_vs_round_robin_hit_rate %.3f\n", ca / rr
+  else printf "cache_aware_vs_round_robin_hit_rate inf (round_robin hit nothing)\n"
+}'
