@@ -63,6 +63,8 @@ TEST(PoissonArrivalsTest, InfiniteRateSendsAllAtOnce) {
 TEST(RunnerTest, MaxConcurrencyIsExactlyTheNumberInFlight) {
   FakeSglangServer::Options server_options;
   server_options.gather = 3;  // hold requests until three are in flight together
+  // The last requests of a staggered run may never be three at once; they wait this long.
+  server_options.gather_timeout = std::chrono::milliseconds(500);
   FakeSglangServer server(server_options);
   ASSERT_TRUE(server.Start().ok());
   HttpClient client("127.0.0.1", server.port());
