@@ -1,0 +1,170 @@
+#include "bench/router_bench/children.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::bench {
+namespace {
+
+constexpr int kMaxPids = 64;
+std::atomic<pid_t> g_pids[kMaxPids];
+std::atomic<int> g_npids{0};
+
+void OnSignal(int sig) {
+  const int n = g_npids.load();
+  for (int i = 0; i < n && i < kMaxPids; ++i) {
+    const pid_t pid = g_pids[i].load();
+    if (pid > 0) kill(pid, SIGKILL);
+  }
+  _exit(128 + sig);
+}
+
+}  // namespace
+
+void RecordChildPid(pid_t pid) {
+  const int i = g_npids.fetch_add(1);
+  if (i < kMaxPids) g_pids[i].store(pid);
+}
+
+void InstallChildKiller(ChildSet* /*set*/) {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+ChildSet::~ChildSet() { KillAll(); }
+
+absl::StatusOr<pid_t> ChildSet::Spawn(const std::string& name, const std::vector<std::string>& argv,
+                                      const std::string& log_path) {
+  if (argv.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": empty command"));
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
+  }
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::InternalError(absl::StrCat("fork for ", name, ": ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    const int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    execv(args[0], args.data());
+    const char msg[] = "exec failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  close(log_fd);
+  RecordChildPid(pid);
+  children_.push_back({name, pid, log_path, false});
+  return pid;
+}
+
+bool ChildSet::AllRunning() {
+  bool all = true;
+  for (Child& c : children_) {
+    if (c.exited) {
+      all = false;
+      continue;
+    }
+    int status = 0;
+    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.exited = true;
+      all = false;
+    }
+  }
+  return all;
+}
+
+std::string ChildSet::LogTail(const std::string& name) const {
+  for (const Child& c : children_) {
+    if (c.name != name) continue;
+    std::ifstream f(c.log_path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (text.size() > 4096) text = text.substr(text.size() - 4096);
+    return absl::StrCat("--- ", name, " (", c.log_path, ") ---\n", text);
+  }
+  return "";
+}
+
+void ChildSet::KillAll() {
+  for (Child& c : children_) {
+    if (!c.exited) kill(c.pid, SIGTERM);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (Child& c : children_) {
+    while (!c.exited) {
+      int status = 0;
+      const pid_t r = waitpid(c.pid, &status, WNOHANG);
+      if (r == c.pid || r < 0) {
+        c.exited = true;
+      } else if (std::chrono::steady_clock::now() > until) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        c.exited = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<TempDir>> TempDir::Create(const std::string& prefix, bool keep) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + ".XXXXXX")).string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<TempDir>(new TempDir(tmpl, keep));
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (keep_) {
+    std::fprintf(stderr, "kept %s\n", path_.c_str());
+  } else {
+    std::filesystem::remove_all(path_, ec);
+  }
+}
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace tandem::bench

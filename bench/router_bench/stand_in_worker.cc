@@ -1,0 +1,109 @@
+#include "bench/router_bench/stand_in_worker.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::bench {
+namespace {
+
+constexpr int kBlockSize = 16;
+constexpr int kTotalBlocks = 4096;
+
+// Writes one finished event and ends the call; deletes itself when gRPC is done with it.
+class DecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent> {
+ public:
+  DecodeReactor(const proto::DecodeRequest& request, int tokens) {
+    const int n = request.sampling_params().has_max_new_tokens()
+                      ? std::max(1, std::min(tokens, request.sampling_params().max_new_tokens()))
+                      : tokens;
+    for (int i = 0; i < n; ++i) {
+      event_.add_token_ids(200 + i);
+      if (request.return_logprob()) event_.add_token_logprobs(-0.5f);
+    }
+    event_.set_finished(true);
+    event_.mutable_finish_reason()->set_type(proto::FinishReason::LENGTH);
+    event_.mutable_finish_reason()->set_length(n);
+    event_.set_prompt_tokens(request.input_ids_size());
+    event_.set_completion_tokens(n);
+    StartWriteAndFinish(&event_, grpc::WriteOptions(), grpc::Status::OK);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  proto::DecodeEvent event_;
+};
+
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StandInWorker>> StandInWorker::Start(int tokens,
+                                                                    const std::string& model_path) {
+  std::unique_ptr<StandInWorker> w(new StandInWorker(tokens, model_path));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &w->port_);
+  builder.RegisterService(w.get());
+  w->server_ = builder.BuildAndStart();
+  if (w->server_ == nullptr || w->port_ == 0) {
+    return absl::UnavailableError("could not start a gRPC server on 127.0.0.1");
+  }
+  return w;
+}
+
+StandInWorker::~StandInWorker() {
+  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+}
+
+grpc::ServerWriteReactor<proto::DecodeEvent>* StandInWorker::Decode(
+    grpc::CallbackServerContext* /*context*/, const proto::DecodeRequest* request) {
+  return new DecodeReactor(*request, tokens_);
+}
+
+grpc::ServerUnaryReactor* StandInWorker::Abort(grpc::CallbackServerContext* context,
+                                               const proto::AbortRequest* /*request*/,
+                                               proto::AbortResponse* response) {
+  response->set_found(false);
+  return Answer(context);
+}
+
+grpc::ServerUnaryReactor* StandInWorker::Health(grpc::CallbackServerContext* context,
+                                                const proto::HealthRequest* /*request*/,
+                                                proto::HealthResponse* response) {
+  response->set_status(proto::HealthResponse::SERVING);
+  return Answer(context);
+}
+
+grpc::ServerUnaryReactor* StandInWorker::GetLoad(grpc::CallbackServerContext* context,
+                                                 const proto::LoadRequest* /*request*/,
+                                                 proto::LoadReport* response) {
+  response->set_free_kv_blocks(kTotalBlocks);
+  response->set_total_kv_blocks(kTotalBlocks);
+  response->set_kv_block_size(kBlockSize);
+  return Answer(context);
+}
+
+grpc::ServerUnaryReactor* StandInWorker::FlushCache(grpc::CallbackServerContext* context,
+                                                    const proto::FlushCacheRequest* /*request*/,
+                                                    proto::FlushCacheResponse* response) {
+  response->set_flushed(true);
+  return Answer(context);
+}
+
+grpc::ServerUnaryReactor* StandInWorker::GetServerInfo(grpc::CallbackServerContext* context,
+                                                       const proto::ServerInfoRequest* /*request*/,
+                                                       proto::ServerInfo* response) {
+  response->set_role(proto::ServerInfo::COLOCATED);
+  response->set_model_path(model_path_);
+  response->set_context_length(512);
+  response->set_max_running_requests(1024);
+  response->set_kv_block_size(kBlockSize);
+  response->set_total_kv_blocks(kTotalBlocks);
+  response->set_transfer_backend("tcp");
+  response->set_version("router_bench stand-in");
+  return Answer(context);
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,60 @@
+// StandInWorker: an in-process gRPC server implementing proto::Worker as a colocated worker that
+// answers at once, so a benchmark measures the router, not a model. Decode returns one event
+// with `tokens` fixed token ids, finished with reason LENGTH; Health says SERVING; GetLoad reports
+// an idle worker; GetServerInfo a COLOCATED worker of `model_path`; Abort finds nothing;
+// FlushCache flushes. Prefill is not served (UNIMPLEMENTED: plain mode never calls it).
+// Thread-safe (gRPC's callback threads); owns its server, stopped on destruction.
+#ifndef TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
+#define TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace tandem::bench {
+
+class StandInWorker : public proto::Worker::CallbackService {
+ public:
+  // Listens on 127.0.0.1 at an ephemeral port.
+  static absl::StatusOr<std::unique_ptr<StandInWorker>> Start(int tokens,
+                                                              const std::string& model_path);
+  ~StandInWorker() override;
+  StandInWorker(const StandInWorker&) = delete;
+  StandInWorker& operator=(const StandInWorker&) = delete;
+
+  int port() const { return port_; }
+
+  grpc::ServerWriteReactor<proto::DecodeEvent>* Decode(
+      grpc::CallbackServerContext* context, const proto::DecodeRequest* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const proto::AbortRequest* request,
+                                  proto::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const proto::HealthRequest* request,
+                                   proto::HealthResponse* response) override;
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
+                                    const proto::LoadRequest* request,
+                                    proto::LoadReport* response) override;
+  grpc::ServerUnaryReactor* FlushCache(grpc::CallbackServerContext* context,
+                                       const proto::FlushCacheRequest* request,
+                                       proto::FlushCacheResponse* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const proto::ServerInfoRequest* request,
+                                          proto::ServerInfo* response) override;
+
+ private:
+  StandInWorker(int tokens, std::string model_path)
+      : tokens_(tokens), model_path_(std::move(model_path)) {}
+
+  const int tokens_;
+  const std::string model_path_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
