@@ -255,6 +255,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, which would let a second worker share the port silently.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The router pings every 10 s while a leg is open, also when no data flows (a decode leg
+  // queued for KV, a prefill leg waiting for its room). gRPC's default server policy (pings at
+  // most every 5 min without data, 2 strikes) would answer that with GOAWAY and kill the legs.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();

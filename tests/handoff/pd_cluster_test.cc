@@ -292,8 +292,16 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
     *dr.mutable_sampling_params() = Greedy(5);
     dr.set_stream(true);
+    // Through a channel that pings every second while the leg waits with no data flowing, as
+    // the router's does (every 10 s): the worker must not answer the pings with GOAWAY.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    auto pinging = proto::Worker::NewStub(
+        grpc::CreateCustomChannel(d->grpc_address(), grpc::InsecureChannelCredentials(), args));
     const auto t0 = std::chrono::steady_clock::now();
-    DecodeResult r = Decode(d->stub.get(), dr);
+    DecodeResult r = Decode(pinging.get(), dr);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(30));
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
     EXPECT_EQ(r.last.finish_reason().type(), proto::FinishReason::ABORT);
