@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   double timeout_secs = 30;
   CLI::App app{"tandemctl: operate a Tandem cluster through its router"};
   app.require_subcommand(1);
+  // Global options may also follow the subcommand: `tandemctl workers list --json`.
+  app.fallthrough();
   app.add_option("--router", options.router, "Router base URL")
       ->envname("TANDEM_ROUTER")
       ->capture_default_str();

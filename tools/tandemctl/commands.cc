@@ -26,6 +26,8 @@ std::string Cell(const nlohmann::json& j, const char* key) {
   return it->dump();
 }
 
+constexpr size_t kMaxErrorCell = 60;
+
 bool Is2xx(int status) { return status >= 200 && status < 300; }
 
 }  // namespace
@@ -105,8 +107,14 @@ int Commands::WorkersList() {
     const nlohmann::json load = w.is_object() ? w.value("load", nlohmann::json()) : nullptr;
     std::string kv = "-";
     if (load.is_object()) kv = Cell(load, "free_kv_blocks") + "/" + Cell(load, "total_kv_blocks");
+    // The full message is in --json; a table row stays readable.
     std::string last_error = Cell(w, "last_error");
     if (last_error.empty()) last_error = "-";
+    if (DisplayWidth(last_error) > kMaxErrorCell) {
+      size_t cut = kMaxErrorCell;
+      while (cut > 0 && (static_cast<unsigned char>(last_error[cut]) & 0xC0) == 0x80) --cut;
+      last_error = last_error.substr(0, cut) + "...";
+    }
     t.AddRow({Cell(w, "url"), Cell(w, "worker_type"), Cell(w, "bootstrap_port"), Cell(w, "healthy"),
               Cell(w, "circuit"), Cell(w, "draining"), Cell(w, "inflight"),
               Cell(load, "running_requests"), Cell(load, "queued_requests"), kv, last_error});

@@ -59,10 +59,18 @@ absl::StatusOr<LatencySummary> SummarizeHistogram(const std::vector<Sample>& sam
   return s;
 }
 
+// Counts and gauges are integral in practice: print them as JSON integers ("3", not "3.0").
+nlohmann::json Num(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) {
+    return static_cast<int64_t>(v);
+  }
+  return v;
+}
+
 nlohmann::json Opt(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nullptr; }
 
 nlohmann::json LatencyJson(const LatencySummary& s) {
-  return {{"count", s.count},
+  return {{"count", Num(s.count)},
           {"mean", Opt(s.mean)},
           {"p50", Opt(s.p50)},
           {"p90", Opt(s.p90)},
@@ -166,28 +174,28 @@ nlohmann::json MetricsSummary::ToJson() const {
   nlohmann::json by_route = nlohmann::json::array();
   for (const RouteRequests& r : routes) {
     by_route.push_back({{"route", r.route},
-                        {"total", r.total},
-                        {"2xx", r.ok},
-                        {"4xx", r.client_error},
-                        {"5xx", r.server_error}});
+                        {"total", Num(r.total)},
+                        {"2xx", Num(r.ok)},
+                        {"4xx", Num(r.client_error)},
+                        {"5xx", Num(r.server_error)}});
   }
   nlohmann::json kinds = nlohmann::json::object();
-  for (const auto& [kind, n] : errors_by_kind) kinds[kind] = n;
+  for (const auto& [kind, n] : errors_by_kind) kinds[kind] = Num(n);
   nlohmann::json ws = nlohmann::json::array();
   for (const WorkerMetrics& w : workers) {
     ws.push_back({{"url", w.url},
                   {"healthy", w.healthy ? nlohmann::json(*w.healthy) : nullptr},
                   {"circuit", w.circuit.empty() ? nullptr : nlohmann::json(w.circuit)},
-                  {"inflight", w.inflight},
-                  {"running_requests", w.running_requests},
-                  {"queued_requests", w.queued_requests},
-                  {"free_kv_blocks", Opt(w.free_kv_blocks)}});
+                  {"inflight", Num(w.inflight)},
+                  {"running_requests", Num(w.running_requests)},
+                  {"queued_requests", Num(w.queued_requests)},
+                  {"free_kv_blocks", w.free_kv_blocks ? Num(*w.free_kv_blocks) : nullptr}});
   }
-  return {{"requests", {{"total", requests_total}, {"by_route", by_route}}},
-          {"errors", {{"total", errors_total}, {"by_kind", kinds}}},
-          {"retries", retries},
-          {"inflight", inflight},
-          {"queue_depth", queue_depth},
+  return {{"requests", {{"total", Num(requests_total)}, {"by_route", by_route}}},
+          {"errors", {{"total", Num(errors_total)}, {"by_kind", kinds}}},
+          {"retries", Num(retries)},
+          {"inflight", Num(inflight)},
+          {"queue_depth", Num(queue_depth)},
           {"latency_seconds",
            {{"ttft", LatencyJson(ttft)}, {"tpot", LatencyJson(tpot)}, {"e2e", LatencyJson(e2e)}}},
           {"workers", ws}};

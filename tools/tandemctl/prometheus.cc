@@ -83,6 +83,10 @@ absl::StatusOr<Sample> ParseLine(std::string_view line) {
             absl::StrCat("the value of label ", label, " is not terminated"));
       }
       sample.labels[label] = std::move(value);
+      while (i < line.size() && line[i] == ' ') ++i;
+      if (i < line.size() && line[i] != ',' && line[i] != '}') {
+        return absl::InvalidArgumentError(absl::StrCat("expected ',' or '}' after label ", label));
+      }
     }
   }
   std::vector<std::string_view> rest;

@@ -43,6 +43,12 @@ std::string Table::Render() const {
     width[i] = DisplayWidth(cell(headers_, i));
     for (const auto& row : rows_) width[i] = std::max(width[i], DisplayWidth(cell(row, i)));
   }
+  // A placeholder "-" lines up with the numbers of its column.
+  std::vector<bool> numeric_column(columns, false);
+  for (size_t i = 0; i < columns; ++i) {
+    for (const auto& row : rows_)
+      numeric_column[i] = numeric_column[i] || LooksNumeric(cell(row, i));
+  }
   std::string out;
   auto line = [&](const std::vector<std::string>& row, bool header) {
     std::string text;
@@ -50,7 +56,7 @@ std::string Table::Render() const {
       std::string_view c = cell(row, i);
       const size_t pad = width[i] - DisplayWidth(c);
       if (i > 0) text += "  ";
-      if (!header && LooksNumeric(c)) {
+      if (!header && (LooksNumeric(c) || (c == "-" && numeric_column[i]))) {
         text.append(pad, ' ');
         text += c;
       } else {

@@ -2,8 +2,9 @@
 //
 // Columns are as wide as their widest cell (counted in UTF-8 code points), separated by two
 // spaces; a cell that reads as a number ("12", "-3.5", "0.25s", "97%") is right-aligned, any other
-// cell left-aligned. A row shorter than the header is padded with empty cells; a longer row adds
-// columns with an empty header. Value type, not thread-safe.
+// cell left-aligned; a "-" placeholder is right-aligned in a column that holds numbers. A row
+// shorter than the header is padded with empty cells; a longer row adds columns with an empty
+// header. Value type, not thread-safe.
 #ifndef TANDEM_TOOLS_TANDEMCTL_TABLE_H_
 #define TANDEM_TOOLS_TANDEMCTL_TABLE_H_
 
