@@ -12,8 +12,8 @@
 #
 # FILE defaults to $TANDEM_CLUSTER_ENV, else cluster.env beside this script; see
 # cluster.env.example for every setting. Bash arrays (P_IP=(a b)) and space-separated strings
-# (P_IP="a b", the form systemd's EnvironmentFile reads) are both accepted. Settings already in the
-# environment win over the file's defaults only where the file uses ${VAR:-default}.
+# (P_IP="a b", the form systemd's EnvironmentFile reads) are both accepted. A setting the file
+# leaves out is taken from the environment, else from the defaults in this script.
 #
 # Logs and pid files go to RUN_DIR as ROLE-ADDRESS.log / .pid, so hosts may share a file system.
 # Exit codes: 0 ok; 1 a start that failed (this host's started roles are stopped again) or, for
