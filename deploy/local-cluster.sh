@@ -160,17 +160,20 @@ fi
 [ "$n_prefill" -ge 1 ] || die "--prefill must be at least 1 (the router runs with --pd-disaggregation)" 2
 [ "$n_decode" -ge 1 ] || die "--decode must be at least 1" 2
 last_port=$((base_port + 3 * (n_prefill + n_decode) + 2))
-[ "$base_port" -ge 1 ] && [ "$last_port" -le 65535 ] ||
+if [ "$base_port" -lt 1 ] || [ "$last_port" -gt 65535 ]; then
   die "--base-port $base_port leaves no room for $((n_prefill + n_decode)) workers (ports up to $last_port)" 2
+fi
 for b in tandem-router tandem-prefill tandem-decode; do
   [ -x "$bin/$b" ] || die "$bin/$b is missing (build it, or point TANDEM_BIN at the binaries)" 2
 done
 if [ -z "$model" ]; then
-  model=$(ls -d "$repo"/models/*/ 2> /dev/null | head -n 1 || true)
-  model=${model%/}
+  model=$(find "$repo/models" -mindepth 2 -maxdepth 2 -name config.json 2> /dev/null |
+    sort | head -n 1 || true)
+  model=${model%/config.json}
 fi
-[ -n "$model" ] && [ -f "$model/config.json" ] ||
+if [ -z "$model" ] || [ ! -f "$model/config.json" ]; then
   die "no model: --model DIR must be a model directory with config.json (got '${model:-nothing}')" 2
+fi
 
 mkdir -p "$run_dir"
 for f in $(pid_files); do

@@ -80,7 +80,7 @@ class LocalClusterTest : public ::testing::Test {
   }
 
   RunResult Cluster(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"env",
+    std::vector<std::string> argv = {"/usr/bin/env",
                                      "TANDEM_BIN=" + std::string(TANDEM_BINARY_DIR) + "/bin",
                                      std::string("TANDEM_ADMIN_KEY=") + kAdminKey,
                                      "TANDEM_KV_CACHE_MEMORY=16MiB",
@@ -249,15 +249,15 @@ TEST_F(LocalClusterTest, TandemctlDrivesALocalCluster) {
 
 TEST(LocalClusterScriptTest, RejectsBadArguments) {
   const std::string script = SourcePath("deploy/local-cluster.sh");
-  RunResult r = RunToExit({"bash", script, "restart"});
+  RunResult r = RunToExit({"/bin/bash", script, "restart"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  r = RunToExit({"bash", script, "start", "--prefill", "two"});
+  r = RunToExit({"/bin/bash", script, "start", "--prefill", "two"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("non-negative integer"), std::string::npos) << r.out;
-  r = RunToExit({"bash", script, "start", "--prefill", "0", "--run-dir", "/tmp/unused"});
+  r = RunToExit({"/bin/bash", script, "start", "--prefill", "0", "--run-dir", "/tmp/unused"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  r = RunToExit(
-      {"env", "TANDEM_BIN=/nonexistent", "bash", script, "start", "--run-dir", "/tmp/unused"});
+  r = RunToExit({"/usr/bin/env", "TANDEM_BIN=/nonexistent", "bash", script, "start", "--run-dir",
+                 "/tmp/unused"});
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("/nonexistent/tandem-router is missing"), std::string::npos) << r.out;
 }

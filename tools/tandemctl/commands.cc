@@ -77,8 +77,11 @@ int Commands::Unreachable(const absl::Status& status) {
     err_ << "tandemctl: bad --router URL: " << status.message() << "\n";
     return kExitUsage;
   }
-  err_ << "tandemctl: cannot reach the router at " << options_.router << ": " << status.message()
-       << "\n";
+  // The client's messages start with the address; it is already named once.
+  std::string_view message = status.message();
+  const std::string prefix = options_.router + ": ";
+  if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
+  err_ << "tandemctl: cannot reach the router at " << options_.router << ": " << message << "\n";
   return kExitUnreachable;
 }
 
