@@ -1,6 +1,6 @@
 // router_bench: tandem-router beside nginx as a round-robin HTTP proxy, in one run.
 //
-//   router_bench --json out.json [--requests 20000] [--concurrency 16] [--backends 2]
+//   router_bench --json out.json [--requests 20000] [--concurrency 16] [--backends 2] [--rounds 3]
 //
 // Both proxies sit in front of K fast stand-in backends living in this process:
 //   - tandem-router (the real binary from this binary's directory, plain mode, round_robin) in
@@ -10,7 +10,9 @@
 //     very body the router returned for the same request (same size on the wire).
 // The same closed-loop load (C keep-alive connections, N requests in total per side) drives each
 // proxy and each set of backends directly. A proxy's added latency is its percentile minus the
-// same percentile of its backends reached directly at the same concurrency. Everything runs on
+// same percentile of its backends reached directly at the same concurrency. Each round measures
+// the four paths back to back; figures are medians over rounds, and router_vs_nginx_rps is the
+// median of the per-round ratios. Everything runs on
 // 127.0.0.1; every child is killed at the end, on failure and on SIGINT/SIGTERM.
 #include <unistd.h>
 
@@ -48,6 +50,7 @@ struct Options {
   int backends = 2;
   int tokens = 4;       // tokens in each stand-in answer
   int prompt_len = 32;  // input_ids per request
+  int rounds = 3;       // each round measures all four paths; medians are reported
   int phase_timeout_s = 120;
   std::string bin_dir;
   std::string model_path;
@@ -98,6 +101,33 @@ std::string NginxConfig(const std::string& dir, int port, const std::vector<int>
 
 double Ms(double seconds) { return seconds * 1e3; }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Per figure, the median over rounds; counts are summed.
+LoadResult MedianOf(const std::vector<LoadResult>& rounds) {
+  LoadResult m;
+  std::vector<double> rps, p50, p99, mean;
+  for (const LoadResult& r : rounds) {
+    m.ok += r.ok;
+    m.errors += r.errors;
+    if (m.first_error.empty()) m.first_error = r.first_error;
+    rps.push_back(r.rps);
+    p50.push_back(r.p50_s);
+    p99.push_back(r.p99_s);
+    mean.push_back(r.mean_s);
+  }
+  m.rps = Median(rps);
+  m.p50_s = Median(p50);
+  m.p99_s = Median(p99);
+  m.mean_s = Median(mean);
+  return m;
+}
+
 void PrintRow(const char* name, const LoadResult& r) {
   std::printf("%-22s %10.0f %9.3f %9.3f %9.3f %7lld\n", name, r.rps, Ms(r.p50_s), Ms(r.p99_s),
               Ms(r.mean_s), static_cast<long long>(r.errors));
@@ -120,8 +150,8 @@ absl::StatusOr<std::string> OneAnswer(int port, const std::string& body) {
 int Run(const Options& o) {
   if (o.requests < 1 || o.concurrency < 1 || o.backends < 1 || o.tokens < 1 || o.prompt_len < 1) {
     std::fprintf(stderr,
-                 "router_bench: --requests, --concurrency, --backends, --tokens and "
-                 "--prompt-len must be positive\n");
+                 "router_bench: --requests, --concurrency, --backends, --tokens, "
+                 "--prompt-len and --rounds must be positive\n");
     return 2;
   }
   const std::string bin_dir = o.bin_dir.empty() ? SelfDir() : o.bin_dir;
@@ -252,7 +282,8 @@ int Run(const Options& o) {
   }
 
   // The measured phases. Each starts with a short warm-up on the same connections' path.
-  auto http_phase = [&](const std::vector<int>& ports) {
+  // `cpu_s`: CPU seconds the process tree of `pid` used during the measured part (pid 0: none).
+  auto http_phase = [&](const std::vector<int>& ports, pid_t pid = 0, double* cpu_s = nullptr) {
     LoadSpec spec;
     spec.ports = ports;
     spec.body = body;
@@ -261,7 +292,10 @@ int Run(const Options& o) {
     spec.requests = std::max(o.concurrency, o.requests / 10);
     RunHttpLoad(spec);  // warm-up
     spec.requests = o.requests;
-    return RunHttpLoad(spec);
+    const double cpu_before = pid > 0 ? ProcessTreeCpuSeconds(pid) : 0;
+    LoadResult r = RunHttpLoad(spec);
+    if (cpu_s != nullptr) *cpu_s = ProcessTreeCpuSeconds(pid) - cpu_before;
+    return r;
   };
   std::vector<int> grpc_ports;
   for (const auto& w : workers) grpc_ports.push_back(w->port());
@@ -279,27 +313,58 @@ int Run(const Options& o) {
   };
   std::printf("router_bench: %d requests per side, %d connections, %d backends, %zu-byte answers\n",
               o.requests, o.concurrency, o.backends, reply.size());
-  const LoadResult grpc_direct = grpc_phase();
-  const LoadResult router_r = http_phase({router_port});
-  const LoadResult http_direct = http_phase(http_ports);
-  const LoadResult nginx_r = http_phase({nginx_port});
+  // The four paths run back to back in each round, so a burst of load from elsewhere on the
+  // machine hits one round, not one side; the reported figures are medians over rounds.
+  std::vector<LoadResult> grpc_rounds, router_rounds, http_rounds, nginx_rounds;
+  std::vector<double> ratios, router_cpu_us, nginx_cpu_us;
+  json rounds = json::array();
+  for (int round = 0; round < o.rounds; ++round) {
+    grpc_rounds.push_back(grpc_phase());
+    double router_cpu = 0, nginx_cpu = 0;
+    router_rounds.push_back(http_phase({router_port}, *router, &router_cpu));
+    http_rounds.push_back(http_phase(http_ports));
+    nginx_rounds.push_back(http_phase({nginx_port}, *nginx, &nginx_cpu));
+    router_cpu_us.push_back(1e6 * router_cpu / static_cast<double>(o.requests));
+    nginx_cpu_us.push_back(1e6 * nginx_cpu / static_cast<double>(o.requests));
+    const double router_rps = router_rounds.back().rps;
+    const double nginx_rps = nginx_rounds.back().rps;
+    ratios.push_back(nginx_rps > 0 ? router_rps / nginx_rps : 0);
+    std::printf(
+        "round %d: router %.0f req/s (%.0f us CPU/req), nginx %.0f req/s (%.0f us CPU/req), "
+        "ratio %.3f\n",
+        round + 1, router_rps, router_cpu_us.back(), nginx_rps, nginx_cpu_us.back(), ratios.back());
+    rounds.push_back({{"router_rps", router_rps},
+                      {"nginx_rps", nginx_rps},
+                      {"grpc_direct_rps", grpc_rounds.back().rps},
+                      {"http_direct_rps", http_rounds.back().rps},
+                      {"router_cpu_us_per_request", router_cpu_us.back()},
+                      {"nginx_cpu_us_per_request", nginx_cpu_us.back()},
+                      {"router_p99_ms", Ms(router_rounds.back().p99_s)},
+                      {"nginx_p99_ms", Ms(nginx_rounds.back().p99_s)}});
+  }
+  const LoadResult grpc_direct = MedianOf(grpc_rounds);
+  const LoadResult router_r = MedianOf(router_rounds);
+  const LoadResult http_direct = MedianOf(http_rounds);
+  const LoadResult nginx_r = MedianOf(nginx_rounds);
   if (!children.AllRunning()) {
     std::fprintf(stderr, "router_bench: a proxy exited during the run:\n%s\n%s\n",
                  children.LogTail("tandem-router").c_str(), children.LogTail("nginx").c_str());
     return 1;
   }
 
-  std::printf("\n%-22s %10s %9s %9s %9s %7s\n", "path", "req/s", "p50 ms", "p99 ms", "mean ms",
-              "errors");
+  std::printf("\nmedians over %d rounds\n%-22s %10s %9s %9s %9s %7s\n", o.rounds, "path", "req/s",
+              "p50 ms", "p99 ms", "mean ms", "errors");
   PrintRow("gRPC backends direct", grpc_direct);
   PrintRow("tandem-router", router_r);
   PrintRow("HTTP backends direct", http_direct);
   PrintRow("nginx", nginx_r);
-  const double ratio = nginx_r.rps > 0 ? router_r.rps / nginx_r.rps : 0;
+  const double ratio = Median(ratios);  // of the per-round ratios (side by side)
   json out = {
       {"requests", o.requests},
       {"concurrency", o.concurrency},
       {"backends", o.backends},
+      {"rounds", o.rounds},
+      {"per_round", rounds},
       {"answer_bytes", reply.size()},
       {"router_rps", router_r.rps},
       {"nginx_rps", nginx_r.rps},
@@ -318,6 +383,8 @@ int Run(const Options& o) {
       {"router_added_p99_ms", Ms(router_r.p99_s - grpc_direct.p99_s)},
       {"nginx_added_p50_ms", Ms(nginx_r.p50_s - http_direct.p50_s)},
       {"nginx_added_p99_ms", Ms(nginx_r.p99_s - http_direct.p99_s)},
+      {"router_cpu_us_per_request", Median(router_cpu_us)},
+      {"nginx_cpu_us_per_request", Median(nginx_cpu_us)},
       {"router_errors", router_r.errors},
       {"nginx_errors", nginx_r.errors},
   };
@@ -325,6 +392,8 @@ int Run(const Options& o) {
       "\nrouter_vs_nginx_rps %.3f   added p50/p99 ms: router %.3f / %.3f, nginx %.3f / %.3f\n",
       ratio, out["router_added_p50_ms"].get<double>(), out["router_added_p99_ms"].get<double>(),
       out["nginx_added_p50_ms"].get<double>(), out["nginx_added_p99_ms"].get<double>());
+  std::printf("proxy CPU per request (us): router %.1f, nginx %.1f\n", Median(router_cpu_us),
+              Median(nginx_cpu_us));
   for (const LoadResult* r : {&grpc_direct, &router_r, &http_direct, &nginx_r}) {
     if (r->errors > 0)
       std::fprintf(stderr, "router_bench: first error: %s\n", r->first_error.c_str());
@@ -354,6 +423,7 @@ int main(int argc, char** argv) {
   app.add_option("--backends", o.backends, "Stand-in backends behind each proxy");
   app.add_option("--tokens", o.tokens, "Tokens in each stand-in answer");
   app.add_option("--prompt-len", o.prompt_len, "input_ids per request");
+  app.add_option("--rounds", o.rounds, "Rounds of the four measurements; medians reported");
   app.add_option("--phase-timeout", o.phase_timeout_s, "Seconds a measured phase may take");
   app.add_option("--bin-dir", o.bin_dir, "Where tandem-router is (default: this binary's dir)");
   app.add_option("--model-path", o.model_path,

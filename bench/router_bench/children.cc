@@ -10,9 +10,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -148,6 +150,42 @@ TempDir::~TempDir() {
   } else {
     std::filesystem::remove_all(path_, ec);
   }
+}
+
+namespace {
+
+// utime + stime in clock ticks and the parent pid, from /proc/<pid>/stat; false if unreadable.
+bool ReadStat(const std::string& path, long long* ticks, long long* ppid) {
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // The command name (field 2) may hold spaces and parentheses: fields restart after the last ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 4) *ppid = std::atoll(field.c_str());
+    if (i == 14) utime = std::atoll(field.c_str());
+    if (i == 15) stime = std::atoll(field.c_str());
+  }
+  *ticks = utime + stime;
+  return true;
+}
+
+}  // namespace
+
+double ProcessTreeCpuSeconds(pid_t pid) {
+  long long total = 0, ticks = 0, ppid = 0;
+  if (!ReadStat(absl::StrCat("/proc/", pid, "/stat"), &ticks, &ppid)) return 0;
+  total += ticks;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (ReadStat(entry.path().string() + "/stat", &ticks, &ppid) && ppid == pid) total += ticks;
+  }
+  return static_cast<double>(total) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 int FreeLoopbackPort() {

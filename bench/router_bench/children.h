@@ -61,6 +61,10 @@ class TempDir {
   bool keep_;
 };
 
+// CPU seconds (user + system) used so far by `pid` and its direct children that are still
+// running (nginx's master and its worker), from /proc. 0 when the process is gone.
+double ProcessTreeCpuSeconds(pid_t pid);
+
 // A TCP port on 127.0.0.1 that was free a moment ago (0 on failure).
 int FreeLoopbackPort();
 
