@@ -173,6 +173,10 @@ int Run(const Options& o) {
     return 2;
   }
   const std::string dir = (*temp)->path();
+  // Declared before the children so that they are destroyed after them: the proxies go first,
+  // then the backends they were connected to.
+  std::vector<std::unique_ptr<StandInWorker>> workers;
+  std::vector<std::unique_ptr<HttpServer>> http_backends;
   ChildSet children;
   InstallChildKiller(&children);
 
@@ -180,7 +184,6 @@ int Run(const Options& o) {
   const auto timeout = std::chrono::seconds(o.phase_timeout_s);
 
   // gRPC stand-ins and the router in front of them.
-  std::vector<std::unique_ptr<StandInWorker>> workers;
   std::vector<std::string> urls;
   for (int i = 0; i < o.backends; ++i) {
     auto w = StandInWorker::Start(o.tokens, model);
@@ -229,7 +232,6 @@ int Run(const Options& o) {
 
   // HTTP backends answering the router's own body, and nginx in front of them.
   const std::string reply = *answer;
-  std::vector<std::unique_ptr<HttpServer>> http_backends;
   std::vector<int> http_ports;
   for (int i = 0; i < o.backends; ++i) {
     HttpServerOptions so;
