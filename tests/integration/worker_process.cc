@@ -67,13 +67,21 @@ std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
   return w;
 }
 
-bool WorkerProcess::Restart(std::string* why) {
+void WorkerProcess::Kill() {
   process->Signal(SIGKILL);
   process->Wait(std::chrono::seconds(10));
+}
+
+bool WorkerProcess::Launch(std::string* why) {
   process = std::make_unique<Process>(argv);
   if (WaitHealthy(this)) return true;
   if (why != nullptr) *why = process->Output();
   return false;
+}
+
+bool WorkerProcess::Restart(std::string* why) {
+  Kill();
+  return Launch(why);
 }
 
 }  // namespace tandem::itest

@@ -26,8 +26,13 @@ struct WorkerProcess {
   std::unique_ptr<proto::Worker::Stub> stub;
 
   std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
-  // SIGKILL, then the same command line again (same ports); waits for /health. False (with the
-  // process's output in `why`) if it does not come up.
+  std::string url() const { return "http://" + grpc_address(); }  // as the router takes it
+  // SIGKILL and reap.
+  void Kill();
+  // The same command line again (same ports); waits for /health. False (with the process's
+  // output in `why`) if it does not come up.
+  bool Launch(std::string* why = nullptr);
+  // Kill(), then Launch().
   bool Restart(std::string* why = nullptr);
 };
 

@@ -17,6 +17,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "tests/common/http_test_client.h"
 #include "tests/integration/process.h"
+#include "tests/integration/worker_process.h"
 
 namespace tandem::itest {
 namespace {
@@ -26,55 +27,10 @@ using std::chrono::seconds;
 using testing::ClientResponse;
 using testing::TestClient;
 
-const char kSecret[] = "router-cluster-test-secret-0123456789";
 const char kApiKey[] = "client-key-1";
 const char kAdminKey[] = "admin-key-2";
 
-struct Worker {
-  std::string role;
-  int grpc_port = 0;
-  int http_port = 0;
-  int bootstrap_port = 0;
-  std::unique_ptr<Process> process;
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(grpc_port); }
-};
-
-std::unique_ptr<Worker> StartWorker(const std::string& role) {
-  auto w = std::make_unique<Worker>();
-  w->role = role;
-  w->grpc_port = FreePort();
-  w->http_port = FreePort();
-  std::vector<std::string> argv = {
-      BinaryPath(role == "prefill" ? "tandem-prefill" : "tandem-decode"),
-      "--model-path",
-      SourcePath("models/tandem-tiny-fortunes"),
-      "--port",
-      std::to_string(w->grpc_port),
-      "--http-port",
-      std::to_string(w->http_port),
-      "--kv-cache-memory",
-      "16MiB",
-      "--chunked-prefill-size",
-      "64",
-      "--threads",
-      "1",
-      "--bootstrap-timeout",
-      "3",
-      "--transfer-timeout",
-      "6"};
-  if (role == "prefill") {
-    w->bootstrap_port = FreePort();
-    argv.insert(argv.end(), {"--disaggregation-bootstrap-port", std::to_string(w->bootstrap_port)});
-  }
-  if (role == "colocated") {
-    argv.push_back("--local-prefill");
-  } else {
-    argv.insert(argv.end(), {"--cluster-secret", kSecret});
-  }
-  w->process = std::make_unique<Process>(argv);
-  EXPECT_TRUE(WaitForHttp(w->http_port, "/health", 200, seconds(90))) << w->process->Output();
-  return w;
-}
+using Worker = WorkerProcess;
 
 struct Router {
   int port = 0;
@@ -475,8 +431,7 @@ TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
   }
-  colocated2_->process->Signal(SIGKILL);
-  colocated2_->process->Wait(seconds(10));
+  colocated2_->Kill();
   // Every request succeeds (a leg on the dead worker is retried on the survivor).
   for (int i = 0; i < 6; ++i) {
     ClientResponse r = Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump());

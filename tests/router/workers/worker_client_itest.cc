@@ -13,67 +13,19 @@
 #include "router/workers/worker_client.h"
 #include "router/workers/worker_registry.h"
 #include "tests/integration/process.h"
+#include "tests/integration/worker_process.h"
 
 namespace tandem::router {
 namespace {
 
-using itest::BinaryPath;
 using itest::FreePort;
-using itest::Process;
-using itest::SourcePath;
-using itest::WaitForHttp;
 using std::chrono::seconds;
 
-constexpr char kSecret[] = "router-workers-itest-secret-0123456789";
+using itest::StartWorker;
 
-struct Daemon {
-  std::vector<std::string> argv;
-  int grpc_port = 0;
-  int http_port = 0;
-  int bootstrap_port = 0;
-  std::unique_ptr<Process> process;
-
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(grpc_port); }
-  void Launch() {
-    process = std::make_unique<Process>(argv);
-    ASSERT_TRUE(WaitForHttp(http_port, "/health", 200, seconds(90))) << process->Output();
-  }
-};
-
-// role: "colocated" | "decode" | "prefill".
-std::unique_ptr<Daemon> StartDaemon(const std::string& role) {
-  auto d = std::make_unique<Daemon>();
-  d->grpc_port = FreePort();
-  d->http_port = FreePort();
-  d->argv = {BinaryPath(role == "prefill" ? "tandem-prefill" : "tandem-decode"),
-             "--model-path",
-             SourcePath("models/tandem-tiny-fortunes"),
-             "--port",
-             std::to_string(d->grpc_port),
-             "--http-port",
-             std::to_string(d->http_port),
-             "--kv-cache-memory",
-             "16MiB",
-             "--chunked-prefill-size",
-             "64",
-             "--threads",
-             "1",
-             "--bootstrap-timeout",
-             "30",
-             "--transfer-timeout",
-             "60"};
-  if (role == "prefill") {
-    d->bootstrap_port = FreePort();
-    d->argv.insert(d->argv.end(),
-                   {"--disaggregation-bootstrap-port", std::to_string(d->bootstrap_port)});
-  }
-  if (role == "colocated") {
-    d->argv.push_back("--local-prefill");
-  } else {
-    d->argv.insert(d->argv.end(), {"--cluster-secret", kSecret});
-  }
-  d->Launch();
-  return d;
+// role: "colocated" | "decode" | "prefill"; handoff timeouts with headroom for a loaded machine.
+std::unique_ptr<itest::WorkerProcess> StartDaemon(const std::string& role) {
+  return StartWorker(role, {"--bootstrap-timeout", "30", "--transfer-timeout", "60"});
 }
 
 bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout = seconds(60)) {
@@ -334,13 +286,13 @@ TEST(WorkerClientItest, RegistrySeesAKilledWorkerAndItsRestart) {
   ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
   ASSERT_TRUE(WaitFor([&] { return w->load().total_kv_blocks() > 0; }));
 
-  daemon->process->Signal(SIGKILL);
-  daemon->process->Wait(seconds(10));
+  daemon->Kill();
   ASSERT_TRUE(WaitFor([&] { return !w->healthy(); }));
   EXPECT_TRUE(registry.Available(WorkerType::kRegular).empty());
   EXPECT_FALSE(w->Snapshot().last_error.empty());
 
-  daemon->Launch();  // the same port again
+  std::string why;
+  ASSERT_TRUE(daemon->Launch(&why)) << why;  // the same port again
   ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
   registry.Stop();
 }
