@@ -178,7 +178,7 @@ int Run(const Options& o) {
   std::vector<std::unique_ptr<StandInWorker>> workers;
   std::vector<std::unique_ptr<HttpServer>> http_backends;
   ChildSet children;
-  InstallChildKiller(&children);
+  InstallChildKiller(o.keep_temp ? "" : dir);
 
   const std::string body = RequestBody(o);
   const auto timeout = std::chrono::seconds(o.phase_timeout_s);

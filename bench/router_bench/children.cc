@@ -2,14 +2,17 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,15 +29,6 @@ constexpr int kMaxPids = 64;
 std::atomic<pid_t> g_pids[kMaxPids];
 std::atomic<int> g_npids{0};
 
-void OnSignal(int sig) {
-  const int n = g_npids.load();
-  for (int i = 0; i < n && i < kMaxPids; ++i) {
-    const pid_t pid = g_pids[i].load();
-    if (pid > 0) kill(pid, SIGKILL);
-  }
-  _exit(128 + sig);
-}
-
 }  // namespace
 
 void RecordChildPid(pid_t pid) {
@@ -42,12 +36,32 @@ void RecordChildPid(pid_t pid) {
   if (i < kMaxPids) g_pids[i].store(pid);
 }
 
-void InstallChildKiller(ChildSet* /*set*/) {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+void InstallChildKiller(const std::string& temp_dir) {
+  // SIGINT/SIGTERM are blocked in every thread (threads inherit the mask, so this must run
+  // before any is started) and taken by one thread with sigwait, which can then do what a
+  // signal handler may not: reap the children and remove the temp dir.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, temp_dir] {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) return;
+    const int n = std::min(g_npids.load(), kMaxPids);
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = g_pids[i].load();
+      if (pid > 0) kill(pid, SIGKILL);
+    }
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = g_pids[i].load();
+      if (pid > 0) waitpid(pid, nullptr, 0);
+    }
+    std::error_code ec;
+    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir, ec);
+    std::fprintf(stderr, "router_bench: interrupted; children stopped\n");
+    _exit(128 + sig);
+  }).detach();
 }
 
 ChildSet::~ChildSet() { KillAll(); }
@@ -69,6 +83,9 @@ absl::StatusOr<pid_t> ChildSet::Spawn(const std::string& name, const std::vector
     return absl::InternalError(absl::StrCat("fork for ", name, ": ", std::strerror(errno)));
   }
   if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);  // the parent blocks SIGINT/SIGTERM; exec keeps masks
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
     dup2(log_fd, STDOUT_FILENO);

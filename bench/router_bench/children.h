@@ -42,9 +42,10 @@ class ChildSet {
   std::vector<Child> children_;
 };
 
-// Makes SIGINT/SIGTERM kill `set`'s children (async-signal-safe kill of recorded pids) and exit.
-void InstallChildKiller(ChildSet* set);
-// Records a pid for the signal handler (ChildSet calls it).
+// Makes SIGINT/SIGTERM kill and reap every child spawned by any ChildSet, remove `temp_dir`
+// (if not empty) and exit with 128 + the signal. Call before starting any thread.
+void InstallChildKiller(const std::string& temp_dir);
+// Records a pid for InstallChildKiller (ChildSet calls it).
 void RecordChildPid(pid_t pid);
 
 class TempDir {
