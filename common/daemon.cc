@@ -3,9 +3,12 @@
 #include <iostream>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 
 namespace tandem {
+
+void InitDaemonRuntime() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 int ReportStartupFailure(const std::string& program, const absl::Status& status) {
   std::cerr << program << ": " << status.message() << std::endl;

@@ -23,6 +23,11 @@ inline constexpr int kExitStartFailed = 1;
 // OUT_OF_RANGE, DATA_LOSS: e.g. a corrupt model file), otherwise kExitStartFailed.
 int ReportStartupFailure(const std::string& program, const absl::Status& status);
 
+// Process-wide runtime settings a daemon makes first thing in main(). Debian's Abseil is built
+// with mutex deadlock detection on, which makes every lock and unlock update a global lock graph
+// (about 6% of the router's CPU under load); daemons turn it off, tests keep it.
+void InitDaemonRuntime();
+
 // Starts the HTTP endpoint every daemon has: /metrics rendered from `registry` and /health from
 // `health_fn` (AddStandardRoutes). Errors (e.g. the port is in use) are prefixed with `port_flag`
 // ("--http-port: ") so the operator knows which flag to change. `registry` must outlive the server.

@@ -6,6 +6,7 @@
 #include "decode_node/decode_server.h"
 
 int main(int argc, char** argv) {
+  tandem::InitDaemonRuntime();
   tandem::BlockShutdownSignals();
   tandem::Flags flags("tandem-decode",
                       "Decode worker: receives KV caches and generates tokens (--local-prefill: "

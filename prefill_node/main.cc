@@ -6,6 +6,7 @@
 #include "prefill_node/prefill_server.h"
 
 int main(int argc, char** argv) {
+  tandem::InitDaemonRuntime();
   tandem::BlockShutdownSignals();
   tandem::Flags flags("tandem-prefill",
                       "Prefill worker: computes prompts' KV caches and pushes them to decode "

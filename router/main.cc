@@ -6,6 +6,7 @@
 #include "router/router_server.h"
 
 int main(int argc, char** argv) {
+  tandem::InitDaemonRuntime();
   tandem::BlockShutdownSignals();
   tandem::Flags flags("tandem-router",
                       "Router: OpenAI and SGLang HTTP front door that pairs prefill and decode "
