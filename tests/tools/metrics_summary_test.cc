@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "tools/tandemctl/prometheus.h"
@@ -225,6 +226,35 @@ TEST(MetricsSummaryTest, InconsistentBucketsAreAnError) {
   m = SummarizeRouterMetrics(*samples);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("bad le label \"soon\""), std::string::npos);
+}
+
+// Truncated or corrupted scrapes (a proxy cut the body, a peer sent garbage) give a summary or
+// an error, never a crash; run under the sanitizers with the unit tests.
+TEST(MetricsSummaryTest, TruncatedAndCorruptedTextNeverCrashes) {
+  const std::string text = kRouterMetrics;
+  size_t parsed = 0;
+  for (size_t n = 0; n <= text.size(); ++n) {
+    auto samples = ParsePrometheusText(std::string_view(text).substr(0, n));
+    if (!samples.ok()) continue;
+    ++parsed;
+    (void)SummarizeRouterMetrics(*samples);
+  }
+  EXPECT_GT(parsed, 0u);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    std::string mutated = text;
+    for (int k = 0; k < 3; ++k) {
+      mutated[rng() % mutated.size()] = static_cast<char>(rng() % 256);
+    }
+    auto samples = ParsePrometheusText(mutated);
+    if (!samples.ok()) {
+      EXPECT_NE(samples.status().message().find("metrics line "), std::string::npos);
+      continue;
+    }
+    auto summary = SummarizeRouterMetrics(*samples);
+    if (summary.ok())
+      (void)summary->ToJson().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
 }
 
 }  // namespace

@@ -238,7 +238,7 @@ int Commands::Metrics() {
     return kExitRouterError;
   }
   if (options_.json) {
-    out_ << summary->ToJson().dump(2) << "\n";
+    out_ << summary->ToJson().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     out_ << summary->ToText();
   }
