@@ -78,7 +78,7 @@ int Commands::Unreachable(const absl::Status& status) {
     return kExitUsage;
   }
   // The client's messages start with the address; it is already named once.
-  std::string_view message = status.message();
+  std::string_view message(status.message().data(), status.message().size());
   const std::string prefix = options_.router + ": ";
   if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
   err_ << "tandemctl: cannot reach the router at " << options_.router << ": " << message << "\n";
