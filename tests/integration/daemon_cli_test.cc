@@ -47,8 +47,8 @@ const std::string kSecret = "0123456789abcdef0123";
 std::vector<std::string> ValidArgs(const std::string& daemon, int http_port) {
   if (daemon == "tandem-router") {
     // The router loads the model directory's tokenizer; its one worker is unreachable.
-    return {BinaryPath(daemon), "--port", std::to_string(http_port), "--model-path",
-            ShippedModel(), "--worker-urls", "http://127.0.0.1:1"};
+    return {BinaryPath(daemon), "--port",        std::to_string(http_port), "--model-path",
+            ShippedModel(),     "--worker-urls", "http://127.0.0.1:1"};
   }
   if (daemon == "tandem-decode") {
     // tandem-decode runs the serving engine: it loads a real model.
