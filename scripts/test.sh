@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: dependencies (if missing), format check, Release build, every ctest test
-# (unit + integration), then the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# (unit + integration), then the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# then every fuzzer for a bounded time (scripts/fuzz.sh).
 # Exits non-zero on any failure. Usage: scripts/test.sh [--no-sanitize]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,10 @@ if [ "$sanitize" = 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 900
 fi
+
+section "fuzzers"
+# Every libFuzzer target for $TANDEM_FUZZ_SECONDS (default 60) s on a copy of its seed corpus.
+bash scripts/fuzz.sh
 
 section "done"
 echo "test.sh: all suites passed in $(( $(date +%s) - start ))s"

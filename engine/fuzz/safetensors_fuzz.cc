@@ -1,10 +1,8 @@
 // libFuzzer entry point for the safetensors header parser.
 //
-// Build (clang):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. \
-//     engine/fuzz/safetensors_fuzz.cc engine/safetensors.cc -labsl_status -labsl_strings \
-//     -labsl_str_format_internal -labsl_int128 -o safetensors_fuzz
-//   ./safetensors_fuzz -max_len=4096
+// Build and run: scripts/fuzz.sh safetensors_fuzz (fuzz/CMakeLists.txt compiles this file and
+// engine/safetensors.cc with clang -fsanitize=fuzzer,address,undefined); seeds in
+// engine/fuzz/corpus/safetensors/ (fuzz/make_text_seeds.py).
 // The input is a whole file image (8-byte length, JSON header, data). The parser must return a
 // Status for anything malformed, never crash, and anything it accepts must be self-consistent.
 // The same property runs in the unit tests (SafetensorsTest.SurvivesRandomAndMutatedHeaders).

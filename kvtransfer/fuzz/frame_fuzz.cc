@@ -1,7 +1,7 @@
 // libFuzzer entry point over every parser that reads bytes from the network: frame headers,
-// handshake bodies, descriptors and compatibility records. Build with clang:
-//   clang++ -std=c++20 -fsanitize=fuzzer,address -I. kvtransfer/fuzz/frame_fuzz.cc \
-//     kvtransfer/{frame,descriptor,wire}.cc -labsl_status -labsl_strings ...
+// handshake bodies, descriptors and compatibility records. Build and run:
+// scripts/fuzz.sh frame_fuzz (fuzz/CMakeLists.txt); seeds in kvtransfer/fuzz/corpus/, written by
+// the real encoders (build-fuzz/bin/make_seeds).
 // The same corpus-free mutation loop also runs as a unit test (tests/kvtransfer/parser_fuzz_test).
 #include <cstddef>
 #include <cstdint>

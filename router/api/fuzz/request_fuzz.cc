@@ -4,16 +4,9 @@
 // prompt are findings. The tokenizer comes from $TANDEM_MODEL_DIR (default
 // models/tandem-tiny-fortunes relative to the working directory).
 //
-// Build (from the repo root, after `cmake --build build-api --target router_api`, which also
-// builds engine, proto and common there; the engine objects are not instrumented, ours are):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. -Ibuild-api \
-//     router/api/*.cc router/api/fuzz/request_fuzz.cc -o build-api/bin/router_request_fuzz \
-//     build-api/lib/libengine.a build-api/lib/libproto.a build-api/lib/libcommon.a -lprotobuf \
-//     $(ls /usr/lib/x86_64-linux-gnu/libabsl_*.so | sed 's|.*/lib\(absl_[a-z0-9_]*\)\.so|-l\1|') \
-//     -lutf8proc -lpcre2-8 -lpthread
-// Run from the repo root with the committed seeds (first byte = parser, the rest = the body):
-//   mkdir -p /tmp/router_fuzz && build-api/bin/router_request_fuzz -max_total_time=120 \
-//     -rss_limit_mb=1024 /tmp/router_fuzz router/api/fuzz/corpus
+// Build and run from the repo root: scripts/fuzz.sh request_fuzz (fuzz/CMakeLists.txt compiles
+// router/api/*.cc, the tokenizer and the generated messages instrumented). Seeds in
+// router/api/fuzz/corpus/: first byte = parser, the rest = the body.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
