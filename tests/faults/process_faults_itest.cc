@@ -1,0 +1,290 @@
+// Fault injection on real processes (tandem-router, tandem-prefill, tandem-decode on the shipped
+// model, loopback): kill -9 of a prefill worker mid-transfer, of a decode worker mid-stream and of
+// the router with requests in flight, and worker restarts that re-register. For every fault:
+// each client call returns before its deadline with a success equal to the clean run's greedy
+// output or a clear error (status and message), surviving workers end with every KV block free
+// (their /metrics), and the router's view of worker health converges. Each test prints one
+// "[fault-summary]" line with the faults it injected and what its requests saw.
+// The network faults (partition, slow lossy link) are in fault_netns_test.sh.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/faults/fault_harness.h"
+#include "tests/integration/router_process.h"
+#include "tests/integration/worker_process.h"
+
+namespace tandem::itest::faults {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Waits (bounded) until `done()`; false on timeout.
+template <typename Fn>
+bool WaitUntil(Fn done, seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return false;
+}
+
+class ProcessFaultsTest : public ::testing::Test {
+ protected:
+  // A PD router over `prefills` and `decodes`, with the suite's request timeout.
+  std::unique_ptr<RouterProcess> PdRouter(const std::vector<WorkerProcess*>& prefills,
+                                          const std::vector<WorkerProcess*>& decodes) {
+    std::vector<std::string> argv = {"--pd-disaggregation", "--request-timeout-secs",
+                                     std::to_string(kRequestTimeoutSecs), "--cluster-secret-file",
+                                     secret_.path()};
+    for (WorkerProcess* p : prefills) {
+      argv.insert(argv.end(), {"--prefill", p->url(), std::to_string(p->bootstrap_port)});
+    }
+    for (WorkerProcess* d : decodes) argv.insert(argv.end(), {"--decode", d->url()});
+    return StartRouter(argv);
+  }
+
+  // Runs `bodies` concurrently; `on_first_chunk` as in Generate().
+  static std::vector<CallResult> RunConcurrently(const std::vector<json>& bodies, int port,
+                                                 const std::function<void()>& on_first_chunk,
+                                                 const std::function<void()>& inject) {
+    std::vector<CallResult> results(bodies.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      clients.emplace_back([&, i] { results[i] = Generate(port, bodies[i], on_first_chunk); });
+    }
+    inject();
+    for (auto& t : clients) t.join();
+    return results;
+  }
+
+  static void ExpectAllFree(int router_port, const std::vector<WorkerProcess*>& workers) {
+    for (WorkerProcess* w : workers) {
+      std::string why;
+      EXPECT_TRUE(BlocksFreeEqualTotal(router_port, *w, &why)) << why;
+    }
+  }
+
+  static void ExpectHealth(int router_port, const std::map<std::string, bool>& healthy) {
+    std::string why;
+    EXPECT_TRUE(HealthConverges(router_port, healthy, &why)) << why;
+  }
+
+  SecretFile secret_;
+};
+
+// 1. A prefill worker is killed while its legs compute and push KV. Requests on it are retried
+// on the other prefill worker (a new room) or fail with a 5xx naming the worker; the survivor and
+// the decode worker end with every block free; the router marks the dead worker unhealthy.
+TEST_F(ProcessFaultsTest, PrefillKilledMidTransfer) {
+  auto survivor = StartWorker("prefill");
+  auto doomed = StartWorker("prefill");
+  auto decode = StartWorker("decode");
+  auto router = PdRouter({survivor.get(), doomed.get()}, {decode.get()});
+  ASSERT_FALSE(HasFailure()) << "the cluster did not start";
+  constexpr int kRequests = 12;
+  std::vector<json> bodies;
+  for (int i = 0; i < kRequests; ++i) bodies.push_back(LongPromptBody(i, 440, 6));
+  const std::vector<json> expected = ReferenceOutputs(router->port, bodies);
+  const double prompts_before = Metric(doomed->http_port, "tandem_engine_prompt_tokens_total");
+
+  Tally tally;
+  std::vector<CallResult> results = RunConcurrently(bodies, router->port, {}, [&] {
+    // Mid-transfer: once the doomed worker admitted a new prompt of this round.
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          return Metric(doomed->http_port, "tandem_engine_prompt_tokens_total") > prompts_before;
+        },
+        seconds(30)));
+    doomed->Kill();
+    ++tally.faults;
+  });
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string problem = tally.Add(results[i], expected[i]);
+    EXPECT_TRUE(problem.empty()) << "request " << i << ": " << problem;
+    if (results[i].status >= 500) {
+      EXPECT_NE(results[i].error.find("worker"), std::string::npos) << results[i].body;
+    }
+  }
+  // The kill hit legs in flight: they were retried on the survivor or failed.
+  EXPECT_GE(Metric(router->port, "tandem_router_retries_total") + tally.errors, 1);
+  // Afterwards the survivor takes everything.
+  for (int i = 0; i < 4; ++i) {
+    const std::string problem = tally.Add(Generate(router->port, bodies[i]), expected[i]);
+    EXPECT_TRUE(problem.empty()) << "after the kill, request " << i << ": " << problem;
+  }
+  ExpectHealth(router->port,
+               {{survivor->url(), true}, {doomed->url(), false}, {decode->url(), true}});
+  ExpectAllFree(router->port, {survivor.get(), decode.get()});
+  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
+  tally.Print("prefill_killed_mid_transfer");
+}
+
+// 2. A decode worker is killed while streams on it are delivering tokens. Tokens already streamed
+// are not retried: those clients get an error event naming the failure; streams on the other
+// decode worker finish with the clean output; new requests succeed.
+TEST_F(ProcessFaultsTest, DecodeKilledMidStream) {
+  auto prefill = StartWorker("prefill");
+  auto survivor = StartWorker("decode");
+  auto doomed = StartWorker("decode");
+  auto router = PdRouter({prefill.get()}, {survivor.get(), doomed.get()});
+  ASSERT_FALSE(HasFailure()) << "the cluster did not start";
+  constexpr int kRequests = 6;
+  constexpr int kMaxNew = 440;  // long streams (the model's context is 512 tokens)
+  std::vector<json> bodies;
+  for (int i = 0; i < kRequests; ++i) bodies.push_back(GreedyBody(i, kMaxNew, true));
+  const std::vector<json> expected = ReferenceOutputs(router->port, bodies);
+
+  Tally tally;
+  std::atomic<int> streaming{0};
+  std::vector<CallResult> results = RunConcurrently(
+      bodies, router->port, [&] { ++streaming; },
+      [&] {
+        EXPECT_TRUE(WaitUntil([&] { return streaming.load() == kRequests; }, seconds(30)));
+        doomed->Kill();
+        ++tally.faults;
+      });
+  int cut = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string problem = tally.Add(results[i], expected[i]);
+    EXPECT_TRUE(problem.empty()) << "request " << i << ": " << problem;
+    if (results[i].status == 200 && !results[i].error.empty()) ++cut;
+  }
+  // Round robin put half of the streams on the killed worker; a stream that finished before the
+  // kill landed is a success, so at least one cut stream shows the fault hit mid-stream.
+  EXPECT_GE(cut, 1) << "no stream was cut: the kill came after every stream finished";
+  for (int i = 0; i < 4; ++i) {
+    json body = bodies[i];
+    body["stream"] = false;
+    const std::string problem = tally.Add(Generate(router->port, body), expected[i]);
+    EXPECT_TRUE(problem.empty()) << "after the kill, request " << i << ": " << problem;
+  }
+  ExpectHealth(router->port,
+               {{prefill->url(), true}, {survivor->url(), true}, {doomed->url(), false}});
+  ExpectAllFree(router->port, {prefill.get(), survivor.get()});
+  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
+  tally.Print("decode_killed_mid_stream");
+}
+
+// 3. The router is killed with streams in flight. Clients see the connection drop (no hang); the
+// workers notice their cancelled gRPC legs (cancelled legs counted on /metrics) and free every
+// block; a new router on the same port serves again.
+TEST_F(ProcessFaultsTest, RouterKilledWithRequestsInFlight) {
+  auto prefill = StartWorker("prefill");
+  auto decode = StartWorker("decode");
+  auto router = PdRouter({prefill.get()}, {decode.get()});
+  ASSERT_FALSE(HasFailure()) << "the cluster did not start";
+  constexpr int kRequests = 6;
+  std::vector<json> bodies;
+  for (int i = 0; i < kRequests; ++i) bodies.push_back(GreedyBody(i, 440, true));
+  const std::vector<json> expected = ReferenceOutputs(router->port, bodies);
+  const std::string cancelled = R"(tandem_worker_requests_total{outcome="cancelled"})";
+  const double cancelled_before = std::max(0.0, Metric(decode->http_port, cancelled));
+
+  Tally tally;
+  std::atomic<int> streaming{0};
+  std::vector<CallResult> results = RunConcurrently(
+      bodies, router->port, [&] { ++streaming; },
+      [&] {
+        EXPECT_TRUE(WaitUntil([&] { return streaming.load() == kRequests; }, seconds(30)));
+        router->Kill();
+        ++tally.faults;
+      });
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string problem = tally.Add(results[i], expected[i], /*drop_allowed=*/true);
+    EXPECT_TRUE(problem.empty()) << "request " << i << ": " << problem;
+  }
+  EXPECT_GE(tally.dropped, 1) << "no stream was in flight when the router died";
+  // The decode worker saw its streams' callers go away: the cancelled legs are counted and their
+  // blocks come back without any router (the decode worker keeps no prefix cache).
+  EXPECT_TRUE(WaitUntil(
+      [&] { return Metric(decode->http_port, cancelled) >= cancelled_before + tally.dropped; },
+      seconds(30)))
+      << "cancelled legs on the decode worker: " << Metric(decode->http_port, cancelled)
+      << ", dropped streams: " << tally.dropped;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Metric(decode->http_port, "tandem_engine_kv_free_blocks") ==
+               Metric(decode->http_port, "tandem_engine_kv_total_blocks");
+      },
+      seconds(30)));
+
+  std::string why;
+  ASSERT_TRUE(router->Launch(&why)) << "a new router on port " << router->port << ":\n" << why;
+  ++tally.faults;  // the restart
+  ExpectHealth(router->port, {{prefill->url(), true}, {decode->url(), true}});
+  for (int i = 0; i < 3; ++i) {
+    const std::string problem = tally.Add(Generate(router->port, bodies[i]), expected[i]);
+    EXPECT_TRUE(problem.empty()) << "through the new router, request " << i << ": " << problem;
+  }
+  ExpectAllFree(router->port, {prefill.get(), decode.get()});
+  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
+  tally.Print("router_killed_in_flight");
+}
+
+// 6. Workers restart and re-register: a prefill worker killed and restarted on the same ports is
+// marked unhealthy, then healthy again; a decode worker killed, removed, restarted and added back
+// through the admin API is served again. Requests sent while a worker is down get a retried
+// success or a clear error; after each restart they all succeed.
+TEST_F(ProcessFaultsTest, WorkerRestartReregisters) {
+  auto prefill = StartWorker("prefill");
+  auto decode = StartWorker("decode");
+  auto router = PdRouter({prefill.get()}, {decode.get()});
+  ASSERT_FALSE(HasFailure()) << "the cluster did not start";
+  std::vector<json> bodies;
+  for (int i = 0; i < 4; ++i) bodies.push_back(GreedyBody(i, 8, false));
+  const std::vector<json> expected = ReferenceOutputs(router->port, bodies);
+  Tally tally;
+  auto send_all = [&](const std::string& when, bool must_succeed) {
+    for (int i = 0; i < 4; ++i) {
+      CallResult r = Generate(router->port, bodies[i]);
+      const std::string problem = tally.Add(r, expected[i]);
+      EXPECT_TRUE(problem.empty()) << when << ", request " << i << ": " << problem;
+      if (must_succeed) {
+        EXPECT_EQ(r.status, 200) << when << ": " << r.body;
+      }
+    }
+  };
+
+  // Prefill: killed, seen down, restarted on the same ports, seen up.
+  prefill->Kill();
+  ++tally.faults;
+  ExpectHealth(router->port, {{prefill->url(), false}, {decode->url(), true}});
+  send_all("prefill down", false);
+  std::string why;
+  ASSERT_TRUE(prefill->Launch(&why)) << why;
+  ExpectHealth(router->port, {{prefill->url(), true}, {decode->url(), true}});
+  send_all("prefill restarted", true);
+
+  // Decode: killed, removed, restarted, added back.
+  decode->Kill();
+  ++tally.faults;
+  send_all("decode down", false);
+  HttpReply removed =
+      RouterAdmin(router->port, "DELETE", "/workers", json({{"url", decode->url()}}).dump());
+  EXPECT_EQ(removed.status, 200) << removed.body;
+  ExpectHealth(router->port, {{prefill->url(), true}});
+  send_all("no decode worker", false);
+  ASSERT_TRUE(decode->Launch(&why)) << why;
+  HttpReply added = RouterAdmin(router->port, "POST", "/workers",
+                                json({{"url", decode->url()}, {"worker_type", "decode"}}).dump());
+  EXPECT_EQ(added.status, 200) << added.body;
+  ExpectHealth(router->port, {{prefill->url(), true}, {decode->url(), true}});
+  send_all("decode added back", true);
+  ExpectAllFree(router->port, {prefill.get(), decode.get()});
+  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
+  tally.Print("worker_restart_reregisters");
+}
+
+}  // namespace
+}  // namespace tandem::itest::faults

@@ -1,0 +1,84 @@
+#include "tests/integration/router_process.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace tandem::itest {
+
+void RouterProcess::Kill() {
+  process->Signal(SIGKILL);
+  process->Wait(std::chrono::seconds(10));
+}
+
+bool RouterProcess::Launch(std::string* why) {
+  process = std::make_unique<Process>(argv);
+  if (WaitForHttp(port, "/health", 200, std::chrono::seconds(60))) return true;
+  if (why != nullptr) *why = process->Output();
+  return false;
+}
+
+std::unique_ptr<RouterProcess> StartRouter(const std::vector<std::string>& extra) {
+  auto r = std::make_unique<RouterProcess>();
+  r->port = FreePort();
+  std::vector<std::string>& argv = r->argv;
+  argv = {BinaryPath("tandem-router"),
+          "--port",
+          std::to_string(r->port),
+          "--model-path",
+          SourcePath("models/tandem-tiny-fortunes"),
+          "--health-check-interval-secs",
+          "1",
+          "--health-success-threshold",
+          "1",
+          "--health-failure-threshold",
+          "1",
+          "--worker-load-check-interval",
+          "1",
+          "--retry-initial-backoff-ms",
+          "20",
+          "--request-timeout-secs",
+          "60",
+          "--policy",
+          "round_robin"};
+  // Only a default is replaced: repeated flags (--prefill, --decode) are all kept.
+  const size_t defaults = argv.size();
+  for (size_t i = 0; i < extra.size(); ++i) {
+    auto given = std::find(argv.begin() + 1, argv.begin() + defaults, extra[i]);
+    if (given != argv.begin() + defaults && i + 1 < extra.size() &&
+        extra[i + 1].rfind("--", 0) != 0) {
+      *(given + 1) = extra[++i];
+    } else {
+      argv.push_back(extra[i]);
+    }
+  }
+  std::string why;
+  EXPECT_TRUE(r->Launch(&why)) << "tandem-router did not come up:\n" << why;
+  return r;
+}
+
+std::optional<double> MetricValue(const std::string& text, const std::string& metric) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind(metric, 0) != 0) continue;
+    const char next = line.size() > metric.size() ? line[metric.size()] : '\0';
+    // `metric` must be the whole name (or the whole name and a label prefix).
+    if (metric.back() != '"' && metric.back() != ',' && next != ' ' && next != '{') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) return std::nullopt;
+    char* end = nullptr;
+    const std::string value = line.substr(space + 1);
+    const double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str()) return std::nullopt;
+    return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tandem::itest

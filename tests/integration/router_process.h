@@ -1,0 +1,42 @@
+// Test support: a real tandem-router process on loopback with fast health checks and short
+// retry backoff, restartable on the same port, plus readers for the Prometheus text that the
+// router and the workers serve on /metrics. Integration tests only.
+#ifndef TANDEM_TESTS_INTEGRATION_ROUTER_PROCESS_H_
+#define TANDEM_TESTS_INTEGRATION_ROUTER_PROCESS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process.h"
+
+namespace tandem::itest {
+
+struct RouterProcess {
+  int port = 0;
+  std::vector<std::string> argv;  // as started, for Launch()
+  std::unique_ptr<Process> process;
+
+  // SIGKILL and reap.
+  void Kill();
+  // The same command line again (same port); waits (up to 60 s) for /health 200. False (with the
+  // process's output in `why`) if it does not come up.
+  bool Launch(std::string* why = nullptr);
+};
+
+// Starts tandem-router on a free loopback port with the shipped model's tokenizer and waits (up
+// to 60 s) for /health 200; a test failure is recorded if it does not come up. Defaults: health
+// checks every second with thresholds of 1, load polls every second, 20 ms first retry backoff,
+// a 60 s request timeout, round_robin. A "--flag value" pair in `extra` replaces the value of a
+// default flag; anything else is appended as given.
+std::unique_ptr<RouterProcess> StartRouter(const std::vector<std::string>& extra = {});
+
+// The value of the first sample of `metric` in Prometheus text `text` whose name and labels
+// start with `metric` exactly as given (e.g. `tandem_engine_kv_free_blocks` or
+// `tandem_router_worker_healthy{worker="http://..."`); nullopt if absent or unparsable.
+std::optional<double> MetricValue(const std::string& text, const std::string& metric);
+
+}  // namespace tandem::itest
+
+#endif  // TANDEM_TESTS_INTEGRATION_ROUTER_PROCESS_H_
