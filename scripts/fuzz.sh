@@ -7,7 +7,8 @@
 # Usage: scripts/fuzz.sh [--seconds N] [--keep] [target...]
 #   --seconds N  time per target (default: $TANDEM_FUZZ_SECONDS or 60)
 #   --keep       keep every scratch directory (grown corpus, logs), not only failing ones
-#   target       any of the names below (default: all)
+#   target       safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz request_fuzz frame_fuzz
+#                control_fuzz (default: all; fuzz/README.md says what each feeds)
 # Environment: TANDEM_FUZZ_BUILD (build dir, default build-fuzz), TANDEM_JOBS (build jobs, 2).
 # Reproduce a finding: build-fuzz/bin/<target> <crash file>   (from the repo root)
 set -euo pipefail
