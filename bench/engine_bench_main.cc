@@ -209,6 +209,10 @@ int main(int argc, char** argv) {
   const double fma_peak = bench::MeasureFmaPeakGflops(threads);
   std::printf("machine: read bandwidth %.1f GB/s, GEMM %.1f GFLOP/s [%s, %s], FMA peak %.1f\n",
               bandwidth, gemm, gemm_source.c_str(), gemm_impl.c_str(), fma_peak);
+  // Decode streams the weights every step: how many of them the kernel gave huge pages matters.
+  const engine::Weights& weights = (*model)->weights();
+  std::printf("weights: %.1f MB resident, %.1f MB in huge pages\n", weights.resident_bytes() / 1e6,
+              weights.huge_page_bytes() / 1e6);
 
   Bench bench{model->get(), c.vocab_size};
   nlohmann::json out;
@@ -221,6 +225,8 @@ int main(int argc, char** argv) {
   out["gemm_impl"] = gemm_impl;
   out["fma_peak_gflops"] = fma_peak;
   out["decode_context"] = context;
+  out["weights_resident_bytes"] = weights.resident_bytes();
+  out["weights_huge_page_bytes"] = weights.huge_page_bytes();
 
   // Decode bound at batch 1.
   const double mean_ctx = context + (steps - 1) / 2.0 + 1;

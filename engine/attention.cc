@@ -193,6 +193,7 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
   auto run = [&](int64_t begin, int64_t end) {
     // Scratch grows to the longest context seen by this thread and is then reused.
     thread_local std::vector<float> scores;
+    const int64_t q_stride = batch.q_stride > 0 ? batch.q_stride : n_heads * hd;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t tok = item / (n_kv * passes);
       const int64_t g = (item / passes) % n_kv;
@@ -208,7 +209,7 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
       const int64_t h0 = g * group + pass * kMaxHeadsPerPass;
       t.n_heads = static_cast<int>(std::min<int64_t>(kMaxHeadsPerPass, (g + 1) * group - h0));
       for (int h = 0; h < t.n_heads; ++h) {
-        t.q[h] = batch.q + (tok * n_heads + h0 + h) * hd;
+        t.q[h] = batch.q + tok * q_stride + (h0 + h) * hd;
         t.out[h] = batch.out + (tok * n_heads + h0 + h) * hd;
       }
       const size_t need = static_cast<size_t>(kMaxHeadsPerPass * t.n_keys);

@@ -22,8 +22,9 @@ namespace tandem::engine {
 
 struct AttentionBatch {
   int64_t n_tokens = 0;
-  const float* q = nullptr;                      // [n_tokens, n_heads * head_dim]
-  const int64_t* positions = nullptr;            // [n_tokens] absolute positions
+  const float* q = nullptr;            // [n_tokens, n_heads * head_dim], row stride q_stride
+  int64_t q_stride = 0;                // floats between tokens' q rows; 0: n_heads * head_dim
+  const int64_t* positions = nullptr;  // [n_tokens] absolute positions
   const int32_t* const* block_tables = nullptr;  // [n_tokens] -> that token's sequence's block ids
   float* out = nullptr;                          // [n_tokens, n_heads * head_dim]
 };

@@ -43,13 +43,10 @@ struct Model::RunState {
   std::vector<float> cos, sin;               // [T, head_dim / 2]
   std::vector<float> x;                      // [T, hidden] residual stream
   std::vector<bf16> xb;                      // [T, max(hidden, q_dim, intermediate)]
-  std::vector<float> q;                      // [T, n_heads * head_dim]
-  std::vector<float> k;                      // [T, n_kv_heads * head_dim]
-  std::vector<float> v;                      // [T, n_kv_heads * head_dim]
+  std::vector<float> qkv;                    // [T, q_dim + 2 kv_dim]: q | k | v per token
   std::vector<float> att;                    // [T, n_heads * head_dim]
   std::vector<float> proj;                   // [T, hidden] o_proj / down_proj output
-  std::vector<float> gate;                   // [T, intermediate]
-  std::vector<float> up;                     // [T, intermediate]
+  std::vector<float> gate_up;                // [T, 2 intermediate]: gate | up per token
   std::vector<int64_t> logit_rows;           // [R] token index of each wanted row
   std::vector<bf16> xl;                      // [R, hidden] final-normed rows, bf16
   std::vector<float> logits;                 // [R, vocab]
@@ -66,13 +63,10 @@ struct Model::RunState {
       sin.resize(T * c.head_dim / 2);
       x.resize(T * c.hidden_size);
       xb.resize(T * xb_stride);
-      q.resize(T * c.q_dim());
-      k.resize(T * c.kv_dim());
-      v.resize(T * c.kv_dim());
+      qkv.resize(T * (c.q_dim() + 2 * c.kv_dim()));
       att.resize(T * c.q_dim());
       proj.resize(T * c.hidden_size);
-      gate.resize(T * c.intermediate_size);
-      up.resize(T * c.intermediate_size);
+      gate_up.resize(T * 2 * c.intermediate_size);
     }
     if (rows > logit_capacity) {
       logit_capacity = rows;
@@ -203,12 +197,13 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   const LayerWeights& w = weights_->layers[l];
   RunState& rs = *rs_;
   const int64_t h = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), f = c.intermediate_size;
-  const int64_t hd = c.head_dim, half = hd / 2, xs = rs.xb_stride;
+  const int64_t hd = c.head_dim, half = hd / 2, xs = rs.xb_stride, qkvd = qd + 2 * kvd;
   const float eps = c.rms_norm_eps;
   PhaseTimer timer(profiling_);
   ForwardProfile& pr = profile_;
 
-  // Attention block: xb = bf16(rmsnorm(x)); q, k, v projections.
+  // Attention block: xb = bf16(rmsnorm(x)); q, k, v projections in one pass over wqkv (each
+  // output's reduction is the same as with three calls: matmul.h).
   // Work estimates (multiply-add equivalents) let the pool run small steps inline: at decode batch
   // sizes a handoff to a worker costs more than these element-wise passes.
   pool_.ParallelFor(T, 4 * T * h, [&](int64_t b, int64_t e) {
@@ -216,17 +211,15 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
                   xs);
   });
   timer.Lap(&pr.norms);
-  MatmulBf16(rs.xb.data(), xs, T, h, w.wq, qd, rs.q.data(), qd, &pool_);
-  MatmulBf16(rs.xb.data(), xs, T, h, w.wk, kvd, rs.k.data(), kvd, &pool_);
-  MatmulBf16(rs.xb.data(), xs, T, h, w.wv, kvd, rs.v.data(), kvd, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, h, w.wqkv, qkvd, rs.qkv.data(), qkvd, &pool_);
   timer.Lap(&pr.qkv_proj);
 
   // Bias, q/k norm, RoPE, then K (after RoPE) and V into the cache as bf16.
   pool_.ParallelFor(T, 8 * T * (qd + 2 * kvd), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      float* q = rs.q.data() + t * qd;
-      float* k = rs.k.data() + t * kvd;
-      float* v = rs.v.data() + t * kvd;
+      float* q = rs.qkv.data() + t * qkvd;
+      float* k = q + qd;
+      float* v = k + kvd;
       if (!w.bq.empty()) {
         for (int64_t i = 0; i < qd; ++i) q[i] += w.bq[i];
         for (int64_t i = 0; i < kvd; ++i) k[i] += w.bk[i];
@@ -253,7 +246,8 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
 
   AttentionBatch ab;
   ab.n_tokens = T;
-  ab.q = rs.q.data();
+  ab.q = rs.qkv.data();
+  ab.q_stride = qkvd;
   ab.positions = rs.positions.data();
   ab.block_tables = rs.block_tables.data();
   ab.out = rs.att.data();
@@ -276,13 +270,13 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
 
   timer.Lap(&pr.norms);
 
-  // MLP: down(bf16(silu(gate) * up)), residual.
-  MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate, f, rs.gate.data(), f, &pool_);
-  MatmulBf16(rs.xb.data(), xs, T, h, w.w_up, f, rs.up.data(), f, &pool_);
+  // MLP: down(bf16(silu(gate) * up)), residual; gate and up in one pass over w_gate_up.
+  MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate_up, 2 * f, rs.gate_up.data(), 2 * f, &pool_);
   timer.Lap(&pr.mlp_gate_up);
   pool_.ParallelFor(T, 8 * T * f, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      SiluMulToBf16(rs.gate.data() + t * f, rs.up.data() + t * f, f, rs.xb.data() + t * xs);
+      const float* gu = rs.gate_up.data() + t * 2 * f;
+      SiluMulToBf16(gu, gu + f, f, rs.xb.data() + t * xs);
     }
   });
   timer.Lap(&pr.mlp_act);

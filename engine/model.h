@@ -1,7 +1,7 @@
 // Model: a decoder-only transformer (Llama / Qwen2 / Qwen3) forward pass over a paged KV cache.
 //
-// Reads top to bottom like llama2.c: ModelConfig (hyper-parameters), Weights (read-only, memory
-// mapped), RunState (per-batch activations, preallocated and grown only between batches), and
+// Reads top to bottom like llama2.c: ModelConfig (hyper-parameters), Weights (read-only, in huge
+// pages), RunState (per-batch activations, preallocated and grown only between batches), and
 // Forward. One Forward call runs a batch that mixes prompt chunks and decode tokens: for each
 // sequence, the tokens of this step, the absolute position of the first one, its block table, and
 // whether the logits of its last token are wanted. The new tokens' K/V are written into the cache

@@ -1,5 +1,9 @@
 #include "engine/weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,7 +51,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // Resolves tensor names to files and turns them into bf16 views or converted copies.
 class Weights::Loader {
  public:
-  Loader(Weights* w) : w_(w) {}
+  Loader(Weights* w, std::vector<std::unique_ptr<SafetensorsFile>>* files) : w_(w), files_(files) {}
 
   absl::Status OpenFiles(const std::string& dir) {
     namespace fs = std::filesystem;
@@ -57,7 +61,7 @@ class Weights::Loader {
     if (fs::exists(single, ec)) {
       ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open(single));
       for (const auto& [name, info] : f->header().tensors) where_[name] = f.get();
-      w_->files_.push_back(std::move(f));
+      files_->push_back(std::move(f));
       return absl::OkStatus();
     }
     if (!fs::exists(index, ec)) {
@@ -89,7 +93,7 @@ class Weights::Loader {
       if (o == opened.end()) {
         ASSIGN_OR_RETURN(auto f, SafetensorsFile::Open((fs::path(dir) / shard).string()));
         o = opened.emplace(shard, f.get()).first;
-        w_->files_.push_back(std::move(f));
+        files_->push_back(std::move(f));
       }
       if (!o->second->Has(it.key())) {
         return absl::NotFoundError(absl::StrCat(o->second->path(), ": missing tensor '", it.key(),
@@ -106,8 +110,7 @@ class Weights::Loader {
     auto it = where_.find(name);
     if (it == where_.end()) {
       std::string files;
-      for (const auto& f : w_->files_)
-        absl::StrAppend(&files, files.empty() ? "" : ", ", f->path());
+      for (const auto& f : *files_) absl::StrAppend(&files, files.empty() ? "" : ", ", f->path());
       return absl::NotFoundError(absl::StrCat("missing tensor '", name, "' in ", files));
     }
     ASSIGN_OR_RETURN(TensorView v, it->second->Get(name));
@@ -125,21 +128,62 @@ class Weights::Loader {
     return v;
   }
 
-  // A bf16 view of `name`, which must have exactly `shape`.
-  absl::StatusOr<const bf16*> Matrix(const std::string& name, const std::vector<int64_t>& shape) {
+  // Reserves room in the matrix buffer for `name` (which must have exactly `shape`) and records
+  // where *slot must point once the buffer is filled. `group_start` aligns the reservation to a
+  // cache line; otherwise it directly follows the previous one (members of a fused matrix).
+  absl::Status Matrix(const std::string& name, const std::vector<int64_t>& shape, const bf16** slot,
+                      bool group_start = true) {
     ASSIGN_OR_RETURN(TensorView v, Find(name, shape));
-    const int64_t n = v.info->num_elements();
-    if (v.info->dtype == DType::kBF16 && reinterpret_cast<uintptr_t>(v.data) % 2 == 0) {
-      return reinterpret_cast<const bf16*>(v.data);
+    if (group_start) next_ = (next_ + kAlign - 1) / kAlign * kAlign;
+    pending_.push_back({v, slot, next_});
+    next_ += v.info->num_elements() * static_cast<int64_t>(sizeof(bf16));
+    return absl::OkStatus();
+  }
+
+  // Allocates the buffer, converts every reserved matrix into it, sets the slots, and drops each
+  // tensor's file pages from this process once it is copied.
+  absl::Status Fill() {
+    ASSIGN_OR_RETURN(w_->matrices_, HugePageBuffer::Allocate(static_cast<size_t>(next_)),
+                     "weights: ");
+    for (const Pending& p : pending_) {
+      bf16* dst = reinterpret_cast<bf16*>(w_->matrices_.data() + p.offset);
+      ToBf16(p.view, dst);
+      *p.slot = dst;
+      DropPages(p.view);
     }
-    auto buf = std::make_unique<bf16[]>(static_cast<size_t>(n));
-    if (v.info->dtype == DType::kBF16) {  // misaligned in the file: copy
-      std::memcpy(buf.get(), v.data, static_cast<size_t>(n) * 2);
+    pending_.clear();
+    return absl::OkStatus();
+  }
+
+  // fp32 copy of a vector's bf16 values.
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t len) {
+    ASSIGN_OR_RETURN(TensorView v, Find(name, {len}));
+    std::vector<bf16> tmp(static_cast<size_t>(len));
+    ToBf16(v, tmp.data());
+    std::vector<float> out(static_cast<size_t>(len));
+    for (int64_t i = 0; i < len; ++i) out[i] = Bf16ToF32(tmp[i]);
+    return out;
+  }
+
+ private:
+  static constexpr int64_t kAlign = 64;
+
+  struct Pending {
+    TensorView view;
+    const bf16** slot;
+    int64_t offset;  // bytes into the matrix buffer
+  };
+
+  // Converts a tensor of a supported dtype to bf16 (exact copy for bf16, RNE otherwise).
+  static void ToBf16(const TensorView& v, bf16* dst) {
+    const int64_t n = v.info->num_elements();
+    if (v.info->dtype == DType::kBF16) {
+      std::memcpy(dst, v.data, static_cast<size_t>(n) * 2);
     } else if (v.info->dtype == DType::kF16) {
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, v.data + 2 * i, 2);
-        buf[i] = F32ToBf16(HalfToF32(h));
+        dst[i] = F32ToBf16(HalfToF32(h));
       }
     } else {
       constexpr int64_t kChunk = 4096;
@@ -147,55 +191,57 @@ class Weights::Loader {
       for (int64_t i = 0; i < n; i += kChunk) {
         const int64_t len = std::min(kChunk, n - i);
         std::memcpy(tmp, v.data + 4 * i, static_cast<size_t>(len) * 4);
-        ConvertF32ToBf16(tmp, buf.get() + i, len);
+        ConvertF32ToBf16(tmp, dst + i, len);
       }
     }
-    const bf16* p = buf.get();
-    w_->converted_.push_back(std::move(buf));
-    return p;
   }
 
-  // fp32 copy of a vector's bf16 values.
-  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t len) {
-    ASSIGN_OR_RETURN(const bf16* p, Matrix(name, {len}));
-    std::vector<float> out(static_cast<size_t>(len));
-    for (int64_t i = 0; i < len; ++i) out[i] = Bf16ToF32(p[i]);
-    return out;
+  // Unmaps the whole pages inside a copied tensor's bytes from this process (the page cache keeps
+  // the file; a later read would fault them in again). Only a hint: failure changes nothing.
+  static void DropPages(const TensorView& v) {
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(v.data);
+    const uintptr_t first = (begin + page - 1) / page * page;
+    const uintptr_t last = (begin + (v.info->end - v.info->begin)) / page * page;
+    if (last > first) {
+      (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    }
   }
 
- private:
   Weights* w_;
+  std::vector<std::unique_ptr<SafetensorsFile>>* files_;
   std::map<std::string, SafetensorsFile*> where_;
+  std::vector<Pending> pending_;
+  int64_t next_ = 0;  // bytes reserved in the matrix buffer so far
 };
 
 absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_dir,
                                                        const ModelConfig& c) {
   std::unique_ptr<Weights> w(new Weights());
-  Loader l(w.get());
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  Loader l(w.get(), &files);
   RETURN_IF_ERROR(l.OpenFiles(model_dir));
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size;
-  ASSIGN_OR_RETURN(w->embed, l.Matrix("model.embed_tokens.weight", {c.vocab_size, h}));
+  // Every tensor is found and shape-checked before the buffer is allocated and filled.
+  RETURN_IF_ERROR(l.Matrix("model.embed_tokens.weight", {c.vocab_size, h}, &w->embed));
   ASSIGN_OR_RETURN(w->final_norm, l.Vector("model.norm.weight", h));
-  if (c.tie_word_embeddings && !l.Has("lm_head.weight")) {
-    w->lm_head = w->embed;
-  } else if (c.tie_word_embeddings) {
+  const bool tied = c.tie_word_embeddings;
+  if (tied && l.Has("lm_head.weight")) {
     // Some tied checkpoints also store lm_head; the tie wins as in HF, but check its shape.
     ASSIGN_OR_RETURN(TensorView unused, l.Find("lm_head.weight", {c.vocab_size, h}));
     (void)unused;
-    w->lm_head = w->embed;
-  } else {
-    ASSIGN_OR_RETURN(w->lm_head, l.Matrix("lm_head.weight", {c.vocab_size, h}));
   }
+  if (!tied) RETURN_IF_ERROR(l.Matrix("lm_head.weight", {c.vocab_size, h}, &w->lm_head));
   w->layers.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& L = w->layers[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     ASSIGN_OR_RETURN(L.attn_norm, l.Vector(p + "input_layernorm.weight", h));
     ASSIGN_OR_RETURN(L.mlp_norm, l.Vector(p + "post_attention_layernorm.weight", h));
-    ASSIGN_OR_RETURN(L.wq, l.Matrix(p + "self_attn.q_proj.weight", {q, h}));
-    ASSIGN_OR_RETURN(L.wk, l.Matrix(p + "self_attn.k_proj.weight", {kv, h}));
-    ASSIGN_OR_RETURN(L.wv, l.Matrix(p + "self_attn.v_proj.weight", {kv, h}));
-    ASSIGN_OR_RETURN(L.wo, l.Matrix(p + "self_attn.o_proj.weight", {h, q}));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.q_proj.weight", {q, h}, &L.wq));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.k_proj.weight", {kv, h}, &L.wk, false));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.v_proj.weight", {kv, h}, &L.wv, false));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.o_proj.weight", {h, q}, &L.wo));
     if (c.attention_bias) {
       ASSIGN_OR_RETURN(L.bq, l.Vector(p + "self_attn.q_proj.bias", q));
       ASSIGN_OR_RETURN(L.bk, l.Vector(p + "self_attn.k_proj.bias", kv));
@@ -205,9 +251,16 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
       ASSIGN_OR_RETURN(L.q_norm, l.Vector(p + "self_attn.q_norm.weight", c.head_dim));
       ASSIGN_OR_RETURN(L.k_norm, l.Vector(p + "self_attn.k_norm.weight", c.head_dim));
     }
-    ASSIGN_OR_RETURN(L.w_gate, l.Matrix(p + "mlp.gate_proj.weight", {f, h}));
-    ASSIGN_OR_RETURN(L.w_up, l.Matrix(p + "mlp.up_proj.weight", {f, h}));
-    ASSIGN_OR_RETURN(L.w_down, l.Matrix(p + "mlp.down_proj.weight", {h, f}));
+    RETURN_IF_ERROR(l.Matrix(p + "mlp.gate_proj.weight", {f, h}, &L.w_gate));
+    RETURN_IF_ERROR(l.Matrix(p + "mlp.up_proj.weight", {f, h}, &L.w_up, false));
+    RETURN_IF_ERROR(l.Matrix(p + "mlp.down_proj.weight", {h, f}, &L.w_down));
+  }
+  RETURN_IF_ERROR(l.Fill());
+  files.clear();  // unmaps the files: everything needed is copied
+  if (tied) w->lm_head = w->embed;
+  for (LayerWeights& L : w->layers) {
+    L.wqkv = L.wq;
+    L.w_gate_up = L.w_gate;
   }
   w->matrix_bytes_per_step_ =
       2 * (c.num_layers * (h * q * 2 + h * kv * 2 + 3 * h * f) + c.vocab_size * h);

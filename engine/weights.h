@@ -1,14 +1,25 @@
 // Weights: the read-only parameters of a model, loaded from a Hugging Face directory
 // (`model.safetensors` or the shards named by `model.safetensors.index.json`).
 //
-// Matrices are bf16 in the HF nn.Linear layout [out_features, in_features]. bf16 tensors are used
-// in place: the pointers are views into the read-only memory mapping (no copy). fp16 and fp32
-// tensors are converted to bf16 (round to nearest even) at load time into owned buffers
-// (numerics.md). Vectors (norm weights, biases) are small and kept as fp32 copies of their bf16
-// values (exact widening, after the same bf16 rounding for fp16/fp32 sources).
+// Matrices are bf16 in the HF nn.Linear layout [out_features, in_features], copied at load time
+// into one anonymous, 2 MiB aligned buffer offered for transparent huge pages (HugePageBuffer):
+// decode streams every matrix once per step, and streaming a read-only file mapping of 4 KiB
+// pages costs a TLB miss and a prefetcher restart every 4 KiB. bf16 tensors are copied
+// bit for bit; fp16 and fp32 tensors are converted to bf16 (round to nearest even, numerics.md).
+// The buffer holds each layer's q, k, v rows back to back and its gate and up rows back to back,
+// so each group is one matrix (wqkv, w_gate_up) that one matmul call streams in a single pass.
+// Vectors (norm weights, biases) are small and kept as fp32 copies of their bf16 values (exact
+// widening, after the same bf16 rounding for fp16/fp32 sources).
+//
+// Memory: after Load, what is resident is the buffer (resident_bytes(): all matrices, embedding
+// included, once; a tied lm_head is not stored twice) and the small vectors. The safetensors
+// files are unmapped before Load returns, and each tensor's file pages are dropped from this
+// process (MADV_DONTNEED) as soon as it is copied, so loading never holds the file and the copy
+// resident together beyond one tensor; the file stays in the kernel's page cache, which the
+// kernel can reclaim.
 //
 // Thread-safety: immutable after Load; safe to share between threads.
-// Ownership: a Weights object owns the mappings and converted buffers its pointers refer to.
+// Ownership: a Weights object owns the buffer its pointers refer to.
 #ifndef TANDEM_ENGINE_WEIGHTS_H_
 #define TANDEM_ENGINE_WEIGHTS_H_
 
@@ -18,26 +29,29 @@
 
 #include "absl/status/statusor.h"
 #include "engine/kernels/bf16.h"
+#include "engine/kernels/huge_page_buffer.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 
 namespace tandem::engine {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [hidden]
-  const bf16* wq = nullptr;      // [n_heads * head_dim, hidden]
-  const bf16* wk = nullptr;      // [n_kv_heads * head_dim, hidden]
-  const bf16* wv = nullptr;      // [n_kv_heads * head_dim, hidden]
-  const bf16* wo = nullptr;      // [hidden, n_heads * head_dim]
-  std::vector<float> bq;         // [n_heads * head_dim] (empty without attention_bias)
-  std::vector<float> bk;         // [n_kv_heads * head_dim] (idem)
-  std::vector<float> bv;         // [n_kv_heads * head_dim] (idem)
-  std::vector<float> q_norm;     // [head_dim] (empty without qk_norm)
-  std::vector<float> k_norm;     // [head_dim] (idem)
-  std::vector<float> mlp_norm;   // [hidden]
-  const bf16* w_gate = nullptr;  // [intermediate, hidden]
-  const bf16* w_up = nullptr;    // [intermediate, hidden]
-  const bf16* w_down = nullptr;  // [hidden, intermediate]
+  std::vector<float> attn_norm;     // [hidden]
+  const bf16* wqkv = nullptr;       // [(n_heads + 2 * n_kv_heads) * head_dim, hidden]: wq; wk; wv
+  const bf16* wq = nullptr;         // [n_heads * head_dim, hidden] (== wqkv)
+  const bf16* wk = nullptr;         // [n_kv_heads * head_dim, hidden] (follows wq)
+  const bf16* wv = nullptr;         // [n_kv_heads * head_dim, hidden] (follows wk)
+  const bf16* wo = nullptr;         // [hidden, n_heads * head_dim]
+  std::vector<float> bq;            // [n_heads * head_dim] (empty without attention_bias)
+  std::vector<float> bk;            // [n_kv_heads * head_dim] (idem)
+  std::vector<float> bv;            // [n_kv_heads * head_dim] (idem)
+  std::vector<float> q_norm;        // [head_dim] (empty without qk_norm)
+  std::vector<float> k_norm;        // [head_dim] (idem)
+  std::vector<float> mlp_norm;      // [hidden]
+  const bf16* w_gate_up = nullptr;  // [2 * intermediate, hidden]: w_gate; w_up
+  const bf16* w_gate = nullptr;     // [intermediate, hidden] (== w_gate_up)
+  const bf16* w_up = nullptr;       // [intermediate, hidden] (follows w_gate)
+  const bf16* w_down = nullptr;     // [hidden, intermediate]
 };
 
 class Weights {
@@ -57,12 +71,14 @@ class Weights {
 
   // Bytes of matrix weights one decode step reads (all layers + lm_head, embedding rows aside).
   int64_t matrix_bytes_per_step() const { return matrix_bytes_per_step_; }
+  // Bytes of the matrix buffer (resident after Load) and how many of them are huge pages now.
+  int64_t resident_bytes() const { return static_cast<int64_t>(matrices_.size()); }
+  int64_t huge_page_bytes() const { return matrices_.huge_page_bytes(); }
 
  private:
   Weights() = default;
   class Loader;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::vector<std::unique_ptr<bf16[]>> converted_;  // fp16/fp32 tensors rounded to bf16
+  HugePageBuffer matrices_;
   int64_t matrix_bytes_per_step_ = 0;
 };
 

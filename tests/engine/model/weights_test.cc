@@ -191,5 +191,51 @@ TEST(WeightsTest, UnsupportedDtype) {
       << w.status();
 }
 
+// Matrices live in the loader's own buffer, not in the file: the weights stay valid after the
+// files are gone, and each layer's q/k/v and gate/up rows are adjacent (one fused matrix each).
+TEST(WeightsTest, MatricesAreCopiedAndFused) {
+  for (const char* dtype : {"BF16", "F32"}) {
+    TinyModelSpec s;
+    s.dtype = dtype;
+    s.model_type = "qwen2";
+    const std::string dir = testing::MakeTempDir(std::string("fused") + dtype);
+    auto values = testing::WriteTinyModel(dir, s);
+    auto w = LoadDir(dir);
+    ASSERT_TRUE(w.ok()) << w.status();
+    std::filesystem::remove_all(dir);  // the loaded weights must not depend on the files
+
+    const int64_t h = s.hidden, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+    const int64_t f = s.intermediate;
+    for (int l = 0; l < s.layers; ++l) {
+      const LayerWeights& L = (*w)->layers[l];
+      EXPECT_EQ(L.wqkv, L.wq);
+      EXPECT_EQ(L.wk, L.wq + q * h);
+      EXPECT_EQ(L.wv, L.wk + kv * h);
+      EXPECT_EQ(L.w_gate_up, L.w_gate);
+      EXPECT_EQ(L.w_up, L.w_gate + f * h);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(L.wqkv) % 64, 0u);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(L.w_gate_up) % 64, 0u);
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const std::pair<const char*, const bf16*> parts[] = {
+          {"self_attn.q_proj.weight", L.wq},  {"self_attn.k_proj.weight", L.wk},
+          {"self_attn.v_proj.weight", L.wv},  {"self_attn.o_proj.weight", L.wo},
+          {"mlp.gate_proj.weight", L.w_gate}, {"mlp.up_proj.weight", L.w_up},
+          {"mlp.down_proj.weight", L.w_down}};
+      for (const auto& [name, ptr] : parts) {
+        const auto& expect = values.at(p + name);
+        for (size_t i = 0; i < expect.size(); ++i) {
+          ASSERT_EQ(ptr[i], F32ToBf16(expect[i])) << p << name << " " << i;
+        }
+      }
+    }
+    const int64_t matrix_bytes =
+        2 * (s.layers * (2 * q * h + 2 * kv * h + 3 * f * h) + 2 * int64_t{s.vocab} * h);
+    EXPECT_GE((*w)->resident_bytes(), matrix_bytes);
+    EXPECT_LE((*w)->huge_page_bytes(), (*w)->resident_bytes());
+    const auto& lm = values.at("lm_head.weight");
+    for (size_t i = 0; i < lm.size(); ++i) ASSERT_EQ((*w)->lm_head[i], F32ToBf16(lm[i])) << i;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::engine
