@@ -26,11 +26,14 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
 if [ "$sanitize" = 1 ]; then
   section "unit tests under ASan + UBSan"
+  # -O1 -g1 (line tables) halves the compile time of -O2 -g under the sanitizers and keeps
+  # file:line in reports.
+  asan_flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   [ -f build-asan/CMakeCache.txt ] || cmake -S . -B build-asan "${generator[@]}" \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON -DTANDEM_UNIT_TESTS_ONLY=ON \
-      -DTANDEM_BUILD_BENCH=OFF
+      -DTANDEM_BUILD_BENCH=OFF "${asan_flags[@]}"
   cmake --build build-asan -j "$jobs" --target tests
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 900
