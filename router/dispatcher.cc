@@ -10,6 +10,9 @@ namespace tandem::router {
 namespace {
 
 constexpr absl::Duration kAbortTimeout = absl::Seconds(5);
+// A leg's gRPC deadline is the request's deadline; gRPC may report it a little before
+// absl::Now() reaches it.
+constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
 
 // Errors that the request itself caused: another worker would answer the same.
 bool IsCallerError(grpc::StatusCode code) {
@@ -245,8 +248,9 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
     absl::MutexLock lock(&mu_);
     if (finished_ || cancelled_) return;
     a->over = true;
-    const bool timed_out =
-        absl::Now() >= deadline_ || why.code() == absl::StatusCode::kDeadlineExceeded;
+    // Only the request's own deadline is the request timeout. A worker's DEADLINE_EXCEEDED well
+    // before it (a room's --bootstrap-timeout or --transfer-timeout) is a failed leg: retried.
+    const bool timed_out = absl::Now() + kDeadlineSlack >= deadline_;
     if (timed_out) {
       why = absl::DeadlineExceededError(
           absl::StrCat("upstream timeout: the request exceeded --request-timeout-secs (",
