@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/http_session.h"
+#include "common/http_tls_context.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem {
@@ -38,6 +39,12 @@ void ServerCore::Handle(const std::string& method, const std::string& path, Http
 }
 
 absl::StatusOr<uint16_t> ServerCore::Listen() {
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    absl::StatusOr<std::unique_ptr<net::ssl::context>> tls =
+        MakeTlsServerContext(options_.tls_cert_file, options_.tls_key_file);
+    if (!tls.ok()) return tls.status();
+    tls_ = *std::move(tls);
+  }
   const std::string where = FormatHostPort(options_.host, options_.port);
   beast::error_code ec;
   tcp::endpoint endpoint;
@@ -115,7 +122,7 @@ void ServerCore::OnAccept(beast::error_code ec, tcp::socket socket) {
       socket.close(ignored);
     } else {
       const uint64_t id = next_session_id_++;
-      session = std::make_shared<Session>(std::move(socket), this, id, std::move(peer));
+      session = MakeSession(std::move(socket), this, id, std::move(peer), tls_.get());
       sessions_.emplace(id, session);
     }
   }

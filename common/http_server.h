@@ -61,8 +61,8 @@ class ServerCore;
 }  // namespace http_internal
 
 struct HttpServerOptions {
-  std::string host = "0.0.0.0";  // an IP address or a name resolving to one
-  uint16_t port = 0;             // 0 picks an ephemeral port; see HttpServer::port()
+  std::string host = "127.0.0.1";  // an IP address or a name resolving to one
+  uint16_t port = 0;               // 0 picks an ephemeral port; see HttpServer::port()
   int threads = 1;
   size_t max_body_bytes = 16 << 20;
   size_t max_header_bytes = 16 << 10;
@@ -72,6 +72,11 @@ struct HttpServerOptions {
   size_t max_stream_buffer_bytes = 4 << 20;        // per stream, see "Back-pressure"
   int max_connections = 10000;
   std::string server_header = "tandem";
+  // HTTPS: both PEM files (see common/http_tls.h); Start() fails naming a bad file. A client that
+  // does not complete the TLS handshake within read_timeout (e.g. one speaking plain HTTP) is
+  // closed. Empty: plain HTTP.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // The writer side of a chunked (streamed) response. Thread-safe; shared by the server and any

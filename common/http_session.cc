@@ -1,9 +1,11 @@
 #include "common/http_session.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "boost/beast/ssl.hpp"
 #include "spdlog/spdlog.h"
 
 namespace tandem::http_internal {
@@ -158,61 +160,157 @@ void Exchange::MarkClosed() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Session
+// One connection over `Stream`: beast::tcp_stream (plain) or beast::ssl_stream<beast::tcp_stream>.
+template <class Stream>
+class StreamSession final : public Session,
+                            public std::enable_shared_from_this<StreamSession<Stream>> {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
-Session::Session(tcp::socket socket, ServerCore* core, uint64_t id, std::string peer)
-    : stream_(std::move(socket)),
+  // `stream_args` construct the stream: (socket) or (socket, ssl context).
+  template <class... StreamArgs>
+  StreamSession(ServerCore* core, uint64_t id, std::string peer, StreamArgs&&... stream_args);
+  StreamSession(const StreamSession&) = delete;
+  StreamSession& operator=(const StreamSession&) = delete;
+
+  void Start() override;
+  void PostClose() override;
+  void PostSend(HttpResponse response) override;
+  void PostStartStream(int status, std::string content_type, HttpHeaders headers) override;
+  void PostPump() override;
+
+ private:
+  // The TCP layer (timeouts, the socket) under a TLS stream, or the stream itself.
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  void OnHandshake(beast::error_code ec);
+  void ReadNext();
+  void ReadHeader();
+  void OnHeader(beast::error_code ec);
+  void ReadBody();
+  void OnReadError(beast::error_code ec);
+  void OnRequest();
+  void ArmWatch();
+  void OnWatch(beast::error_code ec);
+  void SendError(int status, const std::string& message, bool close);
+  void WriteResponse(HttpResponse response);
+  void OnWritten(beast::error_code ec);
+  void WriteStreamHeader(int status, const std::string& content_type, const HttpHeaders& headers);
+  void Pump();
+  void OnStreamWrite(beast::error_code ec);
+  void EndExchange();
+  void Linger();
+  void DoClose();
+
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  ServerCore* const core_;  // outlives every session (HttpServer::Stop closes them first)
+  const HttpServerOptions& options_;
+  const uint64_t id_;
+  const std::string peer_;
+
+  bool closed_ = false;
+  bool keep_alive_ = false;
+  unsigned version_ = 11;
+  bool watch_pending_ = false;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<Exchange> current_;
+  std::unique_ptr<http::response<http::string_body>> response_;
+  std::unique_ptr<http::response<http::empty_body>> stream_header_;
+  std::unique_ptr<http::response_serializer<http::empty_body>> stream_serializer_;
+  bool stream_chunked_ = true;
+  bool stream_header_done_ = false;
+  bool stream_writing_ = false;
+  bool stream_finishing_ = false;
+  std::string stream_chunk_;
+  bool lingering_ = false;
+  size_t lingered_bytes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// StreamSession
+
+template <class Stream>
+template <class... StreamArgs>
+StreamSession<Stream>::StreamSession(ServerCore* core, uint64_t id, std::string peer,
+                                     StreamArgs&&... stream_args)
+    : stream_(std::forward<StreamArgs>(stream_args)...),
       core_(core),
       options_(core->options()),
       id_(id),
       peer_(std::move(peer)) {}
 
-void Session::Start() {
+template <class Stream>
+void StreamSession<Stream>::Start() {
   beast::error_code ec;
   // The disconnect watch peeks without blocking.
-  stream_.socket().non_blocking(true, ec);
-  stream_.socket().set_option(tcp::no_delay(true), ec);
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadNext(); });
+  Lowest().socket().non_blocking(true, ec);
+  Lowest().socket().set_option(tcp::no_delay(true), ec);
+  if constexpr (kTls) {
+    // A client that speaks plain HTTP, or nothing, fails or times out here and is closed.
+    Lowest().expires_after(options_.read_timeout);
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->stream_.async_handshake(
+          net::ssl::stream_base::server,
+          [self](beast::error_code handshake_ec) { self->OnHandshake(handshake_ec); });
+    });
+  } else {
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->ReadNext(); });
+  }
 }
 
-void Session::PostClose() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] { self->DoClose(); });
+template <class Stream>
+void StreamSession<Stream>::OnHandshake(beast::error_code ec) {
+  if (ec) {
+    spdlog::debug("http: TLS handshake with {} failed: {}", peer_, ec.message());
+    DoClose();
+    return;
+  }
+  ReadNext();
 }
 
-void Session::PostSend(HttpResponse response) {
+template <class Stream>
+void StreamSession<Stream>::PostClose() {
+  net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->DoClose(); });
+}
+
+template <class Stream>
+void StreamSession<Stream>::PostSend(HttpResponse response) {
   net::post(stream_.get_executor(),
-            [self = shared_from_this(), response = std::move(response)]() mutable {
+            [self = this->shared_from_this(), response = std::move(response)]() mutable {
               if (self->closed_ || self->current_ == nullptr) return;
               self->WriteResponse(std::move(response));
             });
 }
 
-void Session::PostStartStream(int status, std::string content_type, HttpHeaders headers) {
+template <class Stream>
+void StreamSession<Stream>::PostStartStream(int status, std::string content_type,
+                                            HttpHeaders headers) {
   net::post(stream_.get_executor(),
-            [self = shared_from_this(), status, content_type = std::move(content_type),
+            [self = this->shared_from_this(), status, content_type = std::move(content_type),
              headers = std::move(headers)] {
               if (self->closed_ || self->current_ == nullptr) return;
               self->WriteStreamHeader(status, content_type, headers);
             });
 }
 
-void Session::PostPump() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] {
+template <class Stream>
+void StreamSession<Stream>::PostPump() {
+  net::post(stream_.get_executor(), [self = this->shared_from_this()] {
     if (self->closed_ || self->current_ == nullptr) return;
     self->Pump();
   });
 }
 
-void Session::ReadNext() {
+template <class Stream>
+void StreamSession<Stream>::ReadNext() {
   if (closed_) return;
   if (buffer_.size() > 0) {  // a pipelined request is already here
     ReadHeader();
     return;
   }
-  stream_.expires_after(options_.idle_timeout);
+  Lowest().expires_after(options_.idle_timeout);
   stream_.async_read_some(buffer_.prepare(kReadChunk),
-                          [self = shared_from_this()](beast::error_code ec, size_t n) {
+                          [self = this->shared_from_this()](beast::error_code ec, size_t n) {
                             if (ec) {
                               self->DoClose();
                               return;
@@ -222,33 +320,47 @@ void Session::ReadNext() {
                           });
 }
 
-void Session::ReadHeader() {
+template <class Stream>
+void StreamSession<Stream>::ReadHeader() {
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
   parser_->body_limit(options_.max_body_bytes);
-  stream_.expires_after(options_.read_timeout);
+  Lowest().expires_after(options_.read_timeout);
   http::async_read_header(
       stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+      [self = this->shared_from_this()](beast::error_code ec, size_t header_bytes) {
+        // Beast checks header_limit only while the header is incomplete: one that arrived whole
+        // in a single read is measured here.
+        if (!ec && header_bytes > self->options_.max_header_bytes) ec = http::error::header_limit;
+        self->OnHeader(ec);
+      });
 }
 
-void Session::OnHeader(beast::error_code ec) {
+template <class Stream>
+void StreamSession<Stream>::OnHeader(beast::error_code ec) {
   if (ec) {
     OnReadError(ec);
     return;
   }
   const auto& request = parser_->get();
+  // A transfer coding other than chunked leaves the body's length unknown (RFC 9112 6.3): the
+  // rest of the bytes could be taken for another request.
+  if (request.find(http::field::transfer_encoding) != request.end() && !parser_->chunked()) {
+    SendError(400, "malformed HTTP request: only the chunked Transfer-Encoding is supported",
+              /*close=*/true);
+    return;
+  }
   const auto expect = request.find(http::field::expect);
   if (expect != request.end() &&
       absl::EqualsIgnoreCase(ToString(expect->value()), "100-continue") && !parser_->is_done()) {
-    stream_.expires_after(options_.write_timeout);
+    Lowest().expires_after(options_.write_timeout);
     net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) {
                        if (ec) {
                          self->DoClose();
                          return;
                        }
-                       self->stream_.expires_after(self->options_.read_timeout);
+                       self->Lowest().expires_after(self->options_.read_timeout);
                        self->ReadBody();
                      });
     return;
@@ -256,13 +368,14 @@ void Session::OnHeader(beast::error_code ec) {
   ReadBody();
 }
 
-void Session::ReadBody() {
+template <class Stream>
+void StreamSession<Stream>::ReadBody() {
   if (parser_->is_done()) {
     OnRequest();
     return;
   }
   http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                   [self = this->shared_from_this()](beast::error_code ec, size_t) {
                      if (ec) {
                        self->OnReadError(ec);
                        return;
@@ -271,7 +384,8 @@ void Session::ReadBody() {
                    });
 }
 
-void Session::OnReadError(beast::error_code ec) {
+template <class Stream>
+void StreamSession<Stream>::OnReadError(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     SendError(413,
               absl::StrCat("request body exceeds the limit of ", options_.max_body_bytes, " bytes"),
@@ -283,15 +397,17 @@ void Session::OnReadError(beast::error_code ec) {
         /*close=*/true);
   } else if (ec == http::error::end_of_stream || ec == net::error::eof ||
              ec == beast::error::timeout || ec == net::error::operation_aborted ||
-             ec == net::error::connection_reset || ec == http::error::partial_message) {
+             ec == net::error::connection_reset || ec == http::error::partial_message ||
+             ec == net::ssl::error::stream_truncated) {
     DoClose();  // the client left or stalled: nobody to answer
   } else {
     SendError(400, absl::StrCat("malformed HTTP request: ", ec.message()), /*close=*/true);
   }
 }
 
-void Session::OnRequest() {
-  stream_.expires_never();
+template <class Stream>
+void StreamSession<Stream>::OnRequest() {
+  Lowest().expires_never();
   http::request<http::string_body> message = parser_->release();
   parser_.reset();
   keep_alive_ = message.keep_alive();
@@ -307,7 +423,7 @@ void Session::OnRequest() {
   }
   request.body = std::move(message.body());
 
-  current_ = std::make_shared<Exchange>(shared_from_this(), options_.max_stream_buffer_bytes);
+  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
   HttpResponder responder(current_);
   if (request.target.empty() || request.target[0] != '/') {
     responder.Send(HttpResponse::Error(400, "request target must be an absolute path"));
@@ -331,15 +447,17 @@ void Session::OnRequest() {
   if (!exchange->answered()) ArmWatch();
 }
 
-void Session::ArmWatch() {
+template <class Stream>
+void StreamSession<Stream>::ArmWatch() {
   if (watch_pending_ || closed_) return;
   watch_pending_ = true;
-  stream_.socket().async_wait(
+  Lowest().socket().async_wait(
       tcp::socket::wait_read,
-      [self = shared_from_this()](beast::error_code ec) { self->OnWatch(ec); });
+      [self = this->shared_from_this()](beast::error_code ec) { self->OnWatch(ec); });
 }
 
-void Session::OnWatch(beast::error_code ec) {
+template <class Stream>
+void StreamSession<Stream>::OnWatch(beast::error_code ec) {
   watch_pending_ = false;
   if (closed_ || ec == net::error::operation_aborted) return;
   if (current_ == nullptr) return;  // between requests: the reader notices a close itself
@@ -350,7 +468,7 @@ void Session::OnWatch(beast::error_code ec) {
   char byte;
   beast::error_code peek_ec;
   const size_t n =
-      stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+      Lowest().socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
   if (peek_ec == net::error::would_block || peek_ec == net::error::try_again) {
     ArmWatch();
   } else if (peek_ec || n == 0) {
@@ -359,13 +477,15 @@ void Session::OnWatch(beast::error_code ec) {
   // Otherwise the client sent more (a pipelined request); it is read after this exchange.
 }
 
-void Session::SendError(int status, const std::string& message, bool close) {
+template <class Stream>
+void StreamSession<Stream>::SendError(int status, const std::string& message, bool close) {
   if (close) keep_alive_ = false;
-  current_ = std::make_shared<Exchange>(shared_from_this(), options_.max_stream_buffer_bytes);
+  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
   HttpResponder(current_).Send(HttpResponse::Error(status, message));
 }
 
-void Session::WriteResponse(HttpResponse response) {
+template <class Stream>
+void StreamSession<Stream>::WriteResponse(HttpResponse response) {
   response_ = std::make_unique<http::response<http::string_body>>();
   response_->version(version_);
   response_->result(static_cast<unsigned>(response.status));
@@ -378,13 +498,14 @@ void Session::WriteResponse(HttpResponse response) {
   response_->body() = std::move(response.body);
   response_->keep_alive(keep_alive_);
   response_->prepare_payload();
-  stream_.expires_after(options_.write_timeout);
-  http::async_write(stream_, *response_, [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->OnWritten(ec);
-  });
+  Lowest().expires_after(options_.write_timeout);
+  http::async_write(
+      stream_, *response_,
+      [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
 }
 
-void Session::OnWritten(beast::error_code ec) {
+template <class Stream>
+void StreamSession<Stream>::OnWritten(beast::error_code ec) {
   response_.reset();
   if (ec) {
     DoClose();
@@ -393,7 +514,8 @@ void Session::OnWritten(beast::error_code ec) {
   EndExchange();
 }
 
-void Session::EndExchange() {
+template <class Stream>
+void StreamSession<Stream>::EndExchange() {
   if (current_ != nullptr) current_->MarkDone();
   current_.reset();
   if (keep_alive_) {
@@ -403,8 +525,9 @@ void Session::EndExchange() {
   }
 }
 
-void Session::WriteStreamHeader(int status, const std::string& content_type,
-                                const HttpHeaders& headers) {
+template <class Stream>
+void StreamSession<Stream>::WriteStreamHeader(int status, const std::string& content_type,
+                                              const HttpHeaders& headers) {
   stream_header_ = std::make_unique<http::response<http::empty_body>>();
   stream_header_->version(version_);
   stream_header_->result(static_cast<unsigned>(status));
@@ -428,9 +551,9 @@ void Session::WriteStreamHeader(int status, const std::string& content_type,
   stream_header_done_ = false;
   stream_finishing_ = false;
   stream_writing_ = true;
-  stream_.expires_after(options_.write_timeout);
+  Lowest().expires_after(options_.write_timeout);
   http::async_write_header(stream_, *stream_serializer_,
-                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                           [self = this->shared_from_this()](beast::error_code ec, size_t) {
                              self->stream_writing_ = false;
                              if (ec) {
                                self->DoClose();
@@ -441,16 +564,17 @@ void Session::WriteStreamHeader(int status, const std::string& content_type,
                            });
 }
 
-void Session::Pump() {
+template <class Stream>
+void StreamSession<Stream>::Pump() {
   if (closed_ || current_ == nullptr || !stream_header_done_ || stream_writing_) return;
   bool finish = false;
   stream_chunk_ = current_->TakePending(&finish);
-  auto on_write = [self = shared_from_this()](beast::error_code ec, size_t) {
+  auto on_write = [self = this->shared_from_this()](beast::error_code ec, size_t) {
     self->OnStreamWrite(ec);
   };
   if (!stream_chunk_.empty()) {
     stream_writing_ = true;
-    stream_.expires_after(options_.write_timeout);
+    Lowest().expires_after(options_.write_timeout);
     if (stream_chunked_) {
       net::async_write(stream_, http::make_chunk(net::buffer(stream_chunk_)), std::move(on_write));
     } else {
@@ -460,7 +584,7 @@ void Session::Pump() {
     stream_writing_ = true;
     stream_finishing_ = true;
     if (stream_chunked_) {
-      stream_.expires_after(options_.write_timeout);
+      Lowest().expires_after(options_.write_timeout);
       net::async_write(stream_, http::make_chunk_last(), std::move(on_write));
     } else {
       OnStreamWrite({});
@@ -468,7 +592,8 @@ void Session::Pump() {
   }
 }
 
-void Session::OnStreamWrite(beast::error_code ec) {
+template <class Stream>
+void StreamSession<Stream>::OnStreamWrite(beast::error_code ec) {
   stream_writing_ = false;
   if (ec) {
     DoClose();
@@ -487,21 +612,30 @@ void Session::OnStreamWrite(beast::error_code ec) {
 
 // Half-closes, then drains what the client still sends for a moment before closing, so that a
 // client still uploading (e.g. after a 413) reads our response instead of a reset.
-void Session::Linger() {
+template <class Stream>
+void StreamSession<Stream>::Linger() {
   if (closed_) return;
+  if constexpr (kTls) {
+    // TLS: send close_notify (the end of a body delimited by the close must be authenticated)
+    // and wait briefly for the client's; the connection is closed either way.
+    Lowest().expires_after(kLingerTimeout);
+    stream_.async_shutdown(
+        [self = this->shared_from_this()](beast::error_code) { self->DoClose(); });
+    return;
+  }
   beast::error_code ec;
   if (!lingering_) {
     lingering_ = true;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
   }
   if (ec || lingered_bytes_ >= kMaxLingerBytes) {
     DoClose();
     return;
   }
   buffer_.consume(buffer_.size());
-  stream_.expires_after(kLingerTimeout);
+  Lowest().expires_after(kLingerTimeout);
   stream_.async_read_some(buffer_.prepare(kReadChunk),
-                          [self = shared_from_this()](beast::error_code ec, size_t n) {
+                          [self = this->shared_from_this()](beast::error_code ec, size_t n) {
                             if (ec) {
                               self->DoClose();
                               return;
@@ -511,17 +645,28 @@ void Session::Linger() {
                           });
 }
 
-void Session::DoClose() {
+template <class Stream>
+void StreamSession<Stream>::DoClose() {
   if (closed_) return;
   closed_ = true;
   beast::error_code ec;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-  stream_.close();
+  Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+  Lowest().close();
   if (current_ != nullptr) {
     std::shared_ptr<Exchange> exchange = std::move(current_);
     exchange->MarkClosed();
   }
   core_->RemoveSession(id_);
+}
+
+std::shared_ptr<Session> MakeSession(tcp::socket socket, ServerCore* core, uint64_t id,
+                                     std::string peer, net::ssl::context* tls) {
+  if (tls != nullptr) {
+    return std::make_shared<StreamSession<beast::ssl_stream<beast::tcp_stream>>>(
+        core, id, std::move(peer), std::move(socket), *tls);
+  }
+  return std::make_shared<StreamSession<beast::tcp_stream>>(core, id, std::move(peer),
+                                                            std::move(socket));
 }
 
 }  // namespace tandem::http_internal

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/asio.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "common/http_server.h"
@@ -83,66 +84,26 @@ class Exchange {
   std::function<void()> on_close_ ABSL_GUARDED_BY(mu_);
 };
 
-// One client connection.
-class Session : public std::enable_shared_from_this<Session> {
+// One client connection, over plain TCP or TLS (MakeSession picks; the HTTP logic is one
+// template over the stream type, in http_session.cc). The Post* calls come from the current
+// Exchange (any thread); the work runs on the connection's strand. An exchange can only reach
+// its session while it is the current one (it drops the session when it ends).
+class Session {
  public:
-  Session(tcp::socket socket, ServerCore* core, uint64_t id, std::string peer);
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
-
-  uint64_t id() const { return id_; }
-  void Start();
+  virtual ~Session() = default;
+  virtual void Start() = 0;
   // Closes the connection from any thread (posted to the strand).
-  void PostClose();
-  // Called by the current Exchange (any thread); the work runs on the strand. An exchange can
-  // only reach its session while it is the current one (it drops the session when it ends).
-  void PostSend(HttpResponse response);
-  void PostStartStream(int status, std::string content_type, HttpHeaders headers);
-  void PostPump();
-
- private:
-  void ReadNext();
-  void ReadHeader();
-  void OnHeader(beast::error_code ec);
-  void ReadBody();
-  void OnReadError(beast::error_code ec);
-  void OnRequest();
-  void ArmWatch();
-  void OnWatch(beast::error_code ec);
-  void SendError(int status, const std::string& message, bool close);
-  void WriteResponse(HttpResponse response);
-  void OnWritten(beast::error_code ec);
-  void WriteStreamHeader(int status, const std::string& content_type, const HttpHeaders& headers);
-  void Pump();
-  void OnStreamWrite(beast::error_code ec);
-  void EndExchange();
-  void Linger();
-  void DoClose();
-
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
-  ServerCore* const core_;  // outlives every session (HttpServer::Stop closes them first)
-  const HttpServerOptions& options_;
-  const uint64_t id_;
-  const std::string peer_;
-
-  bool closed_ = false;
-  bool keep_alive_ = false;
-  unsigned version_ = 11;
-  bool watch_pending_ = false;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::shared_ptr<Exchange> current_;
-  std::unique_ptr<http::response<http::string_body>> response_;
-  std::unique_ptr<http::response<http::empty_body>> stream_header_;
-  std::unique_ptr<http::response_serializer<http::empty_body>> stream_serializer_;
-  bool stream_chunked_ = true;
-  bool stream_header_done_ = false;
-  bool stream_writing_ = false;
-  bool stream_finishing_ = false;
-  std::string stream_chunk_;
-  bool lingering_ = false;
-  size_t lingered_bytes_ = 0;
+  virtual void PostClose() = 0;
+  virtual void PostSend(HttpResponse response) = 0;
+  virtual void PostStartStream(int status, std::string content_type, HttpHeaders headers) = 0;
+  virtual void PostPump() = 0;
 };
+
+// A session for an accepted connection: TLS (server side; the handshake runs first, bounded by
+// read_timeout) when `tls` is non-null, plain HTTP otherwise. `core` and `tls` are borrowed and
+// outlive every session.
+std::shared_ptr<Session> MakeSession(tcp::socket socket, ServerCore* core, uint64_t id,
+                                     std::string peer, net::ssl::context* tls);
 
 // The io_context, listener, routes and live sessions of one HttpServer.
 class ServerCore {
@@ -155,7 +116,7 @@ class ServerCore {
   net::io_context& io_context() { return ioc_; }
 
   void Handle(const std::string& method, const std::string& path, HttpHandler handler);
-  // Binds and listens; returns the bound port.
+  // Loads the TLS files if any (errors name the file), binds and listens; returns the bound port.
   absl::StatusOr<uint16_t> Listen();
   void StartAccepting();
   // Runs the io_context on the calling thread until it has no more work.
@@ -172,6 +133,7 @@ class ServerCore {
   void OnAccept(beast::error_code ec, tcp::socket socket);
 
   const HttpServerOptions options_;
+  std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP; set by Listen()
   net::io_context ioc_;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
   net::strand<net::io_context::executor_type> accept_strand_;
