@@ -82,7 +82,7 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
     peer = slot;
   }
   std::lock_guard<std::mutex> plock(peer->mu);
-  if (peer->registered && !peer->stale.exchange(false)) return peer;
+  if (peer->registered) return peer;
   // (Re)connect and register; a failed attempt leaves no half-open socket behind.
   try {
     peer->socket = zmq::socket_t(zmq_context_, zmq::socket_type::dealer);
@@ -171,8 +171,7 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
     }
     rooms_[room] = {request->rid, *peer,
                     absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s +
-                                                options_.transfer.transfer_timeout_s),
-                    absl::Now()};
+                                                options_.transfer.transfer_timeout_s)};
   }
   request->mode = engine::RequestMode::kDecodeOnly;
   const int32_t num_tokens = static_cast<int32_t>(request->input_ids.size());
@@ -193,22 +192,10 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
     Send(p.get(), SealControl(options_.cluster_secret, std::move(m)));
   };
   auto user_output = std::move(request->callbacks.on_output);
-  request->callbacks.on_output = [this, room, p, user_output](const engine::RequestOutput& out) {
+  request->callbacks.on_output = [this, room, user_output](const engine::RequestOutput& out) {
     if (out.last) {
-      bool stale = false;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = rooms_.find(room);
-        if (it != rooms_.end()) {
-          // Ended (aborted by the router) without its KV after waiting at least half of
-          // --bootstrap-timeout: the prefill worker likely dropped the room as unknown.
-          stale = it->second.deadline != absl::InfiniteFuture() &&
-                  absl::Now() - it->second.start >=
-                      absl::Seconds(options_.transfer.bootstrap_timeout_s / 2);
-          rooms_.erase(it);
-        }
-      }
-      if (stale) p->stale = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      rooms_.erase(room);
     }
     if (user_output) user_output(out);
   };

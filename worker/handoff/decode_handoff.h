@@ -54,15 +54,11 @@ class DecodeHandoff : public KvHandoff {
     std::mutex mu;        // serialises use of `socket`
     zmq::socket_t socket;
     bool registered = false;
-    // A room waited long for its KV and ended without it: the prefill worker may have restarted
-    // and forgotten this worker, so the next room registers again first.
-    std::atomic<bool> stale{false};
   };
   struct Room {
     std::string rid;
     std::shared_ptr<Peer> peer;
     absl::Time deadline;
-    absl::Time start;
   };
 
   DecodeHandoff(engine::Engine* engine, HandoffOptions options);
