@@ -223,6 +223,37 @@ TEST_F(HttpServerTest, HeadersOverLimitIs431) {
   EXPECT_EQ(response->status, 431);
 }
 
+// Beast checks its header limit only while a header is incomplete: a header over the limit that
+// arrives whole (one write of many small fields) must be refused as well.
+TEST_F(HttpServerTest, HeadersOverLimitInOneWriteAre431) {
+  HttpServerOptions options;
+  options.max_header_bytes = 2048;
+  StartServer(options);
+  std::string fields;
+  for (int i = 0; i < 400; ++i) fields += "X-H" + std::to_string(i) + ": v\r\n";
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.Send("GET /health HTTP/1.1\r\nHost: t\r\n" + fields + "\r\n"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 431);
+}
+
+// A transfer coding other than chunked leaves the body's length unknown; the bytes after the
+// header must not be taken for the next request.
+TEST_F(HttpServerTest, TransferEncodingOtherThanChunkedIs400) {
+  StartServer();
+  TestClient client(server_->port());
+  ASSERT_TRUE(
+      client.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n"
+                  "GET /health HTTP/1.1\r\nHost: t\r\n\r\n"));
+  auto response = client.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 400);
+  EXPECT_THAT(ParseJson(response->body)["error"]["message"].get<std::string>(),
+              HasSubstr("Transfer-Encoding"));
+  EXPECT_TRUE(client.ReadsEof());
+}
+
 TEST_F(HttpServerTest, MalformedRequestIs400AndServerKeepsServing) {
   StartServer();
   {
