@@ -75,10 +75,11 @@ fi
 echo "fuzz.sh: building ${targets[*]} in $build"
 cmake --build "$build" -j "${TANDEM_JOBS:-2}" --target "${targets[@]}"
 
-failed=()
-summary=()
-for t in "${targets[@]}"; do
-  [ -d "${corpus[$t]}" ] || { echo "fuzz.sh: $t: seed corpus ${corpus[$t]} is missing" >&2; exit 1; }
+# run_one T: runs target T on a scratch copy of its corpus; its report goes to stdout, its
+# summary line to $outdir/T.summary, and "failed" to $outdir/T.failed on any finding.
+outdir=$(mktemp -d /tmp/tandem-fuzz-run.XXXXXX)
+run_one() {
+  local t=$1 work seeds rc execs rate units artifact result
   work=$(mktemp -d "/tmp/tandem-fuzz-$t.XXXXXX")
   mkdir -p "$work/corpus" "$work/artifacts"
   cp -a "${corpus[$t]}/." "$work/corpus/"
@@ -100,7 +101,7 @@ for t in "${targets[@]}"; do
     result="ok"
   else
     result="FAILED (exit $rc)"
-    failed+=("$t")
+    touch "$outdir/$t.failed"
     echo "---- $t: last lines of $work/log"
     tail -n 60 "$work/log"
     echo "----"
@@ -109,10 +110,30 @@ for t in "${targets[@]}"; do
       echo "fuzz.sh: reproduce with: $build/bin/$t $artifact"
     fi
   fi
-  summary+=("$(printf '%-20s %12s execs %8s exec/s %6s corpus units  %s' "$t" "${execs:-?}" \
-    "${rate:-?}" "$units" "$result")")
+  printf '%-20s %12s execs %8s exec/s %6s corpus units  %s\n' "$t" "${execs:-?}" \
+    "${rate:-?}" "$units" "$result" > "$outdir/$t.summary"
   if [ "$result" = "ok" ] && [ "$keep" = 0 ]; then rm -rf "$work"; fi
+}
+
+# Targets run side by side, $TANDEM_FUZZ_PARALLEL (default: the core count) at a time; each is
+# single-threaded, so on 2 cores the six targets take three rounds of $seconds.
+parallel="${TANDEM_FUZZ_PARALLEL:-$(nproc)}"
+for t in "${targets[@]}"; do
+  [ -d "${corpus[$t]}" ] || { echo "fuzz.sh: $t: seed corpus ${corpus[$t]} is missing" >&2; exit 1; }
 done
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+  run_one "$t" > "$outdir/$t.out" 2>&1 &
+done
+wait
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  cat "$outdir/$t.out"
+  summary+=("$(cat "$outdir/$t.summary" 2>/dev/null || echo "$t: no result")")
+  if [ -e "$outdir/$t.failed" ] || [ ! -e "$outdir/$t.summary" ]; then failed+=("$t"); fi
+done
+rm -rf "$outdir"
 
 echo
 echo "fuzz.sh: ${seconds}s per target"
