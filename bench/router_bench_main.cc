@@ -2,18 +2,33 @@
 //
 //   router_bench --json out.json [--requests 20000] [--concurrency 16] [--backends 2] [--rounds 3]
 //
-// Both proxies sit in front of K fast stand-in backends living in this process:
-//   - tandem-router (the real binary from this binary's directory, plain mode, round_robin) in
-//     front of K gRPC servers implementing proto::Worker whose Decode answers at once;
-//   - nginx (worker_processes 1, upstream round robin with keepalive; generated config in a temp
-//     dir, so it runs unprivileged) in front of K HTTP servers answering POST /generate with the
-//     very body the router returned for the same request (same size on the wire).
-// The same closed-loop load (C keep-alive connections, N requests in total per side) drives each
-// proxy and each set of backends directly. A proxy's added latency is its percentile minus the
-// same percentile of its backends reached directly at the same concurrency. Each round measures
-// the four paths back to back; figures are medians over rounds, and router_vs_nginx_rps is the
-// median of the per-round ratios. Everything runs on
-// 127.0.0.1; every child is killed at the end, on failure and on SIGINT/SIGTERM.
+// What each side runs (every process on 127.0.0.1, all sharing the machine's cores):
+//   - load generator (this process, the same code for both proxies): C threads, each with one
+//     keep-alive HTTP/1.1 connection (Boost.Beast, blocking), sending POST /generate back to
+//     back; for the gRPC-direct baseline, C threads each with a gRPC channel of its own calling
+//     Decode synchronously;
+//   - router side: tandem-router (the real binary from this binary's directory, plain mode,
+//     round_robin, its default --http-threads) in front of K gRPC stand-in workers
+//     (StandInWorker: callback API, GRPC_ARG_MINIMAL_STACK, one write-and-finish per Decode),
+//     all K in one child process (this binary re-executed with --serve-stand-ins);
+//   - nginx side: nginx (worker_processes 1, upstream round robin with keepalive; generated
+//     config in a temp dir, so it runs unprivileged) in front of K HTTP servers (the same
+//     HttpServer the daemons use, one I/O thread each) answering POST /generate with the very
+//     body the router returned for the same request (same size on the wire), all K in one child
+//     process (--serve-http).
+// The same closed-loop load (C connections, N requests in total per side) drives each proxy and
+// each set of backends directly. A proxy's added latency is its percentile minus the same
+// percentile of its backends reached directly at the same concurrency. Each round measures the
+// four paths back to back; figures are medians over rounds, and router_vs_nginx_rps is the
+// median of the per-round ratios.
+//
+// CPU accounting: around each measured phase the CPU time (user + system) of every process is
+// read (this process by getrusage, the children from /proc, nginx with its worker), so the output
+// shows, per path, the microseconds of CPU per request spent by the load generator, the proxy
+// and the backends, their total, and the machine's total (/proc/stat) including whatever else ran
+// meanwhile. On a shared 2-core box the total per request is what sets the achievable rate.
+// Every child is killed at the end, on failure and on SIGINT/SIGTERM.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,10 +46,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/router_bench/backends.h"
 #include "bench/router_bench/children.h"
 #include "bench/router_bench/load.h"
-#include "bench/router_bench/stand_in_worker.h"
-#include "common/http_server.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::bench {
@@ -56,12 +70,82 @@ struct Options {
   std::string model_path;
   std::string nginx = "/usr/sbin/nginx";
   bool keep_temp = false;
+  // Internal: this binary re-executed as a backend process (see bench/router_bench/backends.h).
+  int serve_stand_ins = 0;
+  int serve_http = 0;
+  std::string reply_file;
+  std::string ports_file;
 };
 
-std::string SelfDir() {
+std::string SelfExe() {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : self.parent_path().string();
+  return ec ? std::string() : self.string();
+}
+
+std::string SelfDir() {
+  const std::string self = SelfExe();
+  return self.empty() ? std::string(".") : std::filesystem::path(self).parent_path().string();
+}
+
+// CPU seconds used so far by each process taking part (0 for one not started).
+struct CpuSample {
+  double client = 0;     // this process: the load generator
+  double router = 0;     // tandem-router
+  double nginx = 0;      // nginx master + worker
+  double stand_ins = 0;  // the gRPC stand-ins' process
+  double http = 0;       // the HTTP backends' process
+  double box = 0;        // every CPU of the machine, busy time (all processes, anyone's)
+};
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Busy CPU seconds of the whole machine since boot, from the first line of /proc/stat.
+double BoxBusySeconds() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  if (!f || cpu != "cpu") return 0;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+struct Pids {
+  pid_t router = 0, nginx = 0, stand_ins = 0, http = 0;
+};
+
+CpuSample ReadCpu(const Pids& p) {
+  CpuSample s;
+  s.client = SelfCpuSeconds();
+  if (p.router > 0) s.router = ProcessTreeCpuSeconds(p.router);
+  if (p.nginx > 0) s.nginx = ProcessTreeCpuSeconds(p.nginx);
+  if (p.stand_ins > 0) s.stand_ins = ProcessTreeCpuSeconds(p.stand_ins);
+  if (p.http > 0) s.http = ProcessTreeCpuSeconds(p.http);
+  s.box = BoxBusySeconds();
+  return s;
+}
+
+// One path's CPU per request in microseconds.
+struct PathCpu {
+  double client = 0;
+  double proxy = 0;  // 0 on the direct paths
+  double backends = 0;
+  double total() const { return client + proxy + backends; }
+  double box = 0;  // the whole machine, anyone's processes included
+};
+
+json PathCpuJson(const PathCpu& c) {
+  return {{"client", c.client},
+          {"proxy", c.proxy},
+          {"backends", c.backends},
+          {"total", c.total()},
+          {"machine", c.box}};
 }
 
 // models/tandem-tiny-fortunes from the working directory, else from the source tree two levels
@@ -133,6 +217,22 @@ void PrintRow(const char* name, const LoadResult& r) {
               Ms(r.mean_s), static_cast<long long>(r.errors));
 }
 
+PathCpu MedianOf(const std::vector<PathCpu>& rounds) {
+  std::vector<double> client, proxy, backends, box;
+  for (const PathCpu& c : rounds) {
+    client.push_back(c.client);
+    proxy.push_back(c.proxy);
+    backends.push_back(c.backends);
+    box.push_back(c.box);
+  }
+  return {Median(client), Median(proxy), Median(backends), Median(box)};
+}
+
+void PrintCpuRow(const char* name, const PathCpu& c) {
+  std::printf("%-22s %8.1f %8.1f %9.1f %8.1f %9.1f\n", name, c.client, c.proxy, c.backends,
+              c.total(), c.box);
+}
+
 // The body of one successful answer, or an error naming the status and body.
 absl::StatusOr<std::string> OneAnswer(int port, const std::string& body) {
   LoadSpec spec;
@@ -173,28 +273,39 @@ int Run(const Options& o) {
     return 2;
   }
   const std::string dir = (*temp)->path();
-  // Declared before the children so that they are destroyed after them: the proxies go first,
-  // then the backends they were connected to.
-  std::vector<std::unique_ptr<StandInWorker>> workers;
-  std::vector<std::unique_ptr<HttpServer>> http_backends;
   ChildSet children;
   InstallChildKiller(o.keep_temp ? "" : dir);
+  const std::string self_exe = SelfExe();
+  if (self_exe.empty()) {
+    std::fprintf(stderr, "router_bench: cannot read /proc/self/exe to start the backends\n");
+    return 2;
+  }
 
   const std::string body = RequestBody(o);
   const auto timeout = std::chrono::seconds(o.phase_timeout_s);
+  const auto start_timeout = std::chrono::seconds(60);
+  Pids pids;
 
-  // gRPC stand-ins and the router in front of them.
-  std::vector<std::string> urls;
-  for (int i = 0; i < o.backends; ++i) {
-    auto w = StandInWorker::Start(o.tokens, model);
-    if (!w.ok()) {
-      std::fprintf(stderr, "router_bench: stand-in worker: %s\n",
-                   std::string(w.status().message()).c_str());
-      return 1;
-    }
-    urls.push_back(absl::StrCat("http://127.0.0.1:", (*w)->port()));
-    workers.push_back(std::move(*w));
+  // gRPC stand-ins (one process) and the router in front of them.
+  const std::string standin_ports_file = dir + "/stand_ins.ports";
+  auto stand_ins = children.Spawn(
+      "stand-ins",
+      {self_exe, "--serve-stand-ins", std::to_string(o.backends), "--tokens",
+       std::to_string(o.tokens), "--model-path", model, "--ports-file", standin_ports_file},
+      dir + "/stand_ins.log");
+  if (!stand_ins.ok()) {
+    std::fprintf(stderr, "router_bench: %s\n", std::string(stand_ins.status().message()).c_str());
+    return 1;
   }
+  pids.stand_ins = *stand_ins;
+  auto grpc_ports =
+      WaitForPorts(children, "stand-ins", standin_ports_file, o.backends, start_timeout);
+  if (!grpc_ports.ok()) {
+    std::fprintf(stderr, "router_bench: %s\n", std::string(grpc_ports.status().message()).c_str());
+    return 1;
+  }
+  std::vector<std::string> urls;
+  for (int port : *grpc_ports) urls.push_back(absl::StrCat("http://127.0.0.1:", port));
   const int router_port = FreeLoopbackPort();
   std::vector<std::string> router_argv = {router_bin,
                                           "--host",
@@ -216,42 +327,54 @@ int Run(const Options& o) {
     std::fprintf(stderr, "router_bench: %s\n", std::string(router.status().message()).c_str());
     return 1;
   }
+  pids.router = *router;
   absl::StatusOr<std::string> answer = absl::UnavailableError("not started");
-  for (auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
+  for (auto until = Clock::now() + start_timeout; Clock::now() < until;) {
     if (!children.AllRunning()) break;
     answer = OneAnswer(router_port, body);
     if (answer.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (!answer.ok()) {
-    std::fprintf(
-        stderr, "router_bench: tandem-router never answered /generate (%s); its log:\n%s\n",
-        std::string(answer.status().message()).c_str(), children.LogTail("tandem-router").c_str());
+    std::fprintf(stderr,
+                 "router_bench: tandem-router never answered /generate (%s); its log:\n%s\n%s\n",
+                 std::string(answer.status().message()).c_str(),
+                 children.LogTail("tandem-router").c_str(), children.LogTail("stand-ins").c_str());
     return 1;
   }
 
-  // HTTP backends answering the router's own body, and nginx in front of them.
+  // HTTP backends (one process) answering the router's own body, and nginx in front of them.
   const std::string reply = *answer;
-  std::vector<int> http_ports;
-  for (int i = 0; i < o.backends; ++i) {
-    HttpServerOptions so;
-    so.host = "127.0.0.1";
-    so.threads = 1;
-    auto server = std::make_unique<HttpServer>(so);
-    server->Handle("POST", "/generate", [reply](HttpRequest, HttpResponder responder) {
-      responder.Send(HttpResponse::Json(200, reply));
-    });
-    if (absl::Status s = server->Start(); !s.ok()) {
-      std::fprintf(stderr, "router_bench: HTTP backend: %s\n", std::string(s.message()).c_str());
+  const std::string reply_file = dir + "/reply.json";
+  {
+    std::ofstream f(reply_file, std::ios::binary);
+    f << reply;
+    if (!f) {
+      std::fprintf(stderr, "router_bench: cannot write %s\n", reply_file.c_str());
       return 1;
     }
-    http_ports.push_back(server->port());
-    http_backends.push_back(std::move(server));
+  }
+  const std::string http_ports_file = dir + "/http_backends.ports";
+  auto http_backends = children.Spawn("http-backends",
+                                      {self_exe, "--serve-http", std::to_string(o.backends),
+                                       "--reply-file", reply_file, "--ports-file", http_ports_file},
+                                      dir + "/http_backends.log");
+  if (!http_backends.ok()) {
+    std::fprintf(stderr, "router_bench: %s\n",
+                 std::string(http_backends.status().message()).c_str());
+    return 1;
+  }
+  pids.http = *http_backends;
+  auto http_ports =
+      WaitForPorts(children, "http-backends", http_ports_file, o.backends, start_timeout);
+  if (!http_ports.ok()) {
+    std::fprintf(stderr, "router_bench: %s\n", std::string(http_ports.status().message()).c_str());
+    return 1;
   }
   const int nginx_port = FreeLoopbackPort();
   {
     std::ofstream conf(dir + "/nginx.conf");
-    conf << NginxConfig(dir, nginx_port, http_ports, 2 * o.concurrency);
+    conf << NginxConfig(dir, nginx_port, *http_ports, 2 * o.concurrency);
     if (!conf) {
       std::fprintf(stderr, "router_bench: cannot write %s/nginx.conf\n", dir.c_str());
       return 1;
@@ -265,6 +388,7 @@ int Run(const Options& o) {
     std::fprintf(stderr, "router_bench: %s\n", std::string(nginx.status().message()).c_str());
     return 1;
   }
+  pids.nginx = *nginx;
   absl::StatusOr<std::string> nginx_answer = absl::UnavailableError("not started");
   for (auto until = Clock::now() + std::chrono::seconds(20); Clock::now() < until;) {
     if (!children.AllRunning()) break;
@@ -283,9 +407,13 @@ int Run(const Options& o) {
     return 1;
   }
 
-  // The measured phases. Each starts with a short warm-up on the same connections' path.
-  // `cpu_s`: CPU seconds the process tree of `pid` used during the measured part (pid 0: none).
-  auto http_phase = [&](const std::vector<int>& ports, pid_t pid = 0, double* cpu_s = nullptr) {
+  // The measured phases. Each starts with a short warm-up on the same connections' path; the
+  // CPU of every process is read around the measured part only.
+  const double n_req = static_cast<double>(o.requests);
+  auto per_request_us = [n_req](double before, double after) {
+    return 1e6 * (after - before) / n_req;
+  };
+  auto http_phase = [&](const std::vector<int>& ports, CpuSample* before, CpuSample* after) {
     LoadSpec spec;
     spec.ports = ports;
     spec.body = body;
@@ -294,16 +422,14 @@ int Run(const Options& o) {
     spec.requests = std::max(o.concurrency, o.requests / 10);
     RunHttpLoad(spec);  // warm-up
     spec.requests = o.requests;
-    const double cpu_before = pid > 0 ? ProcessTreeCpuSeconds(pid) : 0;
+    *before = ReadCpu(pids);
     LoadResult r = RunHttpLoad(spec);
-    if (cpu_s != nullptr) *cpu_s = ProcessTreeCpuSeconds(pid) - cpu_before;
+    *after = ReadCpu(pids);
     return r;
   };
-  std::vector<int> grpc_ports;
-  for (const auto& w : workers) grpc_ports.push_back(w->port());
-  auto grpc_phase = [&]() {
+  auto grpc_phase = [&](CpuSample* before, CpuSample* after) {
     GrpcLoadSpec spec;
-    spec.ports = grpc_ports;
+    spec.ports = *grpc_ports;
     spec.prompt_len = o.prompt_len;
     spec.tokens = o.tokens;
     spec.concurrency = o.concurrency;
@@ -311,36 +437,55 @@ int Run(const Options& o) {
     spec.requests = std::max(o.concurrency, o.requests / 10);
     RunGrpcDecodeLoad(spec);  // warm-up
     spec.requests = o.requests;
-    return RunGrpcDecodeLoad(spec);
+    *before = ReadCpu(pids);
+    LoadResult r = RunGrpcDecodeLoad(spec);
+    *after = ReadCpu(pids);
+    return r;
   };
   std::printf("router_bench: %d requests per side, %d connections, %d backends, %zu-byte answers\n",
               o.requests, o.concurrency, o.backends, reply.size());
   // The four paths run back to back in each round, so a burst of load from elsewhere on the
   // machine hits one round, not one side; the reported figures are medians over rounds.
   std::vector<LoadResult> grpc_rounds, router_rounds, http_rounds, nginx_rounds;
-  std::vector<double> ratios, router_cpu_us, nginx_cpu_us;
+  std::vector<double> ratios;
+  // Per path, per round: CPU per request.
+  std::vector<PathCpu> grpc_cpu, router_cpu, http_cpu, nginx_cpu;
   json rounds = json::array();
   for (int round = 0; round < o.rounds; ++round) {
-    grpc_rounds.push_back(grpc_phase());
-    double router_cpu = 0, nginx_cpu = 0;
-    router_rounds.push_back(http_phase({router_port}, *router, &router_cpu));
-    http_rounds.push_back(http_phase(http_ports));
-    nginx_rounds.push_back(http_phase({nginx_port}, *nginx, &nginx_cpu));
-    router_cpu_us.push_back(1e6 * router_cpu / static_cast<double>(o.requests));
-    nginx_cpu_us.push_back(1e6 * nginx_cpu / static_cast<double>(o.requests));
+    CpuSample b, a;
+    grpc_rounds.push_back(grpc_phase(&b, &a));
+    grpc_cpu.push_back({per_request_us(b.client, a.client), 0,
+                        per_request_us(b.stand_ins, a.stand_ins), per_request_us(b.box, a.box)});
+    router_rounds.push_back(http_phase({router_port}, &b, &a));
+    router_cpu.push_back({per_request_us(b.client, a.client), per_request_us(b.router, a.router),
+                          per_request_us(b.stand_ins, a.stand_ins), per_request_us(b.box, a.box)});
+    http_rounds.push_back(http_phase(*http_ports, &b, &a));
+    http_cpu.push_back({per_request_us(b.client, a.client), 0, per_request_us(b.http, a.http),
+                        per_request_us(b.box, a.box)});
+    nginx_rounds.push_back(http_phase({nginx_port}, &b, &a));
+    nginx_cpu.push_back({per_request_us(b.client, a.client), per_request_us(b.nginx, a.nginx),
+                         per_request_us(b.http, a.http), per_request_us(b.box, a.box)});
     const double router_rps = router_rounds.back().rps;
     const double nginx_rps = nginx_rounds.back().rps;
     ratios.push_back(nginx_rps > 0 ? router_rps / nginx_rps : 0);
     std::printf(
-        "round %d: router %.0f req/s (%.0f us CPU/req), nginx %.0f req/s (%.0f us CPU/req), "
+        "round %d: router %.0f req/s (%.0f us CPU/req: client %.0f, router %.0f, stand-ins %.0f), "
+        "nginx %.0f req/s (%.0f us CPU/req: client %.0f, nginx %.0f, backends %.0f), "
         "ratio %.3f\n",
-        round + 1, router_rps, router_cpu_us.back(), nginx_rps, nginx_cpu_us.back(), ratios.back());
+        round + 1, router_rps, router_cpu.back().total(), router_cpu.back().client,
+        router_cpu.back().proxy, router_cpu.back().backends, nginx_rps, nginx_cpu.back().total(),
+        nginx_cpu.back().client, nginx_cpu.back().proxy, nginx_cpu.back().backends, ratios.back());
     rounds.push_back({{"router_rps", router_rps},
                       {"nginx_rps", nginx_rps},
                       {"grpc_direct_rps", grpc_rounds.back().rps},
                       {"http_direct_rps", http_rounds.back().rps},
-                      {"router_cpu_us_per_request", router_cpu_us.back()},
-                      {"nginx_cpu_us_per_request", nginx_cpu_us.back()},
+                      {"router_cpu_us_per_request", router_cpu.back().proxy},
+                      {"nginx_cpu_us_per_request", nginx_cpu.back().proxy},
+                      {"cpu_us_per_request",
+                       {{"grpc_direct", PathCpuJson(grpc_cpu.back())},
+                        {"router", PathCpuJson(router_cpu.back())},
+                        {"http_direct", PathCpuJson(http_cpu.back())},
+                        {"nginx", PathCpuJson(nginx_cpu.back())}}},
                       {"router_p99_ms", Ms(router_rounds.back().p99_s)},
                       {"nginx_p99_ms", Ms(nginx_rounds.back().p99_s)}});
   }
@@ -348,9 +493,14 @@ int Run(const Options& o) {
   const LoadResult router_r = MedianOf(router_rounds);
   const LoadResult http_direct = MedianOf(http_rounds);
   const LoadResult nginx_r = MedianOf(nginx_rounds);
+  const PathCpu grpc_c = MedianOf(grpc_cpu);
+  const PathCpu router_c = MedianOf(router_cpu);
+  const PathCpu http_c = MedianOf(http_cpu);
+  const PathCpu nginx_c = MedianOf(nginx_cpu);
   if (!children.AllRunning()) {
-    std::fprintf(stderr, "router_bench: a proxy exited during the run:\n%s\n%s\n",
-                 children.LogTail("tandem-router").c_str(), children.LogTail("nginx").c_str());
+    std::fprintf(stderr, "router_bench: a child exited during the run:\n%s\n%s\n%s\n%s\n",
+                 children.LogTail("tandem-router").c_str(), children.LogTail("nginx").c_str(),
+                 children.LogTail("stand-ins").c_str(), children.LogTail("http-backends").c_str());
     return 1;
   }
 
@@ -360,6 +510,12 @@ int Run(const Options& o) {
   PrintRow("tandem-router", router_r);
   PrintRow("HTTP backends direct", http_direct);
   PrintRow("nginx", nginx_r);
+  std::printf("\nCPU per request (us), medians over rounds\n%-22s %8s %8s %9s %8s %9s\n", "path",
+              "client", "proxy", "backends", "total", "machine");
+  PrintCpuRow("gRPC backends direct", grpc_c);
+  PrintCpuRow("tandem-router", router_c);
+  PrintCpuRow("HTTP backends direct", http_c);
+  PrintCpuRow("nginx", nginx_c);
   const double ratio = Median(ratios);  // of the per-round ratios (side by side)
   json out = {
       {"requests", o.requests},
@@ -385,8 +541,21 @@ int Run(const Options& o) {
       {"router_added_p99_ms", Ms(router_r.p99_s - grpc_direct.p99_s)},
       {"nginx_added_p50_ms", Ms(nginx_r.p50_s - http_direct.p50_s)},
       {"nginx_added_p99_ms", Ms(nginx_r.p99_s - http_direct.p99_s)},
-      {"router_cpu_us_per_request", Median(router_cpu_us)},
-      {"nginx_cpu_us_per_request", Median(nginx_cpu_us)},
+      // Router path: load generator, tandem-router, gRPC stand-ins.
+      {"client_cpu_us_per_request", router_c.client},
+      {"router_cpu_us_per_request", router_c.proxy},
+      {"standin_cpu_us_per_request", router_c.backends},
+      {"router_path_cpu_us_per_request", router_c.total()},
+      // nginx path: the same load generator, nginx, HTTP backends.
+      {"nginx_client_cpu_us_per_request", nginx_c.client},
+      {"nginx_cpu_us_per_request", nginx_c.proxy},
+      {"http_backend_cpu_us_per_request", nginx_c.backends},
+      {"nginx_path_cpu_us_per_request", nginx_c.total()},
+      {"cpu_us_per_request",
+       {{"grpc_direct", PathCpuJson(grpc_c)},
+        {"router", PathCpuJson(router_c)},
+        {"http_direct", PathCpuJson(http_c)},
+        {"nginx", PathCpuJson(nginx_c)}}},
       {"router_errors", router_r.errors},
       {"nginx_errors", nginx_r.errors},
   };
@@ -394,8 +563,10 @@ int Run(const Options& o) {
       "\nrouter_vs_nginx_rps %.3f   added p50/p99 ms: router %.3f / %.3f, nginx %.3f / %.3f\n",
       ratio, out["router_added_p50_ms"].get<double>(), out["router_added_p99_ms"].get<double>(),
       out["nginx_added_p50_ms"].get<double>(), out["nginx_added_p99_ms"].get<double>());
-  std::printf("proxy CPU per request (us): router %.1f, nginx %.1f\n", Median(router_cpu_us),
-              Median(nginx_cpu_us));
+  std::printf(
+      "proxy CPU per request (us): router %.1f, nginx %.1f; path total: router %.1f, "
+      "nginx %.1f\n",
+      router_c.proxy, nginx_c.proxy, router_c.total(), nginx_c.total());
   for (const LoadResult* r : {&grpc_direct, &router_r, &http_direct, &nginx_r}) {
     if (r->errors > 0)
       std::fprintf(stderr, "router_bench: first error: %s\n", r->first_error.c_str());
@@ -433,6 +604,17 @@ int main(int argc, char** argv) {
                  "(default models/tandem-tiny-fortunes)");
   app.add_option("--nginx", o.nginx, "nginx binary");
   app.add_flag("--keep-temp", o.keep_temp, "Keep the temp dir (configs, logs)");
+  // Internal: the backend processes router_bench starts by re-executing itself.
+  app.add_option("--serve-stand-ins", o.serve_stand_ins)->group("");
+  app.add_option("--serve-http", o.serve_http)->group("");
+  app.add_option("--reply-file", o.reply_file)->group("");
+  app.add_option("--ports-file", o.ports_file)->group("");
   CLI11_PARSE(app, argc, argv);
+  if (o.serve_stand_ins > 0) {
+    return tandem::bench::ServeStandIns(o.serve_stand_ins, o.tokens, o.model_path, o.ports_file);
+  }
+  if (o.serve_http > 0) {
+    return tandem::bench::ServeHttpBackends(o.serve_http, o.reply_file, o.ports_file);
+  }
   return tandem::bench::Run(o);
 }

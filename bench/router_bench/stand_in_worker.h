@@ -3,6 +3,7 @@
 // with `tokens` fixed token ids, finished with reason LENGTH; Health says SERVING; GetLoad reports
 // an idle worker; GetServerInfo a COLOCATED worker of `model_path`; Abort finds nothing;
 // FlushCache flushes. Prefill is not served (UNIMPLEMENTED: plain mode never calls it).
+// The server runs with GRPC_ARG_MINIMAL_STACK (no server-side deadline or message-size filters).
 // Thread-safe (gRPC's callback threads); owns its server, stopped on destruction.
 #ifndef TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
 #define TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
