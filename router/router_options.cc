@@ -77,6 +77,19 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags
       .Add("--queue-timeout-secs", &o->queue_timeout_secs, "Longest wait in the queue (408 after)")
       ->check(CLI::PositiveNumber);
+  flags
+      .Add("--http-read-timeout-secs", &o->http_read_timeout_secs,
+           "Longest time a client may take to send one request, first byte to last (then the "
+           "connection is closed)")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--http-idle-timeout-secs", &o->http_idle_timeout_secs,
+           "Longest idle time of a keep-alive client connection between requests")
+      ->check(CLI::PositiveNumber);
+  flags
+      .Add("--http-max-connections", &o->http_max_connections,
+           "Client connections open at once; more are closed on accept")
+      ->check(CLI::PositiveNumber);
 
   flags.Add("--retry-max-retries", &o->retry_max_retries, "Attempts before the first token")
       ->check(CLI::NonNegativeNumber);

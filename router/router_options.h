@@ -50,6 +50,12 @@ struct RouterOptions {
   int max_concurrent_requests = -1;  // -1: unbounded
   int queue_size = 100;
   int queue_timeout_secs = 60;
+  // Client connections: a request must arrive whole within the read timeout once it started
+  // (slow clients cannot hold a connection), a keep-alive connection may sit idle between
+  // requests for the idle timeout, and connections beyond the maximum are closed at once.
+  int http_read_timeout_secs = 60;
+  int http_idle_timeout_secs = 60;
+  int http_max_connections = 10000;
 
   // Retries (before the first token only).
   int retry_max_retries = 5;

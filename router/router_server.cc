@@ -380,8 +380,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.port = static_cast<uint16_t>(o.port);
   http.threads = o.http_threads;
   http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
-  // Streams may be silent for long (a queued request on a busy worker).
-  http.read_timeout = std::chrono::seconds(60);
+  http.read_timeout = std::chrono::seconds(o.http_read_timeout_secs);
+  http.idle_timeout = std::chrono::seconds(o.http_idle_timeout_secs);
+  http.max_connections = o.http_max_connections;
   s.http_ = std::make_unique<HttpServer>(http);
   s.AddRoutes();
   RETURN_IF_ERROR(s.http_->Start(), "--host/--port: ");
