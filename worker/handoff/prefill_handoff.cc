@@ -1,7 +1,6 @@
 #include "worker/handoff/prefill_handoff.h"
 
 #include <chrono>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -194,9 +193,6 @@ void PrefillHandoff::OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::Kv
     {
       std::lock_guard<std::mutex> lock(mu_);
       --leg->pending;
-      if (!submitted.ok() && submitted.status().code() == absl::StatusCode::kUnavailable) {
-        dead_peers_.insert(peer);
-      }
     }
     Fail(leg, submitted.ok()
                   ? absl::ResourceExhaustedError(absl::StrCat("KV transfer queue to decode worker ",
@@ -431,7 +427,6 @@ std::string PrefillHandoff::HandleRegisterPeer(const proto::RegisterPeer& m) {
         return SealControl(options_.cluster_secret, std::move(reply));
       }
       old = it->second.first;
-      dead_peers_.erase(*old);
       peers_.erase(it);
     }
   }
@@ -454,39 +449,7 @@ std::string PrefillHandoff::HandleRegisterPeer(const proto::RegisterPeer& m) {
   return SealControl(options_.cluster_secret, std::move(reply));
 }
 
-void PrefillHandoff::ReimportPeer(const std::string& decode_id, kv::PeerId dead,
-                                  const std::string& descriptor) {
-  auto fresh = transfer_->ImportPeer(descriptor);
-  if (!fresh.ok()) {
-    spdlog::warn("bootstrap: cannot reconnect to the transfer endpoint of decode worker {}: {}",
-                 decode_id, std::string(fresh.status().message()));
-    return;  // still marked dead: the next room tries again
-  }
-  bool replaced = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = peers_.find(decode_id);
-    if (it != peers_.end() && it->second.first == dead) {
-      it->second.first = *fresh;
-      replaced = true;
-    }
-    dead_peers_.erase(dead);
-  }
-  // A registration from a restarted decode worker may have replaced the peer meanwhile.
-  (void)transfer_->RemovePeer(replaced ? dead : *fresh);
-  if (replaced) spdlog::info("bootstrap: reconnected to decode worker {}", decode_id);
-}
-
 void PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
-  // A room from a decode worker whose transfer connection was lost shows the path is back:
-  // reconnect before the room's KV is sent.
-  std::optional<std::pair<kv::PeerId, std::string>> dead;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto p = peers_.find(m.decode_worker_id());
-    if (p != peers_.end() && dead_peers_.count(p->second.first) > 0) dead = p->second;
-  }
-  if (dead) ReimportPeer(m.decode_worker_id(), dead->first, dead->second);
   std::shared_ptr<Leg> start;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -75,10 +75,6 @@ class PrefillHandoff : public PrefillLegs {
   void BootstrapLoop();
   std::string HandleRegisterPeer(const proto::RegisterPeer& m);
   void HandleRoom(const proto::RoomRegistration& m);
-  // Replaces decode worker `decode_id`'s dead transfer peer `dead` with a fresh import of its
-  // descriptor (the transfer engine does not reconnect a peer whose connection was lost). Blocks
-  // up to the handshake timeout; called on the bootstrap thread only.
-  void ReimportPeer(const std::string& decode_id, kv::PeerId dead, const std::string& descriptor);
   void CheckDeadlines();
   void StartLeg(const std::shared_ptr<Leg>& leg);
   void OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::KvLayerEvent& e);
@@ -101,8 +97,6 @@ class PrefillHandoff : public PrefillLegs {
   std::map<uint64_t, std::shared_ptr<Leg>> legs_;   // by room: waiting or running
   std::map<uint64_t, Registration> registrations_;  // rooms registered before their leg
   std::map<std::string, std::pair<kv::PeerId, std::string>> peers_;  // decode id -> peer, desc
-  std::set<kv::PeerId> dead_peers_;  // the transfer engine called them dead: imported again
-                                     // when their decode worker's next room arrives
 };
 
 }  // namespace tandem::worker
