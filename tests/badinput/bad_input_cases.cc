@@ -1,0 +1,356 @@
+#include "tests/badinput/bad_input_cases.h"
+
+#include <string>
+#include <vector>
+
+namespace tandem::itest {
+namespace {
+
+const char kGen[] = "/generate";
+const char kCmp[] = "/v1/completions";
+const char kChat[] = "/v1/chat/completions";
+
+// A /generate body with `params` as its sampling_params (JSON object text without braces).
+std::string Gen(const std::string& params) {
+  return R"({"text":"Tell me a fortune.","sampling_params":{"max_new_tokens":4)" +
+         (params.empty() ? std::string() : "," + params) + "}}";
+}
+// A /v1/completions body with `fields` added.
+std::string Cmp(const std::string& fields) {
+  return R"({"model":"tandem-tiny-fortunes","prompt":"Tell me a fortune.","max_tokens":4)" +
+         (fields.empty() ? std::string() : "," + fields) + "}";
+}
+// A /v1/chat/completions body with `fields` added to a valid one-message conversation.
+std::string Chat(const std::string& fields) {
+  return R"({"model":"tandem-tiny-fortunes","messages":[{"role":"user","content":"Hi"}],)"
+         R"("max_tokens":4)" +
+         (fields.empty() ? std::string() : "," + fields) + "}";
+}
+// A chat body whose messages are `messages` (JSON array text).
+std::string ChatMessages(const std::string& messages) {
+  return R"({"model":"tandem-tiny-fortunes","max_tokens":4,"messages":)" + messages + "}";
+}
+
+std::string Repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// `n` comma-separated token ids, all inside the vocabulary.
+std::string Ids(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::to_string(10 + (i * 37) % 3000);
+  return out;
+}
+
+std::string StopList(int n) {
+  std::string out = "[";
+  for (int i = 0; i < n; ++i) out += (i ? ",\"s" : "\"s") + std::to_string(i) + "\"";
+  return out + "]";
+}
+
+// A POST with a Content-Length body, as raw bytes.
+std::string Post(const std::string& target, const std::string& body,
+                 const std::string& headers = "") {
+  return "POST " + target + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n" + headers +
+         "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// A chunked POST whose chunk section is `chunks` as given.
+std::string Chunked(const std::string& chunks, const std::string& extra_headers = "") {
+  return "POST /generate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n" + extra_headers +
+         "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunks;
+}
+
+std::string Hex(size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  do {
+    out.insert(out.begin(), kDigits[n % 16]);
+    n /= 16;
+  } while (n != 0);
+  return out;
+}
+
+}  // namespace
+
+std::vector<BodyCase> BodyCases() {
+  const std::string over_context_ids = "[" + Ids(kContextLength + 40) + "]";
+  const std::string over_context_text = Repeat("The sea is calm tonight. ", 200);
+  std::vector<BodyCase> c = {
+      // Not JSON, or not an object.
+      {"empty body", kGen, "", 400, "not valid JSON"},
+      {"malformed JSON", kGen, "{nope", 400, "not valid JSON"},
+      {"truncated JSON", kGen, R"({"text":"hi","sampling_params":{"max_new_tokens":)", 400,
+       "not valid JSON"},
+      {"truncated chat JSON", kChat, R"({"messages":[{"role":"user","content":"hi)", 400,
+       "not valid JSON"},
+      {"trailing garbage", kCmp, R"({"prompt":"a"} xyz)", 400, "not valid JSON"},
+      {"JSON array", kGen, "[1,2,3]", 400, "must be a JSON object, got array"},
+      {"JSON string", kCmp, R"("hello")", 400, "must be a JSON object, got string"},
+      {"JSON null", kChat, "null", 400, "must be a JSON object, got null"},
+      {"JSON number", kGen, "42", 400, "must be a JSON object, got integer"},
+      {"nested too deep", kGen, R"({"text":"hi","x":)" + Repeat("[", 100) + Repeat("]", 100) + "}",
+       400, "deeper than 64"},
+      {"number overflow", kGen, Gen(R"("temperature":1e999)"), 400, "number overflow"},
+      // Invalid UTF-8 and escapes.
+      {"invalid UTF-8 in text", kGen, "{\"text\":\"fortune \xff\xfe\"}", 400, "UTF-8"},
+      {"invalid UTF-8 outside strings", kGen, "{\"text\":\"hi\"}\xc3", 400, "not valid JSON"},
+      {"invalid UTF-8 in messages", kChat,
+       ChatMessages("[{\"role\":\"user\",\"content\":\"caf\xc3\x28\"}]"), 400, "UTF-8"},
+      {"invalid UTF-8 in role", kChat,
+       ChatMessages("[{\"role\":\"us\xe2\x82\",\"content\":\"a\"}]"), 400, "UTF-8"},
+      {"lone surrogate escape", kGen, R"({"text":"\ud800 fortune"})", 400, "surrogate"},
+      // Wrong types, every kind of field.
+      {"text is a number", kGen, R"({"text":42})", 400, "text must be a string"},
+      {"input_ids is a string", kGen, R"({"input_ids":"1 2 3"})", 400, "input_ids"},
+      {"input_ids holds a string", kGen, R"({"input_ids":[1,"x"]})", 400, "input_ids[1]"},
+      {"input_ids negative", kGen, R"({"input_ids":[5,-1]})", 400, "input_ids[1]"},
+      {"input_ids fraction", kGen, R"({"input_ids":[1.5]})", 400, "input_ids[0]"},
+      {"sampling_params not an object", kGen, R"({"text":"hi","sampling_params":"greedy"})", 400,
+       "sampling_params must be an object, got string"},
+      {"string where int", kGen, Gen(R"("max_new_tokens":"many")"), 400,
+       "sampling_params.max_new_tokens must be an integer, got string"},
+      {"negative max_new_tokens", kGen, Gen(R"("max_new_tokens":-5)"), 400,
+       "sampling_params.max_new_tokens must be an integer in [0, 2147483647]"},
+      {"fractional max_new_tokens", kGen, Gen(R"("max_new_tokens":2.5)"), 400,
+       "sampling_params.max_new_tokens must be an integer, got 2.5"},
+      {"max_new_tokens beyond int32", kGen, Gen(R"("max_new_tokens":99999999999)"), 400,
+       "sampling_params.max_new_tokens must be an integer in"},
+      {"float where bool", kGen, Gen(R"("ignore_eos":1.0)"), 400,
+       "sampling_params.ignore_eos must be a boolean, got number"},
+      {"string where bool", kGen, R"({"text":"hi","stream":"yes"})", 400,
+       "stream must be a boolean, got string"},
+      {"int where bool", kGen, R"({"text":"hi","return_logprob":1})", 400,
+       "return_logprob must be a boolean, got integer"},
+      {"string where number", kGen, Gen(R"("temperature":"hot")"), 400,
+       "sampling_params.temperature must be a number"},
+      {"object where string", kGen, R"({"text":"hi","rid":{"a":1}})", 400, "rid must be a string"},
+      {"completions max_tokens negative", kCmp, Cmp(R"("max_tokens":-1,"n":1)"), 400,
+       "max_tokens must be an integer in [0"},
+      {"completions max_tokens string", kCmp,
+       R"({"model":"tandem-tiny-fortunes","prompt":"a","max_tokens":"10"})", 400,
+       "max_tokens must be an integer, got string"},
+      {"completions prompt object", kCmp, R"({"prompt":{"text":"a"}})", 400,
+       "prompt must be a string or an array of token ids, got object"},
+      {"completions prompt missing", kCmp, R"({"model":"tandem-tiny-fortunes"})", 400,
+       "prompt is required"},
+      {"stream_options not an object", kCmp, Cmp(R"("stream":true,"stream_options":3)"), 400,
+       "stream_options must be an object, got integer"},
+      {"include_usage not a bool", kCmp,
+       Cmp(R"("stream":true,"stream_options":{"include_usage":"yes"})"), 400,
+       "stream_options.include_usage must be a boolean"},
+      {"user not a string", kChat, Chat(R"("user":7)"), 400, "user must be a string"},
+      {"chat max_completion_tokens bool", kChat, Chat(R"("max_completion_tokens":true)"), 400,
+       "max_completion_tokens must be an integer, got boolean"},
+      {"chat logprobs int", kChat, Chat(R"("logprobs":1)"), 400,
+       "logprobs must be a boolean, got integer"},
+      // Messages.
+      {"messages missing", kChat, R"({"model":"tandem-tiny-fortunes"})", 400,
+       "messages is required"},
+      {"messages not an array", kChat, ChatMessages(R"("hello")"), 400,
+       "messages must be an array, got string"},
+      {"empty messages", kChat, ChatMessages("[]"), 400, "messages must not be empty"},
+      {"message not an object", kChat, ChatMessages("[1]"), 400,
+       "messages[0] must be an object, got integer"},
+      {"message without content", kChat, ChatMessages(R"([{"role":"user"}])"), 400,
+       "messages[0].content is required"},
+      {"message without role", kChat, ChatMessages(R"([{"content":"hi"}])"), 400,
+       "messages[0].role is required"},
+      {"unknown role", kChat,
+       ChatMessages(R"([{"role":"user","content":"a"},{"role":"wizard","content":"b"}])"), 400,
+       "messages[1].role 'wizard' is not supported"},
+      {"tool role", kChat, ChatMessages(R"([{"role":"tool","content":"42"}])"), 400,
+       "messages[0].role 'tool' is not supported"},
+      {"content a number", kChat, ChatMessages(R"([{"role":"user","content":42}])"), 400,
+       "messages[0].content must be a string or an array of text parts, got integer"},
+      {"image content part", kChat,
+       ChatMessages(
+           R"([{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"),
+       400, "messages[0].content[0].type 'image_url' is not supported"},
+      {"text part without text", kChat,
+       ChatMessages(R"([{"role":"user","content":[{"type":"text"}]}])"), 400,
+       "messages[0].content[0].text is required"},
+      {"tools", kChat, Chat(R"("tools":[{"type":"function"}])"), 400, "tools is not supported"},
+      {"response_format json", kChat, Chat(R"("response_format":{"type":"json_object"})"), 400,
+       "response_format is not supported"},
+      // Unknown and unsupported fields.
+      {"unknown sampling parameter", kGen, Gen(R"("temprature":0.5)"), 400,
+       "sampling_params.temprature is not a known sampling parameter"},
+      {"OpenAI name in sampling_params", kGen, Gen(R"("min_tokens":2)"), 400,
+       "sampling_params.min_tokens is not a known sampling parameter"},
+      {"regex constraint", kGen, Gen(R"("regex":"a+")"), 400,
+       "sampling_params.regex is not supported"},
+      {"repetition_penalty", kGen, Gen(R"("repetition_penalty":1.3)"), 400,
+       "sampling_params.repetition_penalty is not supported"},
+      {"image_data", kGen, R"({"text":"hi","image_data":"aGk="})", 400,
+       "image_data is not supported"},
+      {"completions suffix", kCmp, Cmp(R"("suffix":"end")"), 400, "suffix is not supported"},
+      {"logit_bias", kCmp, Cmp(R"("logit_bias":{"5":10})"), 400, "logit_bias is not supported"},
+      {"unknown top-level field is ignored", kGen,
+       R"({"text":"hi","sampling_params":{"max_new_tokens":2},"my_field":[1,2]})", 200, ""},
+      // Sampling parameters out of range.
+      {"temperature negative", kGen, Gen(R"("temperature":-0.1)"), 400,
+       "sampling_params.temperature must be a number in [0"},
+      {"temperature negative (OpenAI)", kCmp, Cmp(R"("temperature":-1)"), 400,
+       "temperature must be a number in [0"},
+      {"top_p zero", kGen, Gen(R"("top_p":0)"), 400, "sampling_params.top_p must be in (0, 1]"},
+      {"top_p above one", kCmp, Cmp(R"("top_p":1.5)"), 400, "top_p must be a number in [0, 1]"},
+      {"top_k below -1", kGen, Gen(R"("top_k":-2)"), 400,
+       "sampling_params.top_k must be an integer in [-1"},
+      {"min_p negative", kGen, Gen(R"("min_p":-0.5)"), 400,
+       "sampling_params.min_p must be a number in [0, 1]"},
+      {"min_p above one", kChat, Chat(R"("min_p":2)"), 400, "min_p must be a number in [0, 1]"},
+      {"n two", kCmp, Cmp(R"("n":2)"), 400, "n must be 1"},
+      {"n zero", kChat, Chat(R"("n":0)"), 400, "n must be an integer in [1"},
+      {"best_of two", kCmp, Cmp(R"("best_of":2)"), 400, "best_of must be 1"},
+      {"echo", kCmp, Cmp(R"("echo":true)"), 400, "echo is not supported"},
+      {"completions logprobs 3", kCmp, Cmp(R"("logprobs":3)"), 400,
+       "logprobs > 1 is not supported"},
+      {"completions logprobs 6", kCmp, Cmp(R"("logprobs":6)"), 400,
+       "logprobs must be an integer in [0, 5]"},
+      {"completions logprobs negative", kCmp, Cmp(R"("logprobs":-1)"), 400,
+       "logprobs must be an integer in [0, 5]"},
+      {"chat top_logprobs 5", kChat, Chat(R"("logprobs":true,"top_logprobs":5)"), 400,
+       "top_logprobs > 0 is not supported"},
+      {"chat top_logprobs 50", kChat, Chat(R"("top_logprobs":50)"), 400,
+       "top_logprobs must be an integer in [0, 20]"},
+      {"top_logprobs_num", kGen, R"({"text":"hi","return_logprob":true,"top_logprobs_num":3})", 400,
+       "top_logprobs_num > 0 is not supported"},
+      {"stop too many", kCmp, Cmp(R"("stop":)" + StopList(65)), 400,
+       "stop has 65 entries; at most 64"},
+      {"stop wrong type", kCmp, Cmp(R"("stop":5)"), 400,
+       "stop must be a string or an array of strings"},
+      {"stop entry wrong type", kGen, Gen(R"("stop":["a",3])"), 400, "sampling_params.stop[1]"},
+      {"stop_token_ids negative", kGen, Gen(R"("stop_token_ids":[-1])"), 400,
+       "sampling_params.stop_token_ids"},
+      {"frequency_penalty", kCmp, Cmp(R"("frequency_penalty":3)"), 400,
+       "frequency_penalty must be a number in [-2, 2]"},
+      {"seed negative", kCmp, Cmp(R"("seed":-1)"), 400, "seed must be an integer in [0"},
+      // Models.
+      {"unknown model (completions)", kCmp, R"({"model":"gpt-4","prompt":"a","max_tokens":2})", 404,
+       "The model `gpt-4` does not exist"},
+      {"unknown model (chat)", kChat,
+       R"({"model":"llama-70b","messages":[{"role":"user","content":"a"}]})", 404,
+       "The model `llama-70b` does not exist"},
+      {"model not a string", kCmp, R"({"model":5,"prompt":"a"})", 400, "model must be a string"},
+      // Prompts.
+      {"neither text nor input_ids", kGen, R"({"sampling_params":{}})", 400,
+       "one of text or input_ids is required"},
+      {"both text and input_ids", kGen, R"({"text":"a","input_ids":[1]})", 400,
+       "give either text or input_ids, not both"},
+      {"empty text", kGen, R"({"text":""})", 400, "text is empty"},
+      {"empty input_ids", kGen, R"({"input_ids":[]})", 400, "input_ids is empty"},
+      {"batched text", kGen, R"({"text":["a","b"]})", 400, "batched requests are not supported"},
+      {"batched prompt", kCmp, R"({"prompt":["a","b"]})", 400,
+       "batched requests are not supported"},
+      {"token id outside the vocabulary", kGen, R"({"input_ids":[1,2,5000]})", 400,
+       "input_ids[2] = 5000 is outside the vocabulary (size 3072)"},
+      {"token id outside the vocabulary (completions)", kCmp,
+       R"({"prompt":[1,2,3072],"max_tokens":2})", 400, "is outside the vocabulary (size 3072)"},
+      {"input_ids over the context length", kGen, R"({"input_ids":)" + over_context_ids + "}", 400,
+       "context length (512 tokens)"},
+      {"text over the context length", kGen, R"({"text":")" + over_context_text + R"("})", 400,
+       "context length (512 tokens)"},
+      {"chat over the context length", kChat,
+       ChatMessages(R"([{"role":"user","content":")" + over_context_text + R"("}])"), 400,
+       "context length (512 tokens)"},
+      // The API key.
+      {"missing API key", kGen, Gen(""), 401, "missing API key", "", false},
+      {"wrong API key", kGen, Gen(""), 401, "incorrect API key provided",
+       "Authorization: Bearer wrong-key\r\n", false},
+      {"Basic instead of Bearer", kChat, Chat(""), 401, "must be 'Bearer <API key>'",
+       "Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l\r\n", false},
+  };
+  return c;
+}
+
+std::vector<RawCase> RawCases() {
+  const std::string ok_body = R"({"text":"hi","sampling_params":{"max_new_tokens":2}})";
+  const std::string big_body = R"({"text":")" + std::string(kMaxPayloadBytes + 100, 'a') + R"("})";
+  std::string many_headers;
+  for (int i = 0; i < 2000; ++i) many_headers += "X-H" + std::to_string(i) + ": v\r\n";
+  std::string chunks_over_limit;
+  for (int i = 0; i < 20; ++i)
+    chunks_over_limit += Hex(8192) + "\r\n" + std::string(8192, 'a') + "\r\n";
+  chunks_over_limit += "0\r\n\r\n";
+  std::vector<RawCase> c = {
+      // Request lines.
+      {"garbage request line", "\x01\x02\x03 garbage \xff\r\n\r\n", 400,
+       "malformed HTTP request: bad method"},
+      {"words, no version", "HELLO THERE\r\n\r\n", 400, "malformed HTTP request: bad target"},
+      {"no target", "GET HTTP/1.1\r\nHost: t\r\n\r\n", 400, "malformed HTTP request: bad target"},
+      {"TLS handshake on the plain port",
+       std::string("\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 11) + "\r\n\r\n", 400,
+       "malformed HTTP request: bad method"},
+      {"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400,
+       "malformed HTTP request: bad version"},
+      {"bad version", "GET /health HTTP/x.y\r\nHost: t\r\n\r\n", 400,
+       "malformed HTTP request: bad version"},
+      // Headers.
+      {"header without colon", "GET /health HTTP/1.1\r\nHost t\r\n\r\n", 400,
+       "malformed HTTP request: bad field"},
+      {"NUL in a header value", std::string("GET /health HTTP/1.1\r\nX-A: a\0b\r\n\r\n", 34), 400,
+       "malformed HTTP request: bad value"},
+      {"one header over the limit",
+       "GET /health HTTP/1.1\r\nX-Big: " + std::string(kHeaderLimitBytes + 1000, 'a') + "\r\n\r\n",
+       431, "headers exceed the limit of 16384 bytes"},
+      {"many headers over the limit", "GET /health HTTP/1.1\r\n" + many_headers + "\r\n", 431,
+       "headers exceed the limit"},
+      // Lengths and bodies.
+      {"body over the limit", Post("/generate", big_body), 413,
+       "body exceeds the limit of 65536 bytes"},
+      {"declared length over the limit",
+       "POST /generate HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999\r\n\r\n{", 413,
+       "body exceeds the limit of 65536 bytes"},
+      {"Content-Length not a number",
+       "POST /generate HTTP/1.1\r\nHost: t\r\nContent-Length: ten\r\n\r\n{}", 400,
+       "malformed HTTP request: bad Content-Length"},
+      {"negative Content-Length",
+       "POST /generate HTTP/1.1\r\nHost: t\r\nContent-Length: -5\r\n\r\n{}", 400,
+       "malformed HTTP request: bad Content-Length"},
+      {"two different Content-Lengths",
+       "POST /generate HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}}",
+       400, "malformed HTTP request: bad Content-Length"},
+      // Chunked encoding abuse.
+      {"chunk size not hex", Chunked("zz\r\nabc\r\n0\r\n\r\n"), 400,
+       "malformed HTTP request: bad chunk"},
+      {"chunk size overflows", Chunked("fffffffffffffffffffff\r\nabc\r\n0\r\n\r\n"), 400,
+       "malformed HTTP request: bad chunk"},
+      {"chunk longer than its size", Chunked("2\r\nabcdef\r\n0\r\n\r\n"), 400,
+       "malformed HTTP request: bad chunk"},
+      {"chunks over the body limit", Chunked(chunks_over_limit), 413, "body exceeds the limit"},
+      {"one chunk declared over the limit", Chunked("fffffff\r\nabc"), 413,
+       "body exceeds the limit"},
+      {"chunked and Content-Length", Chunked("2\r\n{}\r\n0\r\n\r\n", "Content-Length: 2\r\n"), 400,
+       "malformed HTTP request: bad Transfer-Encoding"},
+      {"unknown transfer coding",
+       "POST /generate HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\nxx", 400,
+       "only the chunked Transfer-Encoding is supported"},
+      {"chunked bad JSON inside", Chunked("3\r\n{no\r\n4\r\npe}}\r\n0\r\n\r\n"), 400,
+       "not valid JSON"},
+      {"chunked valid request",
+       Chunked(Hex(ok_body.size() - 5) + "\r\n" + ok_body.substr(0, ok_body.size() - 5) +
+               "\r\n5\r\n" + ok_body.substr(ok_body.size() - 5) + "\r\n0\r\n\r\n"),
+       200, ""},
+      // Methods and routes (before the API key is looked at).
+      {"wrong method", "GET /generate HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 405,
+       "method GET not allowed on /generate"},
+      {"PUT chat", Post("/v1/chat/completions", "{}").replace(0, 4, "PUT"), 405,
+       "method PUT not allowed on /v1/chat/completions"},
+      {"unknown route", Post("/v1/embeddings", ok_body), 404, "no route for /v1/embeddings"},
+      {"path traversal", "GET /../../etc/passwd HTTP/1.1\r\nHost: t\r\n\r\n", 404,
+       "no route for /../../etc/passwd"},
+      {"absolute-form target", "GET http://evil.example/v1/models HTTP/1.1\r\nHost: t\r\n\r\n", 400,
+       "request target must be an absolute path"},
+      {"models without API key", "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", 401,
+       "missing API key"},
+      {"admin route with the client key",
+       "GET /list_workers HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n\r\n", 401,
+       "incorrect admin key provided"},
+  };
+  return c;
+}
+
+}  // namespace tandem::itest

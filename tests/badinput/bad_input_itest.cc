@@ -1,0 +1,499 @@
+// The bad-input suite: a real tandem-router in plain mode in front of a tandem-decode
+// --local-prefill worker, and one in PD mode in front of a tandem-prefill + tandem-decode pair,
+// all on the shipped model, receive malformed JSON, wrong types, unknown fields, bodies and
+// headers over the limits, prompts over the context length, invalid UTF-8, bad sampling
+// parameters, unknown models, missing keys, wrong methods and routes, broken HTTP framing,
+// slow and idle clients and clients that leave early. Each answer must be the documented status
+// with a message that names the problem; meanwhile background clients keep sending valid
+// requests to both routers and every one of them must succeed; at the end every worker has all
+// of its KV blocks free. The parsers' function-level cases live in tests/router/api; these go
+// over the wire through the daemons.
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/badinput/background_load.h"
+#include "tests/badinput/bad_input_cases.h"
+#include "tests/common/http_test_client.h"
+#include "tests/integration/process.h"
+#include "tests/integration/router_process.h"
+#include "tests/integration/worker_process.h"
+
+namespace tandem::itest {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using testing::ClientResponse;
+using testing::TestClient;
+
+const char kApiKey[] = "badinput-client-key-0123";
+const char kAdminKey[] = "badinput-admin-key-4567";
+constexpr int kReadTimeoutSecs = 3;  // the routers' --http-read-timeout-secs
+constexpr int kIdleTimeoutSecs = 4;  // the routers' --http-idle-timeout-secs
+
+std::atomic<int> bad_inputs_tried{0};
+
+std::string Auth(const std::string& key = kApiKey) {
+  return "Authorization: Bearer " + key + "\r\n";
+}
+
+// The "error.message" of a JSON error body; "" (with a test failure) when the body is not one.
+std::string ErrorMessage(const ClientResponse& r) {
+  const json body = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  const bool shaped = !body.is_discarded() && body.is_object() && body.contains("error") &&
+                      body["error"].is_object() && body["error"].contains("message") &&
+                      body["error"]["message"].is_string();
+  EXPECT_TRUE(shaped) << "error body is not {\"error\":{\"message\":...}}: " << r.body;
+  return shaped ? body["error"]["message"].get<std::string>() : "";
+}
+
+// One request on a fresh connection (Connection: close); status 0 when nothing came back.
+ClientResponse Post(int port, const std::string& route, const std::string& body,
+                    const std::string& headers) {
+  TestClient c(static_cast<uint16_t>(port), 120);
+  EXPECT_TRUE(c.connected());
+  c.SendRequest("POST", route, body,
+                "Content-Type: application/json\r\nConnection: close\r\n" + headers);
+  return c.ReadResponse().value_or(ClientResponse{});
+}
+
+void ReplaceAll(std::string* s, const std::string& from, const std::string& to) {
+  for (size_t at = s->find(from); at != std::string::npos; at = s->find(from, at + to.size())) {
+    s->replace(at, from.size(), to);
+  }
+}
+
+// Connects a plain socket to the loopback port; -1 on failure.
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Waits up to `limit` for the server to close `fd` (EOF or reset). Bytes that arrive instead are
+// appended to `received`. True when it closed.
+bool WaitForClose(int fd, std::chrono::milliseconds limit, std::string* received) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+    received->append(buf, static_cast<size_t>(n));
+  }
+  return false;
+}
+
+// The daemons under test and the clients that must be served throughout.
+struct Cluster {
+  std::unique_ptr<WorkerProcess> colocated;
+  std::unique_ptr<WorkerProcess> prefill;
+  std::unique_ptr<WorkerProcess> decode;
+  std::unique_ptr<RouterProcess> plain;
+  std::unique_ptr<RouterProcess> pd;
+  std::unique_ptr<BackgroundLoad> load;
+  std::string secret_file;
+
+  Cluster() {
+    colocated = StartWorker("colocated");
+    prefill = StartWorker("prefill");
+    decode = StartWorker("decode");
+    secret_file = ::testing::TempDir() + "badinput_cluster_secret";
+    std::ofstream(secret_file) << kTestClusterSecret << "\n";
+    const std::vector<std::string> common = {"--api-key",
+                                             kApiKey,
+                                             "--admin-key",
+                                             kAdminKey,
+                                             "--max-payload-size",
+                                             std::to_string(kMaxPayloadBytes),
+                                             "--http-read-timeout-secs",
+                                             std::to_string(kReadTimeoutSecs),
+                                             "--http-idle-timeout-secs",
+                                             std::to_string(kIdleTimeoutSecs)};
+    std::vector<std::string> plain_args = {"--worker-urls", colocated->url()};
+    plain_args.insert(plain_args.end(), common.begin(), common.end());
+    plain = StartRouter(plain_args);
+    std::vector<std::string> pd_args = {"--pd-disaggregation",
+                                        "--prefill",
+                                        prefill->url(),
+                                        std::to_string(prefill->bootstrap_port),
+                                        "--decode",
+                                        decode->url(),
+                                        "--cluster-secret-file",
+                                        secret_file};
+    pd_args.insert(pd_args.end(), common.begin(), common.end());
+    pd = StartRouter(pd_args);
+    load = std::make_unique<BackgroundLoad>(std::vector<int>{plain->port, pd->port}, kApiKey);
+  }
+  ~Cluster() {
+    load.reset();
+    std::remove(secret_file.c_str());
+  }
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+};
+
+// Sends `c` to the router on `port` and checks the answer.
+void Check(int port, const BodyCase& c) {
+  SCOPED_TRACE(c.name + " (" + c.route + ", port " + std::to_string(port) + ")");
+  ++bad_inputs_tried;
+  const ClientResponse r = Post(port, c.route, c.body, (c.auth ? Auth() : "") + c.headers);
+  EXPECT_EQ(r.status, c.status) << r.body;
+  if (c.status >= 400) {
+    const std::string message = ErrorMessage(r);
+    EXPECT_NE(message.find(c.message), std::string::npos)
+        << "message does not name the problem: " << message;
+  }
+}
+
+// Flushes every worker's prefix cache through the router's admin API until the worker's
+// /metrics shows every KV block free (bounded wait). False with the last figures in `why`.
+bool AllBlocksFree(const RouterProcess& router, const WorkerProcess& w, std::string* why) {
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    Post(router.port, "/flush_cache", "", Auth(kAdminKey));
+    const std::string metrics = HttpGet(w.http_port, "/metrics").body;
+    const std::optional<double> free = MetricValue(metrics, "tandem_engine_kv_free_blocks");
+    const std::optional<double> total = MetricValue(metrics, "tandem_engine_kv_total_blocks");
+    *why = w.role + ": free " + (free ? std::to_string(*free) : "?") + " of " +
+           (total ? std::to_string(*total) : "?");
+    if (free && total && *total > 0 && *free == *total) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
+}
+
+void BodiesGetTheDocumentedStatusAndNameTheProblem(const Cluster& cluster) {
+  for (const BodyCase& c : BodyCases()) {
+    Check(cluster.plain->port, c);
+    Check(cluster.pd->port, c);  // the PD path validates the same way, and reaches two workers
+  }
+}
+
+void MalformedHttpGetsTheDocumentedStatus(const Cluster& cluster) {
+  for (const RawCase& c : RawCases()) {
+    SCOPED_TRACE(c.name);
+    ++bad_inputs_tried;
+    TestClient client(static_cast<uint16_t>(cluster.plain->port), 60);
+    ASSERT_TRUE(client.connected());
+    std::string bytes = c.bytes;
+    ReplaceAll(&bytes, "api_key", kApiKey);
+    client.Send(bytes);  // may fail part-way once the server has answered and closed: fine
+    const std::optional<ClientResponse> r = client.ReadResponse();
+    if (c.status == 0) {
+      EXPECT_FALSE(r.has_value()) << r->status << " " << r->body;
+      continue;
+    }
+    ASSERT_TRUE(r.has_value()) << "no answer";
+    EXPECT_EQ(r->status, c.status) << r->body;
+    if (c.status >= 400) {
+      const std::string message = ErrorMessage(*r);
+      EXPECT_NE(message.find(c.message), std::string::npos) << message;
+    }
+  }
+}
+
+void HugeMaxTokensIsClampedToTheContextLeft(const Cluster& cluster) {
+  constexpr int kPromptTokens = 400;
+  json ids = json::array();
+  for (int i = 0; i < kPromptTokens; ++i) ids.push_back(10 + (i * 37) % 3000);
+  for (const RouterProcess* router : {cluster.plain.get(), cluster.pd.get()}) {
+    ++bad_inputs_tried;
+    const json body = {
+        {"input_ids", ids},
+        {"sampling_params",
+         {{"temperature", 0}, {"max_new_tokens", 2147483647}, {"ignore_eos", true}}}};
+    const ClientResponse r = Post(router->port, "/generate", body.dump(), Auth());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json out = json::parse(r.body);
+    EXPECT_EQ(out["meta_info"]["prompt_tokens"], kPromptTokens);
+    const int completion = out["meta_info"]["completion_tokens"].get<int>();
+    EXPECT_GT(completion, 0);
+    EXPECT_LE(completion, kContextLength - kPromptTokens) << r.body;
+
+    ++bad_inputs_tried;
+    const json chat = {{"model", "tandem-tiny-fortunes"},
+                       {"messages", {{{"role", "user"}, {"content", "A long fortune, please."}}}},
+                       {"max_tokens", 1000000000},
+                       {"temperature", 0}};
+    const ClientResponse c = Post(router->port, "/v1/chat/completions", chat.dump(), Auth());
+    ASSERT_EQ(c.status, 200) << c.body;
+    const json usage = json::parse(c.body)["usage"];
+    EXPECT_LE(usage["prompt_tokens"].get<int>() + usage["completion_tokens"].get<int>(),
+              kContextLength)
+        << c.body;
+  }
+}
+
+void Http10AndPipelinedRequests(const Cluster& cluster) {
+  const std::string ok = R"({"text":"hi","sampling_params":{"max_new_tokens":3}})";
+  const std::string ok_stream =
+      R"({"text":"hi","stream":true,"sampling_params":{"max_new_tokens":3}})";
+  auto request = [](const std::string& version, const std::string& body,
+                    const std::string& extra = "") {
+    return "POST /generate " + version + "\r\nHost: t\r\n" + Auth() + extra +
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  {  // HTTP/1.0: answered with a length, then the connection closes.
+    ++bad_inputs_tried;
+    TestClient c(static_cast<uint16_t>(cluster.plain->port), 60);
+    ASSERT_TRUE(c.Send(request("HTTP/1.0", ok)));
+    std::optional<ClientResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_TRUE(c.ReadsEof());
+  }
+  {  // HTTP/1.0 stream: no chunked encoding; the body ends when the connection closes.
+    ++bad_inputs_tried;
+    TestClient c(static_cast<uint16_t>(cluster.pd->port), 60);
+    ASSERT_TRUE(c.Send(request("HTTP/1.0", ok_stream)));
+    std::optional<ClientResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->headers.count("transfer-encoding"), 0u);
+    EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  }
+  {  // HTTP/1.0 with a bad body: still a 400 naming it.
+    ++bad_inputs_tried;
+    TestClient c(static_cast<uint16_t>(cluster.plain->port), 60);
+    ASSERT_TRUE(c.Send(request("HTTP/1.0", R"({"text":5})")));
+    std::optional<ClientResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(ErrorMessage(*r).find("text must be a string"), std::string::npos);
+  }
+  {  // Pipelined: good, bad, streamed, good, all in one write; answered in order.
+    bad_inputs_tried += 4;
+    TestClient c(static_cast<uint16_t>(cluster.pd->port), 60);
+    ASSERT_TRUE(c.Send(request("HTTP/1.1", ok) + request("HTTP/1.1", "{broken") +
+                       request("HTTP/1.1", ok_stream) +
+                       request("HTTP/1.1", ok, "Connection: close\r\n")));
+    std::vector<int> statuses;
+    for (int i = 0; i < 4; ++i) {
+      std::optional<ClientResponse> r = c.ReadResponse();
+      ASSERT_TRUE(r.has_value()) << "response " << i;
+      statuses.push_back(r->status);
+      if (i == 1) {
+        EXPECT_NE(ErrorMessage(*r).find("not valid JSON"), std::string::npos);
+      }
+      if (i == 2) {
+        EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+      }
+    }
+    EXPECT_EQ(statuses, (std::vector<int>{200, 400, 200, 200}));
+    EXPECT_TRUE(c.ReadsEof());
+  }
+  {  // Pipelined after malformed HTTP: the 400 closes the connection; the rest is not served.
+    ++bad_inputs_tried;
+    TestClient c(static_cast<uint16_t>(cluster.plain->port), 60);
+    ASSERT_TRUE(c.Send("BROKEN\r\n\r\n" + request("HTTP/1.1", ok)));
+    std::optional<ClientResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 400);
+    EXPECT_TRUE(c.ReadsEof());
+  }
+}
+
+void SlowlorisIsCutOffAfterTheReadTimeout(const Cluster& cluster) {
+  ++bad_inputs_tried;
+  const int fd = Connect(cluster.plain->port);
+  ASSERT_GE(fd, 0);
+  // Headers one byte per 100 ms, never finished: the router must close the connection (after
+  // --http-read-timeout-secs) instead of waiting forever. The bound is generous on purpose.
+  const std::string head = "POST /generate HTTP/1.1\r\nHost: t\r\nX-Slow: ";
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  bool closed = false;
+  std::string received;
+  for (size_t i = 0; !closed && std::chrono::steady_clock::now() < deadline; ++i) {
+    const char byte = i < head.size() ? head[i] : 'a';
+    if (::send(fd, &byte, 1, MSG_NOSIGNAL) != 1) {
+      closed = true;
+      break;
+    }
+    closed = WaitForClose(fd, std::chrono::milliseconds(100), &received);
+  }
+  ::close(fd);
+  EXPECT_TRUE(closed) << "a client sending one byte per 100 ms kept its connection";
+  EXPECT_EQ(received, "") << "nothing is answered to a request that never arrived";
+}
+
+void IdleAndHalfSentConnectionsAreClosed(const Cluster& cluster) {
+  {  // Connected, never sends a byte.
+    ++bad_inputs_tried;
+    const int fd = Connect(cluster.plain->port);
+    ASSERT_GE(fd, 0);
+    std::string received;
+    EXPECT_TRUE(WaitForClose(fd, seconds(60), &received));
+    EXPECT_EQ(received, "");
+    ::close(fd);
+  }
+  {  // Headers announcing a body that never comes.
+    ++bad_inputs_tried;
+    const int fd = Connect(cluster.pd->port);
+    ASSERT_GE(fd, 0);
+    const std::string half =
+        "POST /generate HTTP/1.1\r\nHost: t\r\n" + Auth() + "Content-Length: 100\r\n\r\n{\"text\":";
+    ASSERT_EQ(::send(fd, half.data(), half.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(half.size()));
+    std::string received;
+    EXPECT_TRUE(WaitForClose(fd, seconds(60), &received));
+    EXPECT_EQ(received, "");
+    ::close(fd);
+  }
+  {  // Expect: 100-continue, then silence.
+    ++bad_inputs_tried;
+    TestClient c(static_cast<uint16_t>(cluster.plain->port), 60);
+    ASSERT_TRUE(c.Send("POST /generate HTTP/1.1\r\nHost: t\r\n" + Auth() +
+                       "Expect: 100-continue\r\nContent-Length: 50\r\n\r\n"));
+    std::optional<ClientResponse> cont = c.ReadHead();
+    ASSERT_TRUE(cont.has_value());
+    EXPECT_EQ(cont->status, 100);
+    EXPECT_TRUE(c.ReadsEof());  // closed after the read timeout
+  }
+}
+
+void ClientsThatLeaveEarlyFreeTheirWork(const Cluster& cluster) {
+  const json stream_body = {
+      {"text", "Tell me a long fortune about the sea."},
+      {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 300}, {"ignore_eos", true}}},
+      {"stream", true}};
+  for (const RouterProcess* router : {cluster.plain.get(), cluster.pd.get()}) {
+    for (int i = 0; i < 3; ++i) {  // gone mid-stream
+      ++bad_inputs_tried;
+      TestClient c(static_cast<uint16_t>(router->port), 60);
+      ASSERT_TRUE(c.SendRequest("POST", "/generate", stream_body.dump(), Auth()));
+      std::optional<ClientResponse> head = c.ReadHead();
+      ASSERT_TRUE(head.has_value());
+      ASSERT_EQ(head->status, 200);
+      ASSERT_TRUE(c.ReadChunk().has_value());
+    }
+    {  // gone right after sending, before any answer
+      ++bad_inputs_tried;
+      TestClient c(static_cast<uint16_t>(router->port), 60);
+      ASSERT_TRUE(c.SendRequest("POST", "/generate", stream_body.dump(), Auth()));
+    }
+    {  // a non-streamed request abandoned while it runs
+      ++bad_inputs_tried;
+      json body = stream_body;
+      body["stream"] = false;
+      TestClient c(static_cast<uint16_t>(router->port), 60);
+      ASSERT_TRUE(c.SendRequest("POST", "/generate", body.dump(), Auth()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  // The routers still answer.
+  const ClientResponse r = Post(cluster.pd->port, "/generate",
+                                R"({"text":"hi","sampling_params":{"max_new_tokens":2}})", Auth());
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+void ConnectionsBeyondTheMaximumAreRefused(const Cluster& cluster) {
+  constexpr int kMax = 4;
+  std::unique_ptr<RouterProcess> router = StartRouter(
+      {"--worker-urls", cluster.colocated->url(), "--http-max-connections", std::to_string(kMax)});
+  // The start-up probe's connection may hold a slot for a moment: retry until kMax are held.
+  const std::string health = "GET /health HTTP/1.1\r\nHost: t\r\n\r\n";
+  std::vector<std::unique_ptr<TestClient>> held;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  while (static_cast<int>(held.size()) < kMax && std::chrono::steady_clock::now() < deadline) {
+    auto c = std::make_unique<TestClient>(static_cast<uint16_t>(router->port), 30);
+    if (c->Send(health) && c->ReadResponse().has_value()) {
+      held.push_back(std::move(c));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_EQ(static_cast<int>(held.size()), kMax);
+  // One more: closed at once, unanswered, while the held ones keep working.
+  bad_inputs_tried += 3;
+  for (int i = 0; i < 3; ++i) {
+    TestClient extra(static_cast<uint16_t>(router->port), 30);
+    extra.Send(health);
+    EXPECT_FALSE(extra.ReadResponse().has_value()) << "connection beyond the maximum served";
+  }
+  for (auto& c : held) {
+    ASSERT_TRUE(c->Send(health));
+    std::optional<ClientResponse> r = c->ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200);
+  }
+  // A slot freed is a slot available again.
+  held.pop_back();
+  bool served = false;
+  for (int i = 0; i < 100 && !served; ++i) {
+    TestClient again(static_cast<uint16_t>(router->port), 30);
+    again.Send(health);
+    std::optional<ClientResponse> r = again.ReadResponse();
+    served = r.has_value() && r->status == 200;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(served);
+}
+
+// The verdict of the background clients and the workers' KV blocks, after everything else.
+void OthersWereServedThroughoutAndEveryBlockIsFree(const Cluster& cluster) {
+  cluster.load->Stop();
+  std::printf("background requests: %d sent, %d succeeded\n", cluster.load->sent(),
+              cluster.load->succeeded());
+  EXPECT_GT(cluster.load->succeeded(), 0);
+  for (const std::string& f : cluster.load->failures())
+    ADD_FAILURE() << "valid request failed: " << f;
+  EXPECT_EQ(cluster.load->succeeded(), cluster.load->sent());
+  std::string why;
+  EXPECT_TRUE(AllBlocksFree(*cluster.plain, *cluster.colocated, &why)) << why;
+  EXPECT_TRUE(AllBlocksFree(*cluster.pd, *cluster.prefill, &why)) << why;
+  EXPECT_TRUE(AllBlocksFree(*cluster.pd, *cluster.decode, &why)) << why;
+  // Still up and well.
+  for (const RouterProcess* router : {cluster.plain.get(), cluster.pd.get()}) {
+    EXPECT_EQ(HttpGet(router->port, "/health").status, 200);
+  }
+}
+
+// One test, so that the background clients run through every section (ctest runs each test in
+// a process of its own) and the daemons start once.
+TEST(BadInput, EveryBadInputIsAnsweredWhileOthersAreServed) {
+  Cluster cluster;
+  ASSERT_FALSE(::testing::Test::HasFailure()) << "the cluster did not come up";
+  using Section = void (*)(const Cluster&);
+  const std::vector<std::pair<const char*, Section>> sections = {
+      {"bodies", BodiesGetTheDocumentedStatusAndNameTheProblem},
+      {"malformed HTTP", MalformedHttpGetsTheDocumentedStatus},
+      {"huge max_tokens", HugeMaxTokensIsClampedToTheContextLeft},
+      {"HTTP/1.0 and pipelining", Http10AndPipelinedRequests},
+      {"slowloris", SlowlorisIsCutOffAfterTheReadTimeout},
+      {"idle and half-sent", IdleAndHalfSentConnectionsAreClosed},
+      {"clients that leave early", ClientsThatLeaveEarlyFreeTheirWork},
+      {"max connections", ConnectionsBeyondTheMaximumAreRefused},
+      {"verdict", OthersWereServedThroughoutAndEveryBlockIsFree},
+  };
+  for (const auto& [name, section] : sections) {
+    SCOPED_TRACE(name);
+    section(cluster);
+  }
+  std::printf("bad inputs tried: %d\n", bad_inputs_tried.load());
+}
+
+}  // namespace
+}  // namespace tandem::itest
