@@ -22,6 +22,9 @@
 # Every namespace, veth and qdisc made here is removed on exit, failure included (they all live
 # in the namespaces that `hosts.sh down` deletes).
 #
+# The partition mode is registered DISABLED in CMakeLists.txt while a known bug stands (the pair
+# does not recover after the link is back).
+#
 # Exit codes: 0 pass, 1 fail, 77 skipped (namespaces cannot be made here; the reason is printed).
 set -euo pipefail
 
