@@ -102,7 +102,7 @@ run_policy() {  # run_policy POLICY -> writes "hit query" (summed over the prefi
   local router_port
   router_port=$(free_port)
   "$bin/tandem-router" --pd-disaggregation --model-path "$model" --host 127.0.0.1 \
-    --port "$router_port" "${prefill_args[@]}" "${decode_args[@]}" \
+    --port "$router_port" "${prefill_args[@]}" "${decode_args[@]}" --cluster-secret-file "$secret" \
     --prefill-policy "$policy" --decode-policy round_robin \
     --health-check-interval-secs 1 --health-success-threshold 1 > "$log/router.log" 2>&1 &
   pids+=($!)

@@ -1,5 +1,6 @@
 #include "decode_node/decode_server.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,8 +31,17 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   core.model_path = o.serving.model_path;
   core.served_model_name = engine::ServedModelName(o.serving);
   core.transfer_backend = o.local_prefill ? "" : o.transfer.backend;
+  // The gRPC service demands the cluster secret whenever the worker has one: always when
+  // disaggregated, and when a colocated worker is given one (it is optional there).
+  std::string grpc_secret;
+  if (o.local_prefill && (!o.transfer.cluster_secret_file.empty() ||
+                          !o.transfer.cluster_secret.empty() ||
+                          std::getenv("TANDEM_CLUSTER_SECRET") != nullptr)) {
+    ASSIGN_OR_RETURN(grpc_secret, kv::LoadClusterSecret(o.transfer));
+  }
   if (!o.local_prefill) {
     ASSIGN_OR_RETURN(std::string secret, kv::LoadClusterSecret(o.transfer));
+    grpc_secret = secret;
     worker::HandoffOptions h;
     h.worker_id = absl::StrCat("decode@", o.host, ":", o.port);
     h.served_model_name = engine::ServedModelName(o.serving);
@@ -45,7 +55,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
 
   ASSIGN_OR_RETURN(worker::WorkerEndpoints endpoints,
                    worker::StartWorkerEndpoints(server->core_.get(), server->metrics_, o.host,
-                                                o.port, o.http_port));
+                                                o.port, o.http_port, grpc_secret));
   server->http_ = std::move(endpoints.http);
   server->grpc_ = std::move(endpoints.grpc);
   const engine::SchedulerConfig& sc = server->engine_->config();

@@ -1,8 +1,11 @@
 #include "router/router_options.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -142,7 +145,41 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--request-id-headers", &o->request_id_headers,
             "Headers checked for a client request id");
   flags.Add("--cluster-secret-file", &o->cluster_secret_file,
-            "File holding the secret the workers require");
+            "File whose first line is the cluster secret the workers require");
+  flags.Add("--cluster-secret", &o->cluster_secret,
+            "The cluster secret itself (prefer --cluster-secret-file)");
+  flags.Add("--tls-cert-file", &o->tls_cert_file,
+            "PEM certificate chain: serve HTTPS instead of HTTP (with --tls-key-file)");
+  flags.Add("--tls-key-file", &o->tls_key_file, "PEM private key of --tls-cert-file");
+}
+
+absl::StatusOr<std::string> LoadRouterClusterSecret(const RouterOptions& o) {
+  std::string secret;
+  std::string source;
+  if (!o.cluster_secret_file.empty()) {
+    std::ifstream in(o.cluster_secret_file);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster-secret-file: cannot read '", o.cluster_secret_file, "'"));
+    }
+    std::getline(in, secret);
+    source = absl::StrCat("--cluster-secret-file '", o.cluster_secret_file, "'");
+  } else if (!o.cluster_secret.empty()) {
+    secret = o.cluster_secret;
+    source = "--cluster-secret";
+  } else if (const char* env = std::getenv("TANDEM_CLUSTER_SECRET"); env != nullptr) {
+    secret = env;
+    source = "TANDEM_CLUSTER_SECRET";
+  } else {
+    return std::string();
+  }
+  // The same rules as the workers' (kvtransfer/transfer_flags.cc), so one file serves both.
+  secret = std::string(absl::StripAsciiWhitespace(secret));
+  if (secret.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the cluster secret must be at least 16 bytes, got ", secret.size()));
+  }
+  return secret;
 }
 
 absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,
@@ -204,6 +241,9 @@ absl::Status ValidateRouterOptions(RouterOptions* o) {
   if (o->decode_policy.empty()) o->decode_policy = o->policy;
   if (o->max_concurrent_requests == 0 || o->max_concurrent_requests < -1) {
     return absl::InvalidArgumentError("--max-concurrent-requests must be -1 or positive");
+  }
+  if (o->tls_cert_file.empty() != o->tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert-file and --tls-key-file go together");
   }
   if (!o->api_key.empty() && o->api_key == o->admin_key) {
     return absl::InvalidArgumentError("--admin-key must differ from --api-key");

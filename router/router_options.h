@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/flags.h"
 
 namespace tandem::router {
@@ -82,7 +83,13 @@ struct RouterOptions {
   std::string served_model_name;  // /v1/models id; "" = the model directory's name
 
   std::vector<std::string> request_id_headers;  // "" = x-request-id, x-correlation-id, ...
-  std::string cluster_secret_file;              // to authenticate to workers
+  // The cluster secret proven to workers on every gRPC call (router/workers/cluster_credentials.h).
+  std::string cluster_secret_file;  // first line; preferred (keeps the secret out of `ps`)
+  std::string cluster_secret;       // or the value itself; or env TANDEM_CLUSTER_SECRET
+
+  // TLS on the HTTP port (both or neither; PEM). Plain HTTP when empty.
+  std::string tls_cert_file;  // certificate chain, leaf first
+  std::string tls_key_file;   // its private key
 };
 
 // Registers every flag on `flags`; `options` must outlive flags.Parse().
@@ -92,6 +99,12 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* options);
 // right after it is its bootstrap port. Errors name the bad token.
 absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,
                                    std::vector<PrefillEndpoint>* out);
+
+// The cluster secret from --cluster-secret-file, --cluster-secret or TANDEM_CLUSTER_SECRET, in
+// that order; "" when none is given (the router then sends no credentials, and workers that
+// demand them refuse its calls with UNAUTHENTICATED). Errors: unreadable file, shorter than 16
+// bytes; they name the source.
+absl::StatusOr<std::string> LoadRouterClusterSecret(const RouterOptions& options);
 
 // Cross-flag checks (PD mode needs --prefill and --decode, plain mode --worker-urls, policies
 // known, thresholds in range) and fills `prefill`. Errors name the flags involved.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/http_tls.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
@@ -321,6 +322,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   s.created_ = absl::ToUnixSeconds(absl::Now());
 
   RegistryOptions ro;
+  ASSIGN_OR_RETURN(ro.cluster_secret, LoadRouterClusterSecret(o));
+  if (ro.cluster_secret.empty() && o.pd_disaggregation) {
+    spdlog::warn("no cluster secret (--cluster-secret-file): workers that require it will refuse "
+                 "this router's calls (UNAUTHENTICATED)");
+  }
   ro.health_failure_threshold = o.health_failure_threshold;
   ro.health_success_threshold = o.health_success_threshold;
   ro.health_check_timeout_secs = o.health_check_timeout_secs;
@@ -383,6 +389,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.read_timeout = std::chrono::seconds(o.http_read_timeout_secs);
   http.idle_timeout = std::chrono::seconds(o.http_idle_timeout_secs);
   http.max_connections = o.http_max_connections;
+  http.tls_cert_file = o.tls_cert_file;
+  http.tls_key_file = o.tls_key_file;
+  if (!o.tls_cert_file.empty()) {
+    RETURN_IF_ERROR(CheckTlsFiles(o.tls_cert_file, o.tls_key_file),
+                    "--tls-cert-file/--tls-key-file: ");
+  }
   s.http_ = std::make_unique<HttpServer>(http);
   s.AddRoutes();
   RETURN_IF_ERROR(s.http_->Start(), "--host/--port: ");

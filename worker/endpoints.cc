@@ -10,7 +10,8 @@ namespace tandem::worker {
 absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
                                                      const MetricsRegistry& metrics,
                                                      const std::string& host, int grpc_port,
-                                                     int http_port) {
+                                                     int http_port,
+                                                     const std::string& cluster_secret) {
   WorkerEndpoints endpoints;
   HttpServerOptions http;
   http.host = host;
@@ -20,7 +21,8 @@ absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
     return core->CheckHealth();
   };
   ASSIGN_OR_RETURN(endpoints.http, StartStatusEndpoint(http, metrics, health, "--http-port: "));
-  ASSIGN_OR_RETURN(endpoints.grpc, GrpcServer::Start(host, grpc_port, core, "--port: "));
+  ASSIGN_OR_RETURN(endpoints.grpc,
+                   GrpcServer::Start(host, grpc_port, core, "--port: ", cluster_secret));
   return endpoints;
 }
 

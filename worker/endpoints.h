@@ -22,10 +22,14 @@ struct WorkerEndpoints {
 
 // HTTP on host:http_port first, then gRPC on host:grpc_port (0 = ephemeral for both). Errors name
 // the flag to change (--http-port, --port). `core` and `metrics` must outlive the endpoints.
+// A non-empty `cluster_secret` makes the gRPC service accept only callers proving it (see
+// GrpcServer); /metrics and /health stay open (they reveal load, not data, and are what probes
+// and Prometheus read).
 absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
                                                      const MetricsRegistry& metrics,
                                                      const std::string& host, int grpc_port,
-                                                     int http_port);
+                                                     int http_port,
+                                                     const std::string& cluster_secret);
 
 }  // namespace tandem::worker
 

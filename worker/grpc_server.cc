@@ -7,8 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/cluster_token.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
+#include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 
 namespace tandem::worker {
@@ -163,24 +166,80 @@ class PrefillReactor : public grpc::ServerUnaryReactor {
   std::atomic<int> refs_{2};  // gRPC's OnDone + the leg's answer
 };
 
+// Answers a Decode call that was refused before it started (no leg, no event).
+class RefusedDecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent> {
+ public:
+  explicit RefusedDecodeReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+// The full gRPC method names the tokens are bound to (proto/worker.proto, package tandem.proto).
+constexpr char kDecodeMethod[] = "/tandem.proto.Worker/Decode";
+constexpr char kPrefillMethod[] = "/tandem.proto.Worker/Prefill";
+constexpr char kAbortMethod[] = "/tandem.proto.Worker/Abort";
+constexpr char kHealthMethod[] = "/tandem.proto.Worker/Health";
+constexpr char kGetLoadMethod[] = "/tandem.proto.Worker/GetLoad";
+constexpr char kFlushCacheMethod[] = "/tandem.proto.Worker/FlushCache";
+constexpr char kGetServerInfoMethod[] = "/tandem.proto.Worker/GetServerInfo";
+
 class WorkerService final : public proto::Worker::CallbackService {
  public:
-  explicit WorkerService(WorkerCore* core) : core_(core) {}
+  WorkerService(WorkerCore* core, std::string cluster_secret)
+      : core_(core), cluster_secret_(std::move(cluster_secret)) {}
+
+  // Every method checks the caller's token first and runs nothing else when it is refused.
+  // Per handler rather than gRPC's AuthMetadataProcessor: gRPC 1.51 aborts when one is set on
+  // insecure server credentials, and a server interceptor cannot finish a call with a status.
+  grpc::Status Authenticate(const grpc::CallbackServerContext* context, const char* method) const {
+    if (cluster_secret_.empty()) return grpc::Status::OK;
+    const auto& metadata = context->client_metadata();
+    const auto it = metadata.find(kClusterAuthMetadata);
+    std::string_view token;
+    if (it != metadata.end()) token = std::string_view(it->second.data(), it->second.size());
+    const absl::Status status = VerifyClusterToken(cluster_secret_, method, token, absl::Now());
+    if (status.ok()) return grpc::Status::OK;
+    // At most one line a second: a stranger hammering the port must not fill the disk.
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    int64_t last_ms = last_refusal_log_ms_.load(std::memory_order_relaxed);
+    if (now_ms - last_ms >= 1000 &&
+        last_refusal_log_ms_.compare_exchange_strong(last_ms, now_ms, std::memory_order_relaxed)) {
+      spdlog::warn("gRPC {} from {} refused: {}", method, context->peer(),
+                   std::string(status.message()));
+    }
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(status.message()));
+  }
+
+  // A unary call refused with `status`.
+  static grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
+                                          grpc::Status status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(std::move(status));
+    return reactor;
+  }
 
   grpc::ServerWriteReactor<proto::DecodeEvent>* Decode(
-      grpc::CallbackServerContext* /*context*/, const proto::DecodeRequest* request) override {
+      grpc::CallbackServerContext* context, const proto::DecodeRequest* request) override {
+    if (grpc::Status auth = Authenticate(context, kDecodeMethod); !auth.ok()) {
+      return new RefusedDecodeReactor(std::move(auth));
+    }
     return new DecodeReactor(core_, *request);
   }
 
-  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* /*context*/,
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const proto::PrefillRequest* request,
                                     proto::PrefillResponse* response) override {
+    if (grpc::Status auth = Authenticate(context, kPrefillMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
     return new PrefillReactor(core_, *request, response);
   }
 
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
                                   const proto::AbortRequest* request,
                                   proto::AbortResponse* response) override {
+    if (grpc::Status auth = Authenticate(context, kAbortMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (request->target_case() == proto::AbortRequest::TARGET_NOT_SET) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -195,6 +254,9 @@ class WorkerService final : public proto::Worker::CallbackService {
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const proto::HealthRequest* request,
                                    proto::HealthResponse* response) override {
+    if (grpc::Status auth = Authenticate(context, kHealthMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     core_->Health(*request, [reactor, response](proto::HealthResponse h) {
       *response = std::move(h);
@@ -206,6 +268,9 @@ class WorkerService final : public proto::Worker::CallbackService {
   grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* context,
                                     const proto::LoadRequest* /*request*/,
                                     proto::LoadReport* response) override {
+    if (grpc::Status auth = Authenticate(context, kGetLoadMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
     *response = core_->GetLoad();
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -215,6 +280,9 @@ class WorkerService final : public proto::Worker::CallbackService {
   grpc::ServerUnaryReactor* FlushCache(grpc::CallbackServerContext* context,
                                        const proto::FlushCacheRequest* /*request*/,
                                        proto::FlushCacheResponse* response) override {
+    if (grpc::Status auth = Authenticate(context, kFlushCacheMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
     *response = core_->FlushCache();
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -224,6 +292,9 @@ class WorkerService final : public proto::Worker::CallbackService {
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const proto::ServerInfoRequest* /*request*/,
                                           proto::ServerInfo* response) override {
+    if (grpc::Status auth = Authenticate(context, kGetServerInfoMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
     *response = core_->GetServerInfo();
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -232,6 +303,8 @@ class WorkerService final : public proto::Worker::CallbackService {
 
  private:
   WorkerCore* core_;
+  const std::string cluster_secret_;  // empty: calls are not authenticated
+  mutable std::atomic<int64_t> last_refusal_log_ms_{0};
 };
 
 }  // namespace
@@ -246,9 +319,10 @@ struct GrpcServer::Impl {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& host, int port,
                                                               WorkerCore* core,
-                                                              const std::string& port_flag) {
+                                                              const std::string& port_flag,
+                                                              const std::string& cluster_secret) {
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<WorkerService>(core);
+  impl->service = std::make_unique<WorkerService>(core, cluster_secret);
   const std::string address = host.find(':') != std::string::npos
                                   ? absl::StrCat("[", host, "]:", port)
                                   : absl::StrCat(host, ":", port);

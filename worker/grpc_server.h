@@ -7,6 +7,11 @@
 // WorkerCore's PrefillLegs (prefill workers); elsewhere they fail with FAILED_PRECONDITION. A
 // prefill leg is cancelled by the Abort RPC (by bootstrap room), not by the client going away.
 //
+// Access: with a non-empty `cluster_secret`, every call must carry a valid cluster token
+// (common/cluster_token.h) in its metadata; a call without one, with a wrong or stale one, ends
+// UNAUTHENTICATED ("missing or wrong cluster secret: ...") before the WorkerCore sees it. With an
+// empty secret (only colocated workers may run without one) every call is served.
+//
 // Thread-safe. The WorkerCore is borrowed and must outlive the server. This header keeps gRPC's
 // headers out of its users (they are heavy to compile).
 #ifndef TANDEM_WORKER_GRPC_SERVER_H_
@@ -26,7 +31,8 @@ class GrpcServer {
   // with SO_REUSEPORT) is UNAVAILABLE with a message naming `port_flag` and the address.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& host, int port,
                                                            WorkerCore* core,
-                                                           const std::string& port_flag);
+                                                           const std::string& port_flag,
+                                                           const std::string& cluster_secret);
   ~GrpcServer();
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;

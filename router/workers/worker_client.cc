@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "router/workers/cluster_credentials.h"
 
 namespace tandem::router {
 namespace {
@@ -168,7 +169,8 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url) {
   return address;
 }
 
-absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClient::Create(const std::string& url) {
+absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClient::Create(
+    const std::string& url, const std::string& cluster_secret) {
   absl::StatusOr<WorkerAddress> address = ParseWorkerUrl(url);
   if (!address.ok()) return address.status();
   grpc::ChannelArguments args;
@@ -184,8 +186,7 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClient::Create(const std::st
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  auto channel =
-      grpc::CreateCustomChannel(address->target, grpc::InsecureChannelCredentials(), args);
+  auto channel = CreateWorkerChannel(address->target, cluster_secret, args);
   return std::shared_ptr<WorkerClient>(
       new WorkerClient(url, *std::move(address), std::move(channel)));
 }

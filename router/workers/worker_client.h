@@ -51,7 +51,9 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
 class WorkerClient {
  public:
   // url: "http://host:port", "host:port" or "grpc://host:port". Errors name the bad url.
-  static absl::StatusOr<std::shared_ptr<WorkerClient>> Create(const std::string& url);
+  // A non-empty `cluster_secret` authenticates every call (router/workers/cluster_credentials.h).
+  static absl::StatusOr<std::shared_ptr<WorkerClient>> Create(
+      const std::string& url, const std::string& cluster_secret = "");
 
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;

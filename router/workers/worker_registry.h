@@ -70,6 +70,7 @@ struct WorkerState {
 };
 
 struct RegistryOptions {
+  std::string cluster_secret;  // proven on every call to a worker ("" sends none)
   int health_failure_threshold = 3;
   int health_success_threshold = 2;
   int health_check_timeout_secs = 5;

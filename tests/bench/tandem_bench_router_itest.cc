@@ -43,7 +43,8 @@ TEST(TandemBenchRouterItest, TableAgreesWithTheRouterAndWorkerMetrics) {
                   "--prefill", "http://" + prefill->grpc_address(),
                   std::to_string(prefill->bootstrap_port), "--decode",
                   "http://" + decode->grpc_address(), "--policy", "round_robin",
-                  "--health-check-interval-secs", "1", "--health-success-threshold", "1"});
+                  "--health-check-interval-secs", "1", "--health-success-threshold", "1",
+                  "--cluster-secret", kTestClusterSecret});
   ASSERT_TRUE(WaitForHttp(router_port, "/health", 200, seconds(60))) << router.Output();
 
   // Counters before the run: the workers' readiness probes ran the model once each.

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/worker.grpc.pb.h"
+#include "router/workers/cluster_credentials.h"
 #include "tests/integration/process.h"
 #include "tests/integration/worker_process.h"
 
@@ -299,7 +300,7 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     auto pinging = proto::Worker::NewStub(
-        grpc::CreateCustomChannel(d->grpc_address(), grpc::InsecureChannelCredentials(), args));
+        router::CreateWorkerChannel(d->grpc_address(), kTestClusterSecret, args));
     const auto t0 = std::chrono::steady_clock::now();
     DecodeResult r = Decode(pinging.get(), dr);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(30));

@@ -7,14 +7,18 @@
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "router/workers/cluster_credentials.h"
 
 namespace tandem::itest {
 namespace {
 
 bool WaitHealthy(WorkerProcess* w) {
   if (!WaitForHttp(w->http_port, "/health", 200, std::chrono::seconds(60))) return false;
-  w->stub = proto::Worker::NewStub(
-      grpc::CreateChannel(w->grpc_address(), grpc::InsecureChannelCredentials()));
+  // Authenticated with the secret the worker was started with (none: a plain channel).
+  std::string secret;
+  auto flag = std::find(w->argv.begin(), w->argv.end(), "--cluster-secret");
+  if (flag != w->argv.end() && flag + 1 != w->argv.end()) secret = *(flag + 1);
+  w->stub = proto::Worker::NewStub(router::CreateWorkerChannel(w->grpc_address(), secret));
   return true;
 }
 

@@ -23,7 +23,7 @@ struct WorkerProcess {
   int bootstrap_port = 0;         // prefill workers
   std::vector<std::string> argv;  // as started, for Restart()
   std::unique_ptr<Process> process;
-  std::unique_ptr<proto::Worker::Stub> stub;
+  std::unique_ptr<proto::Worker::Stub> stub;  // proves the worker's --cluster-secret, if any
 
   std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
   std::string url() const { return "http://" + grpc_address(); }  // as the router takes it

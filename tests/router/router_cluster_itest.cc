@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/worker.grpc.pb.h"
+#include "router/workers/cluster_credentials.h"
 #include "tests/common/http_test_client.h"
 #include "tests/integration/process.h"
 #include "tests/integration/worker_process.h"
@@ -59,7 +60,9 @@ std::unique_ptr<Router> StartRouter(std::vector<std::string> extra) {
                                    "--request-timeout-secs",
                                    "60",
                                    "--policy",
-                                   "round_robin"};
+                                   "round_robin",
+                                   "--cluster-secret",
+                                   kTestClusterSecret};
   argv.insert(argv.end(), extra.begin(), extra.end());
   r->process = std::make_unique<Process>(argv);
   EXPECT_TRUE(WaitForHttp(r->port, "/health", 200, seconds(60))) << r->process->Output();
@@ -98,8 +101,8 @@ std::vector<json> SseEvents(const std::string& body, bool* done) {
 }
 
 proto::LoadReport Load(const Worker& w) {
-  auto stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(w.grpc_port),
-                                                         grpc::InsecureChannelCredentials()));
+  auto stub = proto::Worker::NewStub(
+      router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
   proto::LoadReport load;
@@ -109,8 +112,8 @@ proto::LoadReport Load(const Worker& w) {
 
 // Flushes the radix cache until every block of `w` is free (bounded wait).
 bool AllBlocksFree(const Worker& w) {
-  auto stub = proto::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(w.grpc_port),
-                                                         grpc::InsecureChannelCredentials()));
+  auto stub = proto::Worker::NewStub(
+      router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
   const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     grpc::ClientContext ctx;

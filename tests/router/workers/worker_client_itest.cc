@@ -228,8 +228,8 @@ TEST(WorkerClientItest, DeadPeerFailsWithUnavailable) {
 TEST(WorkerClientItest, PrefillAndDecodeLegs) {
   auto prefill = StartDaemon("prefill");
   auto decode = StartDaemon("decode");
-  auto p = *WorkerClient::Create(prefill->url());
-  auto d = *WorkerClient::Create(decode->url());
+  auto p = *WorkerClient::Create(prefill->url(), itest::kTestClusterSecret);
+  auto d = *WorkerClient::Create(decode->url(), itest::kTestClusterSecret);
   for (uint64_t room : {101u, 102u}) {
     proto::PrefillRequest pr;
     pr.set_rid("pd-" + std::to_string(room));
