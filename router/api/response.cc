@@ -42,6 +42,7 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       routed_prompt_tokens_(static_cast<int64_t>(request.input_ids.size())),
       tokenizer_(tokenizer),
       start_(absl::Now()) {
+  if (kind_ == ApiKind::kGenerate) rid_json_ = Dump(Json(rid_));
   if (kind_ != ApiKind::kGenerate) {
     const char* object =
         kind_ == ApiKind::kChatCompletions ? "chat.completion.chunk" : "text_completion";
@@ -70,19 +71,37 @@ int64_t ResponseShaper::CompletionTokens() const {
                                         : static_cast<int64_t>(output_ids_.size());
 }
 
+// Written directly rather than through a JSON DOM (this runs once per non-streamed request and
+// once per streamed event). The bytes are those Dump() gives for the same object: nlohmann's
+// object keeps its keys sorted, so they are written here in sorted order; strings and the
+// floating-point latency are still rendered by nlohmann, so escaping and number format match.
 std::string ResponseShaper::GenerateObject(double e2e_latency_s) const {
-  Json meta = {
-      {"id", rid_},
-      {"finish_reason",
-       finished_ ? api_internal::SglangFinishReason(final_.finish_reason()) : Json(nullptr)},
-      {"prompt_tokens", PromptTokens()},
-      {"completion_tokens", CompletionTokens()},
-      {"cached_tokens", final_.cached_tokens()}};
-  if (finished_) meta["e2e_latency"] = e2e_latency_s;
-  if (return_logprob_) {
-    meta["output_token_logprobs"] = api_internal::SglangTokenLogprobs(output_ids_, logprobs_);
+  std::string out;
+  out.reserve(160 + text_.size() + 8 * output_ids_.size());
+  absl::StrAppend(&out, "{\"meta_info\":{\"cached_tokens\":", final_.cached_tokens(),
+                  ",\"completion_tokens\":", CompletionTokens());
+  if (finished_) absl::StrAppend(&out, ",\"e2e_latency\":", Dump(Json(e2e_latency_s)));
+  out += ",\"finish_reason\":";
+  const proto::FinishReason& reason = final_.finish_reason();
+  if (!finished_) {
+    out += "null";
+  } else if (reason.type() == proto::FinishReason::LENGTH) {
+    absl::StrAppend(&out, "{\"length\":", reason.length(), ",\"type\":\"length\"}");
+  } else {
+    out += Dump(api_internal::SglangFinishReason(reason));
   }
-  return Dump({{"text", text_}, {"output_ids", output_ids_}, {"meta_info", std::move(meta)}});
+  absl::StrAppend(&out, ",\"id\":", rid_json_);
+  if (return_logprob_) {
+    absl::StrAppend(&out, ",\"output_token_logprobs\":",
+                    Dump(api_internal::SglangTokenLogprobs(output_ids_, logprobs_)));
+  }
+  absl::StrAppend(&out, ",\"prompt_tokens\":", PromptTokens(), "},\"output_ids\":[");
+  for (size_t i = 0; i < output_ids_.size(); ++i) {
+    if (i > 0) out += ',';
+    absl::StrAppend(&out, output_ids_[i]);
+  }
+  absl::StrAppend(&out, "],\"text\":", Dump(Json(text_)), "}");
+  return out;
 }
 
 std::string ResponseShaper::StreamEvent(const proto::DecodeEvent& event) {

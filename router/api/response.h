@@ -87,6 +87,8 @@ class ResponseShaper {
   const absl::Time start_;  // for the streamed /generate e2e_latency
   // OpenAI streams: a chunk's JSON up to the choice's fields ({"id":...,"choices":[{"index":0,).
   std::string stream_chunk_head_;
+  // /generate: the rid as a JSON string, rendered once.
+  std::string rid_json_;
 
   // Accumulated over the events.
   std::string text_;
