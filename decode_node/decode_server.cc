@@ -34,9 +34,9 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   // The gRPC service demands the cluster secret whenever the worker has one: always when
   // disaggregated, and when a colocated worker is given one (it is optional there).
   std::string grpc_secret;
-  if (o.local_prefill && (!o.transfer.cluster_secret_file.empty() ||
-                          !o.transfer.cluster_secret.empty() ||
-                          std::getenv("TANDEM_CLUSTER_SECRET") != nullptr)) {
+  if (o.local_prefill &&
+      (!o.transfer.cluster_secret_file.empty() || !o.transfer.cluster_secret.empty() ||
+       std::getenv("TANDEM_CLUSTER_SECRET") != nullptr)) {
     ASSIGN_OR_RETURN(grpc_secret, kv::LoadClusterSecret(o.transfer));
   }
   if (!o.local_prefill) {

@@ -324,8 +324,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   RegistryOptions ro;
   ASSIGN_OR_RETURN(ro.cluster_secret, LoadRouterClusterSecret(o));
   if (ro.cluster_secret.empty() && o.pd_disaggregation) {
-    spdlog::warn("no cluster secret (--cluster-secret-file): workers that require it will refuse "
-                 "this router's calls (UNAUTHENTICATED)");
+    spdlog::warn(
+        "no cluster secret (--cluster-secret-file): workers that require it will refuse "
+        "this router's calls (UNAUTHENTICATED)");
   }
   ro.health_failure_threshold = o.health_failure_threshold;
   ro.health_success_threshold = o.health_success_threshold;

@@ -247,7 +247,8 @@ WorkerRegistry::~WorkerRegistry() {
 
 absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType type,
                                               std::optional<int> bootstrap_port) {
-  absl::StatusOr<std::shared_ptr<WorkerClient>> client = WorkerClient::Create(url, options_.cluster_secret);
+  absl::StatusOr<std::shared_ptr<WorkerClient>> client =
+      WorkerClient::Create(url, options_.cluster_secret);
   if (!client.ok()) return client.status();
   if (bootstrap_port.has_value() && (*bootstrap_port < 1 || *bootstrap_port > 65535)) {
     return absl::InvalidArgumentError(

@@ -101,8 +101,8 @@ std::vector<json> SseEvents(const std::string& body, bool* done) {
 }
 
 proto::LoadReport Load(const Worker& w) {
-  auto stub = proto::Worker::NewStub(
-      router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
+  auto stub =
+      proto::Worker::NewStub(router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
   proto::LoadReport load;
@@ -112,8 +112,8 @@ proto::LoadReport Load(const Worker& w) {
 
 // Flushes the radix cache until every block of `w` is free (bounded wait).
 bool AllBlocksFree(const Worker& w) {
-  auto stub = proto::Worker::NewStub(
-      router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
+  auto stub =
+      proto::Worker::NewStub(router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
   const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     grpc::ClientContext ctx;
