@@ -180,6 +180,10 @@ class ControlPlane {
   virtual absl::StatusOr<PeerId> ImportPeer(const std::string& descriptor) = 0;
   // Disconnects; the peer's running batches fail.
   virtual absl::Status RemovePeer(PeerId peer) = 0;
+  // OK while `peer` can take batches; Unavailable (with the reason) once its connection was lost
+  // and it was declared dead (it is never reconnected: import its descriptor again), NotFound for
+  // an unknown or removed peer.
+  virtual absl::Status CheckPeer(PeerId peer) const = 0;
   // Lets the peer named `peer_name` write [offset, offset+length) of restricted region `region`.
   virtual absl::StatusOr<WindowId> OpenWindow(const std::string& peer_name, RegionId region,
                                               uint64_t offset, uint64_t length) = 0;

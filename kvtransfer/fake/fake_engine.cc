@@ -124,6 +124,12 @@ class FakeEngine final : public TransferEngine {
     return absl::OkStatus();
   }
 
+  absl::Status CheckPeer(PeerId peer) const override {
+    absl::MutexLock lock(&mu_);
+    if (peers_.count(peer) == 0) return absl::NotFoundError(absl::StrCat("fake: no peer ", peer));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<WindowId> OpenWindow(const std::string& peer_name, RegionId region,
                                       uint64_t offset, uint64_t length) override {
     return regions_.OpenWindow(peer_name, region, offset, length);

@@ -108,6 +108,7 @@ class RdmaEngine final : public TransferEngine {
   absl::StatusOr<std::string> ExportDescriptor() override;
   absl::StatusOr<PeerId> ImportPeer(const std::string& descriptor) override;
   absl::Status RemovePeer(PeerId peer) override;
+  absl::Status CheckPeer(PeerId peer) const override;
   absl::StatusOr<WindowId> OpenWindow(const std::string&, RegionId, uint64_t, uint64_t) override {
     return absl::UnimplementedError("rdma: windows are not offered by the rdma backend");
   }
@@ -357,6 +358,17 @@ absl::StatusOr<PeerId> RdmaEngine::ImportPeer(const std::string& descriptor) {
   for (const auto& qp : p.qps) qp_owner_[qp.qp_num] = id;
   peers_[id] = std::move(p);
   return id;
+}
+
+absl::Status RdmaEngine::CheckPeer(PeerId peer) const {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return absl::NotFoundError(absl::StrCat("rdma: no peer ", peer));
+  if (it->second.dead) {
+    return absl::UnavailableError(absl::StrCat("rdma: peer '", it->second.desc.engine_name,
+                                               "' is dead (", it->second.death, ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RdmaEngine::RemovePeer(PeerId peer) {

@@ -201,6 +201,11 @@ class TcpEngine final : public TransferEngine {
     return absl::OkStatus();
   }
 
+  absl::Status CheckPeer(PeerId peer) const override {
+    absl::MutexLock lock(&mu_);
+    return CheckPeerLocked(peer);
+  }
+
   absl::StatusOr<WindowId> OpenWindow(const std::string& peer_name, RegionId region,
                                       uint64_t offset, uint64_t length) override {
     return regions_.OpenWindow(peer_name, region, offset, length);
@@ -315,7 +320,7 @@ class TcpEngine final : public TransferEngine {
         std::max<int64_t>(100, absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   }
 
-  absl::Status CheckPeerLocked(PeerId peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status CheckPeerLocked(PeerId peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (state_ != EngineState::kServing) return absl::FailedPreconditionError("tcp: not serving");
     auto it = meta_.find(peer);
     if (it == meta_.end()) return absl::NotFoundError(absl::StrCat("tcp: no peer ", peer));

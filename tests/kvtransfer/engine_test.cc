@@ -294,6 +294,28 @@ TEST_P(EngineTest, LifecycleIsEnforced) {
   (*e)->Shutdown();
 }
 
+TEST_P(EngineTest, CheckPeerTellsLiveRemovedAndDeadPeers) {
+  auto a = MakeNode("check-a");
+  auto b = MakeNode("check-b");
+  const PeerId p = Connect(*a, *b);
+  EXPECT_TRUE(a->engine->CheckPeer(p).ok()) << a->engine->CheckPeer(p);
+  EXPECT_TRUE(absl::IsNotFound(a->engine->CheckPeer(p + 1000)));
+  ASSERT_TRUE(a->engine->RemovePeer(p).ok());
+  EXPECT_TRUE(absl::IsNotFound(a->engine->CheckPeer(p))) << a->engine->CheckPeer(p);
+  if (GetParam() != "tcp") return;  // the fake backend has no connection to lose
+  const PeerId q = Connect(*a, *b);
+  ASSERT_TRUE(a->engine->CheckPeer(q).ok());
+  b->engine->Shutdown();
+  absl::Status s;
+  for (int i = 0; i < 300; ++i) {
+    s = a->engine->CheckPeer(q);
+    if (!s.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("dead"), std::string::npos) << s;
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, EngineTest, ::testing::Values("fake", "tcp"),
                          [](const auto& info) { return info.param; });
 
