@@ -118,6 +118,11 @@ absl::StatusOr<std::string> ControlCall(ClientLane& lane, const std::string& bod
 
 void CloseLane(ClientLane& lane) {
   if (lane.socket) {
+    // Stop the monitor before either socket goes: libzmq sends monitor events with a blocking
+    // send, so a DISCONNECTED or CLOSED event emitted after our end of the monitor pair is closed
+    // would block the context's I/O thread for good, and with it every later connection of this
+    // engine (seen as handshakes that time out after a partition).
+    (void)zmq_socket_monitor(lane.socket.handle(), nullptr, 0);
     lane.socket.set(zmq::sockopt::linger, 0);
     lane.socket.close();
   }
