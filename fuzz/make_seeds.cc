@@ -134,6 +134,7 @@ bool WriteControls(const std::string& dir) {
     r->set_decode_worker_id("127.0.0.1:8001");
     *r->mutable_layout() = Layout();
     r->set_transfer_descriptor(kv::EncodeDescriptor(Descriptor("tcp")));
+    r->set_incarnation(0x1c0ffee5eedULL);
     ok &= WriteControl(dir, "register_peer", m);
   }
   {
@@ -180,6 +181,14 @@ bool WriteControls(const std::string& dir) {
     m.mutable_room_abort()->set_bootstrap_room(9);
     m.mutable_room_abort()->set_reason("the client went away");
     ok &= WriteControl(dir, "room_abort", m);
+  }
+  {
+    proto::ControlMessage m;
+    m.mutable_register_again()->set_bootstrap_room(0x5eed5eed5eedULL);
+    m.mutable_register_again()->set_reason(
+        "prefill worker 127.0.0.1:8000: unknown decode worker (it never registered with this "
+        "process)");
+    ok &= WriteControl(dir, "register_again", m);
   }
   return ok;
 }

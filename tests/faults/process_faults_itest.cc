@@ -5,7 +5,6 @@
 // output or a clear error (status and message), surviving workers end with every KV block free
 // (their /metrics), and the router's view of worker health converges. Each test prints one
 // "[fault-summary]" line with the faults it injected and what its requests saw.
-// A prefill worker restarted on the same ports is a known bug (DISABLED_ test below).
 // The network faults (partition, slow lossy link) are in fault_netns_test.sh.
 #include <signal.h>
 
@@ -81,6 +80,18 @@ class ProcessFaultsTest : public ::testing::Test {
     EXPECT_TRUE(HealthConverges(router_port, healthy, &why)) << why;
   }
 
+  // How every fault test ends: the router's view of worker health converges to `healthy`, the
+  // `survivors` have every KV block free, and the summary line is printed with the router's
+  // retry count.
+  static void ExpectRecovered(int router_port, const std::map<std::string, bool>& healthy,
+                              const std::vector<WorkerProcess*>& survivors, Tally& tally,
+                              const std::string& name) {
+    ExpectHealth(router_port, healthy);
+    ExpectAllFree(router_port, survivors);
+    tally.retries = static_cast<int>(Metric(router_port, "tandem_router_retries_total"));
+    tally.Print(name);
+  }
+
   SecretFile secret_;
 };
 
@@ -124,11 +135,9 @@ TEST_F(ProcessFaultsTest, PrefillKilledMidTransfer) {
     const std::string problem = tally.Add(Generate(router->port, bodies[i]), expected[i]);
     EXPECT_TRUE(problem.empty()) << "after the kill, request " << i << ": " << problem;
   }
-  ExpectHealth(router->port,
-               {{survivor->url(), true}, {doomed->url(), false}, {decode->url(), true}});
-  ExpectAllFree(router->port, {survivor.get(), decode.get()});
-  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
-  tally.Print("prefill_killed_mid_transfer");
+  ExpectRecovered(router->port,
+                  {{survivor->url(), true}, {doomed->url(), false}, {decode->url(), true}},
+                  {survivor.get(), decode.get()}, tally, "prefill_killed_mid_transfer");
 }
 
 // 2. A decode worker is killed while streams on it are delivering tokens. Tokens already streamed
@@ -170,11 +179,9 @@ TEST_F(ProcessFaultsTest, DecodeKilledMidStream) {
     const std::string problem = tally.Add(Generate(router->port, body), expected[i]);
     EXPECT_TRUE(problem.empty()) << "after the kill, request " << i << ": " << problem;
   }
-  ExpectHealth(router->port,
-               {{prefill->url(), true}, {survivor->url(), true}, {doomed->url(), false}});
-  ExpectAllFree(router->port, {prefill.get(), survivor.get()});
-  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
-  tally.Print("decode_killed_mid_stream");
+  ExpectRecovered(router->port,
+                  {{prefill->url(), true}, {survivor->url(), true}, {doomed->url(), false}},
+                  {prefill.get(), survivor.get()}, tally, "decode_killed_mid_stream");
 }
 
 // 3. The router is killed with streams in flight. Clients see the connection drop (no hang); the
@@ -257,9 +264,10 @@ class WorkerRestartTest : public ProcessFaultsTest {
       }
     }
   }
-  void Summary(const std::string& name) {
-    tally_.retries = static_cast<int>(Metric(router_->port, "tandem_router_retries_total"));
-    tally_.Print(name);
+  // Both workers healthy and with every block free, and the summary printed.
+  void ExpectPairRecovered(const std::string& name) {
+    ExpectRecovered(router_->port, {{prefill_->url(), true}, {decode_->url(), true}},
+                    {prefill_.get(), decode_.get()}, tally_, name);
   }
 
   std::unique_ptr<WorkerProcess> prefill_, decode_;
@@ -284,17 +292,13 @@ TEST_F(WorkerRestartTest, DecodeRestartedAndAddedBack) {
   EXPECT_EQ(added.status, 200) << added.body;
   ExpectHealth(router_->port, {{prefill_->url(), true}, {decode_->url(), true}});
   SendAll("decode added back", true);
-  ExpectAllFree(router_->port, {prefill_.get(), decode_.get()});
-  Summary("decode_restarted_and_added_back");
+  ExpectPairRecovered("decode_restarted_and_added_back");
 }
 
-// Disabled: a known bug. The decode worker registers with a prefill worker once and registers
-// again only when one of its rooms expires on its own (--bootstrap-timeout + --transfer-timeout);
-// behind the router every such room is aborted first (when the prefill leg fails after
-// --bootstrap-timeout), so a prefill worker restarted on the same ports never learns the decode
-// worker again and every request fails with a 503 naming the bootstrap timeout. The router's
-// health view does converge (unhealthy, then healthy).
-TEST_F(WorkerRestartTest, DISABLED_PrefillRestartedOnSamePortsServesAgain) {
+// The restarted prefill worker does not know the decode worker: it answers the first room with
+// RegisterAgain, and the decode worker registers again on its open bootstrap connection and
+// resends the room, so every request after the restart succeeds.
+TEST_F(WorkerRestartTest, PrefillRestartedOnSamePortsServesAgain) {
   prefill_->Kill();
   ++tally_.faults;
   ExpectHealth(router_->port, {{prefill_->url(), false}, {decode_->url(), true}});
@@ -303,8 +307,7 @@ TEST_F(WorkerRestartTest, DISABLED_PrefillRestartedOnSamePortsServesAgain) {
   ASSERT_TRUE(prefill_->Launch(&why)) << why;
   ExpectHealth(router_->port, {{prefill_->url(), true}, {decode_->url(), true}});
   SendAll("prefill restarted", true);
-  ExpectAllFree(router_->port, {prefill_.get(), decode_.get()});
-  Summary("prefill_restarted_on_same_ports");
+  ExpectPairRecovered("prefill_restarted_on_same_ports");
 }
 
 }  // namespace

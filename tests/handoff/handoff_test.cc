@@ -1,7 +1,14 @@
 // The KV handoff between a prefill and a decode worker, in one process over the real tcp transfer
 // backend on loopback: tokens equal to the colocated engine's, and the failures a cluster meets
 // (wrong secret, other model, a room nobody prefills, a prefill nobody registers, aborts) end
-// with a clear error and every block back in the pool.
+// with a clear error and every block back in the pool; either side restarted, the pair serves
+// again.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -320,6 +327,112 @@ TEST(HandoffTest, AbortOnThePrefillSideEndsTheDecodeLegWithItsReason) {
     EXPECT_TRUE(d.finish->message.find("client went away") != std::string::npos ||
                 d.finish->message.find("no KV cache") != std::string::npos)
         << d.finish->message;
+  }
+  ExpectAllBlocksFree(p.pe.get());
+  ExpectAllBlocksFree(p.de.get());
+}
+
+// One request through prefill handoff `ph` and decode handoff `dh`: the decode leg's result and
+// the prefill leg's status.
+struct LegOutcome {
+  Result decode;
+  absl::Status prefill = absl::UnknownError("not called");
+};
+
+LegOutcome RunOneLeg(PrefillHandoff* ph, engine::Engine* de, DecodeHandoff* dh, uint64_t room,
+                     const Case& c) {
+  Sink sink;
+  LegOutcome out;
+  const std::string rid = "leg" + std::to_string(room);
+  engine::Request r = DecodeRequest(rid, c, &sink);
+  absl::Status prepared = dh->PrepareDecodeLeg(Leg(room, ph->bootstrap_port()), &r);
+  EXPECT_TRUE(prepared.ok()) << prepared;
+  if (!prepared.ok()) return out;
+  EXPECT_TRUE(de->Submit(std::move(r)).ok());
+  std::atomic<bool> called{false};
+  proto::PrefillRequest pr;
+  pr.set_bootstrap_room(room);
+  pr.set_rid(rid);
+  pr.mutable_input_ids()->Assign(c.prompt.begin(), c.prompt.end());
+  *pr.mutable_sampling_params() = ToProto(c);
+  ph->RunPrefill(pr, [&](absl::StatusOr<proto::PrefillResponse> resp) {
+    out.prefill = resp.status();
+    called = true;
+  });
+  for (int i = 0; i < 2000 && !called; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(called);
+  EXPECT_TRUE(de->WaitIdle(30));
+  std::lock_guard<std::mutex> lock(sink.mu);
+  out.decode = sink.out[rid];
+  return out;
+}
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A prefill worker restarted on the same bootstrap port does not know the decode worker: it
+// answers the first room with RegisterAgain, the decode worker registers again on its open
+// connection and resends the room, and that very request succeeds (no room is lost to the
+// --bootstrap-timeout, 2 s here).
+TEST(HandoffTest, PrefillRestartedOnTheSamePortServesTheNextRoom) {
+  Pair p = MakePair();
+  Case c{{11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, 6, 0, 0};
+  LegOutcome first = RunOneLeg(p.ph.get(), p.de.get(), p.dh.get(), 501, c);
+  ASSERT_TRUE(first.prefill.ok()) << first.prefill;
+  ASSERT_TRUE(first.decode.last);
+  ASSERT_EQ(first.decode.tokens.size(), 6u);
+
+  const int port = p.ph->bootstrap_port();
+  p.ph.reset();  // the prefill worker goes away...
+  HandoffOptions o = Options("prefill-0");
+  o.bootstrap_port = port;
+  auto restarted = PrefillHandoff::Create(p.pe.get(), o);  // ...and comes back on the same port
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  p.ph = std::move(*restarted);
+  for (uint64_t room = 502; room < 505; ++room) {
+    LegOutcome again = RunOneLeg(p.ph.get(), p.de.get(), p.dh.get(), room, c);
+    EXPECT_TRUE(again.prefill.ok()) << "room " << room << ": " << again.prefill;
+    ASSERT_TRUE(again.decode.last) << room;
+    EXPECT_EQ(again.decode.finish->kind, engine::FinishReason::Kind::kLength)
+        << again.decode.finish->message;
+    EXPECT_EQ(again.decode.tokens, first.decode.tokens) << "room " << room;
+  }
+  ExpectAllBlocksFree(p.pe.get());
+  ExpectAllBlocksFree(p.de.get());
+}
+
+// A decode worker restarted with the same id and the same transfer endpoint exports the same
+// descriptor; its new incarnation makes the prefill worker import it anew instead of keeping the
+// connection to the process that is gone.
+TEST(HandoffTest, DecodeRestartedWithTheSameDescriptorIsImportedAnew) {
+  HandoffOptions d = Options("decode-0");
+  d.transfer.transfer_port = FreeTcpPort();
+  Pair p = MakePair(d);
+  Case c{{21, 22, 23, 24, 25, 26, 27}, 5, 0, 0};
+  LegOutcome first = RunOneLeg(p.ph.get(), p.de.get(), p.dh.get(), 601, c);
+  ASSERT_TRUE(first.prefill.ok()) << first.prefill;
+  ASSERT_TRUE(first.decode.last);
+
+  p.dh.reset();
+  auto restarted = DecodeHandoff::Create(p.de.get(), d);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  p.dh = std::move(*restarted);
+  for (uint64_t room = 602; room < 605; ++room) {
+    LegOutcome again = RunOneLeg(p.ph.get(), p.de.get(), p.dh.get(), room, c);
+    EXPECT_TRUE(again.prefill.ok()) << "room " << room << ": " << again.prefill;
+    ASSERT_TRUE(again.decode.last) << room;
+    EXPECT_EQ(again.decode.tokens, first.decode.tokens) << "room " << room;
   }
   ExpectAllBlocksFree(p.pe.get());
   ExpectAllBlocksFree(p.de.get());

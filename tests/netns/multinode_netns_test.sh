@@ -15,48 +15,17 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 hosts="$repo/deploy/netns/hosts.sh"
 launch="$repo/deploy/multinode/launch.sh"
 
-skip() {
-  echo "SKIPPED: $1"
-  exit 77
-}
-fail() {
-  echo "FAIL: $1" >&2
-  exit 1
-}
-
-[ "$(id -u)" = 0 ] || skip "network namespaces need root (running as uid $(id -u))"
-command -v ip > /dev/null || skip "'ip' (iproute2) is not installed"
-command -v curl > /dev/null || skip "curl is not installed"
-for b in tandem-router tandem-prefill tandem-decode; do
-  [ -x "$bin/$b" ] || fail "$bin/$b is missing"
-done
+# shellcheck source=tests/netns/lib.sh
+source "$repo/tests/netns/lib.sh"
+netns_require "$bin" curl
 [ -f "$model/config.json" ] || fail "no model in $model"
 
 id="mn$$"
 subnet=10.$((RANDOM % 200 + 20)).$((RANDOM % 250))
 work=$(mktemp -d "${TMPDIR:-/tmp}/tandem-netns.XXXXXX")
-cleanup() {
-  local rc=$?
-  # hosts.sh down ends every process left in the namespaces (launch.sh's children included).
-  "$hosts" --id "$id" down || echo "cleanup: hosts.sh down failed" >&2
-  if [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ -d "$work/run" ]; then
-    for log in "$work"/run/*.log; do
-      [ -e "$log" ] || continue
-      echo "---- end of $(basename "$log")" >&2
-      tail -n 15 "$log" >&2
-    done
-  fi
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-rc=0
-up_out=$("$hosts" --id "$id" --subnet "$subnet" up 5 2>&1) || rc=$?
-[ "$rc" != 3 ] || skip "cannot make network namespaces here: $up_out"
-[ "$rc" = 0 ] || fail "hosts.sh up 5: $up_out"
-echo "$up_out"
+logs="$work/run/*.log"
+log_lines=15
+netns_setup "$subnet" 5
 
 (umask 077 && head -c 32 /dev/urandom | base64 > "$work/cluster-secret")
 cat > "$work/cluster.env" << EOF

@@ -1,6 +1,7 @@
 #include "worker/handoff/decode_handoff.h"
 
 #include <chrono>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,8 +19,17 @@ absl::StatusOr<std::unique_ptr<DecodeHandoff>> DecodeHandoff::Create(engine::Eng
   return h;
 }
 
+namespace {
+
+uint64_t RandomIncarnation() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
 DecodeHandoff::DecodeHandoff(engine::Engine* engine, HandoffOptions options)
-    : engine_(engine), options_(std::move(options)) {}
+    : engine_(engine), options_(std::move(options)), incarnation_(RandomIncarnation()) {}
 
 DecodeHandoff::~DecodeHandoff() { Shutdown(); }
 
@@ -37,14 +47,14 @@ absl::Status DecodeHandoff::Start() {
   auto descriptor = transfer_->ExportDescriptor();
   if (!descriptor.ok()) return descriptor.status();
   descriptor_ = *descriptor;
-  reaper_ = std::thread([this] { ReaperLoop(); });
+  background_ = std::thread([this] { BackgroundLoop(); });
   return absl::OkStatus();
 }
 
 void DecodeHandoff::Shutdown() {
   if (stop_.exchange(true)) return;
   stop_cv_.notify_all();
-  if (reaper_.joinable()) reaper_.join();
+  if (background_.joinable()) background_.join();
   std::map<uint64_t, Room> rooms;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -89,13 +99,7 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
     peer->socket.set(zmq::sockopt::linger, 0);
     peer->socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxControlBytes));
     peer->socket.connect(absl::StrCat("tcp://", address));
-    proto::ControlMessage m;
-    proto::RegisterPeer* r = m.mutable_register_peer();
-    r->set_decode_worker_id(options_.worker_id);
-    *r->mutable_layout() = ToProto(compat_);
-    r->set_transfer_descriptor(descriptor_);
-    const std::string sealed = SealControl(options_.cluster_secret, std::move(m));
-    peer->socket.send(zmq::buffer(sealed), zmq::send_flags::dontwait);
+    peer->socket.send(zmq::buffer(SealedRegisterPeer()), zmq::send_flags::dontwait);
     zmq::pollitem_t item{peer->socket.handle(), 0, ZMQ_POLLIN, 0};
     const auto timeout = std::chrono::milliseconds(
         static_cast<int64_t>(options_.transfer.bootstrap_timeout_s * 1000));
@@ -141,6 +145,16 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
   return peer;
 }
 
+std::string DecodeHandoff::SealedRegisterPeer() const {
+  proto::ControlMessage m;
+  proto::RegisterPeer* r = m.mutable_register_peer();
+  r->set_decode_worker_id(options_.worker_id);
+  *r->mutable_layout() = ToProto(compat_);
+  r->set_transfer_descriptor(descriptor_);
+  r->set_incarnation(incarnation_);
+  return SealControl(options_.cluster_secret, std::move(m));
+}
+
 void DecodeHandoff::Send(Peer* peer, const std::string& bytes) {
   std::lock_guard<std::mutex> plock(peer->mu);
   if (!peer->registered) return;
@@ -183,13 +197,16 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
     r->set_decode_worker_id(options_.worker_id);
     r->mutable_dst_block_ids()->Assign(blocks.begin(), blocks.end());
     r->set_num_tokens(num_tokens);
+    std::string sealed;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = rooms_.find(room);
       if (it == rooms_.end()) return;
       r->set_deadline_unix_ms(absl::ToUnixMillis(it->second.deadline));
+      sealed = SealControl(options_.cluster_secret, std::move(m));
+      it->second.registration = sealed;
     }
-    Send(p.get(), SealControl(options_.cluster_secret, std::move(m)));
+    Send(p.get(), sealed);
   };
   auto user_output = std::move(request->callbacks.on_output);
   request->callbacks.on_output = [this, room, user_output](const engine::RequestOutput& out) {
@@ -228,12 +245,98 @@ void DecodeHandoff::OnNotification(const std::string& from, const std::string& m
                             });
 }
 
-void DecodeHandoff::ReaperLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_.load()) {
-    stop_cv_.wait_for(lock, std::chrono::milliseconds(100));
+void DecodeHandoff::ReadPeers() {
+  std::vector<std::shared_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [address, peer] : peers_) peers.push_back(peer);
+  }
+  for (const std::shared_ptr<Peer>& peer : peers) {
+    std::vector<proto::ControlMessage> got;
+    {
+      std::lock_guard<std::mutex> plock(peer->mu);
+      if (!peer->registered) continue;  // GetPeer owns the socket during a handshake
+      try {
+        zmq::message_t bytes;
+        for (int n = 0; n < 256 && peer->socket.recv(bytes, zmq::recv_flags::dontwait); ++n) {
+          auto m = OpenControl(options_.cluster_secret, bytes.to_string());
+          if (!m.ok()) {
+            spdlog::warn("bootstrap: message from prefill worker {} dropped: {}", peer->address,
+                         std::string(m.status().message()));
+            continue;
+          }
+          got.push_back(std::move(*m));
+        }
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("bootstrap: read from prefill worker {}: {}", peer->address, e.what());
+      }
+    }
+    for (const proto::ControlMessage& m : got) {
+      if (m.has_register_again()) OnRegisterAgain(peer, m.register_again());
+      if (m.has_register_peer_reply()) OnRegisterReply(peer, m.register_peer_reply());
+    }
+  }
+}
+
+void DecodeHandoff::OnRegisterAgain(const std::shared_ptr<Peer>& peer,
+                                    const proto::RegisterAgain& m) {
+  std::string registration;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rooms_.find(m.bootstrap_room());
+    if (it != rooms_.end() && it->second.peer == peer && !it->second.resent) {
+      it->second.resent = true;
+      registration = it->second.registration;
+    }
+  }
+  bool register_again = false;
+  {
+    std::lock_guard<std::mutex> plock(peer->mu);
     const absl::Time now = absl::Now();
-    std::vector<std::pair<uint64_t, Room>> expired;
+    if (now - peer->last_register_again >= absl::Seconds(1)) {
+      peer->last_register_again = now;
+      register_again = true;
+    }
+  }
+  if (register_again) {
+    spdlog::info("bootstrap: registering with prefill worker {} again: {}", peer->address,
+                 m.reason());
+    Send(peer.get(), SealedRegisterPeer());
+  }
+  // Behind the registration on the same connection, so the prefill worker knows us by then.
+  if (!registration.empty()) Send(peer.get(), registration);
+}
+
+void DecodeHandoff::OnRegisterReply(const std::shared_ptr<Peer>& peer,
+                                    const proto::RegisterPeerReply& m) {
+  if (m.accepted()) {
+    spdlog::info("bootstrap: registered with prefill worker {} ({}) again", peer->address,
+                 m.prefill_worker_id());
+    return;
+  }
+  const std::string why =
+      absl::StrCat("prefill worker ", peer->address, " refused this decode worker: ", m.error());
+  spdlog::warn("bootstrap: {}", why);
+  {
+    // The next leg handshakes on a new connection and gets the refusal as its error.
+    std::lock_guard<std::mutex> plock(peer->mu);
+    peer->registered = false;
+  }
+  std::vector<std::string> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [room, r] : rooms_) {
+      if (r.peer == peer) waiting.push_back(r.rid);
+    }
+  }
+  for (const std::string& rid : waiting) engine_->Abort(rid, why);
+}
+
+void DecodeHandoff::ExpireRooms() {
+  std::vector<std::pair<uint64_t, Room>> expired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = absl::Now();
     for (auto it = rooms_.begin(); it != rooms_.end();) {
       if (it->second.deadline < now) {
         expired.emplace_back(it->first, std::move(it->second));
@@ -242,23 +345,29 @@ void DecodeHandoff::ReaperLoop() {
         ++it;
       }
     }
-    lock.unlock();
-    for (auto& [room, r] : expired) {
-      const std::string why = absl::StrCat(
-          "no KV cache from prefill worker ", r.peer->address, " for room ", room, " within ",
-          options_.transfer.bootstrap_timeout_s + options_.transfer.transfer_timeout_s,
-          " s (--bootstrap-timeout + --transfer-timeout)");
-      engine_->Abort(r.rid, why);
-      proto::ControlMessage m;
-      m.mutable_room_abort()->set_bootstrap_room(room);
-      m.mutable_room_abort()->set_reason(why);
-      Send(r.peer.get(), SealControl(options_.cluster_secret, std::move(m)));
-      // The prefill worker may have restarted and forgotten this worker: register again before
-      // the next room (a worker that still knows us just accepts the same descriptor again).
-      std::lock_guard<std::mutex> plock(r.peer->mu);
-      r.peer->registered = false;
+  }
+  for (auto& [room, r] : expired) {
+    const std::string why = absl::StrCat(
+        "no KV cache from prefill worker ", r.peer->address, " for room ", room, " within ",
+        options_.transfer.bootstrap_timeout_s + options_.transfer.transfer_timeout_s,
+        " s (--bootstrap-timeout + --transfer-timeout)");
+    engine_->Abort(r.rid, why);
+    proto::ControlMessage m;
+    m.mutable_room_abort()->set_bootstrap_room(room);
+    m.mutable_room_abort()->set_reason(why);
+    Send(r.peer.get(), SealControl(options_.cluster_secret, std::move(m)));
+  }
+}
+
+void DecodeHandoff::BackgroundLoop() {
+  while (!stop_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return stop_.load(); });
     }
-    lock.lock();
+    if (stop_.load()) break;
+    ReadPeers();
+    ExpireRooms();
   }
 }
 

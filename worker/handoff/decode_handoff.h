@@ -10,6 +10,14 @@
 // hears nothing within --bootstrap-timeout + --transfer-timeout is aborted here and on the prefill
 // worker (RoomAbort).
 //
+// The connection to a prefill worker is kept for the life of this object (ZMQ reconnects it), and
+// a background thread reads what the prefill worker sends on it. A prefill worker that restarted,
+// or that lost its transfer connection to us, answers a room with RegisterAgain: we send
+// RegisterPeer again on the same connection (at most once a second per prefill worker), then the
+// room's registration once more, which the prefill worker reads after the registration. A
+// registration it refuses (say, it restarted with another model) ends the rooms waiting on it
+// with its reason, and the next leg handshakes anew and gets that reason as its error.
+//
 // Thread-safe. The Engine is borrowed and must outlive this object.
 #ifndef TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
 #define TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
@@ -26,6 +34,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
+#include "proto/kv_control.pb.h"
 #include "worker/handoff/handoff_options.h"
 #include "worker/worker_core.h"
 #include "zmq.hpp"
@@ -51,31 +60,42 @@ class DecodeHandoff : public KvHandoff {
  private:
   struct Peer {
     std::string address;  // host:port of the bootstrap server
-    std::mutex mu;        // serialises use of `socket`
+    std::mutex mu;        // serialises use of `socket` and guards the fields below
     zmq::socket_t socket;
     bool registered = false;
+    absl::Time last_register_again = absl::InfinitePast();  // RegisterPeer resent then
   };
   struct Room {
     std::string rid;
     std::shared_ptr<Peer> peer;
     absl::Time deadline;
+    std::string registration;  // the sealed RoomRegistration, once the blocks are reserved
+    bool resent = false;       // sent again after a RegisterAgain (once at most)
   };
 
   DecodeHandoff(engine::Engine* engine, HandoffOptions options);
   absl::Status Start();
   absl::StatusOr<std::shared_ptr<Peer>> GetPeer(const std::string& host, int port);
+  std::string SealedRegisterPeer() const;
   void Send(Peer* peer, const std::string& bytes);
   void OnNotification(const std::string& from, const std::string& message);
-  void ReaperLoop();
+  // Reads and handles what every registered prefill worker sent (RegisterAgain and the replies
+  // to registrations sent again). Background thread only.
+  void ReadPeers();
+  void OnRegisterAgain(const std::shared_ptr<Peer>& peer, const proto::RegisterAgain& m);
+  void OnRegisterReply(const std::shared_ptr<Peer>& peer, const proto::RegisterPeerReply& m);
+  void ExpireRooms();
+  void BackgroundLoop();
 
   engine::Engine* engine_;
   HandoffOptions options_;
   kv::CompatibilityRecord compat_;
   kv::TransferEnginePtr transfer_;
   std::string descriptor_;
+  uint64_t incarnation_;  // random, this process's (RegisterPeer.incarnation)
   zmq::context_t zmq_context_{1};
   std::atomic<bool> stop_{false};
-  std::thread reaper_;
+  std::thread background_;
 
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;

@@ -1,6 +1,7 @@
 #include "worker/handoff/prefill_handoff.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -386,7 +387,7 @@ void PrefillHandoff::BootstrapLoop() {
         } else if (m->has_register_peer()) {
           reply = HandleRegisterPeer(m->register_peer());
         } else if (m->has_room_registration()) {
-          HandleRoom(m->room_registration());
+          reply = HandleRoom(m->room_registration());
         } else if (m->has_room_abort()) {
           AbortRoom(m->room_abort().bootstrap_room(),
                     absl::StrCat("the decode worker aborted the room: ", m->room_abort().reason()));
@@ -417,20 +418,29 @@ std::string PrefillHandoff::HandleRegisterPeer(const proto::RegisterPeer& m) {
     spdlog::warn("bootstrap: {}", r->error());
     return SealControl(options_.cluster_secret, std::move(reply));
   }
-  std::optional<kv::PeerId> old;
+  std::optional<KnownPeer> known;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = peers_.find(m.decode_worker_id());
-    if (it != peers_.end()) {
-      if (it->second.second == m.transfer_descriptor()) {
-        r->set_accepted(true);
-        return SealControl(options_.cluster_secret, std::move(reply));
-      }
-      old = it->second.first;
-      peers_.erase(it);
-    }
+    if (it != peers_.end()) known = it->second;
   }
-  if (old) (void)transfer_->RemovePeer(*old);  // the decode worker restarted
+  if (known) {
+    absl::Status alive = transfer_->CheckPeer(known->peer);
+    if (alive.ok() && known->descriptor == m.transfer_descriptor() &&
+        known->incarnation == m.incarnation()) {
+      r->set_accepted(true);
+      return SealControl(options_.cluster_secret, std::move(reply));
+    }
+    // The decode worker restarted (another incarnation or descriptor), or our connection to it
+    // was lost and is not coming back by itself: forget the old peer and import anew.
+    spdlog::info("bootstrap: decode worker {} registers again ({}): importing its descriptor",
+                 m.decode_worker_id(),
+                 !alive.ok() ? std::string(alive.message()) : std::string("it restarted"));
+    (void)transfer_->RemovePeer(known->peer);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = peers_.find(m.decode_worker_id());
+    if (it != peers_.end() && it->second.peer == known->peer) peers_.erase(it);
+  }
   auto peer = transfer_->ImportPeer(m.transfer_descriptor());
   if (!peer.ok()) {
     r->set_accepted(false);
@@ -442,26 +452,41 @@ std::string PrefillHandoff::HandleRegisterPeer(const proto::RegisterPeer& m) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    peers_[m.decode_worker_id()] = {*peer, m.transfer_descriptor()};
+    peers_[m.decode_worker_id()] = {*peer, m.transfer_descriptor(), m.incarnation()};
   }
   spdlog::info("bootstrap: decode worker {} registered", m.decode_worker_id());
   r->set_accepted(true);
   return SealControl(options_.cluster_secret, std::move(reply));
 }
 
-void PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
-  std::shared_ptr<Leg> start;
+std::string PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
+  kv::PeerId peer = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto p = peers_.find(m.decode_worker_id());
-    if (p == peers_.end()) {
-      spdlog::warn("bootstrap: room {} from unregistered decode worker {} ignored",
-                   m.bootstrap_room(), m.decode_worker_id());
-      return;
-    }
+    if (p != peers_.end()) peer = p->second.peer;
+  }
+  absl::Status alive = peer == 0 ? absl::NotFoundError(
+                                       "unknown decode worker (it never "
+                                       "registered with this process)")
+                                 : transfer_->CheckPeer(peer);
+  if (!alive.ok()) {
+    spdlog::warn(
+        "bootstrap: room {} from decode worker {} not started: {}; asking it to "
+        "register again",
+        m.bootstrap_room(), m.decode_worker_id(), std::string(alive.message()));
+    proto::ControlMessage again;
+    again.mutable_register_again()->set_bootstrap_room(m.bootstrap_room());
+    again.mutable_register_again()->set_reason(
+        absl::StrCat("prefill worker ", options_.worker_id, ": ", alive.message()));
+    return SealControl(options_.cluster_secret, std::move(again));
+  }
+  std::shared_ptr<Leg> start;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     Registration reg;
     reg.decode_id = m.decode_worker_id();
-    reg.peer = p->second.first;
+    reg.peer = peer;
     reg.blocks.assign(m.dst_block_ids().begin(), m.dst_block_ids().end());
     reg.num_tokens = m.num_tokens();
     reg.deadline = m.deadline_unix_ms() > 0
@@ -474,14 +499,15 @@ void PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
       if (registrations_.size() < kMaxEarlyRegistrations) {
         registrations_[m.bootstrap_room()] = std::move(reg);
       }
-      return;
+      return "";
     }
-    if (it->second->started) return;  // a duplicate registration
+    if (it->second->started) return "";  // a duplicate registration
     it->second->reg = std::move(reg);
     it->second->started = true;
     start = it->second;
   }
   StartLeg(start);
+  return "";
 }
 
 void PrefillHandoff::CheckDeadlines() {

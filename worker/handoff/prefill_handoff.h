@@ -5,6 +5,13 @@
 //    values, and their transfer descriptor, which we import: the transfer engine authenticates
 //    both ways with the cluster secret) and register rooms (RoomRegistration: the blocks reserved
 //    for one request's prompt). Every message is sealed with the cluster secret.
+//    A decode worker is known by its id, descriptor and incarnation (a random number per
+//    process): a registration that changes any of them, or that comes while the transfer engine
+//    has declared the known peer dead, imports the descriptor anew. A room from a decode worker
+//    we do not know (this worker restarted) or whose transfer peer is dead (the link was lost) is
+//    not started: the answer is RegisterAgain, and the decode worker registers again on the same
+//    connection and resends the room. Descriptors are imported only when their owner has just
+//    sent them, so the bootstrap thread never waits on an endpoint that is gone.
 //  - RunPrefill, the gRPC prefill leg: waits (up to --bootstrap-timeout) for its room's
 //    registration, runs the prompt as a prefill-only engine request, pushes each layer's K/V into
 //    the decode worker's blocks as soon as the layer is computed, and once every write has been
@@ -73,8 +80,9 @@ class PrefillHandoff : public PrefillLegs {
   PrefillHandoff(engine::Engine* engine, HandoffOptions options);
   absl::Status Start();
   void BootstrapLoop();
+  // Both return the sealed reply to send back ("" for none).
   std::string HandleRegisterPeer(const proto::RegisterPeer& m);
-  void HandleRoom(const proto::RoomRegistration& m);
+  std::string HandleRoom(const proto::RoomRegistration& m);
   void CheckDeadlines();
   void StartLeg(const std::shared_ptr<Leg>& leg);
   void OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::KvLayerEvent& e);
@@ -96,7 +104,12 @@ class PrefillHandoff : public PrefillLegs {
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<Leg>> legs_;   // by room: waiting or running
   std::map<uint64_t, Registration> registrations_;  // rooms registered before their leg
-  std::map<std::string, std::pair<kv::PeerId, std::string>> peers_;  // decode id -> peer, desc
+  struct KnownPeer {
+    kv::PeerId peer = 0;
+    std::string descriptor;
+    uint64_t incarnation = 0;
+  };
+  std::map<std::string, KnownPeer> peers_;  // by decode worker id
 };
 
 }  // namespace tandem::worker
