@@ -6,7 +6,10 @@
 
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -87,6 +90,39 @@ absl::Status VerifyClusterToken(std::string_view secret, std::string_view method
         absl::FormatDuration(window), "); a replayed token, or the hosts' clocks disagree"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ResolveClusterSecret(const std::string& file, const std::string& value,
+                                                 bool required) {
+  std::string secret;
+  std::string source;
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster-secret-file: cannot read '", file, "'"));
+    }
+    std::getline(in, secret);
+    source = absl::StrCat("--cluster-secret-file '", file, "'");
+  } else if (!value.empty()) {
+    secret = value;
+    source = "--cluster-secret";
+  } else if (const char* env = std::getenv("TANDEM_CLUSTER_SECRET"); env != nullptr) {
+    secret = env;
+    source = "TANDEM_CLUSTER_SECRET";
+  } else if (required) {
+    return absl::InvalidArgumentError(
+        "no cluster secret: give --cluster-secret-file, --cluster-secret or set "
+        "TANDEM_CLUSTER_SECRET (the same value on every member of the cluster)");
+  } else {
+    return std::string();
+  }
+  secret = std::string(absl::StripAsciiWhitespace(secret));
+  if (secret.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the cluster secret must be at least 16 bytes, got ", secret.size()));
+  }
+  return secret;
 }
 
 }  // namespace tandem

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace tandem {
@@ -37,6 +38,14 @@ std::string MakeClusterToken(std::string_view secret, std::string_view method, a
 absl::Status VerifyClusterToken(std::string_view secret, std::string_view method,
                                 std::string_view token, absl::Time now,
                                 absl::Duration window = kClusterTokenWindow);
+
+// The cluster secret as every daemon takes it: the first line of `file` (--cluster-secret-file),
+// else `value` (--cluster-secret), else the TANDEM_CLUSTER_SECRET environment variable, with
+// surrounding whitespace removed, so one file serves the router and the workers. Errors name the
+// source: an unreadable file, a secret shorter than 16 bytes, or none given when `required`
+// (without `required`, none given is an empty string).
+absl::StatusOr<std::string> ResolveClusterSecret(const std::string& file, const std::string& value,
+                                                 bool required);
 
 }  // namespace tandem
 

@@ -1,11 +1,8 @@
 #include "kvtransfer/transfer_flags.h"
 
-#include <cstdlib>
-#include <fstream>
 #include <string>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
+#include "common/cluster_token.h"
 
 namespace tandem::kv {
 
@@ -35,33 +32,7 @@ void RegisterTransferFlags(Flags& flags, TransferFlags* o) {
 }
 
 absl::StatusOr<std::string> LoadClusterSecret(const TransferFlags& o) {
-  std::string secret;
-  std::string source;
-  if (!o.cluster_secret_file.empty()) {
-    std::ifstream in(o.cluster_secret_file);
-    if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cluster-secret-file: cannot read '", o.cluster_secret_file, "'"));
-    }
-    std::getline(in, secret);
-    source = absl::StrCat("--cluster-secret-file '", o.cluster_secret_file, "'");
-  } else if (!o.cluster_secret.empty()) {
-    secret = o.cluster_secret;
-    source = "--cluster-secret";
-  } else if (const char* env = std::getenv("TANDEM_CLUSTER_SECRET"); env != nullptr) {
-    secret = env;
-    source = "TANDEM_CLUSTER_SECRET";
-  } else {
-    return absl::InvalidArgumentError(
-        "no cluster secret: give --cluster-secret-file, --cluster-secret or set "
-        "TANDEM_CLUSTER_SECRET (the same value on every worker of the cluster)");
-  }
-  secret = std::string(absl::StripAsciiWhitespace(secret));
-  if (secret.size() < 16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the cluster secret must be at least 16 bytes, got ", secret.size()));
-  }
-  return secret;
+  return ResolveClusterSecret(o.cluster_secret_file, o.cluster_secret, /*required=*/true);
 }
 
 }  // namespace tandem::kv

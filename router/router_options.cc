@@ -1,14 +1,13 @@
 #include "router/router_options.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/cluster_token.h"
 #include "common/status.h"
 
 namespace tandem::router {
@@ -154,32 +153,7 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
 }
 
 absl::StatusOr<std::string> LoadRouterClusterSecret(const RouterOptions& o) {
-  std::string secret;
-  std::string source;
-  if (!o.cluster_secret_file.empty()) {
-    std::ifstream in(o.cluster_secret_file);
-    if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cluster-secret-file: cannot read '", o.cluster_secret_file, "'"));
-    }
-    std::getline(in, secret);
-    source = absl::StrCat("--cluster-secret-file '", o.cluster_secret_file, "'");
-  } else if (!o.cluster_secret.empty()) {
-    secret = o.cluster_secret;
-    source = "--cluster-secret";
-  } else if (const char* env = std::getenv("TANDEM_CLUSTER_SECRET"); env != nullptr) {
-    secret = env;
-    source = "TANDEM_CLUSTER_SECRET";
-  } else {
-    return std::string();
-  }
-  // The same rules as the workers' (kvtransfer/transfer_flags.cc), so one file serves both.
-  secret = std::string(absl::StripAsciiWhitespace(secret));
-  if (secret.size() < 16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the cluster secret must be at least 16 bytes, got ", secret.size()));
-  }
-  return secret;
+  return ResolveClusterSecret(o.cluster_secret_file, o.cluster_secret, /*required=*/false);
 }
 
 absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,

@@ -1,7 +1,12 @@
 // Cluster tokens (common/cluster_token.h): what a worker accepts and what it refuses, and that
-// every refusal says "missing or wrong cluster secret" and why.
+// every refusal says "missing or wrong cluster secret" and why; and where the daemons take the
+// secret from.
 #include "common/cluster_token.h"
 
+#include <stdlib.h>
+
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -70,6 +75,38 @@ TEST(ClusterTokenTest, RefusesMissingWrongStaleAndMalformedTokens) {
            "v1.99999999999999999999999." + std::string(64, 'a'), std::string(1000, '.')}) {
     ExpectRefused(VerifyClusterToken(kSecret, kMethod, bad, now), "");
   }
+}
+
+TEST(ClusterSecretTest, FileThenFlagThenEnvironmentEachChecked) {
+  const std::string path = ::testing::TempDir() + "/cluster-secret-test";
+  {
+    std::ofstream out(path);
+    out << "  from-the-file-0123456789  \nsecond line ignored\n";
+  }
+  ::setenv("TANDEM_CLUSTER_SECRET", "from-the-environment-0123", 1);
+  EXPECT_EQ(*ResolveClusterSecret(path, "from-the-flag-0123456789", true),
+            "from-the-file-0123456789");
+  EXPECT_EQ(*ResolveClusterSecret("", "from-the-flag-0123456789", true),
+            "from-the-flag-0123456789");
+  EXPECT_EQ(*ResolveClusterSecret("", "", true), "from-the-environment-0123");
+  ::unsetenv("TANDEM_CLUSTER_SECRET");
+  // None given: an error naming every source for the workers, an empty secret for the router.
+  absl::StatusOr<std::string> none = ResolveClusterSecret("", "", true);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("--cluster-secret-file"), std::string::npos);
+  EXPECT_NE(none.status().message().find("TANDEM_CLUSTER_SECRET"), std::string::npos);
+  EXPECT_EQ(*ResolveClusterSecret("", "", false), "");
+  // Too short, and an unreadable file, each named.
+  absl::StatusOr<std::string> short_secret = ResolveClusterSecret("", "short", false);
+  ASSERT_FALSE(short_secret.ok());
+  EXPECT_NE(short_secret.status().message().find("--cluster-secret: the cluster secret must be "
+                                                 "at least 16 bytes, got 5"),
+            std::string::npos)
+      << short_secret.status();
+  absl::StatusOr<std::string> missing = ResolveClusterSecret(path + ".missing", "", false);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(path + ".missing"), std::string::npos);
+  std::remove(path.c_str());
 }
 
 }  // namespace
