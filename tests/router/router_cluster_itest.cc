@@ -19,6 +19,7 @@
 #include "router/workers/cluster_credentials.h"
 #include "tests/common/http_test_client.h"
 #include "tests/integration/process.h"
+#include "tests/integration/router_process.h"
 #include "tests/integration/worker_process.h"
 
 namespace tandem::itest {
@@ -34,39 +35,12 @@ const char kAdminKey[] = "admin-key-2";
 
 using Worker = WorkerProcess;
 
-struct Router {
-  int port = 0;
-  std::unique_ptr<Process> process;
-};
+using Router = RouterProcess;
 
-std::unique_ptr<Router> StartRouter(std::vector<std::string> extra) {
-  auto r = std::make_unique<Router>();
-  r->port = FreePort();
-  std::vector<std::string> argv = {BinaryPath("tandem-router"),
-                                   "--port",
-                                   std::to_string(r->port),
-                                   "--model-path",
-                                   SourcePath("models/tandem-tiny-fortunes"),
-                                   "--health-check-interval-secs",
-                                   "1",
-                                   "--health-success-threshold",
-                                   "1",
-                                   "--health-failure-threshold",
-                                   "1",
-                                   "--worker-load-check-interval",
-                                   "1",
-                                   "--retry-initial-backoff-ms",
-                                   "20",
-                                   "--request-timeout-secs",
-                                   "60",
-                                   "--policy",
-                                   "round_robin",
-                                   "--cluster-secret",
-                                   kTestClusterSecret};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  r->process = std::make_unique<Process>(argv);
-  EXPECT_TRUE(WaitForHttp(r->port, "/health", 200, seconds(60))) << r->process->Output();
-  return r;
+// The shared launcher's router (tests/integration/router_process.h), holding the cluster secret.
+std::unique_ptr<Router> StartClusterRouter(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"--cluster-secret", kTestClusterSecret});
+  return StartRouter(extra);
 }
 
 std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
@@ -151,13 +125,13 @@ class RouterClusterTest : public ::testing::Test {
   }
   static std::unique_ptr<Router> Plain(std::vector<std::string> extra = {}) {
     extra.insert(extra.begin(), {"--worker-urls", colocated_->url()});
-    return StartRouter(extra);
+    return StartClusterRouter(extra);
   }
   static std::unique_ptr<Router> Pd(std::vector<std::string> extra = {}) {
     extra.insert(extra.begin(),
                  {"--pd-disaggregation", "--prefill", prefill_->url(),
                   std::to_string(prefill_->bootstrap_port), "--decode", decode_->url()});
-    return StartRouter(extra);
+    return StartClusterRouter(extra);
   }
 
   static Worker* colocated_;
@@ -391,7 +365,7 @@ TEST_F(RouterClusterTest, ClientDisconnectMidStreamFreesBothWorkersBlocks) {
 
 // Last: kills a worker.
 TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
-  auto plain = StartRouter({"--worker-urls", colocated_->url(), colocated2_->url()});
+  auto plain = StartClusterRouter({"--worker-urls", colocated_->url(), colocated2_->url()});
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
   }
