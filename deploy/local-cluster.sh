@@ -71,18 +71,8 @@ bin=${TANDEM_BIN:-$repo/build/bin}
 tandemctl="$bin/tandemctl"
 router_url="http://127.0.0.1:$base_port"
 
-# A pid file's process, if it is still the binary that was started (pids are reused).
-live_pid() {
-  local file=$1 pid name
-  [ -s "$file" ] || return 1
-  read -r pid name < "$file" || true
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2> /dev/null || return 1
-  if [ -n "$name" ] && [ -r "/proc/$pid/cmdline" ]; then
-    tr '\0' '\n' < "/proc/$pid/cmdline" | head -n 1 | grep -q -- "$name$" || return 1
-  fi
-  echo "$pid"
-}
+# shellcheck source=deploy/lib/pidfiles.sh
+source "$repo/deploy/lib/pidfiles.sh"
 
 pid_files() {
   [ -d "$run_dir" ] || return 0
@@ -90,34 +80,13 @@ pid_files() {
 }
 
 stop_all() {
-  local files pid f waited=0
+  local files f
   files=$(pid_files)
   [ -n "$files" ] || { echo "$prog: nothing to stop in $run_dir"; return 0; }
-  # The router first, so that no new request reaches a worker that is going away.
-  for f in "$run_dir/router.pid" $files; do
-    [ -e "$f" ] || continue
-    if pid=$(live_pid "$f"); then kill -TERM "$pid" 2> /dev/null || true; fi
-  done
-  while :; do
-    local alive=0
-    for f in $files; do
-      if live_pid "$f" > /dev/null; then alive=1; fi
-    done
-    [ "$alive" = 1 ] || break
-    if [ "$waited" -ge $((stop_timeout * 10)) ]; then
-      for f in $files; do
-        if pid=$(live_pid "$f"); then
-          echo "$prog: $(basename "$f" .pid) (pid $pid) ignored SIGTERM for ${stop_timeout}s; SIGKILL" >&2
-          kill -KILL "$pid" 2> /dev/null || true
-        fi
-      done
-      sleep 0.2
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  for f in $files; do rm -f "$f"; done
+  local ordered=()
+  [ -e "$run_dir/router.pid" ] && ordered+=("$run_dir/router.pid")
+  for f in $files; do [ "$f" = "$run_dir/router.pid" ] || ordered+=("$f"); done
+  stop_pid_files "$stop_timeout" "${ordered[@]}"
   echo "$prog: stopped (logs kept in $run_dir)"
 }
 

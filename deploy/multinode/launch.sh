@@ -209,18 +209,8 @@ if [ "$command" = run ]; then
   exec "${ARGS[@]}"
 fi
 
-# A pid file's process, if it is still the binary that was started (pids are reused).
-live_pid() {
-  local file=$1 pid name
-  [ -s "$file" ] || return 1
-  read -r pid name < "$file" || true
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2> /dev/null || return 1
-  if [ -n "$name" ] && [ -r "/proc/$pid/cmdline" ]; then
-    tr '\0' '\n' < "/proc/$pid/cmdline" | head -n 1 | grep -q -- "$name$" || return 1
-  fi
-  echo "$pid"
-}
+# shellcheck source=deploy/lib/pidfiles.sh
+source "$here/../lib/pidfiles.sh"
 
 # The pid files of this host's roles, router first.
 my_pid_files() {
@@ -229,29 +219,8 @@ my_pid_files() {
 }
 
 stop_mine() {
-  local files f pid waited=0 alive
-  files=$(my_pid_files)
-  for f in $files; do
-    if pid=$(live_pid "$f"); then kill -TERM "$pid" 2> /dev/null || true; fi
-  done
-  while :; do
-    alive=0
-    for f in $files; do if live_pid "$f" > /dev/null; then alive=1; fi; done
-    [ "$alive" = 1 ] || break
-    if [ "$waited" -ge $((STOP_TIMEOUT * 10)) ]; then
-      for f in $files; do
-        if pid=$(live_pid "$f"); then
-          echo "$prog: $(basename "$f" .pid) (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s; SIGKILL" >&2
-          kill -KILL "$pid" 2> /dev/null || true
-        fi
-      done
-      sleep 0.2
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  for f in $files; do rm -f "$f"; done
+  # shellcheck disable=SC2046 # one word per pid file
+  stop_pid_files "$STOP_TIMEOUT" $(my_pid_files)
 }
 
 roles=$(my_roles)
