@@ -356,7 +356,9 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
       threads.emplace_back(
           [&, i] { results[i] = RunPd(p.get(), d.get(), 950 + i, long_prompt, 50); });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Soon enough that the six 400-token prefills (2,400 tokens) cannot all have finished: legs
+    // not yet started fail to reach the worker, the others lose it mid-prefill or mid-transfer.
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
     p->process->Signal(SIGKILL);
     for (auto& t : threads) t.join();
     int ended_with_error = 0;
