@@ -2,8 +2,17 @@
 
 #include <cmath>
 
+#include "engine/kernels/cpu.h"
+#include "engine/ops_internal.h"
+
 namespace tandem::engine {
 namespace {
+
+// The element-wise loops run 16 lanes wide where the CPU has AVX-512 (ops_avx512.cc; same bits).
+bool UseAvx512() {
+  static const bool avx512 = DetectSimd() >= SimdLevel::kAvx512;
+  return avx512;
+}
 
 // 1 / sqrt(mean of squares + eps) of one row; lanes l accumulate elements i = l (mod 8).
 float InvRms(const float* x, int64_t dim, float eps) {
@@ -61,17 +70,18 @@ void ApplyRope(float* head, int64_t head_dim, const float* cos, const float* sin
 }
 
 void SiluMulToBf16(const float* gate, const float* up, int64_t n, bf16* out) {
-  constexpr int64_t kChunk = 256;
-  float tmp[kChunk];
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t len = n - i < kChunk ? n - i : kChunk;
-    for (int64_t j = 0; j < len; ++j) tmp[j] = ExpF(-gate[i + j]);
-    for (int64_t j = 0; j < len; ++j) tmp[j] = gate[i + j] / (1.0f + tmp[j]) * up[i + j];
-    for (int64_t j = 0; j < len; ++j) out[i + j] = F32ToBf16(tmp[j]);
+  if (UseAvx512()) {
+    internal::SiluMulToBf16Avx512(gate, up, n, out);
+    return;
   }
+  internal::SiluMulToBf16Loop(gate, up, n, out);
 }
 
 void ExpInPlace(float* x, int64_t n) {
+  if (UseAvx512()) {
+    internal::ExpInPlaceAvx512(x, n);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) x[i] = ExpF(x[i]);
 }
 

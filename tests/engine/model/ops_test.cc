@@ -1,7 +1,10 @@
 #include "engine/ops.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -19,6 +22,40 @@ TEST(OpsTest, ExpIsAccurateAndSafeAtTheLimits) {
   EXPECT_GE(ExpF(-1000.0f), 0.0f);
   EXPECT_LT(ExpF(-1000.0f), 1e-37f);
   EXPECT_EQ(ExpF(0.0f), 1.0f);
+}
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof(b));
+  return b;
+}
+
+// ExpInPlace and SiluMulToBf16 run 16 lanes wide on AVX-512 CPUs: every output must equal the
+// portable ExpF (compiled here for the baseline) bit for bit, specials included.
+TEST(OpsTest, VectorLoopsEqualThePortableFunctionBitForBit) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> wide(-100.0f, 100.0f);
+  std::vector<float> x;
+  for (int i = 0; i < 100003; ++i) x.push_back(wide(rng));
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.0f, -0.0f, 1e-40f, -1e-40f, 88.0f, 88.5f, -87.3f, -87.5f, inf, -inf,
+                  std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max(),
+                  std::numeric_limits<float>::lowest(), 1e-30f, -16.635532f}) {
+    x.push_back(v);
+  }
+  std::vector<float> e = x;
+  ExpInPlace(e.data(), static_cast<int64_t>(e.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(Bits(e[i]), Bits(ExpF(x[i]))) << "exp(" << x[i] << ")";
+  }
+  std::vector<float> up(x.size());
+  for (float& u : up) u = wide(rng) / 10.0f;
+  std::vector<bf16> out(x.size());
+  SiluMulToBf16(x.data(), up.data(), static_cast<int64_t>(x.size()), out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = x[i] / (1.0f + ExpF(-x[i])) * up[i];
+    ASSERT_EQ(out[i], F32ToBf16(want)) << "silu(" << x[i] << ") * " << up[i];
+  }
 }
 
 TEST(OpsTest, RmsNormAndRope) {
