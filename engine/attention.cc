@@ -113,8 +113,28 @@ __attribute__((target("avx2,fma"))) inline __m256 HSum8(const __m256 (&a)[8]) {
 // Widest head_dim the 8-key score loop handles (its widened keys live on the stack).
 constexpr int64_t kMaxKeyBlockHeadDim = 256;
 
-// AVX2 path; head_dim must be a multiple of 8 (the caller falls back otherwise).
-__attribute__((target("avx2,fma"))) void GroupAvx2(const GroupTask& t) {
+// Scores of keys j.. one key at a time, then the softmax of every score. AVX2; head_dim must be
+// a multiple of 8.
+__attribute__((target("avx2,fma"))) void ScoresFromAvx2(const GroupTask& t, int64_t j) {
+  const int64_t bs = t.cache->block_size();
+  const int64_t hd = t.head_dim;
+  const int nh = t.n_heads;
+  for (; j < t.n_keys; ++j) {
+    const bf16* k = t.cache->K(t.layer, t.blocks[j / bs], j % bs) + t.kv_head * hd;
+    __m256 acc[kMaxHeadsPerPass];
+    for (int h = 0; h < nh; ++h) acc[h] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8) {
+      const __m256 kv = LoadBf16x8(k + d);
+      for (int h = 0; h < nh; ++h)
+        acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h] + d), kv, acc[h]);
+    }
+    for (int h = 0; h < nh; ++h) t.scores[h * t.n_keys + j] = HSum(acc[h]) * t.scale;
+  }
+  for (int h = 0; h < nh; ++h) Softmax(t.scores + h * t.n_keys, t.n_keys);
+}
+
+// Scores and softmax, AVX2; head_dim must be a multiple of 8 (the caller falls back otherwise).
+__attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
   const int64_t bs = t.cache->block_size();
   const int64_t hd = t.head_dim;
   const int nh = t.n_heads;
@@ -145,19 +165,15 @@ __attribute__((target("avx2,fma"))) void GroupAvx2(const GroupTask& t) {
       }
     }
   }
-  for (; j < t.n_keys; ++j) {
-    const bf16* k = t.cache->K(t.layer, t.blocks[j / bs], j % bs) + t.kv_head * hd;
-    __m256 acc[kMaxHeadsPerPass];
-    for (int h = 0; h < nh; ++h) acc[h] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < hd; d += 8) {
-      const __m256 kv = LoadBf16x8(k + d);
-      for (int h = 0; h < nh; ++h)
-        acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(t.q[h] + d), kv, acc[h]);
-    }
-    for (int h = 0; h < nh; ++h) t.scores[h * t.n_keys + j] = HSum(acc[h]) * t.scale;
-  }
-  for (int h = 0; h < nh; ++h) Softmax(t.scores + h * t.n_keys, t.n_keys);
-  // Output in chunks of 16 columns: 2 accumulators per head stay in registers over all keys.
+  ScoresFromAvx2(t, j);
+}
+
+// out[h] = sum over keys in key order of p_hj * v_j, one fp32 FMA per element (the scalar path's
+// order). In chunks of 16 columns: 2 accumulators per head stay in registers over all keys.
+__attribute__((target("avx2,fma"))) void OutputAvx2(const GroupTask& t) {
+  const int64_t bs = t.cache->block_size();
+  const int64_t hd = t.head_dim;
+  const int nh = t.n_heads;
   for (int64_t d = 0; d < hd; d += 16) {
     const bool two = d + 16 <= hd;
     __m256 o0[kMaxHeadsPerPass], o1[kMaxHeadsPerPass];
@@ -179,6 +195,91 @@ __attribute__((target("avx2,fma"))) void GroupAvx2(const GroupTask& t) {
   }
 }
 
+// The same scores as ScoresAvx2, two keys per 512-bit register: its low half carries key u's 8
+// lanes and its high half key u + 1's, against the same 8 query elements in both halves, so each
+// key's lanes see exactly the FMAs of the AVX2 loop and HSum8 reduces them in the same order.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void ScoresAvx512(
+    const GroupTask& t) {
+  const int64_t bs = t.cache->block_size();
+  const int64_t hd = t.head_dim;
+  const int nh = t.n_heads;
+  int64_t j = 0;
+  if (hd <= kMaxKeyBlockHeadDim) {
+    // Pair p (keys j + 2p, j + 2p + 1), elements d..d+7: 16 floats at keys + (p * hd + d) * 2.
+    alignas(64) float keys[8 * kMaxKeyBlockHeadDim];
+    for (; j + 8 <= t.n_keys; j += 8) {
+      for (int p = 0; p < 4; ++p) {
+        const int64_t p0 = j + 2 * p, p1 = p0 + 1;
+        const bf16* k0 = t.cache->K(t.layer, t.blocks[p0 / bs], p0 % bs) + t.kv_head * hd;
+        const bf16* k1 = t.cache->K(t.layer, t.blocks[p1 / bs], p1 % bs) + t.kv_head * hd;
+        for (int64_t d = 0; d < hd; d += 8) {
+          const __m256i raw = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k0 + d))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(k1 + d)), 1);
+          _mm512_store_ps(keys + (p * hd + d) * 2,
+                          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16)));
+        }
+      }
+      for (int h = 0; h < nh; ++h) {
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) acc[p] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 8) {
+          const __m512 q = _mm512_broadcast_f32x8(_mm256_loadu_ps(t.q[h] + d));
+#pragma GCC unroll 4
+          for (int p = 0; p < 4; ++p)
+            acc[p] = _mm512_fmadd_ps(q, _mm512_load_ps(keys + (p * hd + d) * 2), acc[p]);
+        }
+        const __m256 a[8] = {_mm512_castps512_ps256(acc[0]), _mm512_extractf32x8_ps(acc[0], 1),
+                             _mm512_castps512_ps256(acc[1]), _mm512_extractf32x8_ps(acc[1], 1),
+                             _mm512_castps512_ps256(acc[2]), _mm512_extractf32x8_ps(acc[2], 1),
+                             _mm512_castps512_ps256(acc[3]), _mm512_extractf32x8_ps(acc[3], 1)};
+        _mm256_storeu_ps(t.scores + h * t.n_keys + j,
+                         _mm256_mul_ps(HSum8(a), _mm256_set1_ps(t.scale)));
+      }
+    }
+  }
+  ScoresFromAvx2(t, j);
+}
+
+// The same as OutputAvx2, 16 columns per register and up to 64 columns per walk over the keys
+// (for head_dim 64, one walk instead of four): the same FMA per element in the same key order,
+// so the same bits.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void OutputAvx512(
+    const GroupTask& t) {
+  constexpr int kCols = 64;
+  const int64_t bs = t.cache->block_size();
+  const int64_t hd = t.head_dim;
+  const int nh = t.n_heads;
+  for (int64_t d = 0; d < hd; d += kCols) {
+    const int64_t cols = std::min<int64_t>(kCols, hd - d);
+    const int vecs = static_cast<int>((cols + 15) / 16);
+    __mmask16 mask[4];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t left = cols - 16 * c;
+      mask[c] = left >= 16 ? 0xffff : left > 0 ? static_cast<__mmask16>((1u << left) - 1) : 0;
+    }
+    __m512 o[kMaxHeadsPerPass][4];
+    for (int h = 0; h < kMaxHeadsPerPass; ++h)
+      for (int c = 0; c < 4; ++c) o[h][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < t.n_keys; ++j) {
+      const bf16* v = t.cache->V(t.layer, t.blocks[j / bs], j % bs) + t.kv_head * hd + d;
+      __m512 vf[4];
+      for (int c = 0; c < vecs; ++c) {
+        const __m256i raw = _mm256_maskz_loadu_epi16(mask[c], v + 16 * c);
+        vf[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      }
+      for (int h = 0; h < nh; ++h) {
+        const __m512 p = _mm512_set1_ps(t.scores[h * t.n_keys + j]);
+        for (int c = 0; c < vecs; ++c) o[h][c] = _mm512_fmadd_ps(p, vf[c], o[h][c]);
+      }
+    }
+    for (int h = 0; h < nh; ++h) {
+      for (int c = 0; c < vecs; ++c) _mm512_mask_storeu_ps(t.out[h] + d + 16 * c, mask[c], o[h][c]);
+    }
+  }
+}
+
 }  // namespace
 
 void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
@@ -188,13 +289,18 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
   const int64_t group = n_heads / n_kv;
   const int64_t passes = (group + kMaxHeadsPerPass - 1) / kMaxHeadsPerPass;
   const bool avx2 = DetectSimd() >= SimdLevel::kAvx2 && hd % 8 == 0;
+  const bool avx512 = DetectSimd() >= SimdLevel::kAvx512 && hd % 8 == 0;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_items = batch.n_tokens * n_kv * passes;
   auto run = [&](int64_t begin, int64_t end) {
     // Scratch grows to the longest context seen by this thread and is then reused.
     thread_local std::vector<float> scores;
     const int64_t q_stride = batch.q_stride > 0 ? batch.q_stride : n_heads * hd;
-    for (int64_t item = begin; item < end; ++item) {
+    for (int64_t slot = begin; slot < end; ++slot) {
+      // Slots alternate between the front and the back of the items: a prefill's later tokens
+      // attend over more keys, so contiguous ranges of slots carry similar work (which thread
+      // computes an item never changes its result).
+      const int64_t item = slot % 2 == 0 ? slot / 2 : n_items - 1 - slot / 2;
       const int64_t tok = item / (n_kv * passes);
       const int64_t g = (item / passes) % n_kv;
       const int64_t pass = item % passes;
@@ -215,8 +321,12 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
       const size_t need = static_cast<size_t>(kMaxHeadsPerPass * t.n_keys);
       if (scores.size() < need) scores.resize(need);
       t.scores = scores.data();
-      if (avx2) {
-        GroupAvx2(t);
+      if (avx512) {
+        ScoresAvx512(t);
+        OutputAvx512(t);
+      } else if (avx2) {
+        ScoresAvx2(t);
+        OutputAvx2(t);
       } else {
         GroupScalar(t);
       }

@@ -11,6 +11,7 @@
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "engine/ops.h"
 
 namespace tandem::engine {
 namespace {
@@ -131,6 +132,55 @@ TEST_P(AttentionTest, TokenResultIndependentOfBatchAndThreads) {
               << "head_dim=" << f.hd << " threads=" << threads << " t0=" << t0 << " n=" << n
               << " e=" << e;
         }
+      }
+    }
+  }
+}
+
+// The documented order (attention.h), written out in plain fp32: every path this CPU runs (the
+// portable one, AVX2, or AVX2 scores with AVX-512 outputs) must give exactly these bits.
+std::vector<float> DocumentedOrder(const Fixture& f, int64_t t, int64_t h) {
+  const int64_t hd = f.hd, g = h / (kHeads / kKvHeads);
+  const float* q = f.q.data() + (t * kHeads + h) * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t n = t + 1;
+  std::vector<float> s(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const bf16* k = f.cache->K(1, kTable[j / kBlockSize], j % kBlockSize) + g * hd;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t d = 0; d < hd; d += 8) {
+      for (int l = 0; l < 8 && d + l < hd; ++l) {
+        acc[l] = std::fma(q[d + l], Bf16ToF32(k[d + l]), acc[l]);
+      }
+    }
+    s[j] =
+        (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))) * scale;
+  }
+  float m = s[0];
+  for (float e : s) m = std::max(m, e);
+  for (float& e : s) e = ExpF(e - m);
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t j = 0; j < n; ++j) acc[j % 8] += s[j];
+  const float sum =
+      ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  for (float& e : s) e /= sum;
+  std::vector<float> o(hd, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const bf16* v = f.cache->V(1, kTable[j / kBlockSize], j % kBlockSize) + g * hd;
+    for (int64_t d = 0; d < hd; ++d) o[d] = std::fma(s[j], Bf16ToF32(v[d]), o[d]);
+  }
+  return o;
+}
+
+TEST_P(AttentionTest, EveryPathGivesTheDocumentedOrderBitForBit) {
+  const Fixture f = Make(GetParam());
+  const std::vector<float> out = RunAttention(f, 0, kTokens, nullptr);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      const std::vector<float> want = DocumentedOrder(f, t, h);
+      for (int64_t d = 0; d < f.hd; ++d) {
+        ASSERT_EQ(Bits(out[(t * kHeads + h) * f.hd + d]), Bits(want[d]))
+            << "head_dim=" << f.hd << " token=" << t << " head=" << h << " d=" << d;
       }
     }
   }
