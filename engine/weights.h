@@ -73,6 +73,8 @@ class Weights {
   int64_t matrix_bytes_per_step() const { return matrix_bytes_per_step_; }
   // Bytes of the matrix buffer (resident after Load) and how many of them are huge pages now.
   int64_t resident_bytes() const { return static_cast<int64_t>(matrices_.size()); }
+  // The matrix buffer itself (resident_bytes() long), e.g. for timing a plain read of it.
+  const uint8_t* matrix_data() const { return matrices_.data(); }
   int64_t huge_page_bytes() const { return matrices_.huge_page_bytes(); }
 
  private:
