@@ -14,7 +14,8 @@ namespace tandem::engine::internal {
 // out[i] = bf16(gate[i] / (1 + exp(-gate[i])) * up[i]), in chunks that keep the exps in L1.
 // Always inlined, so each caller compiles it for its own instruction set; any out-of-line copy
 // is compiled for the baseline (this header comes before ops_avx512.cc's target pragma).
-__attribute__((always_inline)) inline void SiluMulToBf16Loop(const float* gate, const float* up, int64_t n, bf16* out) {
+__attribute__((always_inline)) inline void SiluMulToBf16Loop(const float* gate, const float* up,
+                                                             int64_t n, bf16* out) {
   constexpr int64_t kChunk = 256;
   float tmp[kChunk];
   for (int64_t i = 0; i < n; i += kChunk) {
