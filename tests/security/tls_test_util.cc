@@ -5,6 +5,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -46,7 +47,10 @@ bool AddExtension(X509* cert, int nid, const char* value) {
 }  // namespace
 
 TestCertificate MakeSelfSignedCertificate(const std::string& dir, const std::string& name) {
-  TestCertificate out{dir + "/" + name + ".crt", dir + "/" + name + ".key"};
+  // ctest runs each test case as its own process, several at once, all with the same TempDir:
+  // the process id keeps one case from overwriting the files another case's server is using.
+  const std::string base = dir + "/" + name + "-" + std::to_string(::getpid());
+  TestCertificate out{base + ".crt", base + ".key"};
   std::unique_ptr<EVP_PKEY, PkeyFree> key(EVP_EC_gen("P-256"));
   EXPECT_NE(key, nullptr);
   std::unique_ptr<X509, X509Free> cert(X509_new());

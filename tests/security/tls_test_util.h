@@ -12,7 +12,8 @@ struct TestCertificate {
   std::string key_file;   // PEM, EC P-256, mode 0600
 };
 
-// Writes a fresh key and certificate as `dir`/`name`.{crt,key}. Aborts the test on failure.
+// Writes a fresh key and certificate as `dir`/`name`-<pid>.{crt,key} (the paths are returned).
+// Aborts the test on failure.
 TestCertificate MakeSelfSignedCertificate(const std::string& dir, const std::string& name);
 
 struct TlsReply {
