@@ -12,8 +12,16 @@
 namespace tandem::engine {
 namespace {
 
-// Heads of one GQA group processed together (each key row is loaded once for all of them).
-constexpr int kMaxHeadsPerPass = 4;
+// Heads of one GQA group processed together (each key row is loaded once for all of them): up to
+// 4 on the AVX2 and portable paths (their accumulators fit the 16 registers), up to 8 on AVX-512
+// (a whole Qwen2.5 group of 7 in one pass, so each K/V row is read from memory once per token).
+constexpr int kMaxHeadsPerPass = 8;
+constexpr int kNarrowHeadsPerPass = 4;
+
+// Keys ahead of the score loop whose K rows are prefetched. At decode the cache rows of a layer
+// were evicted by the weight stream since the previous step, so each load would otherwise wait
+// on DRAM; the V rows of the keys being scored are prefetched too, for the output pass.
+constexpr int64_t kPrefetchKeys = 32;
 
 struct GroupTask {
   const KvCacheStorage* cache;
@@ -28,6 +36,19 @@ struct GroupTask {
   float scale;
   float* scores;  // [kMaxHeadsPerPass, n_keys] scratch
 };
+
+// Prefetches the K (or V) rows of keys [j0, j1) of the task's KV head into L1/L2.
+void PrefetchRows(const GroupTask& t, int64_t j0, int64_t j1, bool values) {
+  const int64_t bs = t.cache->block_size();
+  const int64_t row_bytes = t.head_dim * static_cast<int64_t>(sizeof(bf16));
+  j1 = std::min(j1, t.n_keys);
+  for (int64_t j = j0; j < j1; ++j) {
+    const bf16* row = values ? t.cache->V(t.layer, t.blocks[j / bs], j % bs)
+                             : t.cache->K(t.layer, t.blocks[j / bs], j % bs);
+    const char* p = reinterpret_cast<const char*>(row + t.kv_head * t.head_dim);
+    for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+  }
+}
 
 // Softmax over each head's scores in place (max subtraction, 8-lane sum in a fixed order), then
 // probabilities = e / sum.
@@ -207,7 +228,10 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void Scor
   if (hd <= kMaxKeyBlockHeadDim) {
     // Pair p (keys j + 2p, j + 2p + 1), elements d..d+7: 16 floats at keys + (p * hd + d) * 2.
     alignas(64) float keys[8 * kMaxKeyBlockHeadDim];
+    PrefetchRows(t, 0, kPrefetchKeys, /*values=*/false);
     for (; j + 8 <= t.n_keys; j += 8) {
+      PrefetchRows(t, j + kPrefetchKeys, j + kPrefetchKeys + 8, /*values=*/false);
+      PrefetchRows(t, j, j + 8, /*values=*/true);
       for (int p = 0; p < 4; ++p) {
         const int64_t p0 = j + 2 * p, p1 = p0 + 1;
         const bf16* k0 = t.cache->K(t.layer, t.blocks[p0 / bs], p0 % bs) + t.kv_head * hd;
@@ -242,40 +266,55 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void Scor
   ScoresFromAvx2(t, j);
 }
 
-// The same as OutputAvx2, 16 columns per register and up to 64 columns per walk over the keys
-// (for head_dim 64, one walk instead of four): the same FMA per element in the same key order,
-// so the same bits.
+// The same as OutputAvx2 with 16 columns per register: up to H heads and 16 * C columns per walk
+// over the keys (for head_dim 64 and 4 heads, one walk instead of four). H and C are constants so
+// that the H * C accumulators stay in registers. Each output element gets the same FMA per key in
+// the same key order, so the same bits.
+template <int H, int C>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) void OutputAvx512(
     const GroupTask& t) {
-  constexpr int kCols = 64;
+  constexpr int64_t kCols = 16 * C;
   const int64_t bs = t.cache->block_size();
   const int64_t hd = t.head_dim;
   const int nh = t.n_heads;
   for (int64_t d = 0; d < hd; d += kCols) {
     const int64_t cols = std::min<int64_t>(kCols, hd - d);
-    const int vecs = static_cast<int>((cols + 15) / 16);
-    __mmask16 mask[4];
-    for (int c = 0; c < 4; ++c) {
+    const bool full = cols == kCols;
+    __mmask16 mask[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
       const int64_t left = cols - 16 * c;
       mask[c] = left >= 16 ? 0xffff : left > 0 ? static_cast<__mmask16>((1u << left) - 1) : 0;
     }
-    __m512 o[kMaxHeadsPerPass][4];
-    for (int h = 0; h < kMaxHeadsPerPass; ++h)
-      for (int c = 0; c < 4; ++c) o[h][c] = _mm512_setzero_ps();
+    __m512 o[H][C];
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h)
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) o[h][c] = _mm512_setzero_ps();
     for (int64_t j = 0; j < t.n_keys; ++j) {
       const bf16* v = t.cache->V(t.layer, t.blocks[j / bs], j % bs) + t.kv_head * hd + d;
-      __m512 vf[4];
-      for (int c = 0; c < vecs; ++c) {
-        const __m256i raw = _mm256_maskz_loadu_epi16(mask[c], v + 16 * c);
+      __m512 vf[C];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        // A masked load costs far more than a plain one here (measured: most of the loop's
+        // time), so only a partial vector uses one.
+        const __m256i raw = full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16 * c))
+                                 : _mm256_maskz_loadu_epi16(mask[c], v + 16 * c);
         vf[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
       }
-      for (int h = 0; h < nh; ++h) {
+#pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) {
+        if (h >= nh) break;
         const __m512 p = _mm512_set1_ps(t.scores[h * t.n_keys + j]);
-        for (int c = 0; c < vecs; ++c) o[h][c] = _mm512_fmadd_ps(p, vf[c], o[h][c]);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) o[h][c] = _mm512_fmadd_ps(p, vf[c], o[h][c]);
       }
     }
-    for (int h = 0; h < nh; ++h) {
-      for (int c = 0; c < vecs; ++c) _mm512_mask_storeu_ps(t.out[h] + d + 16 * c, mask[c], o[h][c]);
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      if (h >= nh) break;
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(t.out[h] + d + 16 * c, mask[c], o[h][c]);
     }
   }
 }
@@ -287,9 +326,10 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
   const int64_t n_kv = cache.num_kv_heads();
   const int64_t hd = cache.head_dim();
   const int64_t group = n_heads / n_kv;
-  const int64_t passes = (group + kMaxHeadsPerPass - 1) / kMaxHeadsPerPass;
   const bool avx2 = DetectSimd() >= SimdLevel::kAvx2 && hd % 8 == 0;
   const bool avx512 = DetectSimd() >= SimdLevel::kAvx512 && hd % 8 == 0;
+  const int64_t per_pass = avx512 ? kMaxHeadsPerPass : kNarrowHeadsPerPass;
+  const int64_t passes = (group + per_pass - 1) / per_pass;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_items = batch.n_tokens * n_kv * passes;
   auto run = [&](int64_t begin, int64_t end) {
@@ -312,18 +352,22 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
       t.n_keys = batch.positions[tok] + 1;
       t.blocks = batch.block_tables[tok];
       t.scale = scale;
-      const int64_t h0 = g * group + pass * kMaxHeadsPerPass;
-      t.n_heads = static_cast<int>(std::min<int64_t>(kMaxHeadsPerPass, (g + 1) * group - h0));
+      const int64_t h0 = g * group + pass * per_pass;
+      t.n_heads = static_cast<int>(std::min<int64_t>(per_pass, (g + 1) * group - h0));
       for (int h = 0; h < t.n_heads; ++h) {
         t.q[h] = batch.q + tok * q_stride + (h0 + h) * hd;
         t.out[h] = batch.out + (tok * n_heads + h0 + h) * hd;
       }
-      const size_t need = static_cast<size_t>(kMaxHeadsPerPass * t.n_keys);
+      const size_t need = static_cast<size_t>(per_pass * t.n_keys);
       if (scores.size() < need) scores.resize(need);
       t.scores = scores.data();
       if (avx512) {
         ScoresAvx512(t);
-        OutputAvx512(t);
+        if (t.n_heads <= 4) {
+          OutputAvx512<4, 4>(t);
+        } else {
+          OutputAvx512<8, 2>(t);
+        }
       } else if (avx2) {
         ScoresAvx2(t);
         OutputAvx2(t);

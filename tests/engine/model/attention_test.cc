@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine/kernels/bf16.h"
@@ -16,19 +17,21 @@
 namespace tandem::engine {
 namespace {
 
-constexpr int64_t kLayers = 2, kBlocks = 9, kBlockSize = 5, kKvHeads = 2, kHeads = 14;
+constexpr int64_t kLayers = 2, kBlocks = 9, kBlockSize = 5, kKvHeads = 2;
 constexpr int64_t kTokens = 43;  // keys 1..43: whole 8-key groups and every remainder
 const int32_t kTable[kBlocks] = {3, 0, 6, 1, 8, 7, 2, 5, 4};
 
 struct Fixture {
   std::unique_ptr<KvCacheStorage> cache;
-  std::vector<float> q;  // [kTokens, kHeads * head_dim]
+  std::vector<float> q;  // [kTokens, heads * head_dim]
   int64_t hd = 0;
+  int64_t heads = 0;  // query heads; kKvHeads of them share each KV head
 };
 
-Fixture Make(int64_t head_dim) {
+Fixture Make(int64_t head_dim, int64_t heads) {
   Fixture f;
   f.hd = head_dim;
+  f.heads = heads;
   auto cache = KvCacheStorage::Create(kLayers, kBlocks, kBlockSize, kKvHeads, head_dim);
   EXPECT_TRUE(cache.ok()) << cache.status();
   f.cache = std::move(*cache);
@@ -46,14 +49,14 @@ Fixture Make(int64_t head_dim) {
       }
     }
   }
-  f.q.resize(kTokens * kHeads * head_dim);
+  f.q.resize(kTokens * heads * head_dim);
   for (float& e : f.q) e = 2.0f * dist(rng);
   return f;
 }
 
 // Tokens [t0, t0 + n) of the sequence whose block table is kTable (token t at position t).
 std::vector<float> RunAttention(const Fixture& f, int64_t t0, int64_t n, ThreadPool* pool) {
-  const int64_t row = kHeads * f.hd;
+  const int64_t row = f.heads * f.hd;
   std::vector<int64_t> positions(n);
   std::vector<const int32_t*> tables(n, kTable);
   for (int64_t i = 0; i < n; ++i) positions[i] = t0 + i;
@@ -64,14 +67,14 @@ std::vector<float> RunAttention(const Fixture& f, int64_t t0, int64_t n, ThreadP
   batch.positions = positions.data();
   batch.block_tables = tables.data();
   batch.out = out.data();
-  PagedAttention(*f.cache, /*layer=*/1, kHeads, batch, pool);
+  PagedAttention(*f.cache, /*layer=*/1, f.heads, batch, pool);
   return out;
 }
 
-// float64 softmax(q k / sqrt(d)) v over keys 0..t of head h (GQA: kv head h / 7).
+// float64 softmax(q k / sqrt(d)) v over keys 0..t of head h (GQA: kv head h / group).
 std::vector<double> Reference(const Fixture& f, int64_t t, int64_t h) {
-  const int64_t hd = f.hd, g = h / (kHeads / kKvHeads);
-  const float* q = f.q.data() + (t * kHeads + h) * hd;
+  const int64_t hd = f.hd, g = h / (f.heads / kKvHeads);
+  const float* q = f.q.data() + (t * f.heads + h) * hd;
   std::vector<double> s(t + 1);
   double mx = -1e300;
   for (int64_t j = 0; j <= t; ++j) {
@@ -98,17 +101,21 @@ uint32_t Bits(float v) {
 }
 
 // head_dim 64 and 128: the 8-key score loop; 24: 16-column output chunks with a remainder; 12:
-// not a multiple of 8 (portable path).
-class AttentionTest : public ::testing::TestWithParam<int64_t> {};
+// not a multiple of 8 (portable path). Query heads 14 (GQA groups of 7: one pass per group on
+// AVX-512, 4 + 3 elsewhere), 8 (groups of 4) and 2 (no sharing).
+class AttentionTest : public ::testing::TestWithParam<std::tuple<int64_t, int64_t>> {
+ protected:
+  static Fixture MakeParam() { return Make(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+};
 
 TEST_P(AttentionTest, MatchesFloat64Reference) {
-  const Fixture f = Make(GetParam());
+  const Fixture f = MakeParam();
   const std::vector<float> out = RunAttention(f, 0, kTokens, nullptr);
   for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t h = 0; h < kHeads; ++h) {
+    for (int64_t h = 0; h < f.heads; ++h) {
       const std::vector<double> ref = Reference(f, t, h);
       for (int64_t d = 0; d < f.hd; ++d) {
-        ASSERT_NEAR(out[(t * kHeads + h) * f.hd + d], ref[d], 2e-5)
+        ASSERT_NEAR(out[(t * f.heads + h) * f.hd + d], ref[d], 2e-5)
             << "head_dim=" << f.hd << " token=" << t << " head=" << h << " d=" << d;
       }
     }
@@ -117,8 +124,8 @@ TEST_P(AttentionTest, MatchesFloat64Reference) {
 
 // A token's output is the same bits alone, inside a prefill-like batch and on 1, 2 or 3 threads.
 TEST_P(AttentionTest, TokenResultIndependentOfBatchAndThreads) {
-  const Fixture f = Make(GetParam());
-  const int64_t row = kHeads * f.hd;
+  const Fixture f = MakeParam();
+  const int64_t row = f.heads * f.hd;
   const std::vector<float> all = RunAttention(f, 0, kTokens, nullptr);
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
@@ -140,8 +147,8 @@ TEST_P(AttentionTest, TokenResultIndependentOfBatchAndThreads) {
 // The documented order (attention.h), written out in plain fp32: every path this CPU runs (the
 // portable one, AVX2, or AVX2 scores with AVX-512 outputs) must give exactly these bits.
 std::vector<float> DocumentedOrder(const Fixture& f, int64_t t, int64_t h) {
-  const int64_t hd = f.hd, g = h / (kHeads / kKvHeads);
-  const float* q = f.q.data() + (t * kHeads + h) * hd;
+  const int64_t hd = f.hd, g = h / (f.heads / kKvHeads);
+  const float* q = f.q.data() + (t * f.heads + h) * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n = t + 1;
   std::vector<float> s(n);
@@ -173,20 +180,22 @@ std::vector<float> DocumentedOrder(const Fixture& f, int64_t t, int64_t h) {
 }
 
 TEST_P(AttentionTest, EveryPathGivesTheDocumentedOrderBitForBit) {
-  const Fixture f = Make(GetParam());
+  const Fixture f = MakeParam();
   const std::vector<float> out = RunAttention(f, 0, kTokens, nullptr);
   for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t h = 0; h < kHeads; ++h) {
+    for (int64_t h = 0; h < f.heads; ++h) {
       const std::vector<float> want = DocumentedOrder(f, t, h);
       for (int64_t d = 0; d < f.hd; ++d) {
-        ASSERT_EQ(Bits(out[(t * kHeads + h) * f.hd + d]), Bits(want[d]))
+        ASSERT_EQ(Bits(out[(t * f.heads + h) * f.hd + d]), Bits(want[d]))
             << "head_dim=" << f.hd << " token=" << t << " head=" << h << " d=" << d;
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionTest, ::testing::Values(64, 128, 24, 12));
+INSTANTIATE_TEST_SUITE_P(HeadDimsAndHeads, AttentionTest,
+                         ::testing::Combine(::testing::Values(64, 128, 24, 12),
+                                            ::testing::Values(14, 8, 2)));
 
 }  // namespace
 }  // namespace tandem::engine
