@@ -118,7 +118,7 @@ int Run(int threads, const std::string& json_path) {
   struct Shape {
     int64_t n, k;
   };
-  for (const Shape& s : {Shape{4864, 896}, Shape{151936, 896}}) {
+  for (const Shape& s : {Shape{4864, 896}, Shape{896, 4864}, Shape{151936, 896}}) {
     const int64_t bytes = s.n * s.k * 2;
     const int64_t n_copies = std::max<int64_t>(1, (256LL << 20) / bytes + 1);
     std::vector<std::vector<bf16>> copies;
