@@ -134,9 +134,10 @@ __attribute__((target("avx2,fma"))) inline __m256 HSum8(const __m256 (&a)[8]) {
 // Widest head_dim the 8-key score loop handles (its widened keys live on the stack).
 constexpr int64_t kMaxKeyBlockHeadDim = 256;
 
-// Scores of keys j.. one key at a time, then the softmax of every score. AVX2; head_dim must be
-// a multiple of 8.
-__attribute__((target("avx2,fma"))) void ScoresFromAvx2(const GroupTask& t, int64_t j) {
+// Scores of keys j.. one key at a time, then `softmax` of every head's scores. AVX2; head_dim
+// must be a multiple of 8.
+__attribute__((target("avx2,fma"))) void ScoresFromAvx2(const GroupTask& t, int64_t j,
+                                                        void (*softmax)(float*, int64_t)) {
   const int64_t bs = t.cache->block_size();
   const int64_t hd = t.head_dim;
   const int nh = t.n_heads;
@@ -151,7 +152,7 @@ __attribute__((target("avx2,fma"))) void ScoresFromAvx2(const GroupTask& t, int6
     }
     for (int h = 0; h < nh; ++h) t.scores[h * t.n_keys + j] = HSum(acc[h]) * t.scale;
   }
-  for (int h = 0; h < nh; ++h) Softmax(t.scores + h * t.n_keys, t.n_keys);
+  for (int h = 0; h < nh; ++h) softmax(t.scores + h * t.n_keys, t.n_keys);
 }
 
 // Scores and softmax, AVX2; head_dim must be a multiple of 8 (the caller falls back otherwise).
@@ -186,7 +187,7 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
       }
     }
   }
-  ScoresFromAvx2(t, j);
+  ScoresFromAvx2(t, j, Softmax);
 }
 
 // out[h] = sum over keys in key order of p_hj * v_j, one fp32 FMA per element (the scalar path's
@@ -216,13 +217,45 @@ __attribute__((target("avx2,fma"))) void OutputAvx2(const GroupTask& t) {
   }
 }
 
+// Softmax with the same results as Softmax: the maximum is exact in any order (scores hold no
+// NaN; a zero maximum's sign changes no difference s - m), each element's subtraction, exp and
+// division are the same operations, and the sum keeps Softmax's 8 lanes (key j in lane j % 8,
+// the tail's missing lanes adding +0 to sums of non-negative terms) and final order.
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void SoftmaxAvx512(float* s, int64_t n) {
+  __m512 mv = _mm512_set1_ps(s[0]);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + j));
+  float m = _mm512_reduce_max_ps(mv);
+  for (; j < n; ++j) m = std::max(m, s[j]);
+  const __m512 m16 = _mm512_set1_ps(m);
+  for (j = 0; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(s + j, _mm512_sub_ps(_mm512_loadu_ps(s + j), m16));
+  for (; j < n; ++j) s[j] -= m;
+  ExpInPlace(s, n);
+  __m256 acc = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(s + j));
+  if (j < n) {
+    const __mmask8 tail = static_cast<__mmask8>((1u << (n - j)) - 1);
+    acc = _mm256_add_ps(acc, _mm256_maskz_loadu_ps(tail, s + j));
+  }
+  const __m512 sum16 = _mm512_set1_ps(HSum(acc));
+  for (j = 0; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(s + j, _mm512_div_ps(_mm512_loadu_ps(s + j), sum16));
+  if (j < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(s + j, tail, _mm512_div_ps(_mm512_maskz_loadu_ps(tail, s + j), sum16));
+  }
+}
+
 // The same scores as ScoresAvx2, two keys per 512-bit register: its low half carries key u's 8
 // lanes and its high half key u + 1's, against the same 8 query elements in both halves, so each
 // key's lanes see exactly the FMAs of the AVX2 loop and HSum8 reduces them in the same order.
+// kHd: head_dim as a constant (64 or 128: the loops over it unroll), or 0 for any multiple of 8.
+template <int64_t kHd>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void ScoresAvx512(
     const GroupTask& t) {
   const int64_t bs = t.cache->block_size();
-  const int64_t hd = t.head_dim;
+  const int64_t hd = kHd > 0 ? kHd : t.head_dim;
   const int nh = t.n_heads;
   int64_t j = 0;
   if (hd <= kMaxKeyBlockHeadDim) {
@@ -236,6 +269,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void Scor
         const int64_t p0 = j + 2 * p, p1 = p0 + 1;
         const bf16* k0 = t.cache->K(t.layer, t.blocks[p0 / bs], p0 % bs) + t.kv_head * hd;
         const bf16* k1 = t.cache->K(t.layer, t.blocks[p1 / bs], p1 % bs) + t.kv_head * hd;
+#pragma GCC unroll 16
         for (int64_t d = 0; d < hd; d += 8) {
           const __m256i raw = _mm256_inserti128_si256(
               _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k0 + d))),
@@ -248,6 +282,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void Scor
         __m512 acc[4];
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) acc[p] = _mm512_setzero_ps();
+#pragma GCC unroll 16
         for (int64_t d = 0; d < hd; d += 8) {
           const __m512 q = _mm512_broadcast_f32x8(_mm256_loadu_ps(t.q[h] + d));
 #pragma GCC unroll 4
@@ -263,7 +298,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) void Scor
       }
     }
   }
-  ScoresFromAvx2(t, j);
+  ScoresFromAvx2(t, j, SoftmaxAvx512);
 }
 
 // The same as OutputAvx2 with 16 columns per register: up to H heads and 16 * C columns per walk
@@ -362,7 +397,13 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
       if (scores.size() < need) scores.resize(need);
       t.scores = scores.data();
       if (avx512) {
-        ScoresAvx512(t);
+        if (hd == 64) {
+          ScoresAvx512<64>(t);
+        } else if (hd == 128) {
+          ScoresAvx512<128>(t);
+        } else {
+          ScoresAvx512<0>(t);
+        }
         if (t.n_heads <= 4) {
           OutputAvx512<4, 4>(t);
         } else {
