@@ -20,9 +20,11 @@ absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
     if (core->draining()) return absl::UnavailableError("draining: this worker is shutting down");
     return core->CheckHealth();
   };
-  ASSIGN_OR_RETURN(endpoints.http, StartStatusEndpoint(http, metrics, health, "--http-port: "));
+  // gRPC first: once /health answers, the worker's requests port is already listening (a
+  // supervisor or test that waits for /health may send work at once).
   ASSIGN_OR_RETURN(endpoints.grpc,
                    GrpcServer::Start(host, grpc_port, core, "--port: ", cluster_secret));
+  ASSIGN_OR_RETURN(endpoints.http, StartStatusEndpoint(http, metrics, health, "--http-port: "));
   return endpoints;
 }
 

@@ -20,8 +20,9 @@ struct WorkerEndpoints {
   std::unique_ptr<GrpcServer> grpc;
 };
 
-// HTTP on host:http_port first, then gRPC on host:grpc_port (0 = ephemeral for both). Errors name
-// the flag to change (--http-port, --port). `core` and `metrics` must outlive the endpoints.
+// gRPC on host:grpc_port first, then HTTP on host:http_port (0 = ephemeral for both), so that a
+// healthy /health means the gRPC port is listening. Errors name the flag to change (--port,
+// --http-port). `core` and `metrics` must outlive the endpoints.
 // A non-empty `cluster_secret` makes the gRPC service accept only callers proving it (see
 // GrpcServer); /metrics and /health stay open (they reveal load, not data, and are what probes
 // and Prometheus read).

@@ -12,20 +12,38 @@
 namespace tandem::itest {
 namespace {
 
+// Healthy: /health answers 200 and the gRPC port accepts a connection (the worker opens gRPC
+// before HTTP, so this holds unless the /health answer came from another process).
 bool WaitHealthy(WorkerProcess* w) {
-  if (!WaitForHttp(w->http_port, "/health", 200, std::chrono::seconds(60))) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!WaitForHttp(w->http_port, "/health", 200, std::chrono::seconds(1))) {
+    // Exited (e.g. a port was taken), or out of time.
+    if (w->process->Wait(std::chrono::milliseconds(0)).has_value()) return false;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
   // Authenticated with the secret the worker was started with (none: a plain channel).
   std::string secret;
   auto flag = std::find(w->argv.begin(), w->argv.end(), "--cluster-secret");
   if (flag != w->argv.end() && flag + 1 != w->argv.end()) secret = *(flag + 1);
-  w->stub = proto::Worker::NewStub(router::CreateWorkerChannel(w->grpc_address(), secret));
+  auto channel = router::CreateWorkerChannel(w->grpc_address(), secret);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+    return false;
+  }
+  w->stub = proto::Worker::NewStub(channel);
   return true;
 }
 
-}  // namespace
+// The worker exited at startup because a port FreePort() chose was taken in between (parallel
+// tests open connections from the same ephemeral range).
+bool LostPortRace(WorkerProcess* w) {
+  if (!w->process->Wait(std::chrono::milliseconds(0)).has_value()) return false;
+  const std::string out = w->process->Output();
+  return out.find("in use") != std::string::npos;
+}
 
-std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
-                                           const std::vector<std::string>& extra) {
+// One launch on fresh ports; stub is null unless the worker came up.
+std::unique_ptr<WorkerProcess> StartWorkerOnce(const std::string& role,
+                                               const std::vector<std::string>& extra) {
   auto w = std::make_unique<WorkerProcess>();
   w->role = role;
   w->grpc_port = FreePort();
@@ -67,8 +85,22 @@ std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
     }
   }
   w->process = std::make_unique<Process>(argv);
-  EXPECT_TRUE(WaitHealthy(w.get())) << role << " did not come up:\n" << w->process->Output();
+  WaitHealthy(w.get());
   return w;
+}
+
+}  // namespace
+
+std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
+                                           const std::vector<std::string>& extra) {
+  constexpr int kAttempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    auto w = StartWorkerOnce(role, extra);
+    if (w->stub != nullptr || attempt == kAttempts || !LostPortRace(w.get())) {
+      EXPECT_NE(w->stub, nullptr) << role << " did not come up:\n" << w->process->Output();
+      return w;
+    }
+  }
 }
 
 void WorkerProcess::Kill() {
