@@ -103,13 +103,15 @@ void Process::Signal(int sig) {
 }
 
 std::optional<int> Process::Wait(std::chrono::milliseconds timeout) {
+  if (reaped_) return exit_code_;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     int status = 0;
     pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       reaped_ = true;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      return exit_code_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -37,7 +37,8 @@ class Process {
 
   pid_t pid() const { return pid_; }
   void Signal(int sig);
-  // Waits for exit; returns the exit code, -1 if signalled, nullopt on timeout.
+  // Waits for exit; returns the exit code, -1 if signalled, nullopt on timeout. Once the process
+  // has been reaped, every later call returns the same code at once.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
   // Everything the process printed so far (stdout+stderr go to a temp file).
   std::string Output() const;
@@ -45,6 +46,7 @@ class Process {
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int exit_code_ = 0;  // valid once reaped_
   std::string log_path_;
 };
 
