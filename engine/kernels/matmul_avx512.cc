@@ -12,7 +12,7 @@
 // instruction does twice the work. On CPUs with full-width AVX-512 (Zen 5 here) that doubles the
 // multiply-add rate of the 256-bit form (measured: 412 vs 206 GFLOP/s on one core). For m below
 // kBf16MinRows a call is a stream of weights from DRAM. At m = 1 a register instead carries two
-// weight rows against x in both halves (StreamTile): one vdpbf16ps per 64 bytes read, where the
+// weight rows against x in both halves (StreamPair): one vdpbf16ps per 64 bytes read, where the
 // kAvx512 kernel widens every weight to fp32 first; measured at Qwen2.5-0.5B shapes on 2 threads,
 // 0.84-0.91 of a plain read of the same bytes against 0.77-0.84. For 1 < m < kBf16MinRows the
 // kAvx512 path's prefetching kernels are faster than the row-pair tiles, so those calls take that
@@ -156,82 +156,80 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
   }
 }
 
-// m = 1: y[j] for 2G consecutive weight rows j.. (one tile, contiguous in memory). A 512-bit
-// register carries row j + 2g's block q in its low half and row j + 2g + 1's in its high half,
-// against x's block q in both halves, so each row's 8 lanes see the order of matmul.h; one
-// vdpbf16ps per 64 bytes of weights instead of widening them to fp32. The stream is prefetched
-// linearly kStreamAhead bytes ahead: consecutive tiles are consecutive in memory.
+// m = 1: y[0], y[1] for weight rows 0 and 1 of w (contiguous in memory). A 512-bit register
+// carries row 0's block q in its low half and row 1's in its high half, against x's block q in
+// both halves, so each row's 8 lanes see the order of matmul.h; one vdpbf16ps per 64 bytes of
+// weights instead of widening them to fp32. kLone: a single row, read into both halves; only the
+// low half's sum is kept.
+// Prefetch, kStreamAhead bytes ahead: a pair no longer than that is followed linearly (the pairs
+// after it are next in memory); a longer one row by row, wrapping into the next pair's rows (a
+// linear prefetch would run ahead inside the pair, in the wrong order).
 constexpr int64_t kStreamAhead = 16384;
-constexpr int kStreamPairs = 1;  // row pairs per tile
 
-// kLone: a single row (G = 1), read into both halves; only the low half's sum is kept.
-// Prefetch: a tile no longer than kStreamAhead is followed linearly (the tiles after it are next
-// in memory); a longer one row by row, kStreamAhead / 64 blocks ahead of each row, wrapping into
-// the next tile's rows (a linear prefetch would run ahead inside the tile, in the wrong order).
-template <int G, bool kLone = false>
-void StreamTile(const bf16* x, const bf16* w, int64_t k, float* y) {
+template <bool kLone = false>
+void StreamPair(const bf16* x, const bf16* w, int64_t k, float* y) {
   const int64_t second = kLone ? 0 : k;  // offset of the high half's row
   const int64_t full = k / 16;
   const int tail = static_cast<int>(k % 16);
-  __m512 acc[G];
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-  const bool linear = 2 * G * k * 2 <= kStreamAhead;
+  __m512 acc = _mm512_setzero_ps();
+  const bool linear = 2 * k * 2 <= kStreamAhead;
   const char* ahead = reinterpret_cast<const char*>(w) + kStreamAhead;
-  // Per-row prefetch position: block `pq` of the rows of the tile starting at `pw`.
-  const int64_t distance = kStreamAhead / (2 * G * 32);
-  const bf16* pw = w + (full > 0 ? distance / full : 0) * 2 * G * k;
+  // Per-row prefetch position: block `pq` of the pair of rows starting at `pw`.
+  const int64_t distance = kStreamAhead / 64;  // blocks: a pair reads 64 bytes per block
+  const bf16* pw = w + (full > 0 ? distance / full : 0) * 2 * k;
   int64_t pq = full > 0 ? distance % full : 0;
   for (int64_t q = 0; q < full; ++q) {
     const __m512i xv =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16 * q)));
-    if (!linear) {
+    if (linear) {
+      _mm_prefetch(ahead + q * 64, _MM_HINT_T0);
+    } else {
       if ((pq & 1) == 0) {  // a 64-byte line holds two blocks
-#pragma GCC unroll 16
-        for (int r = 0; r < 2 * G; ++r)
-          _mm_prefetch(reinterpret_cast<const char*>(pw + r * k + 16 * pq), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pw + 16 * pq), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pw + k + 16 * pq), _MM_HINT_T0);
       }
       if (++pq == full) {
         pq = 0;
-        pw += 2 * G * k;
+        pw += 2 * k;
       }
     }
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      if (linear) _mm_prefetch(ahead + (q * G + g) * 64, _MM_HINT_T0);
-      const bf16* r0 = w + 2 * g * k + 16 * q;
-      const __m512i v = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + second)), 1);
-      acc[g] = _mm512_dpbf16_ps(acc[g], AsBh(xv), AsBh(v));
-    }
+    const bf16* r0 = w + 16 * q;
+    const __m512i v = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + second)), 1);
+    acc = _mm512_dpbf16_ps(acc, AsBh(xv), AsBh(v));
   }
   if (tail) {
     const __mmask16 mask = static_cast<__mmask16>((1u << tail) - 1);
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi16(mask, x + 16 * full));
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      const bf16* r0 = w + 2 * g * k + 16 * full;
-      const __m512i v =
-          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, r0)),
-                             _mm256_maskz_loadu_epi16(mask, r0 + second), 1);
-      acc[g] = _mm512_dpbf16_ps(acc[g], AsBh(xv), AsBh(v));
-    }
+    const bf16* r0 = w + 16 * full;
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, r0)),
+                                         _mm256_maskz_loadu_epi16(mask, r0 + second), 1);
+    acc = _mm512_dpbf16_ps(acc, AsBh(xv), AsBh(v));
   }
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) {
-    y[2 * g] = ReduceLanes(_mm512_castps512_ps256(acc[g]));
-    if (!kLone) y[2 * g + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[g], 1));
-  }
+  y[0] = ReduceLanes(_mm512_castps512_ps256(acc));
+  if (!kLone) y[1] = ReduceLanes(_mm512_extractf32x8_ps(acc, 1));
 }
 
-// m = 1 over output columns [j0, j1): whole tiles, then pairs, then a last row alone.
+// m = 1 over output columns [j0, j1): pairs of rows, then a last row alone.
 void StreamColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t j1, float* y) {
-  constexpr int kCols = 2 * kStreamPairs;
   int64_t j = j0;
-  for (; j + kCols <= j1; j += kCols) StreamTile<kStreamPairs>(x, w + j * k, k, y + j);
-  for (; j + 2 <= j1; j += 2) StreamTile<1>(x, w + j * k, k, y + j);
-  if (j < j1) StreamTile<1, true>(x, w + j * k, k, y + j);
+  for (; j + 2 <= j1; j += 2) StreamPair(x, w + j * k, k, y + j);
+  if (j < j1) StreamPair<true>(x, w + j * k, k, y + j);
+}
+
+// m = 1 on the pool, in units of two output columns.
+void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, ThreadPool* pool) {
+  const int64_t units = (n + 1) / 2;
+  auto body = [&](int64_t begin, int64_t end) {
+    FlushDenormalsScope flush;
+    StreamColumns(x, w, k, 2 * begin, std::min(n, 2 * end), y);
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(units, n * k, body);
+  } else {
+    body(0, units);
+  }
 }
 
 template <int P, int C>
@@ -293,22 +291,6 @@ void MatmulEntry(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w
     pool->ParallelFor(n_units, m * n * k, body);
   } else {
     body(0, n_units);
-  }
-}
-
-static void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y,
-                        ThreadPool* pool) {
-  const int64_t units = (n + 2 * kStreamPairs - 1) / (2 * kStreamPairs);
-  auto body = [&](int64_t begin, int64_t end) {
-    FlushDenormalsScope flush;
-    const int64_t j0 = begin * 2 * kStreamPairs;
-    const int64_t j1 = std::min(n, end * 2 * kStreamPairs);
-    StreamColumns(x, w, k, j0, j1, y);
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(units, n * k, body);
-  } else {
-    body(0, units);
   }
 }
 
