@@ -4,13 +4,18 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -160,18 +165,84 @@ bool WaitForHttp(int port, const std::string& path, int status, std::chrono::mil
   return false;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Ports handed out by FreePort / FreePortRange come from below the kernel's ephemeral range, so
+// no outgoing connection (a gRPC channel, an HTTP client, a KV transfer socket) can be given one
+// between the test picking it and a daemon binding it. Each is reserved across every test
+// process on the machine with an flock'ed file held until this process exits, so parallel
+// tests never pick the same port either.
+constexpr int kLowestPort = 10000;
+constexpr char kLockDir[] = "/tmp/tandem-itest-ports";
+
+std::mutex reserve_mu;
+std::vector<int> reserved_fds;  // kept open (and locked) for the life of the process
+
+// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+int EphemeralLow() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (f >> low >> high && low > kLowestPort + 1000) return low;
+  return 32768;
+}
+
+bool Bindable(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   close(fd);
-  return port;
+  return ok;
 }
+
+// Locks `port`'s file without waiting; -1 when another holder (any process, or an earlier
+// reservation of this one) has it.
+int LockPort(int port) {
+  const std::string path = std::string(kLockDir) + "/" + std::to_string(port);
+  int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+int FreePortRange(int span) {
+  std::lock_guard<std::mutex> lock(reserve_mu);
+  mkdir(kLockDir, 01777);
+  chmod(kLockDir, 01777);  // shared by every user's tests (mkdir applies the umask)
+  const int low = kLowestPort, high = EphemeralLow();  // ports [low, high)
+  if (span < 1 || span > high - low) return 0;
+  static std::mt19937 rng(
+      static_cast<uint32_t>(getpid()) ^
+      static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const int choices = high - low - span + 1;
+  int base = low + static_cast<int>(rng() % static_cast<uint32_t>(choices));
+  for (int tried = 0; tried < choices; ++tried, base = base + 1 < low + choices ? base + 1 : low) {
+    std::vector<int> fds;
+    for (int p = base; p < base + span; ++p) {
+      const int fd = LockPort(p);
+      if (fd < 0 || !Bindable(p)) {
+        if (fd >= 0) close(fd);
+        break;
+      }
+      fds.push_back(fd);
+    }
+    if (static_cast<int>(fds.size()) == span) {
+      reserved_fds.insert(reserved_fds.end(), fds.begin(), fds.end());
+      return base;
+    }
+    for (int fd : fds) close(fd);
+  }
+  return 0;
+}
+
+int FreePort() { return FreePortRange(1); }
 
 }  // namespace tandem::itest

@@ -58,8 +58,11 @@ struct HttpReply {
 HttpReply HttpGet(int port, const std::string& path);
 // Polls `path` until it answers with `status` or the deadline passes.
 bool WaitForHttp(int port, const std::string& path, int status, std::chrono::milliseconds timeout);
-// A TCP port that was free a moment ago on 127.0.0.1.
+// A TCP port free on 127.0.0.1 and kept for this process: it lies below the kernel's ephemeral
+// range (no outgoing connection takes it) and no other test process is handed it. 0 if none.
 int FreePort();
+// The first of `span` consecutive such ports; 0 if none.
+int FreePortRange(int span);
 
 }  // namespace tandem::itest
 

@@ -33,8 +33,9 @@ bool WaitHealthy(WorkerProcess* w) {
   return true;
 }
 
-// The worker exited at startup because a port FreePort() chose was taken in between (parallel
-// tests open connections from the same ephemeral range).
+// The worker exited at startup because a port FreePort() chose was taken in between: FreePort
+// keeps its ports out of the ephemeral range and away from other test processes, so only a
+// program outside the tests binding one at that moment can do this.
 bool LostPortRace(WorkerProcess* w) {
   if (!w->process->Wait(std::chrono::milliseconds(0)).has_value()) return false;
   const std::string out = w->process->Output();

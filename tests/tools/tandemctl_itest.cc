@@ -2,11 +2,8 @@
 // tandem-router on loopback, in a temporary run directory on free ports. Covers every command,
 // the error paths (wrong admin key, unknown worker, no healthy decode worker, unreachable router,
 // usage errors) and that `stop` leaves no process behind.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,30 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr char kAdminKey[] = "local-cluster-admin";
-
-bool PortFree(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
-// A base port P with P .. P+span-1 free a moment ago.
-int FreePortRange(int span) {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int base = FreePort();
-    if (base + span > 65535) continue;
-    bool all = true;
-    for (int p = base; p < base + span && all; ++p) all = PortFree(p);
-    if (all) return base;
-  }
-  return 0;
-}
 
 // Gone: no such process, or a zombie waiting for a parent that is not us.
 bool ProcessGone(pid_t pid) {
