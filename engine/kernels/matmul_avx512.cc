@@ -4,19 +4,22 @@
 // the compiler has 32 vector registers; the arithmetic (and hence every result bit) is the same
 // as on the AVX2 path.
 //
-// kAvx512Bf16, for m >= kBf16MinRows, uses vdpbf16ps: each fp32 lane adds the odd then the even
+// kAvx512Bf16 uses vdpbf16ps: each fp32 lane adds the odd then the even
 // product of its bf16 pair, which is by definition the order of matmul.h (8 lanes per 16
 // elements), and vdpbf16ps applies DAZ/FTZ itself. A 512-bit register holds two rows at once:
 // its low 256 bits carry row r's 8 lanes and its high 256 bits row r + 1's, against the same 16
 // weights broadcast to both halves, so every row still sees exactly the 8-lane order while each
 // instruction does twice the work. On CPUs with full-width AVX-512 (Zen 5 here) that doubles the
-// multiply-add rate of the 256-bit form (measured: 412 vs 206 GFLOP/s on one core). For m below
-// kBf16MinRows a call is a stream of weights from DRAM. At m = 1 a register instead carries two
+// multiply-add rate of the 256-bit form (measured: 412 vs 206 GFLOP/s on one core). At m = 1 a
+// call is a stream of weights from DRAM, and a register instead carries two
 // weight rows against x in both halves (StreamPair): one vdpbf16ps per 64 bytes read, where the
 // kAvx512 kernel widens every weight to fp32 first; measured at Qwen2.5-0.5B shapes on 2 threads,
-// 0.84-0.91 of a plain read of the same bytes against 0.77-0.84. For 1 < m < kBf16MinRows the
-// kAvx512 path's prefetching kernels are faster than the row-pair tiles, so those calls take that
-// path. All give the same bits.
+// 0.84-0.91 of a plain read of the same bytes against 0.77-0.84. Every m >= 2 runs the row-pair
+// tiles: a group of C weight rows is read from DRAM once and from L1 by each tile of row pairs,
+// and the tiles of one group prefetch the next group's rows between them, so those DRAM reads
+// overlap the group's multiply-adds (measured, 2 threads, n = 4864, k = 896: m = 8 from 345 to
+// 135-226 us, m = 32 from 665-706 to 473-496 us; the kAvx512 kernels took m < 16 before). All
+// give the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -49,12 +52,16 @@ void MatmulBf16Avx512(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,avx2,fma,f16c")
+// GCC 12 reports the deliberately undefined upper lanes inside _mm512_broadcast_i64x4 once the
+// tiles are inlined; the broadcast writes every lane.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace tandem::engine::internal {
 namespace avx512bf16 {
 namespace {
 
-constexpr int64_t kBf16MinRows = 16;  // below: the kAvx512 streaming kernels (see the top)
 // Register tiles of P row pairs x C weight rows (16 accumulators either way): 2 x 8 while C weight
 // rows fit comfortably in L1 (k <= kWideTileMaxK), so the L2-resident x is loaded half as often
 // per multiply-add; 4 x 4 for longer rows, whose 8-row tile would spill L1 (measured, m = 32:
@@ -105,10 +112,12 @@ void PackPairs(const bf16* x, int64_t ldx, int64_t m, int64_t k, int64_t nb, bf1
 }
 
 // y for P row pairs starting at pair `p0` (rows 2 p0 .. 2 p0 + 2P - 1, those below m) and C rows
-// of w.
+// of w. Meanwhile it prefetches `pf_rows` whole rows of w from `pf` (rows a later tile reads
+// from DRAM), a line every other block; with `row_ahead` it also prefetches its own rows 1 KB
+// ahead (a tile whose rows nobody prefetched).
 template <int P, int C>
 void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int64_t k, float* y,
-          int64_t ldy) {
+          int64_t ldy, const bf16* pf, int pf_rows, bool row_ahead) {
   const int64_t full = k / 16;
   const int tail = static_cast<int>(k % 16);
   __m512 acc[P][C];
@@ -119,10 +128,15 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
   __m512i v[C];
   const bf16* xrow = xp + p0 * nb * 32;
   for (int64_t q = 0; q < full; ++q) {
+    if ((q & 1) == 0) {
+      for (int r = 0; r < pf_rows; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * k + 16 * q), _MM_HINT_T0);
+      }
+    }
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
       const bf16* src = w + c * k + 16 * q;
-      _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
+      if (row_ahead) _mm_prefetch(reinterpret_cast<const char*>(src + 512), _MM_HINT_T0);
       v[c] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
     }
 #pragma GCC unroll 16
@@ -232,20 +246,37 @@ void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, T
   }
 }
 
+// The tiles of P pairs over pairs [p0, p1) and the C rows of w. Between them they prefetch the
+// C rows at `next` (the next group of columns, null for none), a share of the rows each, so the
+// group's DRAM reads overlap this group's multiply-adds from L1 instead of stalling the next
+// group's first tile. `cold`: nobody prefetched these rows; the first tile reads ahead itself.
 template <int P, int C>
 void Pairs(const bf16* xp, int64_t nb, int64_t p0, int64_t p1, int64_t m, const bf16* w, int64_t k,
-           float* y, int64_t ldy) {
+           float* y, int64_t ldy, const bf16* next, bool cold) {
+  const int64_t tiles = (p1 - p0 + P - 1) / P;
+  int64_t t = 0;
+  auto share = [&](int64_t tile, const bf16** pf, int* rows) {
+    const int64_t r0 = tile * C / tiles, r1 = (tile + 1) * C / tiles;
+    *pf = next == nullptr ? nullptr : next + r0 * k;
+    *rows = next == nullptr ? 0 : static_cast<int>(r1 - r0);
+  };
+  const bf16* pf;
+  int rows;
   int64_t p = p0;
-  for (; p + P <= p1; p += P) Tile<P, C>(xp, nb, p, m, w, k, y, ldy);
+  for (; p + P <= p1; p += P, ++t) {
+    share(t, &pf, &rows);
+    Tile<P, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
+  }
+  share(t, &pf, &rows);
   switch (p1 - p) {  // fewer than P pairs left
     case 3:
-      Tile<3, C>(xp, nb, p, m, w, k, y, ldy);
+      Tile<3, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
       break;
     case 2:
-      Tile<2, C>(xp, nb, p, m, w, k, y, ldy);
+      Tile<2, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
       break;
     case 1:
-      Tile<1, C>(xp, nb, p, m, w, k, y, ldy);
+      Tile<1, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
       break;
     default:
       break;
@@ -260,8 +291,11 @@ void Columns(const bf16* xp, int64_t nb, int64_t m, const bf16* w, int64_t k, in
   for (int64_t p0 = 0; p0 < pairs; p0 += chunk) {
     const int64_t p1 = std::min(pairs, p0 + chunk);
     int64_t j = j0;
-    for (; j + C <= j1; j += C) Pairs<P, C>(xp, nb, p0, p1, m, w + j * k, k, y + j, ldy);
-    for (; j < j1; ++j) Pairs<P, 1>(xp, nb, p0, p1, m, w + j * k, k, y + j, ldy);
+    for (; j + C <= j1; j += C) {
+      const bf16* next = j + 2 * C <= j1 ? w + (j + C) * k : nullptr;
+      Pairs<P, C>(xp, nb, p0, p1, m, w + j * k, k, y + j, ldy, next, j == j0);
+    }
+    for (; j < j1; ++j) Pairs<P, 1>(xp, nb, p0, p1, m, w + j * k, k, y + j, ldy, nullptr, true);
   }
 }
 
@@ -302,13 +336,10 @@ void MatmulBf16Avx512Bf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, cons
     avx512bf16::StreamEntry(x, k, w, n, y, pool);
     return;
   }
-  if (m < avx512bf16::kBf16MinRows) {
-    avx512::MatmulEntry(x, ldx, m, k, w, n, y, ldy, pool);
-    return;
-  }
   avx512bf16::MatmulEntry(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 }  // namespace tandem::engine::internal
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
