@@ -9,6 +9,13 @@
 #include "engine/kernels/cpu.h"
 #include "engine/ops.h"
 
+// GCC 12 reports the deliberately undefined lanes inside AVX-512 intrinsics (their
+// _mm512_undefined_* operands, e.g. in _mm512_reduce_max_ps) once the loops are inlined; every
+// such lane is overwritten.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace tandem::engine {
 namespace {
 
@@ -430,3 +437,5 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
 }
 
 }  // namespace tandem::engine
+
+#pragma GCC diagnostic pop

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/engine/serving/test_env.h"
 
@@ -71,7 +72,7 @@ TEST(SchedulerTest, BatchOf64MixedRequestsMatchesEachRequestAlone) {
   std::map<std::string, Collected> out;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    ASSERT_TRUE(s->Submit(MakeRequest("r" + std::to_string(i), c.prompt, c.max_new, &out,
+    ASSERT_TRUE(s->Submit(MakeRequest(absl::StrCat("r", i), c.prompt, c.max_new, &out,
                                       c.temperature, c.seed))
                     .ok());
   }
@@ -79,7 +80,7 @@ TEST(SchedulerTest, BatchOf64MixedRequestsMatchesEachRequestAlone) {
   EXPECT_GT(s->counters().cached_prompt_tokens, 0) << "shared prefixes should hit the cache";
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
-    const Collected& got = out["r" + std::to_string(i)];
+    const Collected& got = out[absl::StrCat("r", i)];
     ASSERT_TRUE(got.last);
     EXPECT_EQ(got.tokens, RunAlone(c.prompt, c.max_new, c.temperature, c.seed)) << "request " << i;
     ASSERT_TRUE(got.finish.has_value());
@@ -127,14 +128,14 @@ TEST(SchedulerTest, PreemptionUnderMemoryPressureStillGivesIdenticalTokens) {
   auto s = NewScheduler(c);
   std::map<std::string, Collected> out;
   for (size_t i = 0; i < cases.size(); ++i) {
-    ASSERT_TRUE(s->Submit(MakeRequest("p" + std::to_string(i), cases[i].prompt, cases[i].max_new,
-                                      &out, cases[i].temperature, cases[i].seed))
+    ASSERT_TRUE(s->Submit(MakeRequest(absl::StrCat("p", i), cases[i].prompt, cases[i].max_new, &out,
+                                      cases[i].temperature, cases[i].seed))
                     .ok());
   }
   RunToIdle(s.get());
   EXPECT_GT(s->counters().preemptions, 0) << "the test should exercise preemption";
   for (size_t i = 0; i < cases.size(); ++i) {
-    EXPECT_EQ(out["p" + std::to_string(i)].tokens,
+    EXPECT_EQ(out[absl::StrCat("p", i)].tokens,
               RunAlone(cases[i].prompt, cases[i].max_new, cases[i].temperature, cases[i].seed))
         << "request " << i;
   }
@@ -162,7 +163,7 @@ TEST(SchedulerTest, ReserveThenAdmitWithKvFromAnotherInstanceMatchesColocated) {
   std::map<std::string, Collected> pout, dout;
   std::map<std::string, std::vector<int32_t>> reserved;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const std::string rid = "d" + std::to_string(i);
+    const std::string rid = absl::StrCat("d", i);
     Request d = MakeRequest(rid, cases[i].prompt, cases[i].max_new, &dout, cases[i].temperature,
                             cases[i].seed);
     d.mode = RequestMode::kDecodeOnly;
@@ -178,7 +179,7 @@ TEST(SchedulerTest, ReserveThenAdmitWithKvFromAnotherInstanceMatchesColocated) {
 
   std::map<std::string, int64_t> copied_upto;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const std::string rid = "d" + std::to_string(i);
+    const std::string rid = absl::StrCat("d", i);
     Request p = MakeRequest(rid, cases[i].prompt, cases[i].max_new, &pout, cases[i].temperature,
                             cases[i].seed);
     p.mode = RequestMode::kPrefillOnly;
@@ -193,7 +194,7 @@ TEST(SchedulerTest, ReserveThenAdmitWithKvFromAnotherInstanceMatchesColocated) {
   RunToIdle(prefill.get());
   EXPECT_EQ(prefill->Load().held, static_cast<int>(cases.size()));
   for (size_t i = 0; i < cases.size(); ++i) {
-    const std::string rid = "d" + std::to_string(i);
+    const std::string rid = absl::StrCat("d", i);
     const Collected& p = pout[rid];
     ASSERT_TRUE(p.last && p.kv_held) << rid;
     ASSERT_EQ(p.tokens.size(), 1u);
@@ -203,7 +204,7 @@ TEST(SchedulerTest, ReserveThenAdmitWithKvFromAnotherInstanceMatchesColocated) {
   }
   RunToIdle(decode.get());
   for (size_t i = 0; i < cases.size(); ++i) {
-    const std::string rid = "d" + std::to_string(i);
+    const std::string rid = absl::StrCat("d", i);
     EXPECT_EQ(dout[rid].tokens,
               RunAlone(cases[i].prompt, cases[i].max_new, cases[i].temperature, cases[i].seed))
         << rid;
@@ -231,7 +232,7 @@ TEST(SchedulerTest, RandomArrivalsAbortsAndMemoryPressureKeepAccountingExact) {
         std::vector<int32_t> prompt =
             RandomTokens(&rng, std::uniform_int_distribution<int>(1, 90)(rng), kVocabLimit);
         if (rng() % 3 == 0) prompt.insert(prompt.begin(), common.begin(), common.end());
-        const std::string rid = "x" + std::to_string(submitted++);
+        const std::string rid = absl::StrCat("x", submitted++);
         absl::Status st = s->Submit(MakeRequest(
             rid, prompt, std::uniform_int_distribution<int>(0, 30)(rng), &out, 0.5f, rng()));
         if (st.ok()) {
@@ -378,17 +379,16 @@ TEST(SchedulerTest, EosEndsARequestUnlessIgnored) {
   std::map<std::string, Collected> out;
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(
-        s->Submit(MakeRequest("ignore" + std::to_string(i), tok.Encode(prompts[i]), 120, &out))
-            .ok());
-    Request r = MakeRequest("eos" + std::to_string(i), tok.Encode(prompts[i]), 120, &out);
+        s->Submit(MakeRequest(absl::StrCat("ignore", i), tok.Encode(prompts[i]), 120, &out)).ok());
+    Request r = MakeRequest(absl::StrCat("eos", i), tok.Encode(prompts[i]), 120, &out);
     r.sampling.ignore_eos = false;
     ASSERT_TRUE(s->Submit(std::move(r)).ok());
   }
   RunToIdle(s.get());
   int stopped = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const Collected& ign = out["ignore" + std::to_string(i)];
-    const Collected& eos = out["eos" + std::to_string(i)];
+    const Collected& ign = out[absl::StrCat("ignore", i)];
+    const Collected& eos = out[absl::StrCat("eos", i)];
     EXPECT_EQ(ign.tokens.size(), 120u);
     EXPECT_EQ(ign.finish->kind, FinishReason::Kind::kLength);
     auto first_eos = std::find(ign.tokens.begin(), ign.tokens.end(), 3069);
