@@ -1,7 +1,5 @@
 #include "engine/kv_cache.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -176,19 +174,19 @@ absl::StatusOr<std::unique_ptr<KvCacheStorage>> KvCacheStorage::Create(int64_t n
   s->num_kv_heads_ = num_kv_heads;
   s->head_dim_ = head_dim;
   s->block_bytes_ = block_bytes;
-  s->mapped_bytes_ = static_cast<size_t>(s->total_bytes());
-  void* p =
-      ::mmap(nullptr, s->mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  // 2 MiB pages where the kernel allows them: attention reads K/V rows of blocks scattered over
+  // the whole mapping, and with 4 KiB pages nearly every block costs a TLB miss.
+  absl::StatusOr<HugePageBuffer> memory =
+      HugePageBuffer::Allocate(static_cast<size_t>(s->total_bytes()));
+  if (!memory.ok()) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map ", s->mapped_bytes_, " bytes for the KV cache"));
+        absl::StrCat("cannot map ", s->total_bytes(), " bytes for the KV cache"));
   }
-  s->base_ = static_cast<uint8_t*>(p);
+  s->memory_ = *std::move(memory);
+  s->base_ = s->memory_.data();
   return s;
 }
 
-KvCacheStorage::~KvCacheStorage() {
-  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
-}
+KvCacheStorage::~KvCacheStorage() = default;
 
 }  // namespace tandem::engine

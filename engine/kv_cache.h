@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/kernels/bf16.h"
+#include "engine/kernels/huge_page_buffer.h"
 
 namespace tandem::engine {
 
@@ -130,7 +131,8 @@ class BlockPool {
 // K is stored after RoPE; both are rounded to bf16 (numerics.md).
 //
 // Thread-safety: the memory is plain; callers coordinate who writes which block.
-// Ownership: owns one page-aligned, zero-initialised anonymous mapping.
+// Ownership: owns one zero-initialised anonymous mapping, 2 MiB aligned and backed by huge pages
+// where the kernel allows (kernels/huge_page_buffer.h).
 class KvCacheStorage {
  public:
   // Errors: InvalidArgument on non-positive dimensions or a size overflow, ResourceExhausted if
@@ -180,8 +182,8 @@ class KvCacheStorage {
   }
   int64_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
   int64_t block_bytes_ = 0;
-  uint8_t* base_ = nullptr;
-  size_t mapped_bytes_ = 0;
+  HugePageBuffer memory_;
+  uint8_t* base_ = nullptr;  // memory_.data()
 };
 
 }  // namespace tandem::engine
