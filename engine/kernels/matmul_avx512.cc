@@ -246,14 +246,19 @@ void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, T
   }
 }
 
-// The tiles of P pairs over pairs [p0, p1) and the C rows of w. Between them they prefetch the
-// C rows at `next` (the next group of columns, null for none), a share of the rows each, so the
-// group's DRAM reads overlap this group's multiply-adds from L1 instead of stalling the next
-// group's first tile. `cold`: nobody prefetched these rows; the first tile reads ahead itself.
+// The tiles of P pairs over pairs [p0, p1) and the C rows of w. With at most C tiles (decode
+// batch sizes) they prefetch the C rows at `next` (the next group of columns, null for none)
+// between them, a share of the rows each, so that group's DRAM reads overlap this group's
+// multiply-adds from L1 instead of stalling the next group's first tile; `cold`: nobody
+// prefetched these rows, so the first tile reads ahead itself. With more tiles (prefill) every
+// tile reads its own rows ahead instead (measured: prefill 1024 at 625-640 tok/s against 578-618
+// with the shared prefetch, batch 32 decode no slower).
 template <int P, int C>
 void Pairs(const bf16* xp, int64_t nb, int64_t p0, int64_t p1, int64_t m, const bf16* w, int64_t k,
            float* y, int64_t ldy, const bf16* next, bool cold) {
   const int64_t tiles = (p1 - p0 + P - 1) / P;
+  const bool every = tiles > C;
+  if (every) next = nullptr;
   int64_t t = 0;
   auto share = [&](int64_t tile, const bf16** pf, int* rows) {
     const int64_t r0 = tile * C / tiles, r1 = (tile + 1) * C / tiles;
@@ -265,18 +270,18 @@ void Pairs(const bf16* xp, int64_t nb, int64_t p0, int64_t p1, int64_t m, const 
   int64_t p = p0;
   for (; p + P <= p1; p += P, ++t) {
     share(t, &pf, &rows);
-    Tile<P, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
+    Tile<P, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
   }
   share(t, &pf, &rows);
   switch (p1 - p) {  // fewer than P pairs left
     case 3:
-      Tile<3, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
+      Tile<3, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
       break;
     case 2:
-      Tile<2, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
+      Tile<2, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
       break;
     case 1:
-      Tile<1, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, cold && t == 0);
+      Tile<1, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
       break;
     default:
       break;
