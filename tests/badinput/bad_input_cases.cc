@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace tandem::itest {
 namespace {
 
@@ -40,7 +42,7 @@ std::string Repeat(const std::string& s, int n) {
 // `n` comma-separated token ids, all inside the vocabulary.
 std::string Ids(int n) {
   std::string out;
-  for (int i = 0; i < n; ++i) out += (i ? "," : "") + std::to_string(10 + (i * 37) % 3000);
+  for (int i = 0; i < n; ++i) absl::StrAppend(&out, i ? "," : "", 10 + (i * 37) % 3000);
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -78,7 +79,7 @@ grpc::Status Prefill(proto::Worker::Stub* stub, const proto::PrefillRequest& req
 DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_t>& prompt,
                    int max_new, grpc::Status* prefill_status = nullptr) {
   proto::PrefillRequest pr;
-  pr.set_rid("r" + std::to_string(room));
+  pr.set_rid(absl::StrCat("r", room));
   pr.set_bootstrap_room(room);
   pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
   *pr.mutable_sampling_params() = Greedy(max_new);
@@ -86,7 +87,7 @@ DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_
   grpc::Status pst;
   std::thread prefill([&] { pst = Prefill(p->stub.get(), pr, &presp); });
   proto::DecodeRequest dr;
-  dr.set_rid("r" + std::to_string(room));
+  dr.set_rid(absl::StrCat("r", room));
   dr.set_bootstrap_room(room);
   dr.set_bootstrap_host("127.0.0.1");
   dr.set_bootstrap_port(p->bootstrap_port);
@@ -199,7 +200,7 @@ TEST_P(PdClusterPairsTest, SixtyFourConcurrentRequestsMatchColocatedAndTandemRun
       pd[i] = RunPd(prefill[i % pairs].get(), decode[(i / 2) % pairs].get(), 7000 + i, prompts[i],
                     MaxNew(i), &pst[i]);
       proto::DecodeRequest dr;
-      dr.set_rid("c" + std::to_string(i));
+      dr.set_rid(absl::StrCat("c", i));
       dr.mutable_input_ids()->Add(prompts[i].begin(), prompts[i].end());
       *dr.mutable_sampling_params() = Greedy(MaxNew(i));
       dr.set_stream(i % 2 == 0);
