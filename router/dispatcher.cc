@@ -346,22 +346,10 @@ Dispatcher::Dispatcher(DispatchOptions options, WorkerRegistry* registry, Policy
       registry_(registry),
       prefill_policy_(prefill_policy),
       decode_policy_(decode_policy),
-      metrics_(metrics) {
-  timer_thread_ = std::thread([this] { TimerLoop(); });
-}
+      metrics_(metrics) {}
 
 Dispatcher::~Dispatcher() {
-  std::multimap<absl::Time, std::function<void()>> pending;
-  {
-    absl::MutexLock lock(&timer_mu_);
-    stopping_ = true;
-  }
-  timer_thread_.join();
-  {
-    absl::MutexLock lock(&timer_mu_);
-    pending.swap(timers_);
-  }
-  pending.clear();  // retries that will not happen release their runs
+  timers_.Stop();  // retries that will not happen release their runs
   // Legs cancelled at shutdown still call back on gRPC threads; wait for them (bounded).
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   while (live_runs_.load() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
@@ -392,30 +380,6 @@ absl::Status Dispatcher::CanRoute() const {
     return absl::UnavailableError("no healthy worker");
   }
   return absl::OkStatus();
-}
-
-void Dispatcher::RunAt(absl::Time when, std::function<void()> fn) {
-  absl::MutexLock lock(&timer_mu_);
-  timers_.emplace(when, std::move(fn));
-}
-
-void Dispatcher::TimerLoop() {
-  absl::MutexLock lock(&timer_mu_);
-  while (!stopping_) {
-    const absl::Time now = absl::Now();
-    if (!timers_.empty() && timers_.begin()->first <= now) {
-      std::function<void()> fn = std::move(timers_.begin()->second);
-      timers_.erase(timers_.begin());
-      timer_mu_.Unlock();
-      fn();
-      timer_mu_.Lock();
-      continue;
-    }
-    const absl::Time wake = timers_.empty()
-                                ? now + absl::Milliseconds(20)
-                                : std::min(timers_.begin()->first, now + absl::Milliseconds(20));
-    timer_mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
-  }
 }
 
 }  // namespace tandem::router

@@ -28,15 +28,13 @@
 
 #include <atomic>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
+#include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/timer_queue.h"
 #include "proto/worker.pb.h"
 #include "router/api/request.h"
 #include "router/policy/policy.h"
@@ -83,11 +81,10 @@ class Dispatcher {
   const DispatchOptions& options() const { return options_; }
 
   // Runs `fn` on the dispatcher's timer thread at `when` (or soon after). Used for backoff.
-  void RunAt(absl::Time when, std::function<void()> fn);
+  void RunAt(absl::Time when, std::function<void()> fn) { timers_.RunAt(when, std::move(fn)); }
 
  private:
   friend class Run;
-  void TimerLoop();
 
   const DispatchOptions options_;
   WorkerRegistry* const registry_;
@@ -95,10 +92,7 @@ class Dispatcher {
   Policy* const decode_policy_;
   RouterMetrics* const metrics_;
 
-  absl::Mutex timer_mu_;
-  std::multimap<absl::Time, std::function<void()>> timers_ ABSL_GUARDED_BY(timer_mu_);
-  bool stopping_ ABSL_GUARDED_BY(timer_mu_) = false;
-  std::thread timer_thread_;
+  TimerQueue timers_;
   std::atomic<int64_t> live_runs_{0};  // Run objects alive (their legs may still call back)
 };
 
