@@ -217,6 +217,11 @@ void ClientCall::OnEvent(const proto::DecodeEvent& e) {
 }
 
 void ClientCall::OnDone(absl::Status status) {
+  // The slot is free before the response's last bytes go out: a client that sends its next
+  // request the moment it has read this response's end must find it free.
+  server_->router_metrics_->inflight.Decrement();
+  server_->admission_->Release();
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
   {
     absl::MutexLock lock(&mu_);
     run_ = nullptr;
@@ -267,9 +272,6 @@ void ClientCall::OnDone(absl::Status status) {
       }
     }
   }
-  server_->router_metrics_->inflight.Decrement();
-  server_->admission_->Release();
-  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
 }
 
 void ClientCall::SendError(const absl::Status& status) {
