@@ -13,6 +13,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
+#include "worker/session_server.h"
 
 namespace tandem::worker {
 namespace {
@@ -176,16 +177,51 @@ class RefusedDecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent>
 // The full gRPC method names the tokens are bound to (proto/worker.proto, package tandem.proto).
 constexpr char kDecodeMethod[] = "/tandem.proto.Worker/Decode";
 constexpr char kPrefillMethod[] = "/tandem.proto.Worker/Prefill";
+constexpr int kMaxSessionMessageBytes = 64 << 20;
+constexpr char kSessionMethod[] = "/tandem.proto.Worker/Session";
 constexpr char kAbortMethod[] = "/tandem.proto.Worker/Abort";
 constexpr char kHealthMethod[] = "/tandem.proto.Worker/Health";
 constexpr char kGetLoadMethod[] = "/tandem.proto.Worker/GetLoad";
 constexpr char kFlushCacheMethod[] = "/tandem.proto.Worker/FlushCache";
 constexpr char kGetServerInfoMethod[] = "/tandem.proto.Worker/GetServerInfo";
 
+// A session's legs run on the WorkerCore, as the Prefill and Decode RPCs' do.
+class CoreLegs : public SessionLegs {
+ public:
+  explicit CoreLegs(WorkerCore* core) : core_(core) {}
+
+  absl::StatusOr<std::function<void()>> StartDecode(
+      const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override {
+    absl::StatusOr<LegId> leg = core_->StartDecode(request, std::move(sink));
+    if (!leg.ok()) return leg.status();
+    WorkerCore* core = core_;
+    return [core, leg = *std::move(leg)] { core->CancelDecode(leg); };
+  }
+
+  void StartPrefill(const proto::PrefillRequest& request,
+                    std::function<void(absl::StatusOr<proto::PrefillResponse>)> done) override {
+    core_->StartPrefill(request, std::move(done));
+  }
+
+  void CancelPrefill(uint64_t room) override {
+    proto::AbortRequest abort;
+    abort.set_bootstrap_room(room);
+    abort.set_reason("the router cancelled the prefill leg");
+    core_->Abort(abort);
+  }
+
+ private:
+  WorkerCore* core_;
+};
+
 class WorkerService final : public proto::Worker::CallbackService {
  public:
   WorkerService(WorkerCore* core, std::string cluster_secret)
-      : core_(core), cluster_secret_(std::move(cluster_secret)) {}
+      : core_(core), legs_(core), cluster_secret_(std::move(cluster_secret)) {}
+
+  // Ends the open sessions (their legs are cancelled): grpc::Server::Shutdown would otherwise
+  // wait its whole grace period for these long-lived calls.
+  void CloseSessions() { sessions_.CloseAll(); }
 
   // Every method checks the caller's token first and runs nothing else when it is refused.
   // Per handler rather than gRPC's AuthMetadataProcessor: gRPC 1.51 aborts when one is set on
@@ -223,6 +259,14 @@ class WorkerService final : public proto::Worker::CallbackService {
       return new RefusedDecodeReactor(std::move(auth));
     }
     return new DecodeReactor(core_, *request);
+  }
+
+  grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
+      grpc::CallbackServerContext* context) override {
+    if (grpc::Status auth = Authenticate(context, kSessionMethod); !auth.ok()) {
+      return SessionServer::Refuse(std::move(auth));
+    }
+    return sessions_.Open(&legs_);
   }
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
@@ -303,6 +347,8 @@ class WorkerService final : public proto::Worker::CallbackService {
 
  private:
   WorkerCore* core_;
+  CoreLegs legs_;
+  SessionServer sessions_;
   const std::string cluster_secret_;  // empty: calls are not authenticated
   mutable std::atomic<int64_t> last_refusal_log_ms_{0};
 };
@@ -334,6 +380,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   // most every 5 min without data, 2 strikes) would answer that with GOAWAY and kill the legs.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A session message batches many legs' requests (the router caps a batch at 1 MiB; one
+  // request alone may be larger, up to the router's own prompt limits).
+  builder.SetMaxReceiveMessageSize(kMaxSessionMessageBytes);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();
@@ -356,6 +405,7 @@ void GrpcServer::Shutdown(double grace_seconds) {
   std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
   if (impl_->shut_down) return;
   impl_->shut_down = true;
+  impl_->service->CloseSessions();
   impl_->server->Shutdown(std::chrono::system_clock::now() +
                           std::chrono::duration_cast<std::chrono::system_clock::duration>(
                               std::chrono::duration<double>(grace_seconds)));

@@ -1,11 +1,13 @@
 // GrpcServer: a gRPC server serving the Worker service (proto/worker.proto) on top of a
 // WorkerCore, with the callback API so that thousands of decode streams need no thread each.
 //
-// Decode streams: the leg's events are queued as the engine produces them and written one at a
-// time; the last event ends the RPC with OK. A client that cancels (or whose stream breaks)
-// aborts the leg in the engine. Every path ends the RPC exactly once. Prefill legs go to the
-// WorkerCore's PrefillLegs (prefill workers); elsewhere they fail with FAILED_PRECONDITION. A
-// prefill leg is cancelled by the Abort RPC (by bootstrap room), not by the client going away.
+// Sessions (rpc Session, what the router uses): prefill and decode legs multiplexed on one
+// stream, replies batched per write (worker/session_server.h). Decode streams (rpc Decode): the
+// leg's events are queued as the engine produces them and written one at a time; the last event
+// ends the RPC with OK. A client that cancels (or whose stream or session breaks) aborts the leg
+// in the engine. Every path ends the RPC exactly once. Prefill legs go to the WorkerCore's
+// PrefillLegs (prefill workers); elsewhere they fail with FAILED_PRECONDITION. A prefill leg the
+// router cancels aborts its room. Shutdown ends open sessions first, cancelling their legs.
 //
 // Access: with a non-empty `cluster_secret`, every call must carry a valid cluster token
 // (common/cluster_token.h) in its metadata; a call without one, with a wrong or stale one, ends

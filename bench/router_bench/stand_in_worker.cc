@@ -8,22 +8,28 @@ namespace {
 constexpr int kBlockSize = 16;
 constexpr int kTotalBlocks = 4096;
 
+// The one event a decode leg answers with.
+proto::DecodeEvent Answer(const proto::DecodeRequest& request, int tokens) {
+  proto::DecodeEvent event;
+  const int n = request.sampling_params().has_max_new_tokens()
+                    ? std::max(1, std::min(tokens, request.sampling_params().max_new_tokens()))
+                    : tokens;
+  for (int i = 0; i < n; ++i) {
+    event.add_token_ids(200 + i);
+    if (request.return_logprob()) event.add_token_logprobs(-0.5f);
+  }
+  event.set_finished(true);
+  event.mutable_finish_reason()->set_type(proto::FinishReason::LENGTH);
+  event.mutable_finish_reason()->set_length(n);
+  event.set_prompt_tokens(request.input_ids_size());
+  event.set_completion_tokens(n);
+  return event;
+}
+
 // Writes one finished event and ends the call; deletes itself when gRPC is done with it.
 class DecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent> {
  public:
-  DecodeReactor(const proto::DecodeRequest& request, int tokens) {
-    const int n = request.sampling_params().has_max_new_tokens()
-                      ? std::max(1, std::min(tokens, request.sampling_params().max_new_tokens()))
-                      : tokens;
-    for (int i = 0; i < n; ++i) {
-      event_.add_token_ids(200 + i);
-      if (request.return_logprob()) event_.add_token_logprobs(-0.5f);
-    }
-    event_.set_finished(true);
-    event_.mutable_finish_reason()->set_type(proto::FinishReason::LENGTH);
-    event_.mutable_finish_reason()->set_length(n);
-    event_.set_prompt_tokens(request.input_ids_size());
-    event_.set_completion_tokens(n);
+  DecodeReactor(const proto::DecodeRequest& request, int tokens) : event_(Answer(request, tokens)) {
     StartWriteAndFinish(&event_, grpc::WriteOptions(), grpc::Status::OK);
   }
   void OnDone() override { delete this; }
@@ -32,7 +38,7 @@ class DecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent> {
   proto::DecodeEvent event_;
 };
 
-grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context) {
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -58,8 +64,27 @@ absl::StatusOr<std::unique_ptr<StandInWorker>> StandInWorker::Start(int tokens,
 }
 
 StandInWorker::~StandInWorker() {
+  sessions_.CloseAll();
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
 }
+
+grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* StandInWorker::Session(
+    grpc::CallbackServerContext* /*context*/) {
+  return sessions_.Open(this);
+}
+
+absl::StatusOr<std::function<void()>> StandInWorker::StartDecode(
+    const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) {
+  sink(Answer(request, tokens_));
+  return [] {};
+}
+
+void StandInWorker::StartPrefill(const proto::PrefillRequest& /*request*/,
+                                 std::function<void(absl::StatusOr<proto::PrefillResponse>)> done) {
+  done(absl::UnimplementedError("the router_bench stand-in serves plain mode only"));
+}
+
+void StandInWorker::CancelPrefill(uint64_t /*room*/) {}
 
 grpc::ServerWriteReactor<proto::DecodeEvent>* StandInWorker::Decode(
     grpc::CallbackServerContext* /*context*/, const proto::DecodeRequest* request) {
@@ -70,14 +95,14 @@ grpc::ServerUnaryReactor* StandInWorker::Abort(grpc::CallbackServerContext* cont
                                                const proto::AbortRequest* /*request*/,
                                                proto::AbortResponse* response) {
   response->set_found(false);
-  return Answer(context);
+  return Done(context);
 }
 
 grpc::ServerUnaryReactor* StandInWorker::Health(grpc::CallbackServerContext* context,
                                                 const proto::HealthRequest* /*request*/,
                                                 proto::HealthResponse* response) {
   response->set_status(proto::HealthResponse::SERVING);
-  return Answer(context);
+  return Done(context);
 }
 
 grpc::ServerUnaryReactor* StandInWorker::GetLoad(grpc::CallbackServerContext* context,
@@ -86,14 +111,14 @@ grpc::ServerUnaryReactor* StandInWorker::GetLoad(grpc::CallbackServerContext* co
   response->set_free_kv_blocks(kTotalBlocks);
   response->set_total_kv_blocks(kTotalBlocks);
   response->set_kv_block_size(kBlockSize);
-  return Answer(context);
+  return Done(context);
 }
 
 grpc::ServerUnaryReactor* StandInWorker::FlushCache(grpc::CallbackServerContext* context,
                                                     const proto::FlushCacheRequest* /*request*/,
                                                     proto::FlushCacheResponse* response) {
   response->set_flushed(true);
-  return Answer(context);
+  return Done(context);
 }
 
 grpc::ServerUnaryReactor* StandInWorker::GetServerInfo(grpc::CallbackServerContext* context,
@@ -107,7 +132,7 @@ grpc::ServerUnaryReactor* StandInWorker::GetServerInfo(grpc::CallbackServerConte
   response->set_total_kv_blocks(kTotalBlocks);
   response->set_transfer_backend("tcp");
   response->set_version("router_bench stand-in");
-  return Answer(context);
+  return Done(context);
 }
 
 }  // namespace tandem::bench

@@ -1,7 +1,9 @@
 // StandInWorker: an in-process gRPC server implementing proto::Worker as a colocated worker that
-// answers at once, so a benchmark measures the router, not a model. Decode returns one event
-// with `tokens` fixed token ids, finished with reason LENGTH; Health says SERVING; GetLoad reports
-// an idle worker; GetServerInfo a COLOCATED worker of `model_path`; Abort finds nothing;
+// answers at once, so a benchmark measures the router, not a model. A decode leg (on a Session,
+// as the router sends it, or the Decode RPC) returns one event with `tokens` fixed token ids,
+// finished with reason LENGTH; sessions are served by the workers' own session code
+// (worker/session_server.h), so their batching is measured too. Health says SERVING; GetLoad
+// reports an idle worker; GetServerInfo a COLOCATED worker of `model_path`; Abort finds nothing;
 // FlushCache flushes. Prefill is not served (UNIMPLEMENTED: plain mode never calls it).
 // The server runs with GRPC_ARG_MINIMAL_STACK (no server-side deadline or message-size filters).
 // Thread-safe (gRPC's callback threads); owns its server, stopped on destruction.
@@ -14,10 +16,11 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/session_server.h"
 
 namespace tandem::bench {
 
-class StandInWorker : public proto::Worker::CallbackService {
+class StandInWorker : public proto::Worker::CallbackService, public worker::SessionLegs {
  public:
   // Listens on 127.0.0.1 at an ephemeral port.
   static absl::StatusOr<std::unique_ptr<StandInWorker>> Start(int tokens,
@@ -28,6 +31,8 @@ class StandInWorker : public proto::Worker::CallbackService {
 
   int port() const { return port_; }
 
+  grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerWriteReactor<proto::DecodeEvent>* Decode(
       grpc::CallbackServerContext* context, const proto::DecodeRequest* request) override;
   grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
@@ -46,6 +51,13 @@ class StandInWorker : public proto::Worker::CallbackService {
                                           const proto::ServerInfoRequest* request,
                                           proto::ServerInfo* response) override;
 
+  // worker::SessionLegs: decode legs end at once; prefill legs are not served.
+  absl::StatusOr<std::function<void()>> StartDecode(
+      const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override;
+  void StartPrefill(const proto::PrefillRequest& request,
+                    std::function<void(absl::StatusOr<proto::PrefillResponse>)> done) override;
+  void CancelPrefill(uint64_t room) override;
+
  private:
   StandInWorker(int tokens, std::string model_path)
       : tokens_(tokens), model_path_(std::move(model_path)) {}
@@ -53,6 +65,7 @@ class StandInWorker : public proto::Worker::CallbackService {
   const int tokens_;
   const std::string model_path_;
   int port_ = 0;
+  worker::SessionServer sessions_;
   std::unique_ptr<grpc::Server> server_;
 };
 

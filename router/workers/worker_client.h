@@ -7,8 +7,13 @@
 //   call->Cancel();                                    // any time, any thread
 //
 // Every call is asynchronous on gRPC's callback API: no thread is held per call; callbacks run on
-// gRPC's threads and must not block. One channel per worker, with keepalive pings so that a dead
-// peer fails its calls within seconds rather than at the TCP timeout.
+// gRPC's threads (or, for cancellations and deadlines, on a timer thread) and must not block. One
+// channel per worker, with keepalive pings so that a dead peer fails its calls within seconds
+// rather than at the TCP timeout. Prefill and decode legs share one Session stream per worker
+// (proto/worker.proto), opened on first use and again after it ends: a session that breaks fails
+// the legs on it (UNAVAILABLE, or gRPC's status) and the next leg opens a new one. Their
+// deadlines and cancellations are the client's: the leg ends DEADLINE_EXCEEDED or CANCELLED at
+// once and the worker is told to abort it.
 //
 // Thread-safety: thread-safe. Ownership: shared (std::shared_ptr); a call in flight keeps what it
 // needs alive itself, so the client may be dropped while calls are running.
@@ -19,6 +24,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -48,6 +54,9 @@ struct WorkerAddress {
 // a bad port, an empty host) is InvalidArgument naming the url.
 absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
 
+class WorkerSession;
+class SessionCall;
+
 class WorkerClient {
  public:
   // url: "http://host:port", "host:port" or "grpc://host:port". Errors name the bad url.
@@ -55,6 +64,8 @@ class WorkerClient {
   static absl::StatusOr<std::shared_ptr<WorkerClient>> Create(
       const std::string& url, const std::string& cluster_secret = "");
 
+  // Legs in flight run to their end; the session closes after the last.
+  ~WorkerClient();
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;
 
@@ -88,11 +99,16 @@ class WorkerClient {
 
  private:
   WorkerClient(std::string url, WorkerAddress address, std::shared_ptr<grpc::Channel> channel);
+  // Sends a leg on the current session (opening one when there is none or it is closing).
+  void SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
+               absl::Time deadline);
 
   const std::string url_;
   const WorkerAddress address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Worker::Stub> stub_;
+  std::mutex session_mu_;
+  std::shared_ptr<WorkerSession> session_;  // guarded by session_mu_
 };
 
 }  // namespace tandem::router

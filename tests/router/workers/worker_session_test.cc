@@ -1,0 +1,438 @@
+// The router's WorkerClient legs (Prefill, Decode) over rpc Session against an in-process gRPC
+// server running the workers' own session code (worker/session_server.h) on scripted legs:
+// events and answers, leg errors, cancellation and deadlines (the leg is aborted on the server
+// too), many legs on one session, a session the worker closes, a client dropped mid-leg, and
+// malformed session calls. Loopback only; every wait is bounded.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/worker.grpc.pb.h"
+#include "router/workers/worker_client.h"
+#include "worker/session_server.h"
+
+namespace tandem::router {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+// Legs scripted by rid: "ok:N" sends N events (the last finished); "err" fails to start with
+// INVALID_ARGUMENT; "hold" starts and waits for a cancel (then ends with an abort event) or
+// Release(). Prefill: "ok" answers first_token_id 7, "err" fails FAILED_PRECONDITION, "hold"
+// waits for CancelPrefill (then fails ABORTED).
+class ScriptedLegs : public worker::SessionLegs {
+ public:
+  absl::StatusOr<std::function<void()>> StartDecode(
+      const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override {
+    const std::string& rid = request.rid();
+    if (rid == "err") return absl::InvalidArgumentError("input_ids: empty prompt");
+    int n = 0;
+    if (absl::StartsWith(rid, "ok:") && absl::SimpleAtoi(rid.substr(3), &n)) {
+      for (int i = 0; i < n; ++i) {
+        proto::DecodeEvent e;
+        e.add_token_ids(100 + i);
+        e.set_finished(i == n - 1);
+        sink(std::move(e));
+      }
+      return [] {};
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_[rid] = sink;
+    }
+    held_count_.fetch_add(1);
+    return [this, rid] {
+      decode_cancels_.fetch_add(1);
+      End(rid, proto::FinishReason::ABORT);
+    };
+  }
+
+  void StartPrefill(const proto::PrefillRequest& request,
+                    std::function<void(absl::StatusOr<proto::PrefillResponse>)> done) override {
+    if (request.rid() == "ok") {
+      proto::PrefillResponse r;
+      r.set_bootstrap_room(request.bootstrap_room());
+      r.set_first_token_id(7);
+      done(r);
+    } else if (request.rid() == "err") {
+      done(absl::FailedPreconditionError("not a prefill worker"));
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      prefills_[request.bootstrap_room()] = std::move(done);
+    }
+  }
+
+  void CancelPrefill(uint64_t room) override {
+    std::function<void(absl::StatusOr<proto::PrefillResponse>)> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = prefills_.find(room);
+      if (it == prefills_.end()) return;
+      done = std::move(it->second);
+      prefills_.erase(it);
+    }
+    prefill_cancels_.fetch_add(1);
+    done(absl::AbortedError("cancelled"));
+  }
+
+  // Ends a held decode leg normally.
+  void Release(const std::string& rid) { End(rid, proto::FinishReason::LENGTH); }
+
+  int held_count() const { return held_count_.load(); }
+  int decode_cancels() const { return decode_cancels_.load(); }
+  int prefill_cancels() const { return prefill_cancels_.load(); }
+  int live_holds() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(held_.size() + prefills_.size());
+  }
+
+ private:
+  void End(const std::string& rid, proto::FinishReason::Type type) {
+    std::function<void(proto::DecodeEvent)> sink;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = held_.find(rid);
+      if (it == held_.end()) return;
+      sink = std::move(it->second);
+      held_.erase(it);
+    }
+    proto::DecodeEvent e;
+    e.set_finished(true);
+    e.mutable_finish_reason()->set_type(type);
+    sink(std::move(e));
+  }
+
+  std::mutex mu_;
+  std::map<std::string, std::function<void(proto::DecodeEvent)>> held_;
+  std::map<uint64_t, std::function<void(absl::StatusOr<proto::PrefillResponse>)>> prefills_;
+  std::atomic<int> held_count_{0};
+  std::atomic<int> decode_cancels_{0};
+  std::atomic<int> prefill_cancels_{0};
+};
+
+class SessionService : public proto::Worker::CallbackService {
+ public:
+  explicit SessionService(ScriptedLegs* legs) : legs_(legs) {}
+  grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
+      grpc::CallbackServerContext* /*context*/) override {
+    opened_.fetch_add(1);
+    return sessions_.Open(legs_);
+  }
+  void CloseSessions() { sessions_.CloseAll(); }
+  int opened() const { return opened_.load(); }
+
+ private:
+  ScriptedLegs* legs_;
+  worker::SessionServer sessions_;
+  std::atomic<int> opened_{0};
+};
+
+// An in-process worker on 127.0.0.1 (port 0: any; else that port).
+class TestWorker {
+ public:
+  explicit TestWorker(int port = 0) : service_(&legs_) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+  }
+  ~TestWorker() { Stop(); }
+  void Stop() {
+    if (server_ == nullptr) return;
+    service_.CloseSessions();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+    server_.reset();
+  }
+  bool ok() const { return server_ != nullptr && port_ > 0; }
+  int port() const { return port_; }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  ScriptedLegs& legs() { return legs_; }
+  SessionService& service() { return service_; }
+
+ private:
+  ScriptedLegs legs_;
+  SessionService service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// One decode leg's outcome.
+struct DecodeResult {
+  std::vector<proto::DecodeEvent> events;
+  grpc::Status status;
+};
+
+struct DecodeWatch {
+  std::mutex mu;
+  std::vector<proto::DecodeEvent> events;
+  std::promise<DecodeResult> promise;
+  std::atomic<int> done_calls{0};
+};
+
+std::shared_ptr<CallHandle> StartDecode(WorkerClient& client, const std::string& rid,
+                                        absl::Time deadline,
+                                        const std::shared_ptr<DecodeWatch>& watch) {
+  proto::DecodeRequest request;
+  request.set_rid(rid);
+  request.add_input_ids(1);
+  request.set_stream(true);
+  return client.Decode(
+      std::move(request), deadline,
+      [watch](const proto::DecodeEvent& e) {
+        std::lock_guard<std::mutex> lock(watch->mu);
+        watch->events.push_back(e);
+      },
+      [watch](grpc::Status s) {
+        if (watch->done_calls.fetch_add(1) != 0) return;  // counted; a second call fails below
+        std::lock_guard<std::mutex> lock(watch->mu);
+        watch->promise.set_value(DecodeResult{watch->events, std::move(s)});
+      });
+}
+
+DecodeResult Wait(const std::shared_ptr<DecodeWatch>& watch) {
+  auto future = watch->promise.get_future();
+  if (future.wait_for(absl::ToChronoSeconds(kWait)) != std::future_status::ready) {
+    ADD_FAILURE() << "the leg did not end within " << kWait;
+    return DecodeResult{{}, grpc::Status(grpc::StatusCode::UNKNOWN, "timed out in the test")};
+  }
+  return future.get();
+}
+
+bool WaitFor(const std::function<bool()>& condition) {
+  const absl::Time give_up = absl::Now() + kWait;
+  while (absl::Now() < give_up) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return condition();
+}
+
+std::shared_ptr<WorkerClient> Connect(const TestWorker& w) {
+  auto client = WorkerClient::Create(w.url());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return *client;
+}
+
+TEST(WorkerSessionTest, DecodeEventsArriveInOrderThenOk) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  auto watch = std::make_shared<DecodeWatch>();
+  StartDecode(*client, "ok:3", absl::InfiniteFuture(), watch);
+  DecodeResult r = Wait(watch);
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.events.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r.events[i].token_ids(0), 100 + i);
+  EXPECT_TRUE(r.events[2].finished());
+  EXPECT_EQ(watch->done_calls.load(), 1);
+}
+
+TEST(WorkerSessionTest, ALegThatCannotStartEndsWithTheWorkersStatus) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  auto watch = std::make_shared<DecodeWatch>();
+  StartDecode(*client, "err", absl::InfiniteFuture(), watch);
+  DecodeResult r = Wait(watch);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(r.status.error_message(), "input_ids: empty prompt");
+  EXPECT_TRUE(r.events.empty());
+}
+
+TEST(WorkerSessionTest, CancelEndsTheLegCancelledAndAbortsItOnTheWorker) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  auto watch = std::make_shared<DecodeWatch>();
+  auto call = StartDecode(*client, "hold-1", absl::InfiniteFuture(), watch);
+  ASSERT_TRUE(WaitFor([&] { return w.legs().held_count() == 1; }));
+  call->Cancel();
+  call->Cancel();  // idempotent
+  DecodeResult r = Wait(watch);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return w.legs().decode_cancels() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return w.legs().live_holds() == 0; }));
+  call->Cancel();  // after the end: nothing
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(watch->done_calls.load(), 1);
+}
+
+TEST(WorkerSessionTest, TheDeadlineEndsTheLegAndAbortsItOnTheWorker) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  auto watch = std::make_shared<DecodeWatch>();
+  StartDecode(*client, "hold-2", absl::Now() + absl::Milliseconds(200), watch);
+  DecodeResult r = Wait(watch);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(WaitFor([&] { return w.legs().decode_cancels() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return w.legs().live_holds() == 0; }));
+}
+
+TEST(WorkerSessionTest, PrefillAnswersErrorsAndCancels) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  auto prefill = [&](const std::string& rid, uint64_t room) {
+    auto promise = std::make_shared<std::promise<std::pair<grpc::Status, proto::PrefillResponse>>>();
+    proto::PrefillRequest request;
+    request.set_rid(rid);
+    request.set_bootstrap_room(room);
+    auto call = client->Prefill(std::move(request), absl::InfiniteFuture(),
+                                [promise](grpc::Status s, proto::PrefillResponse r) {
+                                  promise->set_value({std::move(s), std::move(r)});
+                                });
+    return std::make_pair(call, promise->get_future());
+  };
+  auto [ok_call, ok] = prefill("ok", 41);
+  ASSERT_EQ(ok.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
+  auto ok_result = ok.get();
+  EXPECT_TRUE(ok_result.first.ok());
+  EXPECT_EQ(ok_result.second.first_token_id(), 7);
+  EXPECT_EQ(ok_result.second.bootstrap_room(), 41u);
+
+  auto [err_call, err] = prefill("err", 42);
+  ASSERT_EQ(err.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
+  auto err_result = err.get();
+  EXPECT_EQ(err_result.first.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(err_result.first.error_message(), "not a prefill worker");
+
+  auto [held_call, held] = prefill("hold", 43);
+  ASSERT_TRUE(WaitFor([&] { return w.legs().live_holds() == 1; }));
+  held_call->Cancel();
+  ASSERT_EQ(held.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
+  EXPECT_EQ(held.get().first.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return w.legs().prefill_cancels() == 1; }));
+}
+
+TEST(WorkerSessionTest, ManyConcurrentLegsShareOneSession) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  constexpr int kLegs = 300;
+  std::vector<std::shared_ptr<DecodeWatch>> watches;
+  for (int i = 0; i < kLegs; ++i) {
+    watches.push_back(std::make_shared<DecodeWatch>());
+    StartDecode(*client, absl::StrCat("ok:", 1 + i % 4), absl::Now() + kWait, watches.back());
+  }
+  for (int i = 0; i < kLegs; ++i) {
+    DecodeResult r = Wait(watches[i]);
+    EXPECT_TRUE(r.status.ok()) << i << ": " << r.status.error_message();
+    EXPECT_EQ(static_cast<int>(r.events.size()), 1 + i % 4) << i;
+  }
+  EXPECT_EQ(w.service().opened(), 1);
+}
+
+TEST(WorkerSessionTest, AClosedSessionFailsItsLegsAndTheNextLegOpensANewOne) {
+  auto w = std::make_unique<TestWorker>();
+  ASSERT_TRUE(w->ok());
+  const int port = w->port();
+  auto client = Connect(*w);
+  auto watch = std::make_shared<DecodeWatch>();
+  StartDecode(*client, "hold-3", absl::InfiniteFuture(), watch);
+  ASSERT_TRUE(WaitFor([&] { return w->legs().held_count() == 1; }));
+  w->Stop();  // closes the session: the held leg is cancelled on the worker
+  DecodeResult r = Wait(watch);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(w->legs().decode_cancels(), 1);
+
+  // A worker back on the same port: a new session carries the next legs (the channel reconnects
+  // with backoff, so early legs may still fail UNAVAILABLE).
+  w = std::make_unique<TestWorker>(port);
+  ASSERT_TRUE(w->ok());
+  bool served = false;
+  const absl::Time give_up = absl::Now() + kWait;
+  while (!served && absl::Now() < give_up) {
+    auto again = std::make_shared<DecodeWatch>();
+    StartDecode(*client, "ok:1", absl::Now() + absl::Seconds(5), again);
+    DecodeResult next = Wait(again);
+    served = next.status.ok();
+    if (!served) {
+      EXPECT_EQ(next.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  EXPECT_TRUE(served);
+  EXPECT_GE(w->service().opened(), 1);
+}
+
+TEST(WorkerSessionTest, LegsOutliveTheClientThatStartedThem) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w);
+  auto watch = std::make_shared<DecodeWatch>();
+  StartDecode(*client, "hold-4", absl::InfiniteFuture(), watch);
+  ASSERT_TRUE(WaitFor([&] { return w.legs().held_count() == 1; }));
+  client.reset();  // e.g. the worker was removed from the router while the leg ran
+  w.legs().Release("hold-4");
+  DecodeResult r = Wait(watch);
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.events.size(), 1u);
+  EXPECT_EQ(r.events[0].finish_reason().type(), proto::FinishReason::LENGTH);
+  EXPECT_EQ(w.legs().decode_cancels(), 0);
+}
+
+// A session peer that sends malformed calls gets an error reply per call; the session and its
+// other legs go on.
+TEST(WorkerSessionTest, MalformedCallsAreAnsweredWithErrorsNamingThem) {
+  TestWorker w;
+  ASSERT_TRUE(w.ok());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", w.port()), grpc::InsecureChannelCredentials());
+  auto stub = proto::Worker::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub->Session(&ctx);
+  proto::SessionUp up;
+  up.add_calls()->set_call_id(5);  // no body
+  auto* held = up.add_calls();
+  held->set_call_id(6);
+  held->mutable_decode()->set_rid("hold-5");
+  auto* twin = up.add_calls();  // the same id while 6 is live
+  twin->set_call_id(6);
+  twin->mutable_decode()->set_rid("ok:1");
+  ASSERT_TRUE(stream->Write(up));
+  std::map<uint64_t, proto::SessionReply> replies;
+  proto::SessionDown down;
+  while (replies.size() < 2 && stream->Read(&down)) {
+    for (const auto& r : down.replies()) replies[r.call_id()] = r;
+  }
+  ASSERT_EQ(replies.count(5), 1u);
+  EXPECT_EQ(replies[5].error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(replies[5].error().message(), "session call 5 has no body");
+  ASSERT_EQ(replies.count(6), 1u);
+  EXPECT_EQ(replies[6].error().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(replies[6].error().message(), "session call 6 is already live in this session");
+  // The first leg 6 is still live; cancelling it ends it with its abort event.
+  proto::SessionUp cancel;
+  cancel.add_calls()->set_call_id(6);
+  cancel.mutable_calls(0)->set_cancel(true);
+  ASSERT_TRUE(stream->Write(cancel));
+  bool ended = false;
+  while (!ended && stream->Read(&down)) {
+    for (const auto& r : down.replies()) {
+      ended = ended || (r.call_id() == 6 && r.event().finished());
+    }
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(w.legs().decode_cancels(), 1);
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&down));  // the worker ends the session after the half-close
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+}  // namespace
+}  // namespace tandem::router
