@@ -179,11 +179,10 @@ absl::StatusOr<std::unique_ptr<KvCacheStorage>> KvCacheStorage::Create(int64_t n
   absl::StatusOr<HugePageBuffer> memory =
       HugePageBuffer::Allocate(static_cast<size_t>(s->total_bytes()));
   if (!memory.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map ", s->total_bytes(), " bytes for the KV cache"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot map ", s->total_bytes(), " bytes for the KV cache: ", memory.status().message()));
   }
   s->memory_ = *std::move(memory);
-  s->base_ = s->memory_.data();
   return s;
 }
 

@@ -160,8 +160,8 @@ class KvCacheStorage {
   int64_t layer_bytes() const { return block_bytes_ * num_blocks_; }
   int64_t total_bytes() const { return layer_bytes() * num_layers_; }
   int64_t LayerOffset(int64_t layer) const { return layer * layer_bytes(); }
-  uint8_t* base() { return base_; }
-  const uint8_t* base() const { return base_; }
+  uint8_t* base() { return memory_.data(); }
+  const uint8_t* base() const { return memory_.data(); }
 
   // [n_kv_heads, head_dim] of token slot `slot` in block `block` of `layer`.
   bf16* K(int64_t layer, int64_t block, int64_t slot) { return Row(layer, block, slot, 0); }
@@ -176,14 +176,13 @@ class KvCacheStorage {
  private:
   KvCacheStorage() = default;
   bf16* Row(int64_t layer, int64_t block, int64_t slot, int kv) {
-    return reinterpret_cast<bf16*>(base_ + LayerOffset(layer) + block * block_bytes_ +
+    return reinterpret_cast<bf16*>(memory_.data() + LayerOffset(layer) + block * block_bytes_ +
                                    kv * (block_bytes_ / 2)) +
            slot * num_kv_heads_ * head_dim_;
   }
   int64_t num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
   int64_t block_bytes_ = 0;
   HugePageBuffer memory_;
-  uint8_t* base_ = nullptr;  // memory_.data()
 };
 
 }  // namespace tandem::engine

@@ -15,11 +15,12 @@
 // weight rows against x in both halves (StreamPair): one vdpbf16ps per 64 bytes read, where the
 // kAvx512 kernel widens every weight to fp32 first; measured at Qwen2.5-0.5B shapes on 2 threads,
 // 0.84-0.91 of a plain read of the same bytes against 0.77-0.84. Every m >= 2 runs the row-pair
-// tiles: a group of C weight rows is read from DRAM once and from L1 by each tile of row pairs,
-// and the tiles of one group prefetch the next group's rows between them, so those DRAM reads
-// overlap the group's multiply-adds (measured, 2 threads, n = 4864, k = 896: m = 8 from 345 to
-// 135-226 us, m = 32 from 665-706 to 473-496 us; the kAvx512 kernels took m < 16 before). All
-// give the same bits.
+// tiles: a group of C weight rows is read from DRAM once and from L1 by each tile of row pairs.
+// At decode sizes (no more tiles than rows in a group) the tiles of one group prefetch the next
+// group's rows between them, so those DRAM reads overlap the group's multiply-adds; at prefill
+// sizes each tile reads its own rows ahead (the shared prefetch cost prefill 3-8%) (measured, 2
+// threads, n = 4864, k = 896: m = 8 from 345 to 135-226 us, m = 32 from 665-706 to 473-496 us; the
+// kAvx512 kernels took m < 16 before). All give the same bits.
 #include <immintrin.h>
 
 #include <algorithm>

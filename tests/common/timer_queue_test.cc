@@ -90,7 +90,7 @@ TEST(TimerQueueTest, StopDropsPendingClosuresWithoutRunningThem) {
   EXPECT_TRUE(weak.expired());  // the closure (and what it owned) is gone
   EXPECT_FALSE(ran);
   EXPECT_EQ(timers.RunAt(absl::Now(), [&] { ran = true; }), 0u);  // refused after Stop
-  timers.Stop();                                                   // idempotent
+  timers.Stop();                                                  // idempotent
   EXPECT_FALSE(ran);
 }
 

@@ -215,8 +215,12 @@ int LockPort(int port) {
 
 int FreePortRange(int span) {
   std::lock_guard<std::mutex> lock(reserve_mu);
-  mkdir(kLockDir, 01777);
-  chmod(kLockDir, 01777);  // shared by every user's tests (mkdir applies the umask)
+  static const bool lock_dir_made = [] {
+    mkdir(kLockDir, 01777);
+    chmod(kLockDir, 01777);  // shared by every user's tests (mkdir applies the umask)
+    return true;
+  }();
+  (void)lock_dir_made;
   const int low = kLowestPort, high = EphemeralLow();  // ports [low, high)
   if (span < 1 || span > high - low) return 0;
   static std::mt19937 rng(

@@ -287,7 +287,8 @@ TEST(WorkerSessionTest, PrefillAnswersErrorsAndCancels) {
   ASSERT_TRUE(w.ok());
   auto client = Connect(w);
   auto prefill = [&](const std::string& rid, uint64_t room) {
-    auto promise = std::make_shared<std::promise<std::pair<grpc::Status, proto::PrefillResponse>>>();
+    auto promise =
+        std::make_shared<std::promise<std::pair<grpc::Status, proto::PrefillResponse>>>();
     proto::PrefillRequest request;
     request.set_rid(rid);
     request.set_bootstrap_room(room);
