@@ -410,7 +410,13 @@ TEST(PdClusterTest, DecodeWorkerKilledMidTransferFailsThePrefillLegsAndFreesThei
       results[i] = RunPd(p.get(), d.get(), 990 + i, prompt, 100, &prefill_status[i]);
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Kill it once it holds legs (queued for their KV, or decoding): a fixed delay let a fast
+  // machine finish all six first now and then.
+  for (const auto give_up = t0 + seconds(10); std::chrono::steady_clock::now() < give_up;) {
+    const proto::LoadReport load = Load(d->stub.get());
+    if (load.running_requests() + load.queued_requests() > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   d->process->Signal(SIGKILL);
   for (auto& t : threads) t.join();
   // Bounded by the transfer timeout (6 s) plus the bootstrap timeout (3 s), with slack.
