@@ -1,0 +1,141 @@
+// WorkerSession: the router's end of one rpc Session stream to a worker (proto/worker.proto),
+// carrying the prefill and decode legs of many requests; SessionCall: one leg on it. Used by
+// WorkerClient, which opens a session on first use and again after one ends:
+//
+//   auto session = WorkerSession::Open(channel, stub, url);
+//   std::shared_ptr<SessionCall> call = NewDecodeCall(on_event, done);
+//   if (!session->Send(call, &message, deadline)) { /* closing: open another */ }
+//   call->Cancel();                        // any time, any thread
+//
+// Calls are written in batches (at most kSessionBatchBytes, a larger call alone): what is sent
+// while a write is in flight goes out with the next one. Replies are matched to calls by id. A
+// call's deadline and cancellation are enforced here, on a process-wide timer thread: the call
+// ends DEADLINE_EXCEEDED / CANCELLED at once and a cancel is sent to the worker. A session that
+// ends (the worker closed it, the connection broke, or it was retired and its last call ended)
+// fails its live calls with gRPC's status (UNAVAILABLE when the worker ended it cleanly).
+//
+// Thread-safety: thread-safe. Callbacks run on gRPC's threads or the timer thread and must not
+// block; a call's events and `done` never overlap, and none follows `done`.
+#ifndef TANDEM_ROUTER_WORKERS_WORKER_SESSION_H_
+#define TANDEM_ROUTER_WORKERS_WORKER_SESSION_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "common/timer_queue.h"
+#include "proto/worker.grpc.pb.h"
+#include "proto/worker.pb.h"
+#include "router/workers/worker_client.h"
+
+namespace tandem::router {
+
+// A session message holds several calls up to this size; a single larger call goes alone.
+inline constexpr size_t kSessionBatchBytes = 1 << 20;
+// The largest call a worker accepts (its 64 MiB message limit, less framing slack).
+inline constexpr size_t kMaxSessionCallBytes = (64 << 20) - 1024;
+
+// The timer thread of session calls: deadlines, and the `done` of cancelled calls. Never
+// destroyed, so that no exit-time destructor races a gRPC thread still completing a call.
+TimerQueue& SessionTimers();
+
+// One leg on a WorkerSession. Replies and the final status reach the caller under `mu_`, so no
+// event can overtake or follow `done`.
+class SessionCall : public CallHandle {
+ public:
+  void Cancel() override;
+  // The reader thread: one reply for this call; ends the call when the reply does.
+  void OnReply(const proto::SessionReply& reply);
+  // Ends the call with `status` unless it has ended. Any thread.
+  void Fail(const grpc::Status& status);
+  // Fail(status) on the timer thread.
+  static void FailLater(std::shared_ptr<SessionCall> call, grpc::Status status);
+  // Whether `reply` is its call's last.
+  static bool Ends(const proto::SessionReply& reply);
+
+  // Set by WorkerSession::Send before the call is written.
+  void Attach(std::weak_ptr<WorkerSession> session, uint64_t id);
+  void SetTimer(TimerQueue::Id timer);
+
+ protected:
+  // Under mu_: passes `reply` on; true when it ended the call (after calling `done`).
+  virtual bool Deliver(const proto::SessionReply& reply) = 0;
+  // Under mu_: calls `done` with `status`.
+  virtual void Finish(const grpc::Status& status) = 0;
+
+ private:
+  void EndLocked();
+
+  std::mutex mu_;
+  bool ended_ = false;        // guarded by mu_
+  TimerQueue::Id timer_ = 0;  // guarded by mu_: the deadline
+  std::weak_ptr<WorkerSession> session_;
+  uint64_t id_ = 0;
+};
+
+// A decode leg: `on_event` for each event, then `done` once.
+std::shared_ptr<SessionCall> NewDecodeCall(std::function<void(const proto::DecodeEvent&)> on_event,
+                                           std::function<void(grpc::Status)> done);
+// A prefill leg: `done` once, with the answer when the status is OK.
+std::shared_ptr<SessionCall> NewPrefillCall(
+    std::function<void(grpc::Status, proto::PrefillResponse)> done);
+
+// Owns itself while the stream runs (`self_`, let go after OnDone on the timer thread); the
+// WorkerClient holds the current one.
+class WorkerSession : public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown>,
+                      public std::enable_shared_from_this<WorkerSession> {
+ public:
+  WorkerSession(std::shared_ptr<grpc::Channel> channel, std::string url)
+      : channel_(std::move(channel)), url_(std::move(url)) {}
+
+  static std::shared_ptr<WorkerSession> Open(std::shared_ptr<grpc::Channel> channel,
+                                             proto::Worker::Stub* stub, const std::string& url);
+
+  // False when the session takes no more calls (the caller opens another); `message` is then
+  // untouched. Otherwise `call` is live and `message` sent (moved from).
+  bool Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
+            absl::Time deadline);
+  // Ends call `id` with `status` (nothing if it has ended) and tells the worker to abort the
+  // leg. With `post` the call's `done` runs on the timer thread, else here.
+  void Cancel(uint64_t id, grpc::Status status, bool post);
+  // The WorkerClient let go: the session ends once its last call has.
+  void Retire();
+  bool closing();
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  // Under mu_: when no write is in flight, moves the next batch of pending calls into
+  // in_flight_; true when the caller must StartWrite it.
+  bool TakeBatchLocked();
+
+  const std::shared_ptr<grpc::Channel> channel_;  // outlives the call
+  const std::string url_;
+  grpc::ClientContext ctx_;
+  proto::SessionDown down_;     // the read in flight
+  proto::SessionUp in_flight_;  // the write in flight (while writing_)
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls_;  // guarded by mu_
+  std::deque<std::pair<size_t, proto::SessionCall>> pending_;         // guarded by mu_: bytes, call
+  uint64_t next_id_ = 1;                                              // guarded by mu_
+  bool writing_ = false;                                              // guarded by mu_
+  bool closing_ = false;  // guarded by mu_: takes no new calls
+  bool broken_ = false;   // guarded by mu_: the stream cannot carry writes any more
+  bool retired_ = false;  // guarded by mu_: the WorkerClient let go
+  std::shared_ptr<WorkerSession> self_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKERS_WORKER_SESSION_H_
