@@ -111,6 +111,46 @@ TEST(RouterOptionsTest, CrossFlagErrorsNameTheFlags) {
   EXPECT_NE(s.message().find("--admin-key must differ"), std::string::npos) << s.message();
 }
 
+TEST(RouterOptionsTest, HttpLimitsAndTlsFlags) {
+  Parsed p = Parse({"--worker-urls", "http://w:1"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.http_threads, 2);
+  EXPECT_EQ(p.options.http_read_timeout_secs, 60);
+  EXPECT_EQ(p.options.http_idle_timeout_secs, 60);
+  EXPECT_EQ(p.options.http_max_connections, 10000);
+  EXPECT_TRUE(p.options.tls_cert_file.empty());
+
+  p = Parse({"--worker-urls", "http://w:1", "--http-threads", "3", "--http-read-timeout-secs", "5",
+             "--http-idle-timeout-secs", "7", "--http-max-connections", "50", "--tls-cert-file",
+             "/etc/tandem/cert.pem", "--tls-key-file", "/etc/tandem/key.pem"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.http_threads, 3);
+  EXPECT_EQ(p.options.http_read_timeout_secs, 5);
+  EXPECT_EQ(p.options.http_idle_timeout_secs, 7);
+  EXPECT_EQ(p.options.http_max_connections, 50);
+  EXPECT_EQ(p.options.tls_cert_file, "/etc/tandem/cert.pem");
+  EXPECT_EQ(p.options.tls_key_file, "/etc/tandem/key.pem");
+  EXPECT_TRUE(ValidateRouterOptions(&p.options).ok());
+
+  for (const char* flag :
+       {"--http-read-timeout-secs", "--http-idle-timeout-secs", "--http-max-connections"}) {
+    Parsed bad = Parse({"--worker-urls", "http://w:1", flag, "0"});
+    EXPECT_EQ(bad.exit_code, 2) << flag;
+    EXPECT_NE(bad.error.find(flag), std::string::npos) << flag << ": " << bad.error;
+  }
+  EXPECT_EQ(Parse({"--http-threads", "0"}).exit_code, 2);
+  EXPECT_EQ(Parse({"--http-threads", "257"}).exit_code, 2);
+
+  for (const std::vector<std::string>& half :
+       {std::vector<std::string>{"--worker-urls", "http://w:1", "--tls-cert-file", "c.pem"},
+        std::vector<std::string>{"--worker-urls", "http://w:1", "--tls-key-file", "k.pem"}}) {
+    Parsed one = Parse(half);
+    ASSERT_FALSE(one.exit_code.has_value()) << one.error;
+    absl::Status s = ValidateRouterOptions(&one.options);
+    EXPECT_EQ(s.message(), "--tls-cert-file and --tls-key-file go together") << half[2];
+  }
+}
+
 TEST(RouterOptionsTest, BadFlagsExitWithTwo) {
   EXPECT_EQ(Parse({"--policy", "fastest"}).exit_code, 2);
   EXPECT_EQ(Parse({"--cache-threshold", "1.5"}).exit_code, 2);
