@@ -3,7 +3,11 @@
 // events and answers, leg errors, cancellation and deadlines (the leg is aborted on the server
 // too), many legs on one session, a session the worker closes, a client dropped mid-leg, and
 // malformed session calls. Loopback only; every wait is bounded.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
@@ -11,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -384,6 +389,60 @@ TEST(WorkerSessionTest, LegsOutliveTheClientThatStartedThem) {
   ASSERT_EQ(r.events.size(), 1u);
   EXPECT_EQ(r.events[0].finish_reason().type(), proto::FinishReason::LENGTH);
   EXPECT_EQ(w.legs().decode_cancels(), 0);
+}
+
+// A "worker" that answers every connection with bytes that are not HTTP/2, then closes it.
+class GarbagePeer {
+ public:
+  GarbagePeer() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // the listening socket was shut down
+        static const char kJunk[] = "HTTP/1.1 200 OK\r\n\r\n\x01\x02 not a gRPC worker";
+        (void)!write(c, kJunk, sizeof(kJunk) - 1);
+        close(c);
+      }
+    });
+  }
+  ~GarbagePeer() {
+    shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(WorkerSessionTest, APeerThatSpeaksGarbageFailsLegsPromptlyAndOnce) {
+  GarbagePeer peer;
+  ASSERT_GT(peer.port(), 0);
+  auto client = WorkerClient::Create(absl::StrCat("http://127.0.0.1:", peer.port()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int i = 0; i < 3; ++i) {  // the first leg opens the session; later ones find it failed
+    auto watch = std::make_shared<DecodeWatch>();
+    StartDecode(**client, "ok:1", absl::Now() + absl::Seconds(60), watch);
+    DecodeResult r = Wait(watch);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << i << ": " << r.status.error_message();
+    EXPECT_TRUE(r.events.empty());
+    absl::SleepFor(absl::Milliseconds(20));
+    EXPECT_EQ(watch->done_calls.load(), 1);
+  }
 }
 
 // A session peer that sends malformed calls gets an error reply per call; the session and its
