@@ -180,12 +180,13 @@ std::shared_ptr<CallHandle> WorkerClient::Decode(
 
 void WorkerClient::SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
                            absl::Time deadline) {
-  if (message->ByteSizeLong() > kMaxSessionCallBytes) {
+  const size_t bytes = message->ByteSizeLong();  // once: it walks the whole prompt
+  if (bytes > kMaxSessionCallBytes) {
     SessionCall::FailLater(
-        call, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           absl::StrCat("a leg of ", message->ByteSizeLong(),
-                                        " bytes exceeds the worker's message limit of ",
-                                        kMaxSessionCallBytes, " bytes")));
+        call, grpc::Status(
+                  grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrCat("a leg of ", bytes, " bytes exceeds the worker's message limit of ",
+                               kMaxSessionCallBytes, " bytes")));
     return;
   }
   for (;;) {
@@ -197,7 +198,7 @@ void WorkerClient::SendLeg(const std::shared_ptr<SessionCall>& call, proto::Sess
       }
       session = session_;
     }
-    if (session->Send(call, message, deadline)) return;
+    if (session->Send(call, message, bytes, deadline)) return;
   }
 }
 

@@ -21,24 +21,16 @@ class DecodeSessionCall : public SessionCall {
  public:
   DecodeSessionCall(std::function<void(const proto::DecodeEvent&)> on_event,
                     std::function<void(grpc::Status)> done)
-      : on_event_(std::move(on_event)), done_(std::move(done)) {}
+      : SessionCall(proto::SessionReply::kEvent, "decode"),
+        on_event_(std::move(on_event)),
+        done_(std::move(done)) {}
 
  protected:
   bool Deliver(const proto::SessionReply& reply) override {
-    switch (reply.body_case()) {
-      case proto::SessionReply::kEvent:
-        on_event_(reply.event());
-        if (!reply.event().finished()) return false;
-        Finish(grpc::Status::OK);
-        return true;
-      case proto::SessionReply::kError:
-        Finish(FromCallError(reply.error()));
-        return true;
-      default:
-        Finish(grpc::Status(grpc::StatusCode::INTERNAL,
-                            "the worker answered a decode leg with something else"));
-        return true;
-    }
+    on_event_(reply.event());
+    if (!reply.event().finished()) return false;
+    Finish(grpc::Status::OK);
+    return true;
   }
   void Finish(const grpc::Status& status) override {
     auto done = std::move(done_);
@@ -55,25 +47,14 @@ class DecodeSessionCall : public SessionCall {
 class PrefillSessionCall : public SessionCall {
  public:
   explicit PrefillSessionCall(std::function<void(grpc::Status, proto::PrefillResponse)> done)
-      : done_(std::move(done)) {}
+      : SessionCall(proto::SessionReply::kPrefill, "prefill"), done_(std::move(done)) {}
 
  protected:
   bool Deliver(const proto::SessionReply& reply) override {
-    switch (reply.body_case()) {
-      case proto::SessionReply::kPrefill: {
-        auto done = std::move(done_);
-        done_ = nullptr;
-        done(grpc::Status::OK, reply.prefill());
-        return true;
-      }
-      case proto::SessionReply::kError:
-        Finish(FromCallError(reply.error()));
-        return true;
-      default:
-        Finish(grpc::Status(grpc::StatusCode::INTERNAL,
-                            "the worker answered a prefill leg with something else"));
-        return true;
-    }
+    auto done = std::move(done_);
+    done_ = nullptr;
+    done(grpc::Status::OK, reply.prefill());
+    return true;
   }
   void Finish(const grpc::Status& status) override {
     auto done = std::move(done_);
@@ -95,7 +76,15 @@ TimerQueue& SessionTimers() {
 void SessionCall::OnReply(const proto::SessionReply& reply) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ended_) return;
-  if (Deliver(reply)) EndLocked();
+  if (reply.body_case() == answer_) {
+    if (!Deliver(reply)) return;
+  } else if (reply.has_error()) {
+    Finish(FromCallError(reply.error()));
+  } else {
+    Finish(grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("the worker answered a ", kind_, " leg with something else")));
+  }
+  EndLocked();
 }
 
 void SessionCall::Fail(const grpc::Status& status) {
@@ -163,8 +152,7 @@ std::shared_ptr<WorkerSession> WorkerSession::Open(std::shared_ptr<grpc::Channel
 }
 
 bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-                         absl::Time deadline) {
-  const size_t bytes = message->ByteSizeLong();
+                         size_t bytes, absl::Time deadline) {
   uint64_t id;
   bool write;
   {

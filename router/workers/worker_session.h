@@ -52,6 +52,10 @@ TimerQueue& SessionTimers();
 // event can overtake or follow `done`.
 class SessionCall : public CallHandle {
  public:
+  // `answer`: the reply body that carries this kind of leg's results (anything else but an
+  // error ends it INTERNAL); `kind`: "decode" or "prefill", for that message.
+  SessionCall(proto::SessionReply::BodyCase answer, const char* kind)
+      : answer_(answer), kind_(kind) {}
   void Cancel() override;
   // The reader thread: one reply for this call; ends the call when the reply does.
   void OnReply(const proto::SessionReply& reply);
@@ -67,7 +71,8 @@ class SessionCall : public CallHandle {
   void SetTimer(TimerQueue::Id timer);
 
  protected:
-  // Under mu_: passes `reply` on; true when it ended the call (after calling `done`).
+  // Under mu_: passes on a reply whose body is `answer`; true when it ended the call (after
+  // calling `done`).
   virtual bool Deliver(const proto::SessionReply& reply) = 0;
   // Under mu_: calls `done` with `status`.
   virtual void Finish(const grpc::Status& status) = 0;
@@ -75,6 +80,8 @@ class SessionCall : public CallHandle {
  private:
   void EndLocked();
 
+  const proto::SessionReply::BodyCase answer_;
+  const char* const kind_;
   std::mutex mu_;
   bool ended_ = false;        // guarded by mu_
   TimerQueue::Id timer_ = 0;  // guarded by mu_: the deadline
@@ -101,8 +108,9 @@ class WorkerSession : public grpc::ClientBidiReactor<proto::SessionUp, proto::Se
                                              proto::Worker::Stub* stub, const std::string& url);
 
   // False when the session takes no more calls (the caller opens another); `message` is then
-  // untouched. Otherwise `call` is live and `message` sent (moved from).
-  bool Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
+  // untouched. Otherwise `call` is live and `message` sent (moved from). `bytes`: its
+  // ByteSizeLong(), which the caller has already computed.
+  bool Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message, size_t bytes,
             absl::Time deadline);
   // Ends call `id` with `status` (nothing if it has ended) and tells the worker to abort the
   // leg. With `post` the call's `done` runs on the timer thread, else here.
