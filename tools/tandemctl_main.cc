@@ -52,13 +52,15 @@ int main(int argc, char** argv) {
   CLI::App* metrics = app.add_subcommand("metrics", "A summary of the router's metrics");
   CLI::App* generate = app.add_subcommand("generate", "Send one prompt through the router");
   std::string prompt;
-  int max_new_tokens = 32;
-  bool stream = false;
+  Commands::GenerateOptions gen;
   generate->add_option("prompt", prompt, "Prompt text")->required();
-  generate->add_option("--max-new-tokens", max_new_tokens, "Tokens to generate at most")
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  generate->add_flag("--stream", stream, "Print the text as it is generated");
+  generate->add_option("--temperature", gen.temperature, "Sampling temperature; 0 is greedy")
+      ->check(CLI::Range(0.0, 100.0));
+  generate->add_flag("--ignore-eos", gen.ignore_eos, "Keep generating past an EOS token");
+  generate->add_flag("--stream", gen.stream, "Print the text as it is generated");
 
   try {
     app.parse(argc, argv);
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
   if (health->parsed()) return ctl.Health();
   if (flush->parsed()) return ctl.FlushCache();
   if (metrics->parsed()) return ctl.Metrics();
-  if (generate->parsed()) return ctl.Generate(prompt, max_new_tokens, stream);
+  if (generate->parsed()) return ctl.Generate(prompt, gen);
   std::cerr << app.help();
   return tandem::ctl::kExitUsage;
 }

@@ -140,11 +140,23 @@ TEST_F(LocalClusterTest, TandemctlDrivesALocalCluster) {
   r = Ctl({"generate", "Once upon a time", "--max-new-tokens", "8"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_GT(r.out.size(), 1u);
-  r = Ctl({"generate", "Once upon a time", "--max-new-tokens", "8", "--json"});
+  // Sampled at the default temperature the model may end early on EOS; greedy with
+  // --ignore-eos runs to the limit and repeats itself.
+  r = Ctl({"generate", "Once upon a time", "--max-new-tokens", "8", "--temperature", "0",
+           "--ignore-eos", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   j = nlohmann::json::parse(r.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_EQ(j["meta_info"]["completion_tokens"], 8) << r.out;
+  EXPECT_EQ(j["meta_info"]["finish_reason"]["type"], "length") << r.out;
+  const nlohmann::json greedy_ids = j["output_ids"];
+  r = Ctl({"generate", "Once upon a time", "--max-new-tokens", "8", "--temperature", "0",
+           "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["output_ids"], greedy_ids) << r.out;
+  EXPECT_EQ(Ctl({"generate", "Hello", "--temperature", "-1"}).exit_code, 2);
   r = Ctl({"generate", "Hello", "--max-new-tokens", "8", "--stream"});
   EXPECT_EQ(r.exit_code, 0) << r.out;
 
@@ -166,8 +178,8 @@ TEST_F(LocalClusterTest, TandemctlDrivesALocalCluster) {
   for (const auto& route : j["requests"]["by_route"]) {
     if (route["route"] == "/generate") generate_ok = route["2xx"].get<int>();
   }
-  EXPECT_EQ(generate_ok, 3) << r.out;
-  EXPECT_EQ(j["latency_seconds"]["ttft"]["count"], 3) << r.out;
+  EXPECT_EQ(generate_ok, 4) << r.out;
+  EXPECT_EQ(j["latency_seconds"]["ttft"]["count"], 4) << r.out;
   EXPECT_FALSE(j["latency_seconds"]["ttft"]["p50"].is_null()) << r.out;
   EXPECT_EQ(j["workers"].size(), 2u) << r.out;
 

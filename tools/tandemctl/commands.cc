@@ -245,10 +245,12 @@ int Commands::Metrics() {
   return kExitOk;
 }
 
-int Commands::Generate(const std::string& prompt, int max_new_tokens, bool stream) {
-  nlohmann::json body = {{"text", prompt},
-                         {"sampling_params", {{"max_new_tokens", max_new_tokens}}},
-                         {"stream", stream}};
+int Commands::Generate(const std::string& prompt, const GenerateOptions& options) {
+  nlohmann::json sampling = {{"max_new_tokens", options.max_new_tokens}};
+  if (options.temperature) sampling["temperature"] = *options.temperature;
+  if (options.ignore_eos) sampling["ignore_eos"] = true;
+  const bool stream = options.stream;
+  nlohmann::json body = {{"text", prompt}, {"sampling_params", sampling}, {"stream", stream}};
   if (!client_.ok()) return Unreachable(client_.status());
   const auto deadline = HttpClient::Clock::now() + options_.timeout;
   if (!stream) {

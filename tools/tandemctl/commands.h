@@ -49,9 +49,16 @@ class Commands {
   int Health();
   int FlushCache();
   int Metrics();
-  // SGLang /generate with greedy sampling unless the router's defaults say otherwise; with
+  // SGLang /generate. Sampling is the workers' default (temperature 1) unless `temperature` is
+  // given (0 is greedy); `ignore_eos` generates max_new_tokens even past an EOS token. With
   // `stream` prints the text as it arrives.
-  int Generate(const std::string& prompt, int max_new_tokens, bool stream);
+  struct GenerateOptions {
+    int max_new_tokens = 32;
+    std::optional<double> temperature;
+    bool ignore_eos = false;
+    bool stream = false;
+  };
+  int Generate(const std::string& prompt, const GenerateOptions& options);
 
  private:
   enum class Key { kNone, kAdmin, kApi };
