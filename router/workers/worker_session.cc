@@ -100,8 +100,8 @@ void SessionCall::FailLater(std::shared_ptr<SessionCall> call, grpc::Status stat
   });
 }
 
-bool SessionCall::Ends(const proto::SessionReply& reply) {
-  return !reply.has_event() || reply.event().finished();
+bool SessionCall::Ends(const proto::SessionReply& reply) const {
+  return reply.body_case() != answer_ || !reply.has_event() || reply.event().finished();
 }
 
 void SessionCall::Attach(std::weak_ptr<WorkerSession> session, uint64_t id) {
@@ -253,7 +253,7 @@ void WorkerSession::OnReadDone(bool ok) {
       auto it = calls_.find(reply.call_id());
       if (it == calls_.end()) continue;  // cancelled or timed out meanwhile
       call = it->second;
-      if (SessionCall::Ends(reply)) {
+      if (call->Ends(reply)) {
         calls_.erase(it);
         close = retired_ && calls_.empty();
       }

@@ -63,8 +63,9 @@ class SessionCall : public CallHandle {
   void Fail(const grpc::Status& status);
   // Fail(status) on the timer thread.
   static void FailLater(std::shared_ptr<SessionCall> call, grpc::Status status);
-  // Whether `reply` is its call's last.
-  static bool Ends(const proto::SessionReply& reply);
+  // Whether `reply` is this call's last: anything but an unfinished event of a leg whose answer
+  // is events (a prefill leg sent an event ends INTERNAL, as OnReply does). Any thread.
+  bool Ends(const proto::SessionReply& reply) const;
 
   // Set by WorkerSession::Send before the call is written.
   void Attach(std::weak_ptr<WorkerSession> session, uint64_t id);

@@ -445,6 +445,69 @@ TEST(WorkerSessionTest, APeerThatSpeaksGarbageFailsLegsPromptlyAndOnce) {
   }
 }
 
+// A worker that answers every prefill leg with an unfinished decode event, which no prefill leg
+// can carry; notes when its session ends.
+class WrongAnswerWorker : public proto::Worker::Service {
+ public:
+  WrongAnswerWorker() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~WrongAnswerWorker() override {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_->Wait();
+  }
+  grpc::Status Session(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerReaderWriter<proto::SessionDown, proto::SessionUp>* stream) override {
+    proto::SessionUp up;
+    while (stream->Read(&up)) {
+      proto::SessionDown down;
+      for (const auto& call : up.calls()) {
+        if (!call.has_prefill()) continue;
+        auto* reply = down.add_replies();
+        reply->set_call_id(call.call_id());
+        reply->mutable_event()->add_token_ids(1);
+      }
+      if (down.replies_size() > 0 && !stream->Write(down)) break;
+    }
+    session_ended_.Notify();
+    return grpc::Status::OK;
+  }
+  int port() const { return port_; }
+  absl::Notification& session_ended() { return session_ended_; }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification session_ended_;
+};
+
+// The leg ends INTERNAL naming the breach, and is forgotten: once the client lets go, its
+// session has no legs left and closes.
+TEST(WorkerSessionTest, APrefillLegAnsweredWithAnEventEndsAndIsForgotten) {
+  WrongAnswerWorker w;
+  ASSERT_GT(w.port(), 0);
+  auto client = WorkerClient::Create(absl::StrCat("http://127.0.0.1:", w.port()));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::promise<grpc::Status> promise;
+  proto::PrefillRequest request;
+  request.set_rid("p");
+  request.set_bootstrap_room(9);
+  (*client)->Prefill(std::move(request), absl::Now() + kWait,
+                     [&promise](grpc::Status s, proto::PrefillResponse) { promise.set_value(s); });
+  auto future = promise.get_future();
+  ASSERT_EQ(future.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
+  const grpc::Status status = future.get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(status.error_message(), "the worker answered a prefill leg with something else");
+  EXPECT_FALSE(w.session_ended().HasBeenNotified());
+  client->reset();
+  EXPECT_TRUE(w.session_ended().WaitForNotificationWithTimeout(kWait));
+}
+
 // A session peer that sends malformed calls gets an error reply per call; the session and its
 // other legs go on.
 TEST(WorkerSessionTest, MalformedCallsAreAnsweredWithErrorsNamingThem) {
