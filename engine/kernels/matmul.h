@@ -28,9 +28,9 @@
 // their bf16 storage, through tiles of 8 weight rows (decode: memory-bound at m = 1). For m >= 16
 // each tile of 4 weight rows is widened into per-thread scratch (64 k bytes) and reused by all
 // rows (prefill: compute-bound, one fp32 FMA per multiply-add on AVX2). The AVX-512-BF16 path
-// runs calls with m < 16 on the AVX-512 path's streaming kernels (the same bits; they read DRAM
-// faster) and the rest with vdpbf16ps on 512-bit registers that hold two rows each (8 rows x 4
-// weight rows per register tile), with no widening (matmul_avx512.cc).
+// uses vdpbf16ps with no widening: at m = 1 each 512-bit register carries two weight rows
+// against x, and for m >= 2 two rows of x against one weight row (8 rows x 6 weight rows per
+// register tile) (matmul_avx512.cc).
 #ifndef TANDEM_ENGINE_KERNELS_MATMUL_H_
 #define TANDEM_ENGINE_KERNELS_MATMUL_H_
 

@@ -12,7 +12,7 @@
 // instruction does twice the work. On CPUs with full-width AVX-512 (Zen 5 here) that doubles the
 // multiply-add rate of the 256-bit form (measured: 412 vs 206 GFLOP/s on one core). At m = 1 a
 // call is a stream of weights from DRAM, and a register instead carries two
-// weight rows against x in both halves (StreamPair): one vdpbf16ps per 64 bytes read, where the
+// weight rows against x in both halves (StreamRows): one vdpbf16ps per 64 bytes read, where the
 // kAvx512 kernel widens every weight to fp32 first; measured at Qwen2.5-0.5B shapes on 2 threads,
 // 0.84-0.91 of a plain read of the same bytes against 0.77-0.84. Every m >= 2 runs the row-pair
 // tiles: a group of C weight rows is read from DRAM once and from L1 by each tile of row pairs.
@@ -63,11 +63,15 @@ namespace tandem::engine::internal {
 namespace avx512bf16 {
 namespace {
 
-// Register tiles of P row pairs x C weight rows (16 accumulators either way): 2 x 8 while C weight
-// rows fit comfortably in L1 (k <= kWideTileMaxK), so the L2-resident x is loaded half as often
-// per multiply-add; 4 x 4 for longer rows, whose 8-row tile would spill L1 (measured, m = 32:
-// 2 x 8 is 1.12-1.15x faster at k = 896 and 0.8x at k = 4864).
-constexpr int64_t kWideTileMaxK = 1024;
+// Register tiles of 4 row pairs x 6 weight rows: 24 accumulators, 6 weight registers and the x
+// operand fill 31 of the 32 vector registers, and each block costs 10 loads for 24 vdpbf16ps
+// where 2 x 8 and 4 x 4 tiles (16 accumulators) cost 10 and 8 loads for 16. Measured at m = 32 on
+// 2 threads, alternated with the former 2 x 8 (k <= 1024) and 4 x 4 (longer k) tiles, best of 30
+// calls: n 9728 k 896 (gate/up) 852-990 against 986-1102 us, n 896 k 4864 (down) 464-492 against
+// 592-685 us, lm_head 14.8-17.0 against 16.7-20.0 ms. A group's 6 rows of a long k (down: 58 KB)
+// outgrow L1 and are read again from L2 by each tile; that still beat the 4 x 4 tile there.
+constexpr int kTilePairs = 4;
+constexpr int kTileCols = 6;
 // Row pairs of x (bf16) kept in L2 while the w tiles go through them: at most kPairChunk, and at
 // most kPairChunkBytes of packed x, so a wide k (down_proj: 4864, 19 KB a pair) still fits L2
 // instead of spilling to L3 (measured in prefill: down_proj from 26% to 22-24% of the time).
@@ -171,74 +175,99 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
   }
 }
 
-// m = 1: y[0], y[1] for weight rows 0 and 1 of w (contiguous in memory). A 512-bit register
-// carries row 0's block q in its low half and row 1's in its high half, against x's block q in
-// both halves, so each row's 8 lanes see the order of matmul.h; one vdpbf16ps per 64 bytes of
-// weights instead of widening them to fp32. kLone: a single row, read into both halves; only the
-// low half's sum is kept.
-// Prefetch, kStreamAhead bytes ahead: a pair no longer than that is followed linearly (the pairs
-// after it are next in memory); a longer one row by row, wrapping into the next pair's rows (a
-// linear prefetch would run ahead inside the pair, in the wrong order).
+// m = 1: y[0 .. 2G) for the 2G weight rows of w (contiguous in memory), as G pairs. A 512-bit
+// register carries a pair's block q, row 2g's in its low half and row 2g + 1's in its high half,
+// against x's block q in both halves, so each row's 8 lanes see the order of matmul.h; one
+// vdpbf16ps per 64 bytes of weights instead of widening them to fp32. Each pair's sum is one
+// chain of dependent vdpbf16ps, so a pair alone runs at one block per vdpbf16ps latency: G = 2
+// interleaved chains (kStreamPairs) read L2-resident weights at 84 against 46 GB/s on one thread
+// at k = 896, and 68 against 33 at k = 4864 (G = 3 and 4 measured below G = 2), which leaves DRAM
+// as the limit at decode. kLone (G = 1): a single row, read into both halves; only the low half's
+// sum is kept.
+// Prefetch, kStreamAhead bytes ahead: a group of rows no longer than that is followed linearly
+// (the groups after it are next in memory); a longer one row by row, wrapping into the next
+// group's rows (a linear prefetch would run ahead inside the group, in the wrong order).
 constexpr int64_t kStreamAhead = 16384;
+constexpr int kStreamPairs = 2;
 
-template <bool kLone = false>
-void StreamPair(const bf16* x, const bf16* w, int64_t k, float* y) {
-  const int64_t second = kLone ? 0 : k;  // offset of the high half's row
+template <int G, bool kLone = false>
+void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
+  static_assert(G >= 1 && (!kLone || G == 1));
+  const int64_t second = kLone ? 0 : k;  // offset of a high half's row from its low half's
   const int64_t full = k / 16;
   const int tail = static_cast<int>(k % 16);
-  __m512 acc = _mm512_setzero_ps();
-  const bool linear = 2 * k * 2 <= kStreamAhead;
+  __m512 acc[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  const bool linear = 2 * G * k * 2 <= kStreamAhead;
   const char* ahead = reinterpret_cast<const char*>(w) + kStreamAhead;
-  // Per-row prefetch position: block `pq` of the pair of rows starting at `pw`.
-  const int64_t distance = kStreamAhead / 64;  // blocks: a pair reads 64 bytes per block
-  const bf16* pw = w + (full > 0 ? distance / full : 0) * 2 * k;
+  // Per-row prefetch position: block `pq` of the group of rows starting at `pw`.
+  const int64_t distance = kStreamAhead / (64 * G);  // blocks: a group reads 64 G bytes a block
+  const bf16* pw = w + (full > 0 ? distance / full : 0) * 2 * G * k;
   int64_t pq = full > 0 ? distance % full : 0;
   for (int64_t q = 0; q < full; ++q) {
     const __m512i xv =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16 * q)));
     if (linear) {
-      _mm_prefetch(ahead + q * 64, _MM_HINT_T0);
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) _mm_prefetch(ahead + (q * G + g) * 64, _MM_HINT_T0);
     } else {
       if ((pq & 1) == 0) {  // a 64-byte line holds two blocks
-        _mm_prefetch(reinterpret_cast<const char*>(pw + 16 * pq), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(pw + k + 16 * pq), _MM_HINT_T0);
+#pragma GCC unroll 16
+        for (int r = 0; r < 2 * G; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(pw + r * k + 16 * pq), _MM_HINT_T0);
+        }
       }
       if (++pq == full) {
         pq = 0;
-        pw += 2 * k;
+        pw += 2 * G * k;
       }
     }
-    const bf16* r0 = w + 16 * q;
-    const __m512i v = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + second)), 1);
-    acc = _mm512_dpbf16_ps(acc, AsBh(xv), AsBh(v));
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const bf16* r0 = w + 2 * g * k + 16 * q;
+      const __m512i v = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + second)), 1);
+      acc[g] = _mm512_dpbf16_ps(acc[g], AsBh(xv), AsBh(v));
+    }
   }
   if (tail) {
     const __mmask16 mask = static_cast<__mmask16>((1u << tail) - 1);
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi16(mask, x + 16 * full));
-    const bf16* r0 = w + 16 * full;
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, r0)),
-                                         _mm256_maskz_loadu_epi16(mask, r0 + second), 1);
-    acc = _mm512_dpbf16_ps(acc, AsBh(xv), AsBh(v));
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const bf16* r0 = w + 2 * g * k + 16 * full;
+      const __m512i v =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, r0)),
+                             _mm256_maskz_loadu_epi16(mask, r0 + second), 1);
+      acc[g] = _mm512_dpbf16_ps(acc[g], AsBh(xv), AsBh(v));
+    }
   }
-  y[0] = ReduceLanes(_mm512_castps512_ps256(acc));
-  if (!kLone) y[1] = ReduceLanes(_mm512_extractf32x8_ps(acc, 1));
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    y[2 * g] = ReduceLanes(_mm512_castps512_ps256(acc[g]));
+    if (!kLone) y[2 * g + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[g], 1));
+  }
 }
 
-// m = 1 over output columns [j0, j1): pairs of rows, then a last row alone.
+// m = 1 over output columns [j0, j1): groups of kStreamPairs pairs of rows, then a pair, then a
+// last row alone.
 void StreamColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t j1, float* y) {
+  constexpr int64_t kGroup = 2 * kStreamPairs;
   int64_t j = j0;
-  for (; j + 2 <= j1; j += 2) StreamPair(x, w + j * k, k, y + j);
-  if (j < j1) StreamPair<true>(x, w + j * k, k, y + j);
+  for (; j + kGroup <= j1; j += kGroup) StreamRows<kStreamPairs>(x, w + j * k, k, y + j);
+  for (; j + 2 <= j1; j += 2) StreamRows<1>(x, w + j * k, k, y + j);
+  if (j < j1) StreamRows<1, true>(x, w + j * k, k, y + j);
 }
 
-// m = 1 on the pool, in units of two output columns.
+// m = 1 on the pool, in units of a group's output columns.
 void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, ThreadPool* pool) {
-  const int64_t units = (n + 1) / 2;
+  constexpr int64_t kGroup = 2 * kStreamPairs;
+  const int64_t units = (n + kGroup - 1) / kGroup;
   auto body = [&](int64_t begin, int64_t end) {
     FlushDenormalsScope flush;
-    StreamColumns(x, w, k, 2 * begin, std::min(n, 2 * end), y);
+    StreamColumns(x, w, k, kGroup * begin, std::min(n, kGroup * end), y);
   };
   if (pool != nullptr) {
     pool->ParallelFor(units, n * k, body);
@@ -314,18 +343,12 @@ void MatmulEntry(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w
   // 32 bf16 per (pair, block): (m + 1) / 2 * nb * 32 bf16 = that many / 2 floats.
   bf16* xp = reinterpret_cast<bf16*>(ScratchFloats((m + 1) / 2 * nb * 16, 0));
   PackPairs(x, ldx, m, k, nb, xp);
-  const bool wide = k <= kWideTileMaxK;
-  const int64_t cols = wide ? 8 : 4;  // the tile's C
-  const int64_t n_units = (n + cols - 1) / cols;
+  const int64_t n_units = (n + kTileCols - 1) / kTileCols;
   auto body = [&](int64_t begin, int64_t end) {
     FlushDenormalsScope flush;
-    const int64_t j0 = begin * cols;
-    const int64_t j1 = end * cols < n ? end * cols : n;
-    if (wide) {
-      Columns<2, 8>(xp, nb, m, w, k, j0, j1, y, ldy);
-    } else {
-      Columns<4, 4>(xp, nb, m, w, k, j0, j1, y, ldy);
-    }
+    const int64_t j0 = begin * kTileCols;
+    const int64_t j1 = std::min(n, end * kTileCols);
+    Columns<kTilePairs, kTileCols>(xp, nb, m, w, k, j0, j1, y, ldy);
   };
   if (pool != nullptr) {
     pool->ParallelFor(n_units, m * n * k, body);
