@@ -164,8 +164,14 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
   int64_t t = 0;
   for (const SequenceInput& in : batch) {
     for (size_t i = 0; i < in.tokens.size(); ++i, ++t) {
-      ConvertBf16ToF32(weights_->embed + static_cast<int64_t>(in.tokens[i]) * c.hidden_size,
-                       rs.x.data() + t * c.hidden_size, c.hidden_size);
+      // The row goes through xb (free until the first layer) unless the layout is rows.
+      const int64_t token = in.tokens[i];
+      const bf16* row = weights_->embed + token * c.hidden_size;
+      if (weights_->embed_layout != WeightLayout::kRows) {
+        CopyWeightRow(weights_->embed, c.hidden_size, weights_->embed_layout, token, rs.xb.data());
+        row = rs.xb.data();
+      }
+      ConvertBf16ToF32(row, rs.x.data() + t * c.hidden_size, c.hidden_size);
       rs.positions[t] = in.start_pos + static_cast<int64_t>(i);
       rs.block_tables[t] = in.block_ids.data();
       RopeCosSin(rs.positions[t], inv_freq_.data(), half, rs.cos.data() + t * half,
@@ -186,7 +192,7 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
   }
   if (n_rows > 0) {
     MatmulBf16(rs.xl.data(), h, n_rows, h, weights_->lm_head, c.vocab_size, rs.logits.data(),
-               c.vocab_size, &pool_);
+               c.vocab_size, &pool_, weights_->lm_head_layout);
   }
   timer.Lap(&profile_.lm_head);
   return std::span<const float>(rs.logits.data(), static_cast<size_t>(n_rows * c.vocab_size));
@@ -211,7 +217,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
                   xs);
   });
   timer.Lap(&pr.norms);
-  MatmulBf16(rs.xb.data(), xs, T, h, w.wqkv, qkvd, rs.qkv.data(), qkvd, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, h, w.wqkv, qkvd, rs.qkv.data(), qkvd, &pool_, w.wqkv_layout);
   timer.Lap(&pr.qkv_proj);
 
   // Bias, q/k norm, RoPE, then K (after RoPE) and V into the cache as bf16.
@@ -260,7 +266,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
       ConvertF32ToBf16(rs.att.data() + t * qd, rs.xb.data() + t * xs, qd);
     }
   });
-  MatmulBf16(rs.xb.data(), xs, T, qd, w.wo, h, rs.proj.data(), h, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, qd, w.wo, h, rs.proj.data(), h, &pool_, w.wo_layout);
   timer.Lap(&pr.o_proj);
   pool_.ParallelFor(T, 5 * T * h, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
@@ -271,7 +277,8 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   timer.Lap(&pr.norms);
 
   // MLP: down(bf16(silu(gate) * up)), residual; gate and up in one pass over w_gate_up.
-  MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate_up, 2 * f, rs.gate_up.data(), 2 * f, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate_up, 2 * f, rs.gate_up.data(), 2 * f, &pool_,
+             w.w_gate_up_layout);
   timer.Lap(&pr.mlp_gate_up);
   pool_.ParallelFor(T, 8 * T * f, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
@@ -280,7 +287,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
     }
   });
   timer.Lap(&pr.mlp_act);
-  MatmulBf16(rs.xb.data(), xs, T, f, w.w_down, h, rs.proj.data(), h, &pool_);
+  MatmulBf16(rs.xb.data(), xs, T, f, w.w_down, h, rs.proj.data(), h, &pool_, w.w_down_layout);
   timer.Lap(&pr.mlp_down);
   pool_.ParallelFor(T, T * h, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];

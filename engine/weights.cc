@@ -128,14 +128,15 @@ class Weights::Loader {
     return v;
   }
 
-  // Reserves room in the matrix buffer for `name` (which must have exactly `shape`) and records
-  // where *slot must point once the buffer is filled. `group_start` aligns the reservation to a
-  // cache line; otherwise it directly follows the previous one (members of a fused matrix).
+  // Reserves room in the matrix buffer for `name` (which must have exactly `shape`, [rows, k]) and
+  // records where *slot must point once the buffer is filled, the matrix stored in `layout`.
+  // `group_start` aligns the reservation to a cache line; otherwise it directly follows the
+  // previous one (members of a fused matrix).
   absl::Status Matrix(const std::string& name, const std::vector<int64_t>& shape, const bf16** slot,
-                      bool group_start = true) {
+                      WeightLayout layout, bool group_start = true) {
     ASSIGN_OR_RETURN(TensorView v, Find(name, shape));
     if (group_start) next_ = (next_ + kAlign - 1) / kAlign * kAlign;
-    pending_.push_back({v, slot, next_});
+    pending_.push_back({v, slot, next_, layout, shape[0], shape[1]});
     next_ += v.info->num_elements() * static_cast<int64_t>(sizeof(bf16));
     return absl::OkStatus();
   }
@@ -147,7 +148,16 @@ class Weights::Loader {
                      "weights: ");
     for (const Pending& p : pending_) {
       bf16* dst = reinterpret_cast<bf16*>(w_->matrices_.data() + p.offset);
-      ToBf16(p.view, dst);
+      if (p.layout == WeightLayout::kRows) {
+        ToBf16(p.view, 0, p.view.info->num_elements(), dst);
+      } else {
+        // A group of rows at a time: the packing needs its rows in bf16 first.
+        std::vector<bf16> group(static_cast<size_t>(4 * p.k));
+        for (int64_t r = 0; r < p.rows; r += 4) {
+          ToBf16(p.view, r * p.k, 4 * p.k, group.data());
+          PackWeights(group.data(), 4, p.k, p.layout, dst + r * p.k);
+        }
+      }
       *p.slot = dst;
       DropPages(p.view);
     }
@@ -159,7 +169,7 @@ class Weights::Loader {
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t len) {
     ASSIGN_OR_RETURN(TensorView v, Find(name, {len}));
     std::vector<bf16> tmp(static_cast<size_t>(len));
-    ToBf16(v, tmp.data());
+    ToBf16(v, 0, len, tmp.data());
     std::vector<float> out(static_cast<size_t>(len));
     for (int64_t i = 0; i < len; ++i) out[i] = Bf16ToF32(tmp[i]);
     return out;
@@ -172,17 +182,19 @@ class Weights::Loader {
     TensorView view;
     const bf16** slot;
     int64_t offset;  // bytes into the matrix buffer
+    WeightLayout layout;
+    int64_t rows, k;
   };
 
-  // Converts a tensor of a supported dtype to bf16 (exact copy for bf16, RNE otherwise).
-  static void ToBf16(const TensorView& v, bf16* dst) {
-    const int64_t n = v.info->num_elements();
+  // Converts elements [begin, begin + n) of a tensor of a supported dtype to bf16 (exact copy
+  // for bf16, RNE otherwise).
+  static void ToBf16(const TensorView& v, int64_t begin, int64_t n, bf16* dst) {
     if (v.info->dtype == DType::kBF16) {
-      std::memcpy(dst, v.data, static_cast<size_t>(n) * 2);
+      std::memcpy(dst, v.data + 2 * begin, static_cast<size_t>(n) * 2);
     } else if (v.info->dtype == DType::kF16) {
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
-        std::memcpy(&h, v.data + 2 * i, 2);
+        std::memcpy(&h, v.data + 2 * (begin + i), 2);
         dst[i] = F32ToBf16(HalfToF32(h));
       }
     } else {
@@ -190,7 +202,7 @@ class Weights::Loader {
       float tmp[kChunk];
       for (int64_t i = 0; i < n; i += kChunk) {
         const int64_t len = std::min(kChunk, n - i);
-        std::memcpy(tmp, v.data + 4 * i, static_cast<size_t>(len) * 4);
+        std::memcpy(tmp, v.data + 4 * (begin + i), static_cast<size_t>(len) * 4);
         ConvertF32ToBf16(tmp, dst + i, len);
       }
     }
@@ -222,26 +234,44 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
   Loader l(w.get(), &files);
   RETURN_IF_ERROR(l.OpenFiles(model_dir));
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size;
-  // Every tensor is found and shape-checked before the buffer is allocated and filled.
-  RETURN_IF_ERROR(l.Matrix("model.embed_tokens.weight", {c.vocab_size, h}, &w->embed));
-  ASSIGN_OR_RETURN(w->final_norm, l.Vector("model.norm.weight", h));
+  // Layouts: a fused matrix takes groups of rows only when each member's rows are whole groups.
+  // The embedding is only looked up by rows unless it is also the lm_head.
   const bool tied = c.tie_word_embeddings;
+  const WeightLayout lm_layout = PreferredWeightLayout(c.vocab_size, h);
+  w->embed_layout = tied ? lm_layout : WeightLayout::kRows;
+  w->lm_head_layout = lm_layout;
+  const WeightLayout qkv_layout =
+      q % 4 == 0 && kv % 4 == 0 ? PreferredWeightLayout(q + 2 * kv, h) : WeightLayout::kRows;
+  const WeightLayout o_layout = PreferredWeightLayout(h, q);
+  const WeightLayout gate_up_layout =
+      f % 4 == 0 ? PreferredWeightLayout(2 * f, h) : WeightLayout::kRows;
+  const WeightLayout down_layout = PreferredWeightLayout(h, f);
+  // Every tensor is found and shape-checked before the buffer is allocated and filled.
+  RETURN_IF_ERROR(
+      l.Matrix("model.embed_tokens.weight", {c.vocab_size, h}, &w->embed, w->embed_layout));
+  ASSIGN_OR_RETURN(w->final_norm, l.Vector("model.norm.weight", h));
   if (tied && l.Has("lm_head.weight")) {
     // Some tied checkpoints also store lm_head; the tie wins as in HF, but check its shape.
     ASSIGN_OR_RETURN(TensorView unused, l.Find("lm_head.weight", {c.vocab_size, h}));
     (void)unused;
   }
-  if (!tied) RETURN_IF_ERROR(l.Matrix("lm_head.weight", {c.vocab_size, h}, &w->lm_head));
+  if (!tied) {
+    RETURN_IF_ERROR(l.Matrix("lm_head.weight", {c.vocab_size, h}, &w->lm_head, lm_layout));
+  }
   w->layers.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& L = w->layers[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     ASSIGN_OR_RETURN(L.attn_norm, l.Vector(p + "input_layernorm.weight", h));
     ASSIGN_OR_RETURN(L.mlp_norm, l.Vector(p + "post_attention_layernorm.weight", h));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.q_proj.weight", {q, h}, &L.wq));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.k_proj.weight", {kv, h}, &L.wk, false));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.v_proj.weight", {kv, h}, &L.wv, false));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.o_proj.weight", {h, q}, &L.wo));
+    L.wqkv_layout = qkv_layout;
+    L.wo_layout = o_layout;
+    L.w_gate_up_layout = gate_up_layout;
+    L.w_down_layout = down_layout;
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.q_proj.weight", {q, h}, &L.wq, qkv_layout));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.k_proj.weight", {kv, h}, &L.wk, qkv_layout, false));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.v_proj.weight", {kv, h}, &L.wv, qkv_layout, false));
+    RETURN_IF_ERROR(l.Matrix(p + "self_attn.o_proj.weight", {h, q}, &L.wo, o_layout));
     if (c.attention_bias) {
       ASSIGN_OR_RETURN(L.bq, l.Vector(p + "self_attn.q_proj.bias", q));
       ASSIGN_OR_RETURN(L.bk, l.Vector(p + "self_attn.k_proj.bias", kv));
@@ -251,9 +281,9 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
       ASSIGN_OR_RETURN(L.q_norm, l.Vector(p + "self_attn.q_norm.weight", c.head_dim));
       ASSIGN_OR_RETURN(L.k_norm, l.Vector(p + "self_attn.k_norm.weight", c.head_dim));
     }
-    RETURN_IF_ERROR(l.Matrix(p + "mlp.gate_proj.weight", {f, h}, &L.w_gate));
-    RETURN_IF_ERROR(l.Matrix(p + "mlp.up_proj.weight", {f, h}, &L.w_up, false));
-    RETURN_IF_ERROR(l.Matrix(p + "mlp.down_proj.weight", {h, f}, &L.w_down));
+    RETURN_IF_ERROR(l.Matrix(p + "mlp.gate_proj.weight", {f, h}, &L.w_gate, gate_up_layout));
+    RETURN_IF_ERROR(l.Matrix(p + "mlp.up_proj.weight", {f, h}, &L.w_up, gate_up_layout, false));
+    RETURN_IF_ERROR(l.Matrix(p + "mlp.down_proj.weight", {h, f}, &L.w_down, down_layout));
   }
   RETURN_IF_ERROR(l.Fill());
   files.clear();  // unmaps the files: everything needed is copied

@@ -1,8 +1,11 @@
 // Weights: the read-only parameters of a model, loaded from a Hugging Face directory
 // (`model.safetensors` or the shards named by `model.safetensors.index.json`).
 //
-// Matrices are bf16 in the HF nn.Linear layout [out_features, in_features], copied at load time
-// into one anonymous, 2 MiB aligned buffer offered for transparent huge pages (HugePageBuffer):
+// Matrices are bf16 [out_features, in_features] (the HF nn.Linear shape), stored in the layout the
+// matmul path of this process reads fastest (PreferredWeightLayout, matmul.h: rows interleaved in
+// groups of four on AVX-512-BF16, else the HF row layout; each matrix's layout is beside it),
+// copied at load time into one anonymous, 2 MiB aligned buffer offered for transparent huge
+// pages (HugePageBuffer):
 // decode streams every matrix once per step, and streaming a read-only file mapping of 4 KiB
 // pages costs a TLB miss and a prefetcher restart every 4 KiB. bf16 tensors are copied
 // bit for bit; fp16 and fp32 tensors are converted to bf16 (round to nearest even, numerics.md).
@@ -30,18 +33,22 @@
 #include "absl/status/statusor.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/huge_page_buffer.h"
+#include "engine/kernels/matmul.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 
 namespace tandem::engine {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;     // [hidden]
-  const bf16* wqkv = nullptr;       // [(n_heads + 2 * n_kv_heads) * head_dim, hidden]: wq; wk; wv
-  const bf16* wq = nullptr;         // [n_heads * head_dim, hidden] (== wqkv)
-  const bf16* wk = nullptr;         // [n_kv_heads * head_dim, hidden] (follows wq)
-  const bf16* wv = nullptr;         // [n_kv_heads * head_dim, hidden] (follows wk)
-  const bf16* wo = nullptr;         // [hidden, n_heads * head_dim]
+  std::vector<float> attn_norm;  // [hidden]
+  // A fused matrix's members share its layout (every member's rows are whole groups).
+  const bf16* wqkv = nullptr;  // [(n_heads + 2 * n_kv_heads) * head_dim, hidden]: wq; wk; wv
+  WeightLayout wqkv_layout = WeightLayout::kRows;
+  const bf16* wq = nullptr;  // [n_heads * head_dim, hidden] (== wqkv)
+  const bf16* wk = nullptr;  // [n_kv_heads * head_dim, hidden] (follows wq)
+  const bf16* wv = nullptr;  // [n_kv_heads * head_dim, hidden] (follows wk)
+  const bf16* wo = nullptr;  // [hidden, n_heads * head_dim]
+  WeightLayout wo_layout = WeightLayout::kRows;
   std::vector<float> bq;            // [n_heads * head_dim] (empty without attention_bias)
   std::vector<float> bk;            // [n_kv_heads * head_dim] (idem)
   std::vector<float> bv;            // [n_kv_heads * head_dim] (idem)
@@ -49,9 +56,11 @@ struct LayerWeights {
   std::vector<float> k_norm;        // [head_dim] (idem)
   std::vector<float> mlp_norm;      // [hidden]
   const bf16* w_gate_up = nullptr;  // [2 * intermediate, hidden]: w_gate; w_up
-  const bf16* w_gate = nullptr;     // [intermediate, hidden] (== w_gate_up)
-  const bf16* w_up = nullptr;       // [intermediate, hidden] (follows w_gate)
-  const bf16* w_down = nullptr;     // [hidden, intermediate]
+  WeightLayout w_gate_up_layout = WeightLayout::kRows;
+  const bf16* w_gate = nullptr;  // [intermediate, hidden] (== w_gate_up)
+  const bf16* w_up = nullptr;    // [intermediate, hidden] (follows w_gate)
+  const bf16* w_down = nullptr;  // [hidden, intermediate]
+  WeightLayout w_down_layout = WeightLayout::kRows;
 };
 
 class Weights {
@@ -64,10 +73,12 @@ class Weights {
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
 
-  const bf16* embed = nullptr;  // [vocab, hidden]
+  const bf16* embed = nullptr;  // [vocab, hidden]; rows read with CopyWeightRow
+  WeightLayout embed_layout = WeightLayout::kRows;
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [hidden]
   const bf16* lm_head = nullptr;  // [vocab, hidden]; == embed when tie_word_embeddings
+  WeightLayout lm_head_layout = WeightLayout::kRows;
 
   // Bytes of matrix weights one decode step reads (all layers + lm_head, embedding rows aside).
   int64_t matrix_bytes_per_step() const { return matrix_bytes_per_step_; }

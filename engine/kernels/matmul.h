@@ -42,9 +42,42 @@
 
 namespace tandem::engine {
 
-// Uses the best path for DetectSimd() (chosen once per process).
+// How the [n, k] weight matrix w is laid out in memory (the same n k elements either way).
+//   kRows:    w[j, p] at w + j k + p (the HF nn.Linear layout).
+//   kGroups4: rows in groups of four (rows 4g .. 4g + 3 in the 4 k elements from w + 4 g k), each
+//             group interleaved by 16-element blocks: w[j, p] at
+//             w + (j / 4) 4 k + (p / 16) 64 + (j % 4) 16 + p % 16. Needs n % 4 == 0, k % 16 == 0.
+// The AVX-512-BF16 path reads a group's rows together, block by block: with kGroups4 that is one
+// contiguous stream, with kRows four streams a row apart, which DRAM serves slower (measured at
+// batch 1 on lm_head, 2 threads, alternated: 45-52 GB/s against 34-36, a plain read 50-58).
+// Results are the same bits in either layout.
+enum class WeightLayout { kRows, kGroups4 };
+
+// Offset of w[j, p] in an [n, k] matrix stored in `layout`.
+inline int64_t WeightOffset(int64_t j, int64_t p, int64_t k, WeightLayout layout) {
+  if (layout == WeightLayout::kRows) return j * k + p;
+  return (j / 4) * 4 * k + (p / 16) * 64 + (j % 4) * 16 + p % 16;
+}
+
+// The layout an [n, k] matrix should be stored in for MatmulBf16 on this process's path
+// (DetectSimd()): kGroups4 on AVX-512-BF16 when the shape allows it and k <= 2048, else kRows.
+WeightLayout PreferredWeightLayout(int64_t n, int64_t k);
+
+// dst = the kRows matrix w stored in `layout` (n k elements; dst must not overlap w). Aborts when
+// the shape does not allow the layout.
+void PackWeights(const bf16* w, int64_t n, int64_t k, WeightLayout layout, bf16* dst);
+
+// Row j (k elements) of a matrix stored in `layout`, copied to out.
+void CopyWeightRow(const bf16* w, int64_t k, WeightLayout layout, int64_t j, bf16* out);
+
+// Uses the best path for DetectSimd() (chosen once per process), w in kRows.
 void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
                 float* y, int64_t ldy, ThreadPool* pool);
+
+// The same with w stored in `layout`. kGroups4 runs only on the AVX-512-BF16 path (the one
+// PreferredWeightLayout chooses it for); elsewhere it aborts.
+void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
+                float* y, int64_t ldy, ThreadPool* pool, WeightLayout layout);
 
 // Same, on an explicit path; for tests and benchmarks that compare paths. Aborts when the CPU
 // cannot run `level` (check SimdLevelSupported first).

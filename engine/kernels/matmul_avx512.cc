@@ -21,6 +21,12 @@
 // sizes each tile reads its own rows ahead (the shared prefetch cost prefill 3-8%) (measured, 2
 // threads, n = 4864, k = 896: m = 8 from 345 to 135-226 us, m = 32 from 665-706 to 473-496 us; the
 // kAvx512 kernels took m < 16 before). All give the same bits.
+//
+// Weights in WeightLayout::kGroups4 (matmul.h) take the same stream at m = 1, now one contiguous
+// run per group of four rows, and for m >= 2 tiles of 6 rows of x against 4 pairs of weight rows
+// (GroupTile): a pair's block is one 64-byte load and x's block is broadcast, the register
+// layout of the m = 1 stream. Measured against kRows on 2 threads, alternated (k = 896): m = 1
+// 1.2-1.7x faster, m = 8 and 32 within 0.9-1.2x, m = 1024 equal.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -72,6 +78,9 @@ namespace {
 // outgrow L1 and are read again from L2 by each tile; that still beat the 4 x 4 tile there.
 constexpr int kTilePairs = 4;
 constexpr int kTileCols = 6;
+// With kGroups4 weights a tile is 6 rows of x x 4 pairs of weight rows (two groups): 24
+// accumulators, 10 loads per block, and x read once per 8 weight rows.
+constexpr int kGroupTileRows = 6;
 // Row pairs of x (bf16) kept in L2 while the w tiles go through them: at most kPairChunk, and at
 // most kPairChunkBytes of packed x, so a wide k (down_proj: 4864, 19 KB a pair) still fits L2
 // instead of spilling to L3 (measured in prefill: down_proj from 26% to 22-24% of the time).
@@ -116,10 +125,20 @@ void PackPairs(const bf16* x, int64_t ldx, int64_t m, int64_t k, int64_t nb, bf1
   }
 }
 
+// Where block q of row c of the rows starting at w lies: w + c * RowStride + q * BlockStride
+// (elements). kRows (kGrouped false): rows k apart, blocks 16 apart. kGroups4: the four rows of a
+// group 16 apart, blocks 64 apart (matmul.h).
+template <bool kGrouped>
+inline int64_t RowStride(int64_t k) {
+  return kGrouped ? 16 : k;
+}
+template <bool kGrouped>
+constexpr int64_t kBlockStride = kGrouped ? 64 : 16;
+
 // y for P row pairs starting at pair `p0` (rows 2 p0 .. 2 p0 + 2P - 1, those below m) and C rows
-// of w. Meanwhile it prefetches `pf_rows` whole rows of w from `pf` (rows a later tile reads
-// from DRAM), a line every other block; with `row_ahead` it also prefetches its own rows 1 KB
-// ahead (a tile whose rows nobody prefetched).
+// of w (kRows). Meanwhile it prefetches `pf_rows` whole rows of w from `pf` (rows a later tile
+// reads from DRAM), a line every other block; with `row_ahead` it also prefetches its own rows
+// 1 KB ahead (a tile whose rows nobody prefetched).
 template <int P, int C>
 void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int64_t k, float* y,
           int64_t ldy, const bf16* pf, int pf_rows, bool row_ahead) {
@@ -175,7 +194,8 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
   }
 }
 
-// m = 1: y[0 .. 2G) for the 2G weight rows of w (contiguous in memory), as G pairs. A 512-bit
+// m = 1: y[0 .. 2G) for the 2G weight rows of w (contiguous in memory; kGrouped: one group of
+// four, G = 2), as G pairs. A 512-bit
 // register carries a pair's block q, row 2g's in its low half and row 2g + 1's in its high half,
 // against x's block q in both halves, so each row's 8 lanes see the order of matmul.h; one
 // vdpbf16ps per 64 bytes of weights instead of widening them to fp32. Each pair's sum is one
@@ -190,16 +210,19 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
 constexpr int64_t kStreamAhead = 16384;
 constexpr int kStreamPairs = 2;
 
-template <int G, bool kLone = false>
+template <int G, bool kGrouped, bool kLone = false>
 void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
-  static_assert(G >= 1 && (!kLone || G == 1));
-  const int64_t second = kLone ? 0 : k;  // offset of a high half's row from its low half's
+  static_assert(G >= 1 && (!kLone || G == 1) && (!kGrouped || G == 2));
+  const int64_t rs = RowStride<kGrouped>(k);
+  constexpr int64_t bs = kBlockStride<kGrouped>;
+  const int64_t second = kLone ? 0 : rs;  // offset of a high half's row from its low half's
   const int64_t full = k / 16;
   const int tail = static_cast<int>(k % 16);
   __m512 acc[G];
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-  const bool linear = 2 * G * k * 2 <= kStreamAhead;
+  // A group of kGroups4 rows is read in memory order whatever its length.
+  const bool linear = kGrouped || 2 * G * k * 2 <= kStreamAhead;
   const char* ahead = reinterpret_cast<const char*>(w) + kStreamAhead;
   // Per-row prefetch position: block `pq` of the group of rows starting at `pw`.
   const int64_t distance = kStreamAhead / (64 * G);  // blocks: a group reads 64 G bytes a block
@@ -225,7 +248,7 @@ void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
     }
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      const bf16* r0 = w + 2 * g * k + 16 * q;
+      const bf16* r0 = w + 2 * g * rs + bs * q;
       const __m512i v = _mm512_inserti64x4(
           _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + second)), 1);
@@ -237,7 +260,7 @@ void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi16(mask, x + 16 * full));
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      const bf16* r0 = w + 2 * g * k + 16 * full;
+      const bf16* r0 = w + 2 * g * rs + bs * full;
       const __m512i v =
           _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, r0)),
                              _mm256_maskz_loadu_epi16(mask, r0 + second), 1);
@@ -252,22 +275,29 @@ void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
 }
 
 // m = 1 over output columns [j0, j1): groups of kStreamPairs pairs of rows, then a pair, then a
-// last row alone.
+// last row alone (kGroups4: j0 and j1 are multiples of 4, so groups only). A group of rows
+// starts at w + j k in either layout.
+template <bool kGrouped>
 void StreamColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t j1, float* y) {
   constexpr int64_t kGroup = 2 * kStreamPairs;
   int64_t j = j0;
-  for (; j + kGroup <= j1; j += kGroup) StreamRows<kStreamPairs>(x, w + j * k, k, y + j);
-  for (; j + 2 <= j1; j += 2) StreamRows<1>(x, w + j * k, k, y + j);
-  if (j < j1) StreamRows<1, true>(x, w + j * k, k, y + j);
+  for (; j + kGroup <= j1; j += kGroup) {
+    StreamRows<kStreamPairs, kGrouped>(x, w + j * k, k, y + j);
+  }
+  if constexpr (!kGrouped) {
+    for (; j + 2 <= j1; j += 2) StreamRows<1, false>(x, w + j * k, k, y + j);
+    if (j < j1) StreamRows<1, false, true>(x, w + j * k, k, y + j);
+  }
 }
 
 // m = 1 on the pool, in units of a group's output columns.
+template <bool kGrouped>
 void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, ThreadPool* pool) {
   constexpr int64_t kGroup = 2 * kStreamPairs;
   const int64_t units = (n + kGroup - 1) / kGroup;
   auto body = [&](int64_t begin, int64_t end) {
     FlushDenormalsScope flush;
-    StreamColumns(x, w, k, kGroup * begin, std::min(n, kGroup * end), y);
+    StreamColumns<kGrouped>(x, w, k, kGroup * begin, std::min(n, kGroup * end), y);
   };
   if (pool != nullptr) {
     pool->ParallelFor(units, n * k, body);
@@ -283,6 +313,19 @@ void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, T
 // prefetched these rows, so the first tile reads ahead itself. With more tiles (prefill) every
 // tile reads its own rows ahead instead (measured: prefill 1024 at 625-640 tok/s against 578-618
 // with the shared prefetch, batch 32 decode no slower).
+// The last tile of Pairs, of `left` < Q + 1 pairs.
+template <int Q, int C>
+void LastTile(int64_t left, const bf16* xp, int64_t nb, int64_t p, int64_t m, const bf16* w,
+              int64_t k, float* y, int64_t ldy, const bf16* pf, int rows, bool row_ahead) {
+  if constexpr (Q >= 1) {
+    if (left == Q) {
+      Tile<Q, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, row_ahead);
+    } else {
+      LastTile<Q - 1, C>(left, xp, nb, p, m, w, k, y, ldy, pf, rows, row_ahead);
+    }
+  }
+}
+
 template <int P, int C>
 void Pairs(const bf16* xp, int64_t nb, int64_t p0, int64_t p1, int64_t m, const bf16* w, int64_t k,
            float* y, int64_t ldy, const bf16* next, bool cold) {
@@ -303,19 +346,7 @@ void Pairs(const bf16* xp, int64_t nb, int64_t p0, int64_t p1, int64_t m, const 
     Tile<P, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
   }
   share(t, &pf, &rows);
-  switch (p1 - p) {  // fewer than P pairs left
-    case 3:
-      Tile<3, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
-      break;
-    case 2:
-      Tile<2, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
-      break;
-    case 1:
-      Tile<1, C>(xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
-      break;
-    default:
-      break;
-  }
+  LastTile<P - 1, C>(p1 - p, xp, nb, p, m, w, k, y, ldy, pf, rows, every || (cold && t == 0));
 }
 
 template <int P, int C>
@@ -334,11 +365,140 @@ void Columns(const bf16* xp, int64_t nb, int64_t m, const bf16* w, int64_t k, in
   }
 }
 
+// kGroups4 weights, m >= 2: tiles of R rows of x against Cp pairs of weight rows (rows 2c and
+// 2c + 1 of the tile's column group; Cp = 4 spans two groups). A register holds a pair's block
+// q, one 64-byte load from its group, against x row i's block q broadcast to both halves, so each
+// output's 8 lanes see matmul.h's order, as in StreamRows. x is read in place (k % 16 == 0: no
+// tail). Meanwhile the tile prefetches `pf_lines` of the next column group's 2 Cp lines per block
+// starting at line `pf_first` (line l: group l / 2, half l % 2 of its block), and with
+// `row_ahead` its own pairs 32 blocks ahead.
+template <int R, int Cp>
+void GroupTile(const bf16* x, int64_t ldx, int64_t i0, const bf16* w, int64_t k, float* y,
+               int64_t ldy, const bf16* pf, int pf_first, int pf_lines, bool row_ahead) {
+  const int64_t full = k / 16;
+  __m512 acc[R][Cp];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < Cp; ++c) acc[r][c] = _mm512_setzero_ps();
+  __m512i v[Cp];
+  const bf16* xrow = x + i0 * ldx;
+  for (int64_t q = 0; q < full; ++q) {
+    for (int l = pf_first; l < pf_first + pf_lines; ++l) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf + (l >> 1) * 4 * k + 64 * q + 32 * (l & 1)),
+                   _MM_HINT_T0);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < Cp; ++c) {
+      const bf16* src = w + (c >> 1) * 4 * k + 64 * q + 32 * (c & 1);
+      if (row_ahead) _mm_prefetch(reinterpret_cast<const char*>(src + 32 * 64), _MM_HINT_T0);
+      v[c] = _mm512_loadu_si512(src);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow + r * ldx + 16 * q)));
+#pragma GCC unroll 16
+      for (int c = 0; c < Cp; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], AsBh(xv), AsBh(v[c]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* yr = y + (i0 + r) * ldy;
+#pragma GCC unroll 16
+    for (int c = 0; c < Cp; ++c) {
+      yr[2 * c] = ReduceLanes(_mm512_castps512_ps256(acc[r][c]));
+      yr[2 * c + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[r][c], 1));
+    }
+  }
+}
+
+// The last GroupTile of GroupRows, of `left` < Q + 1 rows.
+template <int Q, int Cp>
+void LastGroupTile(int64_t left, const bf16* x, int64_t ldx, int64_t i0, const bf16* w, int64_t k,
+                   float* y, int64_t ldy, const bf16* pf, int pf_first, int pf_lines,
+                   bool row_ahead) {
+  if constexpr (Q >= 1) {
+    if (left == Q) {
+      GroupTile<Q, Cp>(x, ldx, i0, w, k, y, ldy, pf, pf_first, pf_lines, row_ahead);
+    } else {
+      LastGroupTile<Q - 1, Cp>(left, x, ldx, i0, w, k, y, ldy, pf, pf_first, pf_lines, row_ahead);
+    }
+  }
+}
+
+// The tiles of R rows over rows [i0, i1) of x and the 2 Cp weight rows at w, as Pairs: with at
+// most kSharedPrefetchTiles tiles (decode batches up to 48) they prefetch the next column group
+// (`next`, null for none) between them, its lines shared out (some tiles may get none); with more
+// (prefill) each reads its own rows ahead. `cold`: nobody prefetched these rows.
+constexpr int64_t kSharedPrefetchTiles = 8;
+template <int R, int Cp>
+void GroupRows(const bf16* x, int64_t ldx, int64_t i0, int64_t i1, const bf16* w, int64_t k,
+               float* y, int64_t ldy, const bf16* next, bool cold) {
+  constexpr int kLines = Cp;  // two lines per group and block, two pairs per group
+  const int64_t tiles = (i1 - i0 + R - 1) / R;
+  const bool every = tiles > kSharedPrefetchTiles;
+  if (every) next = nullptr;
+  int64_t t = 0;
+  int64_t i = i0;
+  auto lines = [&](int64_t tile, int* first, int* count) {
+    const int64_t l0 = tile * kLines / tiles, l1 = (tile + 1) * kLines / tiles;
+    *first = static_cast<int>(l0);
+    *count = next == nullptr ? 0 : static_cast<int>(l1 - l0);
+  };
+  int first, count;
+  for (; i + R <= i1; i += R, ++t) {
+    lines(t, &first, &count);
+    GroupTile<R, Cp>(x, ldx, i, w, k, y, ldy, next, first, count, every || (cold && t == 0));
+  }
+  lines(t, &first, &count);
+  LastGroupTile<R - 1, Cp>(i1 - i, x, ldx, i, w, k, y, ldy, next, first, count,
+                           every || (cold && t == 0));
+}
+
+// Rows of x per chunk kept in cache while the column groups go through them (as kPairChunk).
+constexpr int64_t kGroupRowChunk = 2 * kPairChunk;
+
+// kGroups4, m >= 2, over output columns [j0, j1) (multiples of 4): two groups per tile, then a
+// last group alone.
+void GroupColumns(const bf16* x, int64_t ldx, int64_t m, const bf16* w, int64_t k, int64_t j0,
+                  int64_t j1, float* y, int64_t ldy) {
+  const int64_t chunk = std::clamp<int64_t>(kPairChunkBytes / (k * 2), 8, kGroupRowChunk);
+  for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+    const int64_t i1 = std::min(m, i0 + chunk);
+    int64_t j = j0;
+    for (; j + 8 <= j1; j += 8) {
+      const bf16* next = j + 16 <= j1 ? w + (j + 8) * k : nullptr;
+      GroupRows<kGroupTileRows, 4>(x, ldx, i0, i1, w + j * k, k, y + j, ldy, next, j == j0);
+    }
+    if (j < j1)
+      GroupRows<kGroupTileRows, 2>(x, ldx, i0, i1, w + j * k, k, y + j, ldy, nullptr, true);
+  }
+}
+
 }  // namespace
 
+template <bool kGrouped>
 void MatmulEntry(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
                  float* y, int64_t ldy, ThreadPool* pool) {
   if (m <= 0 || n <= 0) return;
+  if (m == 1) {
+    StreamEntry<kGrouped>(x, k, w, n, y, pool);
+    return;
+  }
+  if constexpr (kGrouped) {
+    const int64_t n_units = n / 4;  // groups
+    auto body = [&](int64_t begin, int64_t end) {
+      FlushDenormalsScope flush;
+      GroupColumns(x, ldx, m, w, k, 4 * begin, 4 * end, y, ldy);
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(n_units, m * n * k, body);
+    } else {
+      body(0, n_units);
+    }
+    return;
+  }
   const int64_t nb = (k + 15) / 16;
   // 32 bf16 per (pair, block): (m + 1) / 2 * nb * 32 bf16 = that many / 2 floats.
   bf16* xp = reinterpret_cast<bf16*>(ScratchFloats((m + 1) / 2 * nb * 16, 0));
@@ -361,11 +521,12 @@ void MatmulEntry(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w
 
 void MatmulBf16Avx512Bf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
                           int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
-  if (m == 1) {
-    avx512bf16::StreamEntry(x, k, w, n, y, pool);
-    return;
-  }
-  avx512bf16::MatmulEntry(x, ldx, m, k, w, n, y, ldy, pool);
+  avx512bf16::MatmulEntry<false>(x, ldx, m, k, w, n, y, ldy, pool);
+}
+
+void MatmulBf16Avx512Bf16Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
+                                 int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
+  avx512bf16::MatmulEntry<true>(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 }  // namespace tandem::engine::internal

@@ -237,6 +237,71 @@ TEST(MatmulTest, DefaultDispatchMatchesItsLevel) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
 }
 
+TEST(WeightLayoutTest, PackedRowsReadBackAndOffsetsMatch) {
+  const int64_t n = 12, k = 48;
+  const auto w = RandomBf16(n * k, 41);
+  for (WeightLayout layout : {WeightLayout::kRows, WeightLayout::kGroups4}) {
+    std::vector<bf16> packed(n * k);
+    PackWeights(w.data(), n, k, layout, packed.data());
+    std::vector<bf16> row(k);
+    for (int64_t j = 0; j < n; ++j) {
+      CopyWeightRow(packed.data(), k, layout, j, row.data());
+      for (int64_t p = 0; p < k; ++p) {
+        ASSERT_EQ(row[p], w[j * k + p]) << j << " " << p;
+        ASSERT_EQ(packed[WeightOffset(j, p, k, layout)], w[j * k + p]) << j << " " << p;
+      }
+    }
+  }
+  // Groups of four rows, interleaved by 16-element blocks: row 1's first block follows row 0's.
+  std::vector<bf16> packed(n * k);
+  PackWeights(w.data(), n, k, WeightLayout::kGroups4, packed.data());
+  EXPECT_EQ(packed[16], w[k]);
+  EXPECT_EQ(packed[64], w[16]);
+  EXPECT_EQ(packed[4 * k], w[4 * k]);
+}
+
+TEST(WeightLayoutTest, GroupsOnlyWhereTheShapeAndPathAllow) {
+  EXPECT_EQ(PreferredWeightLayout(6, 32), WeightLayout::kRows);  // n % 4
+  EXPECT_EQ(PreferredWeightLayout(8, 40), WeightLayout::kRows);  // k % 16
+  EXPECT_EQ(PreferredWeightLayout(8, 32),
+            DetectSimd() == SimdLevel::kAvx512Bf16 ? WeightLayout::kGroups4 : WeightLayout::kRows);
+}
+
+// MatmulBf16 on kGroups4 weights gives the bits of the kRows call, for one row (the stream), a
+// few rows and many (the tiles, with partial last tiles), on one thread and two, with strided x
+// and y.
+TEST(WeightLayoutTest, GroupsGiveTheSameBitsAsRows) {
+  if (DetectSimd() != SimdLevel::kAvx512Bf16) {
+    GTEST_SKIP() << "kGroups4 runs on the avx512bf16 path only; this process runs "
+                 << SimdLevelName(DetectSimd());
+  }
+  ThreadPool pool(2);
+  pool.set_min_parallel_work(0);
+  struct Case {
+    int64_t n, k;
+  };
+  for (const Case& c : {Case{4, 16}, Case{8, 32}, Case{12, 896}, Case{36, 64}, Case{20, 4864}}) {
+    const auto w = RandomBf16(c.n * c.k, 51 + static_cast<uint32_t>(c.n));
+    std::vector<bf16> packed(c.n * c.k);
+    PackWeights(w.data(), c.n, c.k, WeightLayout::kGroups4, packed.data());
+    for (int64_t m : {1, 2, 3, 8, 13, 32, 33}) {
+      const int64_t ldx = c.k + 16, ldy = c.n + 3;
+      const auto x = RandomBf16(m * ldx, 61 + static_cast<uint32_t>(m));
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> rows(m * ldy, -1.0f), groups(m * ldy, -1.0f);
+        MatmulBf16(x.data(), ldx, m, c.k, w.data(), c.n, rows.data(), ldy, p);
+        MatmulBf16(x.data(), ldx, m, c.k, packed.data(), c.n, groups.data(), ldy, p,
+                   WeightLayout::kGroups4);
+        for (int64_t i = 0; i < m * ldy; ++i) {
+          ASSERT_EQ(Bits(groups[i]), Bits(rows[i]))
+              << "n " << c.n << " k " << c.k << " m " << m << " at " << i
+              << (p ? " (2 threads)" : " (1 thread)");
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulTest, EmptyShapesWriteNothing) {
   std::vector<bf16> x(16, F32ToBf16(1.0f)), w(16, F32ToBf16(1.0f));
   for (SimdLevel level : AvailableLevels()) {

@@ -22,14 +22,22 @@ absl::StatusOr<std::unique_ptr<Weights>> LoadDir(const std::string& dir) {
   return Weights::Load(dir, *c);
 }
 
+// Element i (row-major order) of a [rows, k] matrix stored in `layout`.
+bf16 At(const bf16* w, int64_t k, WeightLayout layout, size_t i) {
+  const auto index = static_cast<int64_t>(i);
+  return w[WeightOffset(index / k, index % k, k, layout)];
+}
+
 void ExpectMatches(const Weights& w, const std::map<std::string, std::vector<float>>& values,
                    const TinyModelSpec& s) {
   const auto& embed = values.at("model.embed_tokens.weight");
   for (size_t i = 0; i < embed.size(); ++i) {
     if (s.dtype == "F16") {  // fp16 storage rounds first, then the loader rounds to bf16
-      ASSERT_NEAR(Bf16ToF32(w.embed[i]), embed[i], 1e-2f * std::abs(embed[i]) + 7e-5f) << i;
+      ASSERT_NEAR(Bf16ToF32(At(w.embed, s.hidden, w.embed_layout, i)), embed[i],
+                  1e-2f * std::abs(embed[i]) + 7e-5f)
+          << i;
     } else {
-      ASSERT_EQ(w.embed[i], F32ToBf16(embed[i])) << i;
+      ASSERT_EQ(At(w.embed, s.hidden, w.embed_layout, i), F32ToBf16(embed[i])) << i;
     }
   }
   const auto& down = values.at("model.layers.1.mlp.down_proj.weight");
@@ -37,9 +45,12 @@ void ExpectMatches(const Weights& w, const std::map<std::string, std::vector<flo
     // fp16 storage rounds first; compare with a tolerance there, exactly otherwise.
     if (s.dtype == "F16") {
       // (the test's fp16 writer flushes fp16 subnormals, hence the absolute term)
-      ASSERT_NEAR(Bf16ToF32(w.layers[1].w_down[i]), down[i], 1e-2f * std::abs(down[i]) + 7e-5f);
+      const LayerWeights& L = w.layers[1];
+      ASSERT_NEAR(Bf16ToF32(At(L.w_down, s.intermediate, L.w_down_layout, i)), down[i],
+                  1e-2f * std::abs(down[i]) + 7e-5f);
     } else {
-      ASSERT_EQ(w.layers[1].w_down[i], F32ToBf16(down[i])) << i;
+      const LayerWeights& L = w.layers[1];
+      ASSERT_EQ(At(L.w_down, s.intermediate, L.w_down_layout, i), F32ToBf16(down[i])) << i;
     }
   }
   const auto& norm = values.at("model.norm.weight");
@@ -216,15 +227,24 @@ TEST(WeightsTest, MatricesAreCopiedAndFused) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(L.wqkv) % 64, 0u);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(L.w_gate_up) % 64, 0u);
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      const std::pair<const char*, const bf16*> parts[] = {
-          {"self_attn.q_proj.weight", L.wq},  {"self_attn.k_proj.weight", L.wk},
-          {"self_attn.v_proj.weight", L.wv},  {"self_attn.o_proj.weight", L.wo},
-          {"mlp.gate_proj.weight", L.w_gate}, {"mlp.up_proj.weight", L.w_up},
-          {"mlp.down_proj.weight", L.w_down}};
-      for (const auto& [name, ptr] : parts) {
-        const auto& expect = values.at(p + name);
+      struct Part {
+        const char* name;
+        const bf16* ptr;
+        int64_t k;
+        WeightLayout layout;
+      };
+      const Part parts[] = {{"self_attn.q_proj.weight", L.wq, h, L.wqkv_layout},
+                            {"self_attn.k_proj.weight", L.wk, h, L.wqkv_layout},
+                            {"self_attn.v_proj.weight", L.wv, h, L.wqkv_layout},
+                            {"self_attn.o_proj.weight", L.wo, q, L.wo_layout},
+                            {"mlp.gate_proj.weight", L.w_gate, h, L.w_gate_up_layout},
+                            {"mlp.up_proj.weight", L.w_up, h, L.w_gate_up_layout},
+                            {"mlp.down_proj.weight", L.w_down, f, L.w_down_layout}};
+      for (const Part& part : parts) {
+        const auto& expect = values.at(p + part.name);
         for (size_t i = 0; i < expect.size(); ++i) {
-          ASSERT_EQ(ptr[i], F32ToBf16(expect[i])) << p << name << " " << i;
+          ASSERT_EQ(At(part.ptr, part.k, part.layout, i), F32ToBf16(expect[i]))
+              << p << part.name << " " << i;
         }
       }
     }
@@ -233,7 +253,9 @@ TEST(WeightsTest, MatricesAreCopiedAndFused) {
     EXPECT_GE((*w)->resident_bytes(), matrix_bytes);
     EXPECT_LE((*w)->huge_page_bytes(), (*w)->resident_bytes());
     const auto& lm = values.at("lm_head.weight");
-    for (size_t i = 0; i < lm.size(); ++i) ASSERT_EQ((*w)->lm_head[i], F32ToBf16(lm[i])) << i;
+    for (size_t i = 0; i < lm.size(); ++i) {
+      ASSERT_EQ(At((*w)->lm_head, h, (*w)->lm_head_layout, i), F32ToBf16(lm[i])) << i;
+    }
   }
 }
 
