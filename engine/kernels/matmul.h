@@ -3,7 +3,8 @@
 //   y[i, j] = sum_p x[i, p] * w[j, p]      i < m, j < n, p < k
 //
 // x: bf16 [m, k], row stride ldx (elements). w: bf16 [n, k] row-major with stride k (the Hugging
-// Face nn.Linear layout, used in place, e.g. memory-mapped). y: fp32 [m, n], row stride ldy.
+// Face nn.Linear layout, used in place, e.g. memory-mapped), or in the WeightLayout the call
+// names (below). y: fp32 [m, n], row stride ldy.
 // y is written, not accumulated into. pool may be null (runs on the calling thread).
 // Thread-safe for distinct outputs; x and w are only read.
 //

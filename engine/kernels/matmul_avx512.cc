@@ -125,16 +125,6 @@ void PackPairs(const bf16* x, int64_t ldx, int64_t m, int64_t k, int64_t nb, bf1
   }
 }
 
-// Where block q of row c of the rows starting at w lies: w + c * RowStride + q * BlockStride
-// (elements). kRows (kGrouped false): rows k apart, blocks 16 apart. kGroups4: the four rows of a
-// group 16 apart, blocks 64 apart (matmul.h).
-template <bool kGrouped>
-inline int64_t RowStride(int64_t k) {
-  return kGrouped ? 16 : k;
-}
-template <bool kGrouped>
-constexpr int64_t kBlockStride = kGrouped ? 64 : 16;
-
 // y for P row pairs starting at pair `p0` (rows 2 p0 .. 2 p0 + 2P - 1, those below m) and C rows
 // of w (kRows). Meanwhile it prefetches `pf_rows` whole rows of w from `pf` (rows a later tile
 // reads from DRAM), a line every other block; with `row_ahead` it also prefetches its own rows
@@ -209,6 +199,16 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
 // group's rows (a linear prefetch would run ahead inside the group, in the wrong order).
 constexpr int64_t kStreamAhead = 16384;
 constexpr int kStreamPairs = 2;
+
+// Where block q of row c of the rows starting at w lies: w + c * RowStride + q * BlockStride
+// (elements). kRows (kGrouped false): rows k apart, blocks 16 apart. kGroups4: the four rows of a
+// group 16 apart, blocks 64 apart (matmul.h).
+template <bool kGrouped>
+inline int64_t RowStride(int64_t k) {
+  return kGrouped ? 16 : k;
+}
+template <bool kGrouped>
+constexpr int64_t kBlockStride = kGrouped ? 64 : 16;
 
 template <int G, bool kGrouped, bool kLone = false>
 void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
