@@ -32,16 +32,32 @@ struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
 };
 
-// Reads [p, p + bytes) with 32-byte loads; the xor keeps the loads from being optimised away.
+// Reads [p, p + bytes) with 32-byte loads as S runs of equal length read side by side (S = 1:
+// front to back); the xor keeps the loads from being optimised away. Several runs keep more
+// cache-line fills in flight than one hardware prefetch stream does: on this machine's Zen 5
+// VM, 2 threads, 70-77 GB/s at S = 2-8 against 63-67 at S = 1.
+template <int S>
 __attribute__((target("avx2"))) uint64_t ReadAvx2(const char* p, int64_t bytes) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 128 <= bytes; i += 128) {
-    a0 = _mm256_xor_si256(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_xor_si256(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    a2 = _mm256_xor_si256(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    a3 = _mm256_xor_si256(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  const int64_t run = bytes / S / 128 * 128;
+  __m256i acc[S][4];
+  for (int s = 0; s < S; ++s)
+    acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = _mm256_setzero_si256();
+  for (int64_t i = 0; i + 128 <= run; i += 128) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const char* q = p + s * run + i;
+#pragma GCC unroll 4
+      for (int l = 0; l < 4; ++l) {
+        acc[s][l] = _mm256_xor_si256(
+            acc[s][l], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * l)));
+      }
+    }
   }
-  const __m256i a = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  __m256i a = _mm256_setzero_si256();
+  for (int s = 0; s < S; ++s) {
+    a = _mm256_xor_si256(a, _mm256_xor_si256(_mm256_xor_si256(acc[s][0], acc[s][1]),
+                                             _mm256_xor_si256(acc[s][2], acc[s][3])));
+  }
   return static_cast<uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 3));
 }
 
@@ -76,7 +92,6 @@ double MeasureReadBandwidthGBs(int threads, int64_t bytes) {
   if (!buf) return 0;
   const int64_t slots = total / window;
   const int passes = static_cast<int>(std::max<int64_t>(24, 4 * slots / threads));
-  const bool avx2 = engine::DetectSimd() >= engine::SimdLevel::kAvx2;
   std::vector<double> seconds(static_cast<size_t>(threads) * passes);
   std::atomic<int> arrived{0};
   auto worker = [&](int t) {
@@ -88,7 +103,7 @@ double MeasureReadBandwidthGBs(int threads, int64_t bytes) {
       while (arrived.load() < (pass + 1) * threads) std::this_thread::yield();
       const char* p = buf.get() + ((static_cast<int64_t>(pass) * threads + t) % slots) * window;
       const auto t0 = Clock::now();
-      sink ^= avx2 ? ReadAvx2(p, window) : ReadSse2(p, window);
+      sink ^= StreamRead(p, window, pass % 2 == 0 ? 1 : kReadRuns);
       seconds[static_cast<size_t>(pass) * threads + t] = Seconds(t0, Clock::now());
     }
     g_sink = g_sink ^ sink;
@@ -108,9 +123,10 @@ double MeasureReadBandwidthGBs(int threads, int64_t bytes) {
   return static_cast<double>(window) * threads / best / 1e9;
 }
 
-uint64_t StreamRead(const void* p, int64_t bytes) {
+uint64_t StreamRead(const void* p, int64_t bytes, int runs) {
   const char* c = static_cast<const char*>(p);
-  return engine::DetectSimd() >= engine::SimdLevel::kAvx2 ? ReadAvx2(c, bytes) : ReadSse2(c, bytes);
+  if (engine::DetectSimd() < engine::SimdLevel::kAvx2) return ReadSse2(c, bytes);
+  return runs >= kReadRuns ? ReadAvx2<kReadRuns>(c, bytes) : ReadAvx2<1>(c, bytes);
 }
 
 namespace {

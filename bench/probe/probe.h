@@ -14,16 +14,22 @@ namespace tandem::bench {
 
 // Streaming read bandwidth from DRAM in GB/s (1e9 bytes/s): `threads` threads each read a
 // 64 MiB window of a buffer much larger than the last-level cache (1 GiB), windows rotating over
-// the buffer; the best of many such passes.
+// the buffer; the best of many such passes, alternately read front to back and as kReadRuns runs
+// side by side (StreamRead).
 double MeasureReadBandwidthGBs(int threads);
 
 // Same, over a buffer of `bytes` (e.g. one that fits in L2 to measure cache bandwidth).
 double MeasureReadBandwidthGBs(int threads, int64_t bytes);
 
-// Reads [p, p + bytes) once with the widest loads the CPU has and returns a value derived from
-// the bytes (so the reads cannot be optimised away). Any alignment; a tail shorter than 128
-// bytes is not read. For timing a pure read of the same buffers a kernel reads.
-uint64_t StreamRead(const void* p, int64_t bytes);
+// The runs of a side-by-side read (StreamRead).
+inline constexpr int kReadRuns = 4;
+
+// Reads [p, p + bytes) once and returns a value derived from the bytes (so the reads cannot be
+// optimised away). runs = 1: front to back; runs = kReadRuns: as that many equal runs read side
+// by side, which keeps more DRAM reads in flight (a bound should take the better of the two).
+// Any alignment; up to 128 bytes per run at the end are not read. For timing a pure read of the
+// same buffers a kernel reads.
+uint64_t StreamRead(const void* p, int64_t bytes, int runs = 1);
 
 // Peak fp32 FMA rate of the AVX2 units in GFLOP/s (2 flops per lane per FMA), from a
 // register-only loop on `threads` threads; 0 without AVX2. The compute ceiling of the AVX2 matmul
