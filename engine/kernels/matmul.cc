@@ -115,10 +115,7 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
 }
 
 WeightLayout PreferredWeightLayout(int64_t n, int64_t k) {
-  // Long rows stream well enough as rows, and measured slower in groups (k = 4864: batch 1 and 8
-  // at 0.77 of rows, where k = 896 gained 1.2-1.7x at batch 1).
-  constexpr int64_t kMaxGroupsK = 2048;
-  const bool fits = n > 0 && n % 4 == 0 && k > 0 && k % 16 == 0 && k <= kMaxGroupsK;
+  const bool fits = n > 0 && n % 4 == 0 && k > 0 && k % 16 == 0;
   return fits && DetectSimd() == SimdLevel::kAvx512Bf16 ? WeightLayout::kGroups4
                                                         : WeightLayout::kRows;
 }

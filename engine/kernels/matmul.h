@@ -61,7 +61,7 @@ inline int64_t WeightOffset(int64_t j, int64_t p, int64_t k, WeightLayout layout
 }
 
 // The layout an [n, k] matrix should be stored in for MatmulBf16 on this process's path
-// (DetectSimd()): kGroups4 on AVX-512-BF16 when the shape allows it and k <= 2048, else kRows.
+// (DetectSimd()): kGroups4 on AVX-512-BF16 when the shape allows it, else kRows.
 WeightLayout PreferredWeightLayout(int64_t n, int64_t k);
 
 // dst = the kRows matrix w stored in `layout` (n k elements; dst must not overlap w). Aborts when

@@ -22,8 +22,10 @@
 // threads, n = 4864, k = 896: m = 8 from 345 to 135-226 us, m = 32 from 665-706 to 473-496 us; the
 // kAvx512 kernels took m < 16 before). All give the same bits.
 //
-// Weights in WeightLayout::kGroups4 (matmul.h) take the same stream at m = 1, now one contiguous
-// run per group of four rows, and for m >= 2 tiles of 6 rows of x against 4 pairs of weight rows
+// Weights in WeightLayout::kGroups4 (matmul.h) take the same arithmetic at m = 1, a group of four
+// rows being one contiguous run, read four groups from four places at once (StreamGroups: 46-48
+// tok/s at batch 1 before, 52-63 after, alternated), and for m >= 2 tiles of 6 rows of x against
+// 4 pairs of weight rows
 // (GroupTile): a pair's block is one 64-byte load and x's block is broadcast, the register
 // layout of the m = 1 stream. Measured against kRows on 2 threads, alternated (k = 896): m = 1
 // 1.2-1.7x faster, m = 8 and 32 within 0.9-1.2x, m = 1024 equal.
@@ -184,8 +186,7 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
   }
 }
 
-// m = 1: y[0 .. 2G) for the 2G weight rows of w (contiguous in memory; kGrouped: one group of
-// four, G = 2), as G pairs. A 512-bit
+// m = 1, kRows: y[0 .. 2G) for the 2G weight rows at w (k apart), as G pairs. A 512-bit
 // register carries a pair's block q, row 2g's in its low half and row 2g + 1's in its high half,
 // against x's block q in both halves, so each row's 8 lanes see the order of matmul.h; one
 // vdpbf16ps per 64 bytes of weights instead of widening them to fp32. Each pair's sum is one
@@ -194,38 +195,25 @@ void Tile(const bf16* xp, int64_t nb, int64_t p0, int64_t m, const bf16* w, int6
 // at k = 896, and 68 against 33 at k = 4864 (G = 3 and 4 measured below G = 2), which leaves DRAM
 // as the limit at decode. kLone (G = 1): a single row, read into both halves; only the low half's
 // sum is kept.
-// Prefetch, kStreamAhead bytes ahead: a group of rows no longer than that is followed linearly
-// (the groups after it are next in memory); a longer one row by row, wrapping into the next
-// group's rows (a linear prefetch would run ahead inside the group, in the wrong order).
+// Prefetch, kStreamAhead bytes ahead: rows short enough are followed linearly (the rows after
+// them are next in memory); longer ones row by row, wrapping into the next rows (a linear
+// prefetch would run ahead inside the rows, in the wrong order).
 constexpr int64_t kStreamAhead = 16384;
 constexpr int kStreamPairs = 2;
 
-// Where block q of row c of the rows starting at w lies: w + c * RowStride + q * BlockStride
-// (elements). kRows (kGrouped false): rows k apart, blocks 16 apart. kGroups4: the four rows of a
-// group 16 apart, blocks 64 apart (matmul.h).
-template <bool kGrouped>
-inline int64_t RowStride(int64_t k) {
-  return kGrouped ? 16 : k;
-}
-template <bool kGrouped>
-constexpr int64_t kBlockStride = kGrouped ? 64 : 16;
-
-template <int G, bool kGrouped, bool kLone = false>
+template <int G, bool kLone = false>
 void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
-  static_assert(G >= 1 && (!kLone || G == 1) && (!kGrouped || G == 2));
-  const int64_t rs = RowStride<kGrouped>(k);
-  constexpr int64_t bs = kBlockStride<kGrouped>;
-  const int64_t second = kLone ? 0 : rs;  // offset of a high half's row from its low half's
+  static_assert(G >= 1 && (!kLone || G == 1));
+  const int64_t second = kLone ? 0 : k;  // offset of a high half's row from its low half's
   const int64_t full = k / 16;
   const int tail = static_cast<int>(k % 16);
   __m512 acc[G];
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-  // A group of kGroups4 rows is read in memory order whatever its length.
-  const bool linear = kGrouped || 2 * G * k * 2 <= kStreamAhead;
+  const bool linear = 2 * G * k * 2 <= kStreamAhead;
   const char* ahead = reinterpret_cast<const char*>(w) + kStreamAhead;
-  // Per-row prefetch position: block `pq` of the group of rows starting at `pw`.
-  const int64_t distance = kStreamAhead / (64 * G);  // blocks: a group reads 64 G bytes a block
+  // Per-row prefetch position: block `pq` of the rows starting at `pw`.
+  const int64_t distance = kStreamAhead / (64 * G);  // blocks: the rows read 64 G bytes a block
   const bf16* pw = w + (full > 0 ? distance / full : 0) * 2 * G * k;
   int64_t pq = full > 0 ? distance % full : 0;
   for (int64_t q = 0; q < full; ++q) {
@@ -248,7 +236,7 @@ void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
     }
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      const bf16* r0 = w + 2 * g * rs + bs * q;
+      const bf16* r0 = w + 2 * g * k + 16 * q;
       const __m512i v = _mm512_inserti64x4(
           _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + second)), 1);
@@ -260,7 +248,7 @@ void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi16(mask, x + 16 * full));
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
-      const bf16* r0 = w + 2 * g * rs + bs * full;
+      const bf16* r0 = w + 2 * g * k + 16 * full;
       const __m512i v =
           _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(mask, r0)),
                              _mm256_maskz_loadu_epi16(mask, r0 + second), 1);
@@ -274,30 +262,100 @@ void StreamRows(const bf16* x, const bf16* w, int64_t k, float* y) {
   }
 }
 
-// m = 1 over output columns [j0, j1): groups of kStreamPairs pairs of rows, then a pair, then a
-// last row alone (kGroups4: j0 and j1 are multiples of 4, so groups only). A group of rows
-// starts at w + j k in either layout.
-template <bool kGrouped>
+// m = 1, kRows, over output columns [j0, j1): groups of kStreamPairs pairs of rows, then a pair,
+// then a last row alone.
 void StreamColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t j1, float* y) {
   constexpr int64_t kGroup = 2 * kStreamPairs;
   int64_t j = j0;
-  for (; j + kGroup <= j1; j += kGroup) {
-    StreamRows<kStreamPairs, kGrouped>(x, w + j * k, k, y + j);
+  for (; j + kGroup <= j1; j += kGroup) StreamRows<kStreamPairs>(x, w + j * k, k, y + j);
+  for (; j + 2 <= j1; j += 2) StreamRows<1>(x, w + j * k, k, y + j);
+  if (j < j1) StreamRows<1, true>(x, w + j * k, k, y + j);
+}
+
+// m = 1, kGroups4: y for S groups of four weight rows (w[s], y[s]), each one contiguous run read
+// in memory order. A pair's block q (rows 2h and 2h + 1 of a group) is one 64-byte load against
+// x's block q in both halves: the registers and order of StreamRows, so the same bits.
+// StreamGroupColumns reads kStreamGroups groups from as many separate places at once (the
+// quarters of a thread's columns): several DRAM streams per thread keep more line fills in
+// flight than one, as a plain read shows (bench/probe: 70-77 against 63-67 GB/s, 2 threads).
+// Software prefetch kGroupStreamAhead bytes ahead in each. Measured at batch 1 on Qwen2.5-0.5B
+// shapes, 2 threads, alternated in one session, as a share of the bound (a plain read of the
+// weights, the better of one run and four side by side): two streams 0.70-0.73, three 0.76-0.82,
+// four 0.79-0.81, eight 33-36 against 49-57 tok/s; with four, the prefetch 4 KiB ahead
+// 0.80-0.83, 8 KiB 0.81-0.84, 12 KiB 0.78-0.79, 16 KiB 0.79-0.81, 32 KiB 0.80, none 0.76-0.86.
+constexpr int kStreamGroups = 4;
+constexpr int64_t kGroupStreamAhead = 8192;
+
+template <int S>
+void StreamGroups(const bf16* x, const bf16* const* w, int64_t k, float* const* y) {
+  const int64_t blocks = k / 16;  // k % 16 == 0 in this layout
+  __m512 acc[S][2];
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) acc[s][0] = acc[s][1] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < blocks; ++q) {
+    const __m512i xv =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16 * q)));
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const char* ahead = reinterpret_cast<const char*>(w[s] + 64 * q) + kGroupStreamAhead;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m512i v = _mm512_loadu_si512(w[s] + 64 * q + 32 * h);
+        acc[s][h] = _mm512_dpbf16_ps(acc[s][h], AsBh(xv), AsBh(v));
+      }
+    }
   }
-  if constexpr (!kGrouped) {
-    for (; j + 2 <= j1; j += 2) StreamRows<1, false>(x, w + j * k, k, y + j);
-    if (j < j1) StreamRows<1, false, true>(x, w + j * k, k, y + j);
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      y[s][2 * h] = ReduceLanes(_mm512_castps512_ps256(acc[s][h]));
+      y[s][2 * h + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[s][h], 1));
+    }
   }
 }
 
-// m = 1 on the pool, in units of a group's output columns.
+// m = 1, kGroups4, over output columns [j0, j1) (multiples of 4): group g of each of
+// kStreamGroups equal parts together, then the groups left over one by one.
+void StreamGroupColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t j1, float* y) {
+  constexpr int S = kStreamGroups;
+  const int64_t groups = (j1 - j0) / 4;
+  const int64_t part = groups / S;
+  for (int64_t g = 0; g < part; ++g) {
+    const bf16* ws[S];
+    float* ys[S];
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const int64_t a = j0 + 4 * (g + s * part);
+      ws[s] = w + a * k;
+      ys[s] = y + a;
+    }
+    StreamGroups<S>(x, ws, k, ys);
+  }
+  for (int64_t g = S * part; g < groups; ++g) {
+    const int64_t last = j0 + 4 * g;
+    const bf16* const ws[1] = {w + last * k};
+    float* const ys[1] = {y + last};
+    StreamGroups<1>(x, ws, k, ys);
+  }
+}
+
+// m = 1 on the pool, in units of four output columns (a group in kGroups4).
 template <bool kGrouped>
 void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, ThreadPool* pool) {
-  constexpr int64_t kGroup = 2 * kStreamPairs;
-  const int64_t units = (n + kGroup - 1) / kGroup;
+  constexpr int64_t kUnit = 4;
+  const int64_t units = (n + kUnit - 1) / kUnit;
   auto body = [&](int64_t begin, int64_t end) {
     FlushDenormalsScope flush;
-    StreamColumns<kGrouped>(x, w, k, kGroup * begin, std::min(n, kGroup * end), y);
+    const int64_t j0 = kUnit * begin;
+    const int64_t j1 = std::min(n, kUnit * end);
+    if constexpr (kGrouped) {
+      StreamGroupColumns(x, w, k, j0, j1, y);
+    } else {
+      StreamColumns(x, w, k, j0, j1, y);
+    }
   };
   if (pool != nullptr) {
     pool->ParallelFor(units, n * k, body);

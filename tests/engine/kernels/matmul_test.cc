@@ -263,8 +263,10 @@ TEST(WeightLayoutTest, PackedRowsReadBackAndOffsetsMatch) {
 TEST(WeightLayoutTest, GroupsOnlyWhereTheShapeAndPathAllow) {
   EXPECT_EQ(PreferredWeightLayout(6, 32), WeightLayout::kRows);  // n % 4
   EXPECT_EQ(PreferredWeightLayout(8, 40), WeightLayout::kRows);  // k % 16
-  EXPECT_EQ(PreferredWeightLayout(8, 32),
-            DetectSimd() == SimdLevel::kAvx512Bf16 ? WeightLayout::kGroups4 : WeightLayout::kRows);
+  const WeightLayout groups =
+      DetectSimd() == SimdLevel::kAvx512Bf16 ? WeightLayout::kGroups4 : WeightLayout::kRows;
+  EXPECT_EQ(PreferredWeightLayout(8, 32), groups);
+  EXPECT_EQ(PreferredWeightLayout(896, 4864), groups);  // long rows too (an MLP's down matrix)
 }
 
 // MatmulBf16 on kGroups4 weights gives the bits of the kRows call, for one row (the stream), a
@@ -280,7 +282,8 @@ TEST(WeightLayoutTest, GroupsGiveTheSameBitsAsRows) {
   struct Case {
     int64_t n, k;
   };
-  for (const Case& c : {Case{4, 16}, Case{8, 32}, Case{12, 896}, Case{36, 64}, Case{20, 4864}}) {
+  for (const Case& c :
+       {Case{4, 16}, Case{8, 32}, Case{12, 896}, Case{36, 64}, Case{20, 4864}, Case{76, 64}}) {
     const auto w = RandomBf16(c.n * c.k, 51 + static_cast<uint32_t>(c.n));
     std::vector<bf16> packed(c.n * c.k);
     PackWeights(w.data(), c.n, c.k, WeightLayout::kGroups4, packed.data());
