@@ -12,12 +12,13 @@
 // Bounds:
 //   decode_bound_tok_s_b1 = bandwidth / (weight bytes read per step + KV bytes read per step at
 //     the mean context of the timed steps + one embedding row), where bandwidth is a plain read
-//     of the model's own weight buffer (bench::StreamRead, `--decode-steps` passes, alternately
-//     front to back and as side-by-side runs) timed after every batch-1 repetition, best kept as
-//     the decode figure's best is: the same bytes from the
-//     same memory, interleaved in time with the decode it bounds, so a shared host's swings hit
-//     both alike. The probe's figure (best 64 MiB pass, measured first) is reported beside it
-//     (decode_bound_probe_tok_s_b1, decode_ratio_b1_probe).
+//     of the model's own weight buffer (bench::StreamRead) after every batch-1 repetition, in
+//     blocks of `--decode-steps` passes (one block front to back, one as side-by-side runs) each
+//     timed whole, the best block kept: the statistic of the decode figure (the best repetition
+//     of `--decode-steps` steps), the same bytes from the same memory, interleaved in time with
+//     the decode it bounds, so a shared host's swings hit both alike. The probe's figure (best
+//     64 MiB pass, measured first) is reported beside it (decode_bound_probe_tok_s_b1,
+//     decode_ratio_b1_probe).
 //   decode_bB_speedup_cap = the most batch B can gain over batch 1 on this machine: B x (batch-1
 //     bound step time) / (batch-B bound step time), the latter the larger of reading the weights
 //     and B sequences' KV once and doing B tokens' FLOPs at the GEMM rate. Multiply-adds per
@@ -251,24 +252,24 @@ int main(int argc, char** argv) {
   out["decode_bytes_per_step_b1"] = weight_bytes + kv_bytes;
   out["decode_bound_probe_tok_s_b1"] = decode_bound_probe;
   // A plain read of the weight buffer on `threads` threads (each its contiguous share, as the
-  // matmuls split their rows), `steps` passes, after every batch-1 repetition.
+  // matmuls split their rows) after every batch-1 repetition: a block of `steps` passes read
+  // front to back, then one read as side-by-side runs, each timed whole as a repetition of
+  // `steps` decode steps is; the best block's time per pass is kept, as the best repetition is.
   double best_read_s = 1e30;
   auto read_weights = [&] {
     const int64_t share = weights.resident_bytes() / threads / 4096 * 4096;
-    for (int i = 0; i < steps; ++i) {
-      const int runs = i % 2 == 0 ? 1 : bench::kReadRuns;  // both ways of reading, best kept
+    for (const int runs : {1, bench::kReadRuns}) {
+      auto read_share = [&](int t) {
+        const int64_t begin = t * share;
+        const int64_t len = t + 1 < threads ? share : weights.resident_bytes() - begin;
+        for (int i = 0; i < steps; ++i) bench::StreamRead(weights.matrix_data() + begin, len, runs);
+      };
       const auto t0 = Clock::now();
       std::vector<std::thread> readers;
-      for (int t = 1; t < threads; ++t) {
-        readers.emplace_back([&, t] {
-          const int64_t len = t + 1 < threads ? share : weights.resident_bytes() - t * share;
-          bench::StreamRead(weights.matrix_data() + t * share, len, runs);
-        });
-      }
-      bench::StreamRead(weights.matrix_data(), threads > 1 ? share : weights.resident_bytes(),
-                        runs);
+      for (int t = 1; t < threads; ++t) readers.emplace_back(read_share, t);
+      read_share(0);
       for (auto& r : readers) r.join();
-      best_read_s = std::min(best_read_s, Seconds(t0, Clock::now()));
+      best_read_s = std::min(best_read_s, Seconds(t0, Clock::now()) / steps);
     }
   };
 

@@ -9,7 +9,8 @@
 // and the FMA peak). oneDNN 2.6 has bf16 matmul only on AVX-512 CPUs; elsewhere it reports 0 and
 // OpenBLAS's fp32 rate is the library baseline.
 // Decode shapes cycle through copies of the weights totalling more than 256 MiB, so each call
-// reads its weights from DRAM as a model's layers do. TANDEM_SIMD caps the path, as in the engine.
+// reads its weights from DRAM as a model's layers do, stored in the layout the engine would pick
+// (PreferredWeightLayout). TANDEM_SIMD caps the path, as in the engine.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,11 +51,11 @@ struct Timing {
 // with a pure streaming read of another copy: both see the same machine state, so their ratio
 // holds even on a busy host where no absolute figure does.
 Timing TimeMatmul(const std::vector<std::vector<bf16>>& copies, int64_t m, int64_t n, int64_t k,
-                  engine::ThreadPool* pool, double min_seconds) {
+                  engine::WeightLayout layout, engine::ThreadPool* pool, double min_seconds) {
   const std::vector<bf16> x = RandomWeights(m * k, 3);
   std::vector<float> y(m * n);
   for (const auto& w : copies) {  // warm-up: page-in and scratch allocation
-    engine::MatmulBf16(x.data(), k, m, k, w.data(), n, y.data(), n, pool);
+    engine::MatmulBf16(x.data(), k, m, k, w.data(), n, y.data(), n, pool, layout);
   }
   const size_t half = copies.size() / 2;
   std::atomic<uint64_t> sink{0};
@@ -63,7 +64,7 @@ Timing TimeMatmul(const std::vector<std::vector<bf16>>& copies, int64_t m, int64
   for (size_t call = 0; spent < min_seconds || call < 5 * copies.size(); ++call) {
     const auto& w = copies[call % copies.size()];
     const auto t0 = Clock::now();
-    engine::MatmulBf16(x.data(), k, m, k, w.data(), n, y.data(), n, pool);
+    engine::MatmulBf16(x.data(), k, m, k, w.data(), n, y.data(), n, pool, layout);
     const auto t1 = Clock::now();
     // The same bytes split the same way over the pool's threads as the matmul splits n, read
     // front to back and as side-by-side runs on alternate calls (the best of both is kept).
@@ -124,10 +125,16 @@ int Run(int threads, const std::string& json_path) {
     const int64_t bytes = s.n * s.k * 2;
     const int64_t n_copies = std::max<int64_t>(1, (256LL << 20) / bytes + 1);
     std::vector<std::vector<bf16>> copies;
-    for (int64_t c = 0; c < n_copies; ++c) copies.push_back(RandomWeights(s.n * s.k, 10 + c));
+    // Stored as the engine stores them (weights.cc): in the layout this path reads fastest.
+    const engine::WeightLayout layout = engine::PreferredWeightLayout(s.n, s.k);
+    for (int64_t c = 0; c < n_copies; ++c) {
+      const std::vector<bf16> rows = RandomWeights(s.n * s.k, 10 + c);
+      copies.emplace_back(rows.size());
+      engine::PackWeights(rows.data(), s.n, s.k, layout, copies.back().data());
+    }
     double t1 = 0;
     for (int64_t m : {1, 8, 16, 32}) {
-      const Timing timing = TimeMatmul(copies, m, s.n, s.k, &pool, 1.0);
+      const Timing timing = TimeMatmul(copies, m, s.n, s.k, layout, &pool, 1.0);
       const double t = timing.matmul_s;
       const double read_gbs = bytes / timing.read_s / 1e9;
       if (m == 1) t1 = t;
@@ -136,9 +143,10 @@ int Run(int threads, const std::string& json_path) {
       // The time this call cannot beat: reading the weights once, or doing its multiply-adds.
       const double bound = std::max(bytes / (bw * 1e9), 2.0 * m * s.n * s.k / (path_peak * 1e9));
       std::printf(
-          "matmul m=%-3ld n=%-6ld k=%ld %9.1f us %6.1f GB/s %.2fx bw %6.1f GFLOP/s"
+          "matmul m=%-3ld n=%-6ld k=%ld %s %9.1f us %6.1f GB/s %.2fx bw %6.1f GFLOP/s"
           " %.2fx bound  t/t(m=1) %.2f  same-bytes read %.1f GB/s (%.2fx)\n",
-          m, s.n, s.k, t * 1e6, gbs, gbs / bw, gflops, bound / t, t / t1, read_gbs, gbs / read_gbs);
+          m, s.n, s.k, layout == engine::WeightLayout::kGroups4 ? "groups" : "rows", t * 1e6, gbs,
+          gbs / bw, gflops, bound / t, t / t1, read_gbs, gbs / read_gbs);
       const std::string key = "decode_n" + std::to_string(s.n) + "_m" + std::to_string(m);
       out[key + "_us"] = t * 1e6;
       out[key + "_gb_s"] = gbs;
@@ -152,7 +160,7 @@ int Run(int threads, const std::string& json_path) {
   {
     std::vector<std::vector<bf16>> w;
     w.push_back(RandomWeights(pn * pk, 5));
-    const double t = TimeMatmul(w, pm, pn, pk, &pool, 2.0).matmul_s;
+    const double t = TimeMatmul(w, pm, pn, pk, engine::WeightLayout::kRows, &pool, 2.0).matmul_s;
     const double gflops = 2.0 * pm * pn * pk / t / 1e9;
     std::printf(
         "matmul m=%ld n=%ld k=%ld  %8.1f GFLOP/s  %.2fx oneDNN bf16  %.2fx OpenBLAS fp32"
