@@ -22,13 +22,13 @@
 // threads, n = 4864, k = 896: m = 8 from 345 to 135-226 us, m = 32 from 665-706 to 473-496 us; the
 // kAvx512 kernels took m < 16 before). All give the same bits.
 //
-// Weights in WeightLayout::kGroups4 (matmul.h) take the same arithmetic at m = 1, a group of four
-// rows being one contiguous run, read four groups from four places at once (StreamGroups: 46-48
-// tok/s at batch 1 before, 52-63 after, alternated), and for m >= 2 tiles of 6 rows of x against
-// 4 pairs of weight rows
-// (GroupTile): a pair's block is one 64-byte load and x's block is broadcast, the register
-// layout of the m = 1 stream. Measured against kRows on 2 threads, alternated (k = 896): m = 1
-// 1.2-1.7x faster, m = 8 and 32 within 0.9-1.2x, m = 1024 equal.
+// Weights in WeightLayout::kGroups4 (matmul.h) take the same arithmetic. At m = 1 a group of four
+// rows is one contiguous run, and four groups are read from four places at once (StreamGroups;
+// batch-1 decode 46-48 tok/s with one group at a time, 52-63 with four, alternated). For m >= 2
+// they run tiles of 6 rows of x against 4 pairs of weight rows (GroupTile): a pair's block is one
+// 64-byte load and x's block is broadcast, the register layout of the m = 1 stream. Measured
+// against kRows on 2 threads, alternated (k = 896, one group at a time at m = 1): m = 1 1.2-1.7x
+// faster, m = 8 and 32 within 0.9-1.2x, m = 1024 equal.
 #include <immintrin.h>
 
 #include <algorithm>
