@@ -31,7 +31,8 @@
 // rows (prefill: compute-bound, one fp32 FMA per multiply-add on AVX2). The AVX-512-BF16 path
 // uses vdpbf16ps with no widening: at m = 1 each 512-bit register carries two weight rows
 // against x, and for m >= 2 two rows of x against one weight row (8 rows x 6 weight rows per
-// register tile) (matmul_avx512.cc).
+// register tile); with kGroups4 weights, m = 1..8 streams the weights once into registers and
+// larger m runs tiles of 6 rows of x x 8 weight rows (matmul_avx512.cc).
 #ifndef TANDEM_ENGINE_KERNELS_MATMUL_H_
 #define TANDEM_ENGINE_KERNELS_MATMUL_H_
 

@@ -28,7 +28,13 @@
 // they run tiles of 6 rows of x against 4 pairs of weight rows (GroupTile): a pair's block is one
 // 64-byte load and x's block is broadcast, the register layout of the m = 1 stream. Measured
 // against kRows on 2 threads, alternated (k = 896, one group at a time at m = 1): m = 1 1.2-1.7x
-// faster, m = 8 and 32 within 0.9-1.2x, m = 1024 equal.
+// faster, m = 8 and 32 within 0.9-1.2x, m = 1024 equal. Since, m = 2..8 on kGroups4 runs
+// StreamGroups instead of the tiles: the m = 1 stream with every row of x against each block
+// (kernels_bench, m = 8, 2 threads, alternated, share of a plain read of the same bytes: gate/up
+// 0.69-0.77 against 0.58-0.59, down 0.59-0.62 against 0.51-0.52, lm_head 0.68-0.69 against
+// 0.57-0.58; engine_bench batch 8: 271-282 against 245-249 tok/s. While the host's bandwidth
+// sat near 40 GB/s the gap shrank to noise except lm_head, 7.9-8.0 against 8.3-9.2 ms, and batch
+// 8 at 235-237 against 215-234 tok/s).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -272,29 +278,43 @@ void StreamColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t 
   if (j < j1) StreamRows<1, true>(x, w + j * k, k, y + j);
 }
 
-// m = 1, kGroups4: y for S groups of four weight rows (w[s], y[s]), each one contiguous run read
-// in memory order. A pair's block q (rows 2h and 2h + 1 of a group) is one 64-byte load against
-// x's block q in both halves: the registers and order of StreamRows, so the same bits.
-// StreamGroupColumns reads kStreamGroups groups from as many separate places at once (the
-// quarters of a thread's columns): several DRAM streams per thread keep more line fills in
-// flight than one, as a plain read shows (bench/probe: 70-77 against 63-67 GB/s, 2 threads).
-// Software prefetch kGroupStreamAhead bytes ahead in each. Measured at batch 1 on Qwen2.5-0.5B
-// shapes, 2 threads, alternated in one session, as a share of the bound (a plain read of the
-// weights, the better of one run and four side by side): two streams 0.70-0.73, three 0.76-0.82,
-// four 0.79-0.81, eight 33-36 against 49-57 tok/s; with four, the prefetch 4 KiB ahead
-// 0.80-0.83, 8 KiB 0.81-0.84, 12 KiB 0.78-0.79, 16 KiB 0.79-0.81, 32 KiB 0.80, none 0.76-0.86.
+// kGroups4, m = 1 .. kBatchGroupRows: y for R rows of x (ldx, ldy apart) and S groups of four
+// weight rows (w[s], y[s]), each one contiguous run read in memory order, straight from DRAM into
+// registers. A pair's block q (rows 2h and 2h + 1 of a group) is one 64-byte load against each
+// row's block q in both halves: the registers and order of StreamRows (and GroupTile), so the
+// same bits. StreamGroupColumns reads S groups from as many separate places at once (equal parts
+// of a thread's columns): several DRAM streams per thread keep more line fills in flight than
+// one, as a plain read shows (bench/probe: 70-77 against 63-67 GB/s, 2 threads). Software
+// prefetch kGroupStreamAhead bytes ahead in each. Measured at batch 1 on Qwen2.5-0.5B shapes, 2
+// threads, alternated in one session, as a share of the bound (a plain read of the weights, the
+// better of one run and four side by side): two streams 0.70-0.73, three 0.76-0.82, four
+// 0.79-0.81, eight 33-36 against 49-57 tok/s; with four, the prefetch 4 KiB ahead 0.80-0.83,
+// 8 KiB 0.81-0.84, 12 KiB 0.78-0.79, 16 KiB 0.79-0.81, 32 KiB 0.80, none 0.76-0.86. With more
+// rows the R S 2 accumulators take the registers, so S falls to 2 and then 1 (StreamsFor). At
+// m = 8 the prefetch 4 KiB ahead read at 0.59-0.64 of a plain read, 8 KiB 0.60-0.83, 16 KiB
+// 0.51-0.82, 32 KiB 0.50-0.72 (kernels_bench shapes, alternated).
 constexpr int kStreamGroups = 4;
 constexpr int64_t kGroupStreamAhead = 8192;
+constexpr int kBatchGroupRows = 8;
+constexpr int StreamsFor(int rows) { return rows <= 3 ? kStreamGroups : rows <= 6 ? 2 : 1; }
 
-template <int S>
-void StreamGroups(const bf16* x, const bf16* const* w, int64_t k, float* const* y) {
+template <int R, int S>
+void StreamGroups(const bf16* x, int64_t ldx, const bf16* const* w, int64_t k, float* const* y,
+                  int64_t ldy) {
   const int64_t blocks = k / 16;  // k % 16 == 0 in this layout
-  __m512 acc[S][2];
+  __m512 acc[R][S][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-  for (int s = 0; s < S; ++s) acc[s][0] = acc[s][1] = _mm512_setzero_ps();
+    for (int s = 0; s < S; ++s) acc[r][s][0] = acc[r][s][1] = _mm512_setzero_ps();
   for (int64_t q = 0; q < blocks; ++q) {
-    const __m512i xv =
+    // One row: each block is multiplied as it is loaded (measured faster at batch 1 than loading
+    // all S blocks first); more rows: all S blocks are loaded, then every row takes them (the
+    // other way round measured slower at batch 8).
+    constexpr int kFirst = R == 1 ? 1 : 0;
+    const __m512i x0 =
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16 * q)));
+    __m512i v[S][2];
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
       const char* ahead = reinterpret_cast<const char*>(w[s] + 64 * q) + kGroupStreamAhead;
@@ -302,25 +322,42 @@ void StreamGroups(const bf16* x, const bf16* const* w, int64_t k, float* const* 
       _mm_prefetch(ahead + 64, _MM_HINT_T0);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m512i v = _mm512_loadu_si512(w[s] + 64 * q + 32 * h);
-        acc[s][h] = _mm512_dpbf16_ps(acc[s][h], AsBh(xv), AsBh(v));
+        v[s][h] = _mm512_loadu_si512(w[s] + 64 * q + 32 * h);
+        if constexpr (R == 1)
+          acc[0][s][h] = _mm512_dpbf16_ps(acc[0][s][h], AsBh(x0), AsBh(v[s][h]));
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = kFirst; r < R; ++r) {
+      const __m512i xv = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * ldx + 16 * q)));
+#pragma GCC unroll 4
+      for (int s = 0; s < S; ++s) {
+        acc[r][s][0] = _mm512_dpbf16_ps(acc[r][s][0], AsBh(xv), AsBh(v[s][0]));
+        acc[r][s][1] = _mm512_dpbf16_ps(acc[r][s][1], AsBh(xv), AsBh(v[s][1]));
       }
     }
   }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-  for (int s = 0; s < S; ++s) {
+    for (int s = 0; s < S; ++s) {
+      float* yr = y[s] + r * ldy;
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      y[s][2 * h] = ReduceLanes(_mm512_castps512_ps256(acc[s][h]));
-      y[s][2 * h + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[s][h], 1));
+      for (int h = 0; h < 2; ++h) {
+        yr[2 * h] = ReduceLanes(_mm512_castps512_ps256(acc[r][s][h]));
+        yr[2 * h + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[r][s][h], 1));
+      }
     }
   }
 }
 
-// m = 1, kGroups4, over output columns [j0, j1) (multiples of 4): group g of each of
-// kStreamGroups equal parts together, then the groups left over one by one.
-void StreamGroupColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t j1, float* y) {
-  constexpr int S = kStreamGroups;
+// StreamGroups over output columns [j0, j1) (multiples of 4): group g of each of S equal parts
+// together, then the groups left over one by one.
+template <int R>
+void StreamGroupColumns(const bf16* x, int64_t ldx, const bf16* w, int64_t k, int64_t j0,
+                        int64_t j1, float* y, int64_t ldy) {
+  constexpr int S = StreamsFor(R);
   const int64_t groups = (j1 - j0) / 4;
   const int64_t part = groups / S;
   for (int64_t g = 0; g < part; ++g) {
@@ -332,13 +369,26 @@ void StreamGroupColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int
       ws[s] = w + a * k;
       ys[s] = y + a;
     }
-    StreamGroups<S>(x, ws, k, ys);
+    StreamGroups<R, S>(x, ldx, ws, k, ys, ldy);
   }
   for (int64_t g = S * part; g < groups; ++g) {
     const int64_t last = j0 + 4 * g;
     const bf16* const ws[1] = {w + last * k};
     float* const ys[1] = {y + last};
-    StreamGroups<1>(x, ws, k, ys);
+    StreamGroups<R, 1>(x, ldx, ws, k, ys, ldy);
+  }
+}
+
+// StreamGroupColumns for m rows, 1 <= m <= kBatchGroupRows.
+template <int R = kBatchGroupRows>
+void StreamGroupColumnsFor(int64_t m, const bf16* x, int64_t ldx, const bf16* w, int64_t k,
+                           int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  if constexpr (R >= 1) {
+    if (m == R) {
+      StreamGroupColumns<R>(x, ldx, w, k, j0, j1, y, ldy);
+    } else {
+      StreamGroupColumnsFor<R - 1>(m, x, ldx, w, k, j0, j1, y, ldy);
+    }
   }
 }
 
@@ -352,7 +402,7 @@ void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, T
     const int64_t j0 = kUnit * begin;
     const int64_t j1 = std::min(n, kUnit * end);
     if constexpr (kGrouped) {
-      StreamGroupColumns(x, w, k, j0, j1, y);
+      StreamGroupColumns<1>(x, 0, w, k, j0, j1, y, 0);
     } else {
       StreamColumns(x, w, k, j0, j1, y);
     }
@@ -548,7 +598,11 @@ void MatmulEntry(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w
     const int64_t n_units = n / 4;  // groups
     auto body = [&](int64_t begin, int64_t end) {
       FlushDenormalsScope flush;
-      GroupColumns(x, ldx, m, w, k, 4 * begin, 4 * end, y, ldy);
+      if (m <= kBatchGroupRows) {
+        StreamGroupColumnsFor(m, x, ldx, w, k, 4 * begin, 4 * end, y, ldy);
+      } else {
+        GroupColumns(x, ldx, m, w, k, 4 * begin, 4 * end, y, ldy);
+      }
     };
     if (pool != nullptr) {
       pool->ParallelFor(n_units, m * n * k, body);

@@ -269,9 +269,9 @@ TEST(WeightLayoutTest, GroupsOnlyWhereTheShapeAndPathAllow) {
   EXPECT_EQ(PreferredWeightLayout(896, 4864), groups);  // long rows too (an MLP's down matrix)
 }
 
-// MatmulBf16 on kGroups4 weights gives the bits of the kRows call, for one row (the stream), a
-// few rows and many (the tiles, with partial last tiles), on one thread and two, with strided x
-// and y.
+// MatmulBf16 on kGroups4 weights gives the bits of the kRows call, for one row (the stream),
+// every batch of 2-8 rows (the batch stream) and more (the tiles, with partial last tiles), on one
+// thread and two, with strided x and y.
 TEST(WeightLayoutTest, GroupsGiveTheSameBitsAsRows) {
   if (DetectSimd() != SimdLevel::kAvx512Bf16) {
     GTEST_SKIP() << "kGroups4 runs on the avx512bf16 path only; this process runs "
@@ -287,7 +287,7 @@ TEST(WeightLayoutTest, GroupsGiveTheSameBitsAsRows) {
     const auto w = RandomBf16(c.n * c.k, 51 + static_cast<uint32_t>(c.n));
     std::vector<bf16> packed(c.n * c.k);
     PackWeights(w.data(), c.n, c.k, WeightLayout::kGroups4, packed.data());
-    for (int64_t m : {1, 2, 3, 8, 13, 32, 33}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 32, 33}) {
       const int64_t ldx = c.k + 16, ldy = c.n + 3;
       const auto x = RandomBf16(m * ldx, 61 + static_cast<uint32_t>(m));
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
