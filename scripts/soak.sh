@@ -13,7 +13,9 @@
 # its first bytes (the router must cancel both legs).
 #
 # Reports: requests sent and failed; RSS of each daemon at start, after warm-up, half-way and at
-# the end (growth over the second half: the KV pool's pages are touched during the first); open
+# the end (growth over the second half: the KV pool's pages are touched during the first), and
+# the tokens held by the router's cache_aware prefix tree at the same points (it keeps prompts
+# up to --max-tree-size, so the router's RSS grows with it); open
 # file descriptors of each daemon (/proc/PID/fd) at start, after warm-up and at the end; KV
 # blocks free/total of both workers (/metrics) after warm-up and at the end, both after the
 # router's /flush_cache.
@@ -40,7 +42,7 @@ fd_slack=8
 model="$repo/models/tandem-tiny-fortunes"
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   esac
   [ $# -ge 2 ] || die "$1 needs a value" 2
   case "$1" in
@@ -97,12 +99,16 @@ metric() { # metric PORT NAME: the first sample of NAME on 127.0.0.1:PORT/metric
 blocks() { # blocks PORT: "free/total"
   echo "$(metric "$1" tandem_engine_kv_free_blocks)/$(metric "$1" tandem_engine_kv_total_blocks)"
 }
-declare -A rss fd
+declare -A rss fd tree
 snapshot() { # snapshot LABEL
   for n in "${names[@]}"; do
     rss[$1,$n]=$(rss_kib "${pid[$n]}")
     fd[$1,$n]=$(fds "${pid[$n]}")
   done
+  # The router's cache_aware prefix tree keeps prompts up to --max-tree-size: RSS growth that
+  # follows these tokens is that bound at work, not a leak ("-" under other policies).
+  tree[$1]=$(metric "$router_port" tandem_router_cache_aware_tree_tokens || true)
+  : "${tree[$1]:=-}"
 }
 
 snapshot start
@@ -214,6 +220,8 @@ for n in "${names[@]}"; do
     status=1
   fi
 done
+echo "router cache_aware tree tokens: warm ${tree[warm]}, half ${tree[mid]:-${tree[warm]}}," \
+  "end ${tree[end]}"
 echo "KV blocks free/total: prefill $blocks_start_prefill -> $blocks_end_prefill," \
   "decode $blocks_start_decode -> $blocks_end_decode"
 for b in "$blocks_end_prefill" "$blocks_end_decode"; do
