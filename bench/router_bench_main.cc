@@ -28,8 +28,6 @@
 // and the backends, their total, and the machine's total (/proc/stat) including whatever else ran
 // meanwhile. On a shared 2-core box the total per request is what sets the achievable rate.
 // Every child is killed at the end, on failure and on SIGINT/SIGTERM.
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,6 +47,7 @@
 #include "bench/router_bench/backends.h"
 #include "bench/router_bench/children.h"
 #include "bench/router_bench/load.h"
+#include "bench/router_bench/report.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::bench {
@@ -88,66 +87,6 @@ std::string SelfDir() {
   return self.empty() ? std::string(".") : std::filesystem::path(self).parent_path().string();
 }
 
-// CPU seconds used so far by each process taking part (0 for one not started).
-struct CpuSample {
-  double client = 0;     // this process: the load generator
-  double router = 0;     // tandem-router
-  double nginx = 0;      // nginx master + worker
-  double stand_ins = 0;  // the gRPC stand-ins' process
-  double http = 0;       // the HTTP backends' process
-  double box = 0;        // every CPU of the machine, busy time (all processes, anyone's)
-};
-
-double SelfCpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-// Busy CPU seconds of the whole machine since boot, from the first line of /proc/stat.
-double BoxBusySeconds() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  if (!f || cpu != "cpu") return 0;
-  return static_cast<double>(user + nice + system + irq + softirq + steal) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-struct Pids {
-  pid_t router = 0, nginx = 0, stand_ins = 0, http = 0;
-};
-
-CpuSample ReadCpu(const Pids& p) {
-  CpuSample s;
-  s.client = SelfCpuSeconds();
-  if (p.router > 0) s.router = ProcessTreeCpuSeconds(p.router);
-  if (p.nginx > 0) s.nginx = ProcessTreeCpuSeconds(p.nginx);
-  if (p.stand_ins > 0) s.stand_ins = ProcessTreeCpuSeconds(p.stand_ins);
-  if (p.http > 0) s.http = ProcessTreeCpuSeconds(p.http);
-  s.box = BoxBusySeconds();
-  return s;
-}
-
-// One path's CPU per request in microseconds.
-struct PathCpu {
-  double client = 0;
-  double proxy = 0;  // 0 on the direct paths
-  double backends = 0;
-  double total() const { return client + proxy + backends; }
-  double box = 0;  // the whole machine, anyone's processes included
-};
-
-json PathCpuJson(const PathCpu& c) {
-  return {{"client", c.client},
-          {"proxy", c.proxy},
-          {"backends", c.backends},
-          {"total", c.total()},
-          {"machine", c.box}};
-}
-
 // models/tandem-tiny-fortunes from the working directory, else from the source tree two levels
 // above the bin dir (build-x/bin).
 std::string DefaultModelPath(const std::string& bin_dir) {
@@ -181,56 +120,6 @@ std::string NginxConfig(const std::string& dir, int port, const std::vector<int>
     << "      proxy_pass http://backends;\n      proxy_http_version 1.1;\n"
     << "      proxy_set_header Connection \"\";\n    }\n  }\n}\n";
   return c.str();
-}
-
-double Ms(double seconds) { return seconds * 1e3; }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// Per figure, the median over rounds; counts are summed.
-LoadResult MedianOf(const std::vector<LoadResult>& rounds) {
-  LoadResult m;
-  std::vector<double> rps, p50, p99, mean;
-  for (const LoadResult& r : rounds) {
-    m.ok += r.ok;
-    m.errors += r.errors;
-    if (m.first_error.empty()) m.first_error = r.first_error;
-    rps.push_back(r.rps);
-    p50.push_back(r.p50_s);
-    p99.push_back(r.p99_s);
-    mean.push_back(r.mean_s);
-  }
-  m.rps = Median(rps);
-  m.p50_s = Median(p50);
-  m.p99_s = Median(p99);
-  m.mean_s = Median(mean);
-  return m;
-}
-
-void PrintRow(const char* name, const LoadResult& r) {
-  std::printf("%-22s %10.0f %9.3f %9.3f %9.3f %7lld\n", name, r.rps, Ms(r.p50_s), Ms(r.p99_s),
-              Ms(r.mean_s), static_cast<long long>(r.errors));
-}
-
-PathCpu MedianOf(const std::vector<PathCpu>& rounds) {
-  std::vector<double> client, proxy, backends, box;
-  for (const PathCpu& c : rounds) {
-    client.push_back(c.client);
-    proxy.push_back(c.proxy);
-    backends.push_back(c.backends);
-    box.push_back(c.box);
-  }
-  return {Median(client), Median(proxy), Median(backends), Median(box)};
-}
-
-void PrintCpuRow(const char* name, const PathCpu& c) {
-  std::printf("%-22s %8.1f %8.1f %9.1f %8.1f %9.1f\n", name, c.client, c.proxy, c.backends,
-              c.total(), c.box);
 }
 
 // The body of one successful answer, or an error naming the status and body.
