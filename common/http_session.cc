@@ -1,3 +1,7 @@
+// The per-connection half of HttpServer: StreamSession, one template over the stream type (plain
+// beast::tcp_stream or TLS over it) that reads requests, hands each to ServerCore::Dispatch with
+// an Exchange, and writes the answer (whole, or chunked as the handler streams it) on the
+// connection's strand; MakeSession picks the stream. Exchange itself is in http_exchange.cc.
 #include "common/http_session.h"
 
 #include <type_traits>
@@ -37,128 +41,6 @@ std::string SafeContentType(const std::string& content_type) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// Exchange
-
-Exchange::Exchange(std::shared_ptr<Session> session, size_t max_buffer_bytes)
-    : max_buffer_bytes_(max_buffer_bytes), session_(std::move(session)) {}
-
-bool Exchange::Send(HttpResponse response) {
-  absl::MutexLock lock(&mu_);
-  if (state_ != State::kPending || session_ == nullptr) return false;
-  state_ = State::kResponding;
-  session_->PostSend(std::move(response));
-  return true;
-}
-
-bool Exchange::StartStream(int status, const std::string& content_type,
-                           const HttpHeaders& headers) {
-  absl::MutexLock lock(&mu_);
-  if (state_ != State::kPending || session_ == nullptr) return false;
-  state_ = State::kStreaming;
-  session_->PostStartStream(status, content_type, headers);
-  return true;
-}
-
-bool Exchange::Write(std::string data) {
-  std::shared_ptr<Session> to_close;
-  {
-    absl::MutexLock lock(&mu_);
-    if (state_ != State::kStreaming || finish_requested_ || overflowed_ || session_ == nullptr) {
-      return false;
-    }
-    if (data.empty()) return true;
-    if (pending_.size() + data.size() > max_buffer_bytes_) {
-      overflowed_ = true;
-      to_close = session_;
-    } else {
-      if (pending_.empty()) {
-        pending_ = std::move(data);
-      } else {
-        pending_ += data;
-      }
-      SchedulePumpLocked();
-      return true;
-    }
-  }
-  spdlog::warn("http: client too slow, more than {} bytes of stream pending; closing",
-               max_buffer_bytes_);
-  to_close->PostClose();
-  return false;
-}
-
-void Exchange::Finish() {
-  absl::MutexLock lock(&mu_);
-  if (state_ != State::kStreaming || finish_requested_ || session_ == nullptr) return;
-  finish_requested_ = true;
-  SchedulePumpLocked();
-}
-
-void Exchange::SchedulePumpLocked() {
-  if (pump_scheduled_) return;
-  pump_scheduled_ = true;
-  session_->PostPump();
-}
-
-bool Exchange::closed() const {
-  absl::MutexLock lock(&mu_);
-  return state_ == State::kClosed || overflowed_;
-}
-
-bool Exchange::answered() const {
-  absl::MutexLock lock(&mu_);
-  return state_ == State::kResponding || state_ == State::kDone;
-}
-
-void Exchange::SetOnClose(std::function<void()> callback) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (state_ != State::kClosed) {
-      if (state_ != State::kDone) on_close_ = std::move(callback);
-      return;
-    }
-  }
-  if (callback) callback();
-}
-
-std::string Exchange::TakePending(bool* finish) {
-  absl::MutexLock lock(&mu_);
-  pump_scheduled_ = false;
-  std::string data = std::move(pending_);
-  pending_.clear();
-  *finish = finish_requested_ && data.empty();
-  return data;
-}
-
-void Exchange::MarkDone() {
-  std::shared_ptr<Session> session;  // released outside the lock
-  absl::MutexLock lock(&mu_);
-  if (state_ == State::kClosed) return;
-  state_ = State::kDone;
-  session = std::move(session_);
-  on_close_ = nullptr;
-}
-
-void Exchange::MarkClosed() {
-  std::function<void()> callback;
-  std::shared_ptr<Session> session;
-  {
-    absl::MutexLock lock(&mu_);
-    if (state_ == State::kDone || state_ == State::kClosed) return;
-    state_ = State::kClosed;
-    session = std::move(session_);
-    callback = std::move(on_close_);
-    on_close_ = nullptr;
-  }
-  if (callback) {
-    try {
-      callback();
-    } catch (const std::exception& e) {
-      spdlog::error("http: close callback threw: {}", e.what());
-    }
-  }
-}
 
 // One connection over `Stream`: beast::tcp_stream (plain) or beast::ssl_stream<beast::tcp_stream>.
 template <class Stream>

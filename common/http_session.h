@@ -1,6 +1,7 @@
 // Internals of HttpServer (common/http_server.h): the per-request Exchange shared between a
-// connection and the handler's responder/stream, the per-connection Session, and the ServerCore
-// owning the io_context, the listener and the routes. Only http_*.cc include this.
+// connection and the handler's responder/stream (http_exchange.cc), the per-connection Session
+// (http_session.cc), and the ServerCore owning the io_context, the listener and the routes
+// (http_server.cc). Only http_*.cc include this.
 //
 // Ownership: a Session is kept alive by its pending asynchronous operations and by its current
 // Exchange (Exchange::session_), which it drops when the exchange ends (done or closed). The
