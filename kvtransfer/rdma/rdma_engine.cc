@@ -1,40 +1,40 @@
+// The public methods of the rdma engine (RdmaEngine, rdma_engine_internal.h) and
+// CreateRdmaEngine. They run on the callers' threads: setting up the port, protection domain,
+// memory registrations and notification buffers, exporting and importing descriptors (ImportPeer
+// runs the queue-pair exchange and connects our queue pairs), checking batches against the
+// peer's regions and posting their chains of RDMA WRITEs, and queueing notifications for the
+// polling thread (rdma_engine_completion.cc). The control thread is here too: it answers a
+// peer's queue-pair exchange (OnQpRequest), the other side of ImportPeer.
 #include "kvtransfer/rdma/rdma_engine.h"
 
 #include <openssl/rand.h>
-#include <spdlog/spdlog.h>
 
-#include <atomic>
-#include <deque>
-#include <map>
-#include <set>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status.h"
 #include "kvtransfer/auth.h"
 #include "kvtransfer/batch_plan.h"
-#include "kvtransfer/batch_tracker.h"
-#include "kvtransfer/counters.h"
-#include "kvtransfer/region_table.h"
+#include "kvtransfer/rdma/rdma_engine_internal.h"
 #include "kvtransfer/tcp/tcp_client.h"
-#include "kvtransfer/tcp/tcp_server.h"
 #include "kvtransfer/wire.h"
 
 namespace tandem::kv {
+namespace rdma_internal {
 namespace {
-
-using rdma::QpAddress;
-using rdma::SendRequest;
-using rdma::WcOpcode;
-using rdma::WcStatus;
-using rdma::WorkCompletion;
 
 constexpr int kMaxSendWr = 4096;  // per queue pair
 constexpr int kSendSlots = 16;    // notification send buffers
 constexpr int kRecvSlots = 128;   // notification receive buffers, shared by incoming peers
 constexpr int kRecvPerConn = 8;   // posted on each incoming peer's queue pair 0
-constexpr uint64_t kNotifyBit = 1ull << 63;
 
 std::string EncodeQps(const std::vector<QpAddress>& qps) {
   std::string out;
@@ -73,147 +73,7 @@ uint32_t RandomPsn() {
   return v & 0xffffff;
 }
 
-class RdmaEngine final : public TransferEngine {
- public:
-  RdmaEngine(EngineOptions options, rdma::VerbsPtr verbs)
-      : options_(std::move(options)),
-        verbs_(std::move(verbs)),
-        ctx_(1),
-        server_(options_, &regions_, &counters_,
-                [this](const std::string& peer, const std::string& body) {
-                  return OnQpRequest(peer, body);
-                }) {}
-  ~RdmaEngine() override { Shutdown(); }
-
-  EngineState state() const override {
-    absl::MutexLock lock(&mu_);
-    return state_;
-  }
-  EngineStats stats() const override { return counters_.Snapshot(); }
-
-  absl::Status RegisterRegion(const LocalRegion& region) override {
-    if (region.restricted) {
-      return absl::UnimplementedError(
-          "rdma: restricted regions (per-peer windows) are not offered by the rdma backend; "
-          "the receiver does not see one-sided writes. Use the tcp backend for windows");
-    }
-    absl::MutexLock lock(&mu_);
-    if (state_ != EngineState::kConfiguring) {
-      return absl::FailedPreconditionError("rdma: regions are registered before Start()");
-    }
-    return regions_.Add(region);
-  }
-
-  absl::Status Start() override;
-  absl::StatusOr<std::string> ExportDescriptor() override;
-  absl::StatusOr<PeerId> ImportPeer(const std::string& descriptor) override;
-  absl::Status RemovePeer(PeerId peer) override;
-  absl::Status CheckPeer(PeerId peer) const override;
-  absl::StatusOr<WindowId> OpenWindow(const std::string&, RegionId, uint64_t, uint64_t) override {
-    return absl::UnimplementedError("rdma: windows are not offered by the rdma backend");
-  }
-  absl::Status CloseWindow(WindowId) override {
-    return absl::UnimplementedError("rdma: windows are not offered by the rdma backend");
-  }
-  absl::StatusOr<SubmitResult> Submit(PeerId peer, absl::Span<const WriteOp> ops,
-                                      SubmitOptions options) override;
-  absl::StatusOr<BatchId> Notify(PeerId peer, const std::string& message,
-                                 SubmitOptions options) override;
-  absl::StatusOr<BatchStatus> Poll(BatchId id) override { return tracker_.Poll(id); }
-  absl::StatusOr<BatchStatus> Wait(BatchId id, absl::Time until) override {
-    return tracker_.Wait(id, until);
-  }
-  // Posted work requests cannot be recalled: the batch is reported cancelled at once, and its
-  // chains still settle (for notification ordering) when their completions arrive.
-  absl::Status Cancel(BatchId id) override { return tracker_.Cancel(id).status(); }
-  absl::Status Release(BatchId id) override { return tracker_.Release(id); }
-  void Shutdown() override;
-
- private:
-  struct PendingNotify {
-    BatchId id;
-    uint64_t seq;
-    std::string message;
-  };
-  struct OutPeer {
-    Descriptor desc;
-    std::vector<rdma::QueuePair> qps;
-    std::vector<int> inflight_wrs;
-    std::set<uint64_t> unsettled;
-    std::deque<PendingNotify> notifies;
-    bool dead = false;
-    std::string death;
-    int next_lane = 0;
-  };
-  struct TxBatch {
-    PeerId peer;
-    uint64_t seq;
-    std::map<int, std::pair<int, uint64_t>> chains;  // lane -> (work requests, bytes)
-  };
-  struct InConn {
-    std::string peer;
-    std::vector<rdma::QueuePair> qps;
-  };
-  // What the poller does after dropping the lock (callbacks may re-enter the engine).
-  // Exactly one of: a batch update (id != 0), a peer failure (fail_peer != 0), a notification.
-  struct Outcome {
-    BatchId id = 0;
-    BatchState state = BatchState::kInProgress;
-    absl::Status error;
-    uint64_t acked = 0;
-    PeerId fail_peer = 0;
-    std::string note_peer, note;
-  };
-
-  absl::StatusOr<SubmitResult> DoSubmit(PeerId peer, absl::Span<const WriteOp> ops, uint64_t total,
-                                        SubmitOptions options, std::vector<Outcome>& out);
-  absl::StatusOr<std::string> OnQpRequest(const std::string& peer, const std::string& body);
-  void ControlLoop();
-  void PollLoop();
-  void HandleCompletion(const WorkCompletion& wc, std::vector<Outcome>& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void KillPeerLocked(PeerId id, const std::string& why, std::vector<Outcome>& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PumpNotifiesLocked(PeerId id, OutPeer& p, std::vector<Outcome>& out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Apply(std::vector<Outcome>& out);
-  QpAddress AddressOf(const rdma::QueuePair& qp, uint32_t psn) const {
-    return QpAddress{qp.qp_num, psn, port_.lid, port_.gid, port_.active_mtu};
-  }
-  uint8_t* Scratch(int slot) { return scratch_.data() + slot * kMaxNotifyBytes; }
-
-  const EngineOptions options_;
-  rdma::VerbsPtr verbs_;
-  RegionTable regions_;
-  BatchTracker tracker_;
-  EngineCounters counters_;
-  zmq::context_t ctx_;
-  zmq::socket_t router_;  // control thread after Start()
-  TcpServer server_;      // control thread
-  std::string endpoint_;
-  std::atomic<bool> stop_{false};
-  std::thread control_thread_, poll_thread_;
-
-  // Set in Start(), read-only afterwards.
-  rdma::PortInfo port_;
-  rdma::Handle pd_ = 0, cq_ = 0;
-  std::map<RegionId, rdma::MemoryRegistration> mrs_;
-  std::vector<uint8_t> scratch_;  // kSendSlots + kRecvSlots notification buffers
-  rdma::MemoryRegistration scratch_mr_;
-
-  mutable absl::Mutex mu_;
-  EngineState state_ ABSL_GUARDED_BY(mu_) = EngineState::kConfiguring;
-  PeerId next_peer_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<PeerId, OutPeer> peers_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, PeerId> qp_owner_ ABSL_GUARDED_BY(mu_);  // our outgoing qp_num -> peer
-  std::map<BatchId, TxBatch> tx_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> free_send_slots_ ABSL_GUARDED_BY(mu_);
-  std::vector<int> free_recv_slots_ ABSL_GUARDED_BY(mu_);
-  std::vector<InConn> incoming_ ABSL_GUARDED_BY(mu_);
-  // incoming qp_num -> (peer name, qp handle)
-  std::map<uint32_t, std::pair<std::string, rdma::Handle>> incoming_qp_ ABSL_GUARDED_BY(mu_);
-};
+}  // namespace
 
 absl::Status RdmaEngine::Start() {
   absl::MutexLock lock(&mu_);
@@ -515,159 +375,6 @@ void RdmaEngine::ControlLoop() {
   }
 }
 
-void RdmaEngine::PollLoop() {
-  WorkCompletion wcs[32];
-  while (!stop_) {
-    auto n = verbs_->PollCq(cq_, absl::MakeSpan(wcs));
-    std::vector<Outcome> out;
-    {
-      absl::MutexLock lock(&mu_);
-      if (n.ok()) {
-        for (int i = 0; i < *n; ++i) HandleCompletion(wcs[i], out);
-      }
-      for (auto& [id, p] : peers_) {
-        if (!p.dead) PumpNotifiesLocked(id, p, out);
-      }
-    }
-    Apply(out);
-    tracker_.ExpireDeadlines(absl::Now());
-    // Idle: yield the core (this machine class shares few cores between all daemons).
-    if (!n.ok() || *n == 0) absl::SleepFor(absl::Microseconds(100));
-  }
-}
-
-void RdmaEngine::HandleCompletion(const WorkCompletion& wc, std::vector<Outcome>& out) {
-  if (wc.opcode == WcOpcode::kRecv || wc.opcode == WcOpcode::kRecvWithImm) {
-    auto in = incoming_qp_.find(wc.qp_num);
-    const int slot = static_cast<int>(wc.wr_id);
-    if (wc.status == WcStatus::kSuccess && in != incoming_qp_.end()) {
-      counters_.notifications_received++;
-      Outcome o;
-      o.note_peer = in->second.first;
-      o.note.assign(reinterpret_cast<const char*>(Scratch(slot)),
-                    std::min<uint32_t>(wc.byte_len, kMaxNotifyBytes));
-      out.push_back(std::move(o));
-      // Re-arm the same buffer for the next notification.
-      if (verbs_
-              ->PostRecv(in->second.second, slot, reinterpret_cast<uint64_t>(Scratch(slot)),
-                         kMaxNotifyBytes, scratch_mr_.lkey)
-              .ok()) {
-        return;
-      }
-    }
-    free_recv_slots_.push_back(slot);
-    return;
-  }
-  auto owner = qp_owner_.find(wc.qp_num);
-  if (wc.wr_id & kNotifyBit) {
-    const int slot = static_cast<int>((wc.wr_id >> 48) & 0x7fff);
-    free_send_slots_.push_back(slot);
-    const BatchId id = wc.wr_id & ((1ull << 48) - 1);
-    if (wc.status == WcStatus::kSuccess) {
-      out.push_back({id, BatchState::kCompleted});
-    } else if (owner != qp_owner_.end()) {
-      KillPeerLocked(owner->second, rdma::WcStatusName(wc.status), out);
-    }
-    return;
-  }
-  const BatchId id = wc.wr_id;
-  if (wc.status != WcStatus::kSuccess) {
-    if (owner != qp_owner_.end()) {
-      KillPeerLocked(owner->second,
-                     absl::StrCat(rdma::WcStatusName(wc.status), " on queue pair ", wc.qp_num),
-                     out);
-    }
-    return;
-  }
-  auto it = tx_.find(id);
-  if (it == tx_.end() || owner == qp_owner_.end()) return;
-  TxBatch& tx = it->second;
-  auto p = peers_.find(tx.peer);
-  for (auto c = tx.chains.begin(); c != tx.chains.end(); ++c) {
-    if (p != peers_.end() && p->second.qps[c->first].qp_num == wc.qp_num) {
-      p->second.inflight_wrs[c->first] -= c->second.first;
-      out.push_back({id, BatchState::kInProgress, absl::OkStatus(), c->second.second});
-      tx.chains.erase(c);
-      break;
-    }
-  }
-  if (!tx.chains.empty()) return;
-  out.push_back({id, BatchState::kCompleted});
-  if (p != peers_.end()) p->second.unsettled.erase(tx.seq);
-  tx_.erase(it);
-}
-
-void RdmaEngine::PumpNotifiesLocked(PeerId id, OutPeer& p, std::vector<Outcome>& out) {
-  while (!p.notifies.empty()) {
-    PendingNotify& n = p.notifies.front();
-    if (tracker_.IsDone(n.id)) {
-      p.notifies.pop_front();
-      continue;
-    }
-    if (!p.unsettled.empty() && *p.unsettled.begin() < n.seq) return;
-    if (free_send_slots_.empty()) return;
-    const int slot = free_send_slots_.back();
-    free_send_slots_.pop_back();
-    std::memcpy(Scratch(slot), n.message.data(), n.message.size());
-    SendRequest r;
-    r.opcode = SendRequest::kSend;
-    r.wr_id = kNotifyBit | (static_cast<uint64_t>(slot) << 48) | n.id;
-    r.local_addr = reinterpret_cast<uint64_t>(Scratch(slot));
-    r.length = static_cast<uint32_t>(n.message.size());
-    r.lkey = scratch_mr_.lkey;
-    r.signaled = true;
-    absl::Status s = verbs_->PostSend(p.qps[0].handle, {&r, 1});
-    tracker_.MarkInProgress(n.id);
-    p.notifies.pop_front();
-    if (!s.ok()) {
-      free_send_slots_.push_back(slot);
-      KillPeerLocked(id, absl::StrCat("post_send failed: ", s.message()), out);
-      return;
-    }
-  }
-}
-
-void RdmaEngine::KillPeerLocked(PeerId id, const std::string& why, std::vector<Outcome>& out) {
-  auto it = peers_.find(id);
-  if (it == peers_.end() || it->second.dead) return;
-  OutPeer& p = it->second;
-  spdlog::warn("kv rdma: peer '{}' failed: {}", p.desc.engine_name, why);
-  p.dead = true;
-  p.death = why;
-  absl::Status error =
-      absl::UnavailableError(absl::StrCat("rdma: peer '", p.desc.engine_name, "': ", why));
-  for (auto t = tx_.begin(); t != tx_.end();) {
-    if (t->second.peer == id) {
-      out.push_back({t->first, BatchState::kFailed, error});
-      t = tx_.erase(t);
-    } else {
-      ++t;
-    }
-  }
-  for (const PendingNotify& n : p.notifies) out.push_back({n.id, BatchState::kFailed, error});
-  p.notifies.clear();
-  p.unsettled.clear();
-  // Also fails notifications already posted (their completions are flushed).
-  Outcome o;
-  o.fail_peer = id;
-  o.error = error;
-  out.push_back(std::move(o));
-}
-
-void RdmaEngine::Apply(std::vector<Outcome>& out) {
-  for (Outcome& o : out) {
-    if (o.fail_peer != 0) {
-      tracker_.FailPeer(o.fail_peer, o.error);
-    } else if (o.id == 0) {
-      if (options_.on_notification) options_.on_notification(o.note_peer, o.note);
-    } else if (o.state == BatchState::kInProgress) {
-      tracker_.AddAcked(o.id, o.acked);
-    } else {
-      tracker_.Finish(o.id, o.state, o.error);
-    }
-  }
-}
-
 void RdmaEngine::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -697,7 +404,7 @@ void RdmaEngine::Shutdown() {
   verbs_->DeallocPd(pd_);
 }
 
-}  // namespace
+}  // namespace rdma_internal
 
 absl::StatusOr<TransferEnginePtr> CreateRdmaEngine(EngineOptions options, rdma::VerbsPtr verbs) {
   if (verbs == nullptr) return absl::InvalidArgumentError("rdma: no verbs device");
@@ -711,7 +418,7 @@ absl::StatusOr<TransferEnginePtr> CreateRdmaEngine(EngineOptions options, rdma::
   if (options.slice_bytes == 0 || options.slice_bytes > (1ull << 30)) {
     return absl::InvalidArgumentError("rdma: slice_bytes must be in (0, 1 GiB]");
   }
-  return TransferEnginePtr(new RdmaEngine(std::move(options), std::move(verbs)));
+  return TransferEnginePtr(new rdma_internal::RdmaEngine(std::move(options), std::move(verbs)));
 }
 
 }  // namespace tandem::kv
