@@ -13,8 +13,16 @@ Exchange::Exchange(std::shared_ptr<Session> session, size_t max_buffer_bytes)
     : max_buffer_bytes_(max_buffer_bytes), session_(std::move(session)) {}
 
 bool Exchange::Send(HttpResponse response) {
+  std::shared_ptr<Session> written;  // released outside the lock
   absl::MutexLock lock(&mu_);
   if (state_ != State::kPending || session_ == nullptr) return false;
+  if (session_->TrySend(response)) {
+    // Written by this thread: done, as when the connection writes it.
+    state_ = State::kDone;
+    on_close_ = nullptr;
+    written = std::move(session_);
+    return true;
+  }
   state_ = State::kResponding;
   session_->PostSend(std::move(response));
   return true;
@@ -72,6 +80,11 @@ void Exchange::SchedulePumpLocked() {
 bool Exchange::closed() const {
   absl::MutexLock lock(&mu_);
   return state_ == State::kClosed || overflowed_;
+}
+
+bool Exchange::pending() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kPending;
 }
 
 bool Exchange::answered() const {

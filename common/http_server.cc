@@ -1,5 +1,7 @@
 #include "common/http_server.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -32,7 +34,8 @@ ServerCore::ServerCore(HttpServerOptions options)
       work_(net::make_work_guard(ioc_)),
       accept_strand_(net::make_strand(ioc_)),
       acceptor_(accept_strand_),
-      accept_retry_(accept_strand_) {}
+      accept_retry_(accept_strand_),
+      sweep_timer_(accept_strand_) {}
 
 void ServerCore::Handle(const std::string& method, const std::string& path, HttpHandler handler) {
   routes_[path][method] = std::move(handler);
@@ -85,7 +88,30 @@ absl::StatusOr<uint16_t> ServerCore::Listen() {
 }
 
 void ServerCore::StartAccepting() {
-  net::dispatch(accept_strand_, [this] { Accept(); });
+  net::dispatch(accept_strand_, [this] {
+    Accept();
+    Sweep();
+  });
+}
+
+void ServerCore::Sweep() {
+  if (stopping_) return;
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    absl::MutexLock lock(&mu_);
+    sessions.reserve(sessions_.size());
+    for (const auto& [id, weak] : sessions_) {
+      if (auto session = weak.lock()) sessions.push_back(std::move(session));
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& session : sessions) session->SweepIdle(now);
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      options_.idle_timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+  sweep_timer_.expires_after(period);
+  sweep_timer_.async_wait([this](beast::error_code ec) {
+    if (!ec) Sweep();
+  });
 }
 
 void ServerCore::Accept() {
@@ -150,6 +176,7 @@ void ServerCore::Shutdown() {
     beast::error_code ignored;
     acceptor_.close(ignored);
     accept_retry_.cancel();
+    sweep_timer_.cancel();
     std::vector<std::shared_ptr<Session>> sessions;
     {
       absl::MutexLock lock(&mu_);

@@ -5,7 +5,10 @@
 // one request at a time (keep-alive; pipelined requests are answered in order). Routes are exact
 // (method, path) pairs registered with Handle() before Start(). A handler runs on an I/O thread
 // and must not block: it answers at once, or keeps the HttpResponder (move-only) and answers
-// later from any thread. Two ways to answer:
+// later from any thread. A whole answer sent later from another thread to a plain keep-alive
+// connection waiting for it is written to the socket by that thread, without waking an I/O
+// thread (http_session.h, "Direct answers"); the server's behaviour is the same either way.
+// Two ways to answer:
 //   - responder.Send(HttpResponse{...}): a whole response with Content-Length;
 //   - responder.StartStream(200, "text/event-stream"): a chunked response; the returned
 //     HttpStream is thread-safe, may be kept and written from any thread (Write/Finish), and

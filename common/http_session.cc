@@ -4,6 +4,11 @@
 // connection's strand; MakeSession picks the stream. Exchange itself is in http_exchange.cc.
 #include "common/http_session.h"
 
+#include <sys/socket.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -57,9 +62,11 @@ class StreamSession final : public Session,
 
   void Start() override;
   void PostClose() override;
+  bool TrySend(HttpResponse& response) override;
   void PostSend(HttpResponse response) override;
   void PostStartStream(int status, std::string content_type, HttpHeaders headers) override;
   void PostPump() override;
+  void SweepIdle(std::chrono::steady_clock::time_point now) override;
 
  private:
   // The TCP layer (timeouts, the socket) under a TLS stream, or the stream itself.
@@ -76,6 +83,14 @@ class StreamSession final : public Session,
   void SendError(int status, const std::string& message, bool close);
   void WriteResponse(HttpResponse response);
   void OnWritten(beast::error_code ec);
+  // The response message as written: status, Server, Content-Type, the handler's acceptable
+  // headers, framing for keep_alive_.
+  http::response<http::string_body> BuildResponse(HttpResponse response);
+  // Direct answers (http_session.h). On the strand: lets a handler's thread write the answer
+  // to the current exchange from now on (plain keep-alive connections only), or stops it.
+  void AllowDirect(bool allow) ABSL_LOCKS_EXCLUDED(direct_mu_);
+  // On the strand: writes what a direct write left over, then ends the exchange.
+  void WriteRest();
   void WriteStreamHeader(int status, const std::string& content_type, const HttpHeaders& headers);
   void Pump();
   void OnStreamWrite(beast::error_code ec);
@@ -106,6 +121,17 @@ class StreamSession final : public Session,
   std::string stream_chunk_;
   bool lingering_ = false;
   size_t lingered_bytes_ = 0;
+
+  // Direct answers. Handlers' threads use these only under direct_mu_, and the socket only
+  // while direct_ready_ (cleared before DoClose closes it).
+  int fd_ = -1;  // the socket's descriptor, set by Start
+  absl::Mutex direct_mu_;
+  bool direct_ready_ ABSL_GUARDED_BY(direct_mu_) = false;  // the exchange may be answered directly
+  // When the answer was written whole: the watch's completion ends the exchange, and the idle
+  // sweep closes the connection if nothing came by idle_timeout later.
+  std::optional<std::chrono::steady_clock::time_point> direct_sent_at_ ABSL_GUARDED_BY(direct_mu_);
+  std::string direct_rest_ ABSL_GUARDED_BY(direct_mu_);  // what the socket did not take
+  std::string rest_;  // on the strand: direct_rest_ being written
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -127,6 +153,7 @@ void StreamSession<Stream>::Start() {
   // The disconnect watch peeks without blocking.
   Lowest().socket().non_blocking(true, ec);
   Lowest().socket().set_option(tcp::no_delay(true), ec);
+  fd_ = Lowest().socket().native_handle();
   if constexpr (kTls) {
     // A client that speaks plain HTTP, or nothing, fails or times out here and is closed.
     Lowest().expires_after(options_.read_timeout);
@@ -306,6 +333,7 @@ void StreamSession<Stream>::OnRequest() {
   request.body = std::move(message.body());
 
   current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
+  AllowDirect(false);  // until the handler has returned without answering
   HttpResponder responder(current_);
   if (request.target.empty() || request.target[0] != '/') {
     responder.Send(HttpResponse::Error(400, "request target must be an absolute path"));
@@ -326,7 +354,21 @@ void StreamSession<Stream>::OnRequest() {
   core_->Dispatch(std::move(request), std::move(responder));
   // Watch for a disconnect only while someone may still act on it: most requests are answered
   // inside the handler, and arming the watch costs system calls.
-  if (!exchange->answered()) ArmWatch();
+  if (!exchange->answered()) {
+    AllowDirect(exchange->pending());
+    ArmWatch();
+  }
+}
+
+template <class Stream>
+void StreamSession<Stream>::AllowDirect(bool allow) {
+  if constexpr (kTls) return;  // the TLS stream's state belongs to the strand
+  // Only the watch can end a directly answered exchange, so not with a pipelined request
+  // already read (it would wait for the client, who waits for its answer), and not when the
+  // connection closes after the answer.
+  const bool able = allow && keep_alive_ && !closed_ && buffer_.size() == 0;
+  absl::MutexLock lock(&direct_mu_);
+  direct_ready_ = able;
 }
 
 template <class Stream>
@@ -341,7 +383,20 @@ void StreamSession<Stream>::ArmWatch() {
 template <class Stream>
 void StreamSession<Stream>::OnWatch(beast::error_code ec) {
   watch_pending_ = false;
-  if (closed_ || ec == net::error::operation_aborted) return;
+  bool sent = false;
+  {
+    absl::MutexLock lock(&direct_mu_);
+    direct_ready_ = false;
+    sent = direct_sent_at_.has_value();
+    direct_sent_at_.reset();
+  }
+  if (closed_) return;
+  if (sent) {
+    // Answered directly; the client has sent its next request, or closed: on to either.
+    EndExchange();
+    return;
+  }
+  if (ec == net::error::operation_aborted) return;
   if (current_ == nullptr) return;  // between requests: the reader notices a close itself
   if (ec) {
     DoClose();
@@ -352,6 +407,7 @@ void StreamSession<Stream>::OnWatch(beast::error_code ec) {
   const size_t n =
       Lowest().socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
   if (peek_ec == net::error::would_block || peek_ec == net::error::try_again) {
+    AllowDirect(current_->pending());
     ArmWatch();
   } else if (peek_ec || n == 0) {
     DoClose();  // EOF or reset: the client is gone
@@ -367,19 +423,95 @@ void StreamSession<Stream>::SendError(int status, const std::string& message, bo
 }
 
 template <class Stream>
-void StreamSession<Stream>::WriteResponse(HttpResponse response) {
-  response_ = std::make_unique<http::response<http::string_body>>();
-  response_->version(version_);
-  response_->result(static_cast<unsigned>(response.status));
-  response_->reason(StatusReason(response.status));
-  response_->set(http::field::server, options_.server_header);
-  response_->set(http::field::content_type, SafeContentType(response.content_type));
+http::response<http::string_body> StreamSession<Stream>::BuildResponse(HttpResponse response) {
+  http::response<http::string_body> message;
+  message.version(version_);
+  message.result(static_cast<unsigned>(response.status));
+  message.reason(StatusReason(response.status));
+  message.set(http::field::server, options_.server_header);
+  message.set(http::field::content_type, SafeContentType(response.content_type));
   for (const auto& [name, value] : response.headers) {
-    if (AcceptableHeader(name, value)) response_->insert(name, value);
+    if (AcceptableHeader(name, value)) message.insert(name, value);
   }
-  response_->body() = std::move(response.body);
-  response_->keep_alive(keep_alive_);
-  response_->prepare_payload();
+  message.body() = std::move(response.body);
+  message.keep_alive(keep_alive_);
+  message.prepare_payload();
+  return message;
+}
+
+template <class Stream>
+bool StreamSession<Stream>::TrySend(HttpResponse& response) {
+  if constexpr (kTls) {
+    return false;
+  } else {
+    absl::MutexLock lock(&direct_mu_);
+    if (!direct_ready_) return false;
+    direct_ready_ = false;
+    // version_ and keep_alive_ were set before direct_ready_, and the strand leaves them be
+    // until the exchange ends.
+    http::response<http::string_body> message = BuildResponse(std::move(response));
+    http::response_serializer<http::string_body> serializer(message);
+    std::string wire;
+    beast::error_code ec;
+    while (!ec && !serializer.is_done()) {
+      serializer.next(ec, [&](beast::error_code&, const auto& buffers) {
+        for (const auto buffer : beast::buffers_range_ref(buffers)) {
+          wire.append(static_cast<const char*>(buffer.data()), buffer.size());
+        }
+        serializer.consume(beast::buffer_bytes(buffers));
+      });
+    }
+    const ssize_t n = ::send(fd_, wire.data(), wire.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(wire.size())) {
+      direct_sent_at_ = std::chrono::steady_clock::now();
+      return true;
+    }
+    // The socket's buffer is full (or the send failed: the strand's write reports it).
+    direct_rest_ = wire.substr(n > 0 ? static_cast<size_t>(n) : 0);
+    net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->WriteRest(); });
+    return true;
+  }
+}
+
+template <class Stream>
+void StreamSession<Stream>::WriteRest() {
+  {
+    absl::MutexLock lock(&direct_mu_);
+    rest_ = std::move(direct_rest_);
+    direct_rest_.clear();
+  }
+  if (closed_) return;
+  Lowest().expires_after(options_.write_timeout);
+  net::async_write(stream_, net::buffer(rest_),
+                   [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                     self->rest_.clear();
+                     self->OnWritten(ec);
+                   });
+}
+
+template <class Stream>
+void StreamSession<Stream>::SweepIdle(std::chrono::steady_clock::time_point now) {
+  std::chrono::steady_clock::time_point sent_at;
+  {
+    absl::MutexLock lock(&direct_mu_);
+    if (!direct_sent_at_.has_value() || now - *direct_sent_at_ < options_.idle_timeout) return;
+    sent_at = *direct_sent_at_;
+  }
+  net::post(stream_.get_executor(), [self = this->shared_from_this(), sent_at] {
+    {
+      absl::MutexLock lock(&self->direct_mu_);
+      // Still idle after that same answer (only the strand clears it, and a new one needs a
+      // new request).
+      if (self->direct_sent_at_ != sent_at) return;
+    }
+    self->DoClose();
+  });
+}
+
+template <class Stream>
+void StreamSession<Stream>::WriteResponse(HttpResponse response) {
+  response_ =
+      std::make_unique<http::response<http::string_body>>(BuildResponse(std::move(response)));
   Lowest().expires_after(options_.write_timeout);
   http::async_write(
       stream_, *response_,
@@ -531,6 +663,11 @@ template <class Stream>
 void StreamSession<Stream>::DoClose() {
   if (closed_) return;
   closed_ = true;
+  {
+    absl::MutexLock lock(&direct_mu_);  // no direct write from here on: the socket closes
+    direct_ready_ = false;
+    direct_sent_at_.reset();
+  }
   beast::error_code ec;
   Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
   Lowest().close();

@@ -11,6 +11,7 @@
 #define TANDEM_COMMON_HTTP_SESSION_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -61,6 +62,8 @@ class Exchange {
   // True once a whole response was handed over (Send); the client can no longer be "gone"
   // in a way the handler could act on.
   bool answered() const ABSL_LOCKS_EXCLUDED(mu_);
+  // True until the handler answers (Send) or starts a stream, and the exchange is not closed.
+  bool pending() const ABSL_LOCKS_EXCLUDED(mu_);
   void SetOnClose(std::function<void()> callback) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Session side (its strand).
@@ -89,15 +92,31 @@ class Exchange {
 // template over the stream type, in http_session.cc). The Post* calls come from the current
 // Exchange (any thread); the work runs on the connection's strand. An exchange can only reach
 // its session while it is the current one (it drops the session when it ends).
+//
+// Direct answers: a whole response sent from another thread while the connection waits for it
+// is written to the socket by that thread (TrySend), instead of being posted to the strand and
+// written there: that saves waking an I/O thread for every deferred answer (the router's every
+// answer). It applies to a plain keep-alive connection whose disconnect watch is armed, i.e.
+// nothing else is reading or writing it; the watch's completion (the client's next request or
+// its close) then ends the exchange on the strand, and ServerCore's idle sweep closes a
+// connection left idle after a direct answer, as idle_timeout does for the others.
 class Session {
  public:
   virtual ~Session() = default;
   virtual void Start() = 0;
   // Closes the connection from any thread (posted to the strand).
   virtual void PostClose() = 0;
+  // Any thread, under the exchange's lock: writes `response` to the socket now if the connection
+  // is waiting for it (see "Direct answers"). True when the response was taken: written whole,
+  // or what the socket did not take handed to the strand; the exchange is then answered. False
+  // (nothing taken, `response` untouched): PostSend it.
+  virtual bool TrySend(HttpResponse& response) = 0;
   virtual void PostSend(HttpResponse response) = 0;
   virtual void PostStartStream(int status, std::string content_type, HttpHeaders headers) = 0;
   virtual void PostPump() = 0;
+  // Any thread: closes the connection (on its strand) if it has sat idle for at least
+  // `idle_timeout` after a direct answer.
+  virtual void SweepIdle(std::chrono::steady_clock::time_point now) = 0;
 };
 
 // A session for an accepted connection: TLS (server side; the handshake runs first, bounded by
@@ -132,6 +151,8 @@ class ServerCore {
  private:
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
+  // Every idle_timeout / 4 (10 ms to 1 s) on accept_strand_: Session::SweepIdle on each session.
+  void Sweep();
 
   const HttpServerOptions options_;
   std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP; set by Listen()
@@ -140,6 +161,7 @@ class ServerCore {
   net::strand<net::io_context::executor_type> accept_strand_;
   tcp::acceptor acceptor_;
   net::steady_timer accept_retry_;
+  net::steady_timer sweep_timer_;
   bool stopping_ = false;  // on accept_strand_
   // path -> method -> handler; written only before Start().
   std::map<std::string, std::map<std::string, HttpHandler>> routes_;
