@@ -1,13 +1,11 @@
 // The per-connection half of HttpServer: StreamSession, one template over the stream type (plain
 // beast::tcp_stream or TLS over it) that reads requests, hands each to ServerCore::Dispatch with
 // an Exchange, and writes the answer (whole, or chunked as the handler streams it) on the
-// connection's strand; MakeSession picks the stream. Exchange itself is in http_exchange.cc.
+// connection's strand, or lets the answering thread write a whole answer itself (DirectAnswer,
+// http_direct_answer.h); MakeSession picks the stream. Exchange itself is in http_exchange.cc.
 #include "common/http_session.h"
 
-#include <sys/socket.h>
-
 #include <chrono>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -15,6 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/beast/ssl.hpp"
+#include "common/http_direct_answer.h"
+#include "common/http_response_wire.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::http_internal {
@@ -26,24 +26,6 @@ constexpr std::chrono::milliseconds kLingerTimeout{500};
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string ToString(beast::string_view view) { return std::string(view.data(), view.size()); }
-
-bool HasLineBreak(const std::string& text) {
-  return text.find_first_of("\r\n") != std::string::npos;
-}
-
-// Whether a handler-supplied header may be sent: the server owns framing headers, and a line
-// break (e.g. from echoed peer input) would let a value inject headers or split the response.
-bool AcceptableHeader(const std::string& name, const std::string& value) {
-  if (name.empty() || HasLineBreak(name) || HasLineBreak(value)) return false;
-  return !absl::EqualsIgnoreCase(name, "content-length") &&
-         !absl::EqualsIgnoreCase(name, "transfer-encoding") &&
-         !absl::EqualsIgnoreCase(name, "connection") &&
-         !absl::EqualsIgnoreCase(name, "content-type");
-}
-
-std::string SafeContentType(const std::string& content_type) {
-  return HasLineBreak(content_type) ? "application/octet-stream" : content_type;
-}
 
 }  // namespace
 
@@ -83,12 +65,9 @@ class StreamSession final : public Session,
   void SendError(int status, const std::string& message, bool close);
   void WriteResponse(HttpResponse response);
   void OnWritten(beast::error_code ec);
-  // The response message as written: status, Server, Content-Type, the handler's acceptable
-  // headers, framing for keep_alive_.
-  http::response<http::string_body> BuildResponse(HttpResponse response);
   // Direct answers (http_session.h). On the strand: lets a handler's thread write the answer
   // to the current exchange from now on (plain keep-alive connections only), or stops it.
-  void AllowDirect(bool allow) ABSL_LOCKS_EXCLUDED(direct_mu_);
+  void AllowDirect(bool allow);
   // On the strand: writes what a direct write left over, then ends the exchange.
   void WriteRest();
   void WriteStreamHeader(int status, const std::string& content_type, const HttpHeaders& headers);
@@ -122,16 +101,8 @@ class StreamSession final : public Session,
   bool lingering_ = false;
   size_t lingered_bytes_ = 0;
 
-  // Direct answers. Handlers' threads use these only under direct_mu_, and the socket only
-  // while direct_ready_ (cleared before DoClose closes it).
-  int fd_ = -1;  // the socket's descriptor, set by Start
-  absl::Mutex direct_mu_;
-  bool direct_ready_ ABSL_GUARDED_BY(direct_mu_) = false;  // the exchange may be answered directly
-  // When the answer was written whole: the watch's completion ends the exchange, and the idle
-  // sweep closes the connection if nothing came by idle_timeout later.
-  std::optional<std::chrono::steady_clock::time_point> direct_sent_at_ ABSL_GUARDED_BY(direct_mu_);
-  std::string direct_rest_ ABSL_GUARDED_BY(direct_mu_);  // what the socket did not take
-  std::string rest_;  // on the strand: direct_rest_ being written
+  DirectAnswer direct_;  // closed by DoClose before the socket
+  std::string rest_;     // on the strand: what a direct write left, being written
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -153,7 +124,7 @@ void StreamSession<Stream>::Start() {
   // The disconnect watch peeks without blocking.
   Lowest().socket().non_blocking(true, ec);
   Lowest().socket().set_option(tcp::no_delay(true), ec);
-  fd_ = Lowest().socket().native_handle();
+  direct_.SetSocket(Lowest().socket().native_handle());
   if constexpr (kTls) {
     // A client that speaks plain HTTP, or nothing, fails or times out here and is closed.
     Lowest().expires_after(options_.read_timeout);
@@ -366,9 +337,7 @@ void StreamSession<Stream>::AllowDirect(bool allow) {
   // Only the watch can end a directly answered exchange, so not with a pipelined request
   // already read (it would wait for the client, who waits for its answer), and not when the
   // connection closes after the answer.
-  const bool able = allow && keep_alive_ && !closed_ && buffer_.size() == 0;
-  absl::MutexLock lock(&direct_mu_);
-  direct_ready_ = able;
+  direct_.Allow(allow && keep_alive_ && !closed_ && buffer_.size() == 0);
 }
 
 template <class Stream>
@@ -383,13 +352,7 @@ void StreamSession<Stream>::ArmWatch() {
 template <class Stream>
 void StreamSession<Stream>::OnWatch(beast::error_code ec) {
   watch_pending_ = false;
-  bool sent = false;
-  {
-    absl::MutexLock lock(&direct_mu_);
-    direct_ready_ = false;
-    sent = direct_sent_at_.has_value();
-    direct_sent_at_.reset();
-  }
+  const bool sent = direct_.TakeSent();
   if (closed_) return;
   if (sent) {
     // Answered directly; the client has sent its next request, or closed: on to either.
@@ -423,63 +386,27 @@ void StreamSession<Stream>::SendError(int status, const std::string& message, bo
 }
 
 template <class Stream>
-http::response<http::string_body> StreamSession<Stream>::BuildResponse(HttpResponse response) {
-  http::response<http::string_body> message;
-  message.version(version_);
-  message.result(static_cast<unsigned>(response.status));
-  message.reason(StatusReason(response.status));
-  message.set(http::field::server, options_.server_header);
-  message.set(http::field::content_type, SafeContentType(response.content_type));
-  for (const auto& [name, value] : response.headers) {
-    if (AcceptableHeader(name, value)) message.insert(name, value);
-  }
-  message.body() = std::move(response.body);
-  message.keep_alive(keep_alive_);
-  message.prepare_payload();
-  return message;
-}
-
-template <class Stream>
 bool StreamSession<Stream>::TrySend(HttpResponse& response) {
   if constexpr (kTls) {
     return false;
   } else {
-    absl::MutexLock lock(&direct_mu_);
-    if (!direct_ready_) return false;
-    direct_ready_ = false;
-    // version_ and keep_alive_ were set before direct_ready_, and the strand leaves them be
-    // until the exchange ends.
-    http::response<http::string_body> message = BuildResponse(std::move(response));
-    http::response_serializer<http::string_body> serializer(message);
-    std::string wire;
-    beast::error_code ec;
-    while (!ec && !serializer.is_done()) {
-      serializer.next(ec, [&](beast::error_code&, const auto& buffers) {
-        for (const auto buffer : beast::buffers_range_ref(buffers)) {
-          wire.append(static_cast<const char*>(buffer.data()), buffer.size());
-        }
-        serializer.consume(beast::buffer_bytes(buffers));
-      });
+    const DirectAnswer::Result result = direct_.TrySend([&] {
+      // Under the direct answer's lock: version_ and keep_alive_ were set before Allow, and the
+      // strand leaves them be until the exchange ends.
+      http::response<http::string_body> message =
+          ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header);
+      return WireBytes(message);
+    });
+    if (result == DirectAnswer::Result::kPartial) {
+      net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->WriteRest(); });
     }
-    const ssize_t n = ::send(fd_, wire.data(), wire.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n == static_cast<ssize_t>(wire.size())) {
-      direct_sent_at_ = std::chrono::steady_clock::now();
-      return true;
-    }
-    // The socket's buffer is full (or the send failed: the strand's write reports it).
-    direct_rest_ = wire.substr(n > 0 ? static_cast<size_t>(n) : 0);
-    net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->WriteRest(); });
-    return true;
+    return result != DirectAnswer::Result::kNotAllowed;
   }
 }
 
 template <class Stream>
 void StreamSession<Stream>::WriteRest() {
-  {
-    absl::MutexLock lock(&direct_mu_);
-    rest_ = std::move(direct_rest_);
-    direct_rest_.clear();
-  }
+  rest_ = direct_.TakeRest();
   if (closed_) return;
   Lowest().expires_after(options_.write_timeout);
   net::async_write(stream_, net::buffer(rest_),
@@ -491,27 +418,18 @@ void StreamSession<Stream>::WriteRest() {
 
 template <class Stream>
 void StreamSession<Stream>::SweepIdle(std::chrono::steady_clock::time_point now) {
-  std::chrono::steady_clock::time_point sent_at;
-  {
-    absl::MutexLock lock(&direct_mu_);
-    if (!direct_sent_at_.has_value() || now - *direct_sent_at_ < options_.idle_timeout) return;
-    sent_at = *direct_sent_at_;
-  }
-  net::post(stream_.get_executor(), [self = this->shared_from_this(), sent_at] {
-    {
-      absl::MutexLock lock(&self->direct_mu_);
-      // Still idle after that same answer (only the strand clears it, and a new one needs a
-      // new request).
-      if (self->direct_sent_at_ != sent_at) return;
-    }
-    self->DoClose();
+  const auto sent_at = direct_.IdleSince(now, options_.idle_timeout);
+  if (!sent_at.has_value()) return;
+  net::post(stream_.get_executor(), [self = this->shared_from_this(), at = *sent_at] {
+    // Still idle after that same answer (a new one needs a new request, read on the strand).
+    if (self->direct_.StillIdleAfter(at)) self->DoClose();
   });
 }
 
 template <class Stream>
 void StreamSession<Stream>::WriteResponse(HttpResponse response) {
-  response_ =
-      std::make_unique<http::response<http::string_body>>(BuildResponse(std::move(response)));
+  response_ = std::make_unique<http::response<http::string_body>>(
+      ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header));
   Lowest().expires_after(options_.write_timeout);
   http::async_write(
       stream_, *response_,
@@ -663,11 +581,7 @@ template <class Stream>
 void StreamSession<Stream>::DoClose() {
   if (closed_) return;
   closed_ = true;
-  {
-    absl::MutexLock lock(&direct_mu_);  // no direct write from here on: the socket closes
-    direct_ready_ = false;
-    direct_sent_at_.reset();
-  }
+  direct_.Close();  // no direct write from here on: the socket closes
   beast::error_code ec;
   Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
   Lowest().close();

@@ -1,0 +1,31 @@
+// What HttpServer puts on the wire for an answer: the response message built from a handler's
+// HttpResponse (status line, Server, a Content-Type that cannot split the header, the handler's
+// headers that cannot break framing, the body with its length), and that message as bytes.
+// Internal to the HTTP server (http_*.cc); plain functions, thread-safe.
+#ifndef TANDEM_COMMON_HTTP_RESPONSE_WIRE_H_
+#define TANDEM_COMMON_HTTP_RESPONSE_WIRE_H_
+
+#include <string>
+
+#include "boost/beast/http.hpp"
+#include "common/http_types.h"
+
+namespace tandem::http_internal {
+
+// Whether a handler-supplied header may be sent: the server owns the framing headers, and a
+// line break (e.g. from echoed peer input) would let a value inject headers or split the
+// response.
+bool AcceptableHeader(const std::string& name, const std::string& value);
+// `content_type`, or application/octet-stream when it holds a line break.
+std::string SafeContentType(const std::string& content_type);
+
+// The whole response to a request of HTTP/1.`version % 10` (10 or 11), keeping the connection
+// open after it or not.
+boost::beast::http::response<boost::beast::http::string_body> ResponseMessage(
+    HttpResponse response, unsigned version, bool keep_alive, const std::string& server_header);
+// `message` serialized: header then body.
+std::string WireBytes(boost::beast::http::response<boost::beast::http::string_body>& message);
+
+}  // namespace tandem::http_internal
+
+#endif  // TANDEM_COMMON_HTTP_RESPONSE_WIRE_H_
