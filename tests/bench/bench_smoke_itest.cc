@@ -79,10 +79,11 @@ TEST(BenchSmokeItest, EngineBenchWritesDecodeAndPrefillBesideTheirBounds) {
         "prefill_tok_s", "prefill_bound_tok_s", "read_bandwidth_gbs", "gemm_gflops"}) {
     ExpectNumber(j, key, 1e-9, kHuge);
   }
-  // A ratio against a bound measured in the same run: positive, and no run beats its bound by
-  // a wide margin (the bound is a measured rate, so noise can put a ratio a little above 1).
-  ExpectNumber(j, "decode_ratio_b1", 1e-6, 3);
-  ExpectNumber(j, "prefill_ratio", 1e-6, 3);
+  // A ratio against a bound measured in the same run: positive and finite (the shipped model's
+  // weights fit in cache, so its ratios say little about the machine; only their presence is
+  // checked here).
+  ExpectNumber(j, "decode_ratio_b1", 1e-6, 100);
+  ExpectNumber(j, "prefill_ratio", 1e-6, 100);
   EXPECT_EQ(j.value("prefill_tokens", 0), 64);
 }
 
@@ -96,9 +97,12 @@ TEST(BenchSmokeItest, RouterBenchComparesTheRouterWithNginx) {
       RunBench({BinaryPath("router_bench"), "--requests", "200", "--concurrency", "4", "--rounds",
                 "1", "--model-path", SourcePath(kModel), "--json", out.path()},
                out, seconds(180));
-  for (const char* key : {"router_rps", "nginx_rps", "router_vs_nginx_rps",
-                          "router_cpu_us_per_request", "nginx_cpu_us_per_request"}) {
+  for (const char* key : {"router_rps", "nginx_rps", "router_vs_nginx_rps"}) {
     ExpectNumber(j, key, 1e-9, kHuge);
+  }
+  // CPU time is read from /proc in clock ticks (10 ms): a run this short may read 0.
+  for (const char* key : {"router_cpu_us_per_request", "nginx_cpu_us_per_request"}) {
+    ExpectNumber(j, key, 0, kHuge);
   }
   ExpectNumber(j, "router_added_p99_ms", -kHuge, kHuge);  // a difference of percentiles
   EXPECT_EQ(j.value("router_errors", -1), 0);
