@@ -1,6 +1,7 @@
 // Exchange (declared in common/http_session.h): one request's answer, handed from the handler
 // (HttpResponder / HttpStream, any thread) to its Session's strand. All state sits under mu_; the
-// session is called only through its Post* methods, and close callbacks run outside the lock.
+// session is called only through TrySend (a whole answer written by the sending thread) and its
+// Post* methods, and close callbacks run outside the lock.
 #include <exception>
 #include <utility>
 

@@ -41,6 +41,7 @@ class ServerCore;
 
 // One request's answer, from the handler's side to the connection's side.
 //   kPending --Send--> kResponding --(written)--> kDone
+//   kPending --Send, written by the sender (Session::TrySend)--> kDone
 //   kPending --StartStream--> kStreaming --Finish, (last chunk written)--> kDone
 //   any state but kDone --(client gone, too slow, server stopping)--> kClosed
 class Exchange {
