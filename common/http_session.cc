@@ -287,6 +287,9 @@ void StreamSession<Stream>::OnReadError(beast::error_code ec) {
 
 template <class Stream>
 void StreamSession<Stream>::OnRequest() {
+  // A request already buffered can finish parsing after DoClose (e.g. Stop): starting its
+  // exchange then would tie it and the session to each other with nothing left to part them.
+  if (closed_) return;
   Lowest().expires_never();
   http::request<http::string_body> message = parser_->release();
   parser_.reset();
