@@ -145,12 +145,28 @@ __attribute__((target("avx2,fma"))) double FmaLoopAvx2(int64_t iterations) {
   return _mm256_cvtss_f32(s);
 }
 
-}  // namespace
+// 24 independent vdpbf16ps chains on 512-bit registers, as many as the matmul tiles keep.
+__attribute__((target("avx512f,avx512bf16"))) double DotLoopAvx512Bf16(int64_t iterations) {
+  __m512 acc[24];
+  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));  // 1.0
+  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3380));  // 2^-24
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, s);
+  return lanes[0] + lanes[15];
+}
 
-double MeasureFmaPeakGflops(int threads) {
+// `loop(iterations)` on `threads` threads started together, best of 20 passes (the slowest
+// thread's time in each); GFLOP/s at `flops_per_iteration` per thread.
+double LoopPeakGflops(int threads, double (*loop)(int64_t), int64_t iterations,
+                      double flops_per_iteration) {
   threads = std::max(threads, 1);
-  if (engine::DetectSimd() < engine::SimdLevel::kAvx2) return 0;
-  const int64_t iterations = 2'000'000;  // 12 * 8 * 2 * 2e6 = 384 MFLOP per thread per pass
   double best = 1e30;
   for (int pass = 0; pass < 20; ++pass) {
     std::vector<std::thread> pool;
@@ -161,14 +177,33 @@ double MeasureFmaPeakGflops(int threads) {
         ready.fetch_add(1);
         while (ready.load() < threads) std::this_thread::yield();
         const auto t0 = Clock::now();
-        g_sink = g_sink ^ static_cast<uint64_t>(FmaLoopAvx2(iterations));
+        g_sink = g_sink ^ static_cast<uint64_t>(loop(iterations));
         seconds[t] = Seconds(t0, Clock::now());
       });
     }
     for (auto& th : pool) th.join();
     best = std::min(best, *std::max_element(seconds.begin(), seconds.end()));
   }
-  return 12.0 * 8 * 2 * iterations * threads / best / 1e9;
+  return flops_per_iteration * iterations * threads / best / 1e9;
+}
+
+}  // namespace
+
+double MeasureFmaPeakGflops(int threads) {
+  if (engine::DetectSimd() < engine::SimdLevel::kAvx2) return 0;
+  // 12 * 8 * 2 * 2e6 = 384 MFLOP per thread per pass.
+  return LoopPeakGflops(threads, FmaLoopAvx2, 2'000'000, 12.0 * 8 * 2);
+}
+
+double MeasureBf16DotPeakGflops(int threads) {
+  if (engine::DetectSimd() < engine::SimdLevel::kAvx512Bf16) return 0;
+  // 24 * 32 multiply-adds * 2 * 250e3 = 384 MFLOP per thread per pass.
+  return LoopPeakGflops(threads, DotLoopAvx512Bf16, 250'000, 24.0 * 32 * 2);
+}
+
+double MeasurePathPeakGflops(int threads) {
+  return engine::DetectSimd() == engine::SimdLevel::kAvx512Bf16 ? MeasureBf16DotPeakGflops(threads)
+                                                                : MeasureFmaPeakGflops(threads);
 }
 
 double MeasureBf16GemmGflops(int threads, int64_t m, int64_t n, int64_t k, std::string* impl) {

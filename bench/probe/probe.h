@@ -36,6 +36,17 @@ uint64_t StreamRead(const void* p, int64_t bytes, int runs = 1);
 // path, whose every multiply-add is one fp32 FMA lane.
 double MeasureFmaPeakGflops(int threads);
 
+// Peak rate of vdpbf16ps on 512-bit registers in GFLOP/s (32 multiply-adds, 64 flops, per
+// instruction), from a register-only loop on `threads` threads; 0 without AVX-512-BF16. The
+// compute ceiling of the AVX-512-BF16 matmul path, whose every multiply-add is one vdpbf16ps
+// lane. Whether it is twice the AVX2 FMA peak depends on the core: where the 512-bit unit is two
+// 256-bit halves, one vdpbf16ps per cycle does the flops of two 256-bit FMAs.
+double MeasureBf16DotPeakGflops(int threads);
+
+// The ceiling of the matmul path DetectSimd() selects: MeasureBf16DotPeakGflops on the
+// AVX-512-BF16 path, MeasureFmaPeakGflops on the others (their multiply-adds are fp32 FMAs).
+double MeasurePathPeakGflops(int threads);
+
 // oneDNN's bf16 matmul rate in GFLOP/s (2 m n k per call) for bf16 [m, k] x bf16 [k, n] -> fp32,
 // best of a few timed runs after a warm-up, on `threads` OpenMP threads. 0 if oneDNN cannot
 // create the primitive on this CPU. impl, when non-null, receives oneDNN's implementation name

@@ -9,8 +9,10 @@
 // elements), and vdpbf16ps applies DAZ/FTZ itself. A 512-bit register holds two rows at once:
 // its low 256 bits carry row r's 8 lanes and its high 256 bits row r + 1's, against the same 16
 // weights broadcast to both halves, so every row still sees exactly the 8-lane order while each
-// instruction does twice the work. On CPUs with full-width AVX-512 (Zen 5 here) that doubles the
-// multiply-add rate of the 256-bit form (measured: 412 vs 206 GFLOP/s on one core). At m = 1
+// instruction does twice the work. On CPUs with full-width AVX-512 that doubles the multiply-add
+// rate of the 256-bit form (measured on such a host: 412 vs 206 GFLOP/s on one core); where the
+// 512-bit unit is two 256-bit halves the two forms run at the same rate (measured on an EPYC
+// host: 235 GFLOP/s on one core either way, bench/probe MeasureBf16DotPeakGflops). At m = 1
 // MatmulEntry hands the call to the weight streams (StreamEntry). With kRows weights every m >= 2
 // runs the row-pair tiles: a group of C weight rows is read from DRAM once and from L1 by each
 // tile of row pairs. At decode sizes (no more tiles than rows in a group) the tiles of one group

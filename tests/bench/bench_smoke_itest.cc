@@ -85,6 +85,10 @@ TEST(BenchSmokeItest, EngineBenchWritesDecodeAndPrefillBesideTheirBounds) {
   ExpectNumber(j, "decode_ratio_b1", 1e-6, 100);
   ExpectNumber(j, "prefill_ratio", 1e-6, 100);
   EXPECT_EQ(j.value("prefill_tokens", 0), 64);
+  // The path's instruction peak is measured (CI needs AVX2, so it is never 0 there), and the
+  // batch-32 cap it gives lies between 1 (a batch never loses) and 32.
+  ExpectNumber(j, "path_peak_gflops", 1e-9, kHuge);
+  ExpectNumber(j, "decode_b32_speedup_cap_path_peak", 1, 32);
 }
 
 // router_bench: tandem-router and nginx side by side, every request answered on both sides.
