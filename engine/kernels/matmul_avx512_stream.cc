@@ -9,16 +9,15 @@
 // Qwen2.5-0.5B shapes on 2 threads, 0.84-0.91 of a plain read of the same bytes against
 // 0.77-0.84.
 //
-// In kGroups4 a group of four rows is one contiguous run, and at m = 1 four groups are read from
-// four places at once (StreamGroups; batch-1 decode 46-48 tok/s with one group at a time, 52-63
-// with four, alternated). Measured against kRows on 2 threads, alternated (k = 896, one group at
-// a time): 1.2-1.7x faster. m = 2..8 run StreamGroups too, instead of the tiles: the m = 1 stream
-// with every row of x against each block (kernels_bench, m = 8, 2 threads, alternated, share of a
-// plain read of the same bytes, against the tiles: gate/up 0.69-0.77 against 0.58-0.59, down
-// 0.59-0.62 against 0.51-0.52, lm_head 0.68-0.69 against 0.57-0.58; engine_bench batch 8:
-// 271-282 against 245-249 tok/s. While the host's bandwidth sat near 40 GB/s the gap shrank to
-// noise except lm_head, 7.9-8.0 against 8.3-9.2 ms, and batch 8 at 235-237 against 215-234
-// tok/s).
+// In kGroups4 a group of four rows is one contiguous run, and at m = 1 two groups are read from
+// two places at once (StreamGroups; see StreamsFor for the count and why there is no prefetch).
+// Measured against kRows on 2 threads, alternated (k = 896, one group at a time): 1.2-1.7x faster.
+// m = 2..8 run StreamGroups too, instead of the tiles: the m = 1 stream with every row of x against
+// each block (kernels_bench, m = 8, 2 threads, alternated, share of a plain read of the same bytes,
+// against the tiles: gate/up 0.69-0.77 against 0.58-0.59, down 0.59-0.62 against 0.51-0.52, lm_head
+// 0.68-0.69 against 0.57-0.58; engine_bench batch 8: 271-282 against 245-249 tok/s. While the
+// host's bandwidth sat near 40 GB/s the gap shrank to noise except lm_head, 7.9-8.0 against 8.3-9.2
+// ms, and batch 8 at 235-237 against 215-234 tok/s).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -129,18 +128,28 @@ void StreamColumns(const bf16* x, const bf16* w, int64_t k, int64_t j0, int64_t 
 // row's block q in both halves: the registers and order of StreamRows (and GroupTile), so the
 // same bits. StreamGroupColumns reads S groups from as many separate places at once (equal parts
 // of a thread's columns): several DRAM streams per thread keep more line fills in flight than
-// one, as a plain read shows (bench/probe: 70-77 against 63-67 GB/s, 2 threads). Software
-// prefetch kGroupStreamAhead bytes ahead in each. Measured at batch 1 on Qwen2.5-0.5B shapes, 2
-// threads, alternated in one session, as a share of the bound (a plain read of the weights, the
-// better of one run and four side by side): two streams 0.70-0.73, three 0.76-0.82, four
-// 0.79-0.81, eight 33-36 against 49-57 tok/s; with four, the prefetch 4 KiB ahead 0.80-0.83,
-// 8 KiB 0.81-0.84, 12 KiB 0.78-0.79, 16 KiB 0.79-0.81, 32 KiB 0.80, none 0.76-0.86. With more
-// rows the R S 2 accumulators take the registers, so S falls to 2 and then 1 (StreamsFor). At
-// m = 8 the prefetch 4 KiB ahead read at 0.59-0.64 of a plain read, 8 KiB 0.60-0.83, 16 KiB
-// 0.51-0.82, 32 KiB 0.50-0.72 (kernels_bench shapes, alternated).
+// one, as a plain read shows (bench/probe: 70-77 against 63-67 GB/s, 2 threads).
+//
+// At m = 1 (R = 1) two streams and no software prefetch. The host's DRAM bandwidth swings
+// between two states (2-thread plain read near 35 or near 62-68 GB/s); in the fast one each
+// thread must stream ~32 GB/s, and there the former four streams with a prefetch 8 KiB ahead
+// topped out near 25 GB/s a thread (one thread, k = 896: 24-27 GB/s against 34-36 with no
+// prefetch; a plain loop of the same loads: 25.7 against 30.5 GB/s). engine_bench batch 1,
+// alternated, share of the between-runs read, fast state: four streams with prefetch 0.65-0.74,
+// four without 0.82-0.84, two without 0.85-0.90, one or three without 0.88-0.93; slow state all
+// 0.88-0.98 (the earlier tuning, all with prefetch and in whichever state the host was: two
+// streams 0.70-0.73, four 0.79-0.81, eight 33-36 against 49-57 tok/s).
+//
+// More rows keep the prefetch, kGroupStreamAhead bytes ahead in each stream (at m = 8, down_proj
+// k = 4864: 23 against 19 GB/s without), and the R S 2 accumulators take the registers, so S
+// falls to 2 and then 1 (StreamsFor). At m = 8 the prefetch 4 KiB ahead read at 0.59-0.64 of a
+// plain read, 8 KiB 0.60-0.83, 16 KiB 0.51-0.82, 32 KiB 0.50-0.72 (kernels_bench shapes,
+// alternated).
 constexpr int kStreamGroups = 4;
 constexpr int64_t kGroupStreamAhead = 8192;
-constexpr int StreamsFor(int rows) { return rows <= 3 ? kStreamGroups : rows <= 6 ? 2 : 1; }
+constexpr int StreamsFor(int rows) {
+  return rows == 1 ? 2 : rows <= 3 ? kStreamGroups : rows <= 6 ? 2 : 1;
+}
 
 template <int R, int S>
 void StreamGroups(const bf16* x, int64_t ldx, const bf16* const* w, int64_t k, float* const* y,
@@ -161,9 +170,11 @@ void StreamGroups(const bf16* x, int64_t ldx, const bf16* const* w, int64_t k, f
     __m512i v[S][2];
 #pragma GCC unroll 4
     for (int s = 0; s < S; ++s) {
-      const char* ahead = reinterpret_cast<const char*>(w[s] + 64 * q) + kGroupStreamAhead;
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      if constexpr (R > 1) {  // at R = 1 the loads alone stream faster (above)
+        const char* ahead = reinterpret_cast<const char*>(w[s] + 64 * q) + kGroupStreamAhead;
+        _mm_prefetch(ahead, _MM_HINT_T0);
+        _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      }
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         v[s][h] = _mm512_loadu_si512(w[s] + 64 * q + 32 * h);
