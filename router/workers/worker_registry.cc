@@ -384,6 +384,12 @@ void WorkerRegistry::Loop() {
   }
 }
 
+MonoClock::duration WorkerRegistry::RecoveryProbeInterval() const {
+  return std::min<MonoClock::duration>(
+      kRecoveryProbeInterval,
+      std::chrono::seconds(std::max(1, options_.health_check_interval_secs)));
+}
+
 MonoClock::time_point WorkerRegistry::RunDue() {
   kick_ = false;
   MonoClock::time_point now = MonoNow();
@@ -391,6 +397,16 @@ MonoClock::time_point WorkerRegistry::RunDue() {
   if (now >= next_health_) {
     for (auto& [url, worker] : workers_) worker->probe_now_ = true;
     next_health_ = now + health_interval;
+  }
+  MonoClock::time_point next = next_health_;
+  for (auto& [url, worker] : workers_) {
+    if (!worker->recovery_probe_at_.has_value()) continue;
+    if (now >= *worker->recovery_probe_at_) {
+      worker->probe_now_ = true;
+      worker->recovery_probe_at_.reset();
+    } else {
+      next = std::min(next, *worker->recovery_probe_at_);
+    }
   }
   bool poll_load = options_.worker_load_check_interval > 0 && now >= next_load_;
   if (poll_load) next_load_ = now + std::chrono::seconds(options_.worker_load_check_interval);
@@ -417,7 +433,6 @@ MonoClock::time_point WorkerRegistry::RunDue() {
     for (auto& [worker, id] : polls) SendLoadPoll(worker, id);
     mu_.Lock();
   }
-  MonoClock::time_point next = next_health_;
   if (options_.worker_load_check_interval > 0) next = std::min(next, next_load_);
   return next;
 }
@@ -432,10 +447,15 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
             worker->OnProbe(ok, response.status(), ok ? response.message() : StatusText(status));
             bool serving = ok && response.status() == proto::HealthResponse::SERVING;
             probes_family_->WithLabels({worker->url(), serving ? "ok" : "failed"}).Increment();
+            const bool down = !worker->healthy();
             {
               absl::MutexLock lock(&mu_);
               worker->probe_in_flight_ = false;
-              if (worker->probe_now_) {  // asked for again while this one ran
+              // An unhealthy worker is probed again soon, not only at the next interval: one
+              // failed leg (ReportFailure) or a restart must not keep it out of rotation for a
+              // whole --health-check-interval-secs (60 s by default) once it answers again.
+              if (down) worker->recovery_probe_at_ = MonoNow() + RecoveryProbeInterval();
+              if (worker->probe_now_ || down) {  // asked for again while this one ran, or down
                 kick_ = true;
                 wake_.SignalAll();
               }

@@ -13,6 +13,8 @@
 // health_failure_threshold consecutive failed probes, or at once when it answers NOT_SERVING or
 // DRAINING, or when a request leg reports it failed (ReportFailure, which also probes it at
 // once); it turns healthy again after health_success_threshold consecutive successful probes.
+// While unhealthy it is probed every kRecoveryProbeInterval (or the interval, if shorter), so a
+// worker that answers again is back within seconds, not a whole interval later.
 // Load: GetLoad every worker_load_check_interval seconds (0 disables the polls).
 //
 // Metrics (label worker=url): tandem_router_worker_healthy (0/1),
@@ -32,6 +34,7 @@
 #define TANDEM_ROUTER_WORKERS_WORKER_REGISTRY_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -160,8 +163,13 @@ class Worker {
   bool probe_in_flight_ = false;
   bool load_in_flight_ = false;
   bool probe_now_ = false;
+  // While unhealthy: when the next probe goes out, ahead of the regular interval (RunDue).
+  std::optional<MonoClock::time_point> recovery_probe_at_;
 };
 using WorkerPtr = std::shared_ptr<Worker>;
+
+// How often an unhealthy worker is probed (see the header comment).
+inline constexpr std::chrono::milliseconds kRecoveryProbeInterval{1000};
 
 class WorkerRegistry {
  public:
@@ -192,6 +200,9 @@ class WorkerRegistry {
   void Loop();
   // Marks what is due, issues it (dropping mu_ meanwhile), returns when the next round is due.
   MonoClock::time_point RunDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How soon an unhealthy worker is probed again: kRecoveryProbeInterval, or the health-check
+  // interval when that is shorter.
+  MonoClock::duration RecoveryProbeInterval() const;
   // Issue one probe / poll; called without mu_ (a callback may run inline).
   void SendProbe(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   void SendLoadPoll(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);

@@ -210,6 +210,36 @@ TEST(WorkerRegistryTest, HealthThresholdsNotServingAndReportFailure) {
   registry.Stop();
 }
 
+// One failed leg takes a worker out of rotation; with the default 60 s interval it must come back
+// after kRecoveryProbeInterval-spaced probes (two successes here), not a minute later.
+TEST(WorkerRegistryTest, ReportedFailureRecoversWithoutWaitingForTheInterval) {
+  FakeWorker fake;
+  RegistryOptions o = FastOptions();
+  o.health_check_interval_secs = 60;
+  o.worker_load_check_interval = 0;
+  WorkerRegistry registry(o, nullptr);
+  auto added = registry.Add(fake.url(), WorkerType::kPrefill, std::nullopt);
+  ASSERT_TRUE(added.ok());
+  WorkerPtr w = *added;
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
+
+  const int calls = fake.health_calls();
+  const auto reported = std::chrono::steady_clock::now();
+  registry.ReportFailure(fake.url(), "prefill leg: UNAVAILABLE");
+  EXPECT_FALSE(w->Available());
+  ASSERT_TRUE(WaitFor([&] { return w->Available(); }, std::chrono::seconds(30)));
+  const auto took = std::chrono::steady_clock::now() - reported;
+  EXPECT_LT(took, std::chrono::seconds(30)) << "waited for the 60 s interval";
+  EXPECT_GE(fake.health_calls() - calls, o.health_success_threshold);
+
+  // Healthy again: back to the regular interval, so no more probes for now.
+  const int after = fake.health_calls();
+  std::this_thread::sleep_for(3 * kRecoveryProbeInterval);
+  EXPECT_EQ(fake.health_calls(), after);
+  registry.Stop();
+}
+
 TEST(WorkerRegistryTest, DeadWorkerTurnsUnhealthyAfterTheFailureThreshold) {
   auto fake = std::make_unique<FakeWorker>();
   std::string url = fake->url();
