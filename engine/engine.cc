@@ -170,10 +170,10 @@ void Engine::Abort(const std::string& rid, const std::string& message) {
   });
 }
 
-void Engine::CompleteTransfer(const std::string& rid, int32_t first_token, float logprob,
+void Engine::CompleteTransfer(const std::string& rid, SampleResult first,
                               std::function<void(absl::Status)> done) {
-  Post([rid, first_token, logprob, done = std::move(done)](Scheduler& s) {
-    absl::Status st = s.CompleteTransfer(rid, first_token, logprob);
+  Post([rid, first = std::move(first), done = std::move(done)](Scheduler& s) {
+    absl::Status st = s.CompleteTransfer(rid, first);
     if (done) done(st);
   });
 }

@@ -60,7 +60,7 @@ class Engine {
   // may have ended meanwhile).
   void Abort(const std::string& rid, const std::string& message);
   // `done` (optional) receives the Scheduler's status, on the loop thread.
-  void CompleteTransfer(const std::string& rid, int32_t first_token, float logprob,
+  void CompleteTransfer(const std::string& rid, SampleResult first,
                         std::function<void(absl::Status)> done = nullptr);
   void ReleaseHeld(const std::string& rid);
   // Blocks until the loop has tried; FailedPrecondition while requests are live. Load() reflects

@@ -166,6 +166,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size)
                    absl::StrCat("in [0, max_new_tokens] = [0, ", p.max_new_tokens, "]"),
                    absl::StrCat(p.min_new_tokens));
   }
+  if (p.top_logprobs_num < 0 || p.top_logprobs_num > kMaxTopLogprobs) {
+    return Invalid("top_logprobs_num", absl::StrCat("in [0, ", kMaxTopLogprobs, "]"),
+                   absl::StrCat(p.top_logprobs_num));
+  }
   if (p.stop.size() > kMaxStopStrings) {
     return Invalid("stop", absl::StrCat("at most ", kMaxStopStrings, " strings"),
                    absl::StrCat(p.stop.size()));
@@ -204,6 +208,41 @@ absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params, int32_t vo
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> masked_ids)
     : params_(params), vocab_size_(vocab_size), masked_(std::move(masked_ids)), rng_(params.seed) {}
+
+namespace {
+
+// The `n` largest entries of `row` as (id, logprob), largest first, ties by the lower id; the
+// logprob is computed as Sample computes the chosen token's, so the two agree to the bit. One
+// pass with a heap of n entries.
+std::vector<TokenLogprob> TopLogprobs(std::span<const float> row, int32_t n, float max_logit,
+                                      double log_sum) {
+  std::vector<TokenLogprob> top;
+  if (n <= 0) return top;
+  const size_t k = std::min(static_cast<size_t>(n), row.size());
+  // `before(a, b)`: a ranks before b. The heap's front is the entry that ranks last.
+  auto before = [](const TokenLogprob& a, const TokenLogprob& b) {
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.token < b.token);
+  };
+  top.reserve(k + 1);
+  for (size_t i = 0; i < row.size(); ++i) {
+    const TokenLogprob entry{static_cast<int32_t>(i), row[i]};
+    if (top.size() < k) {
+      top.push_back(entry);
+      std::push_heap(top.begin(), top.end(), before);
+    } else if (before(entry, top.front())) {
+      std::pop_heap(top.begin(), top.end(), before);
+      top.back() = entry;
+      std::push_heap(top.begin(), top.end(), before);
+    }
+  }
+  std::sort_heap(top.begin(), top.end(), before);
+  for (TokenLogprob& entry : top) {
+    entry.logprob = static_cast<float>(static_cast<double>(entry.logprob) - max_logit - log_sum);
+  }
+  return top;
+}
+
+}  // namespace
 
 int32_t Argmax(std::span<const float> logits) {
   if (logits.empty()) return -1;
@@ -278,6 +317,7 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   result.token = token;
   result.logprob = static_cast<float>(static_cast<double>(row[static_cast<size_t>(token)]) -
                                       max_logit - log_sum);
+  result.top = TopLogprobs(row, params_.top_logprobs_num, max_logit, log_sum);
   ++counts_[token];
   ++num_generated_;
   return result;

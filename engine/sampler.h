@@ -10,6 +10,8 @@
 //     stop_token_ids get -inf (they cannot be chosen).
 //  3. logprob of the chosen token = log_softmax of the row after steps 1-2, before temperature
 //     and before any top-k/top-p/min-p truncation (the model's distribution under penalties).
+//     With top_logprobs_num = n > 0, the n most likely tokens of that same distribution too
+//     (most likely first, ties by the lower id), whichever token is then chosen.
 //  4. temperature == 0 (or top_k == 1): greedy, argmax with the lowest id on ties. Otherwise
 //     softmax(row / temperature), then three masks over that full distribution, as SGLang's
 //     reference sampler applies them: keep the top_k most likely; keep a token if the mass of
@@ -45,6 +47,8 @@ namespace tandem::engine {
 // string is matched against the held-back tail of the text on every token).
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;
+// At most this many alternatives per position (OpenAI's top_logprobs limit).
+inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // SGLang's names and defaults.
 struct SamplingParams {
@@ -63,15 +67,23 @@ struct SamplingParams {
   bool ignore_eos = false;              // EOS does not end the request (stop_token_ids still do)
   bool skip_special_tokens = true;      // special tokens contribute no text
   bool no_stop_trim = false;            // keep the matched stop string in the text
+  int32_t top_logprobs_num = 0;         // [0, kMaxTopLogprobs]: alternatives reported per token
 };
 
 // OK, or InvalidArgument whose message names the parameter and its allowed range, e.g.
 // "sampling_params.top_p must be in (0, 1], got 1.5". `vocab_size` bounds stop_token_ids.
 absl::Status ValidateSamplingParams(const SamplingParams& params, int32_t vocab_size);
 
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.0f;  // see step 3 above; <= 0
+  float logprob = 0.0f;           // see step 3 above; <= 0
+  std::vector<TokenLogprob> top;  // top_logprobs_num of them (fewer only for a smaller vocab)
 };
 
 class Sampler {

@@ -265,12 +265,16 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason, RequestOutput out) {
   Remove(seq->req.rid);
 }
 
-void Scheduler::AcceptToken(Sequence* seq, int32_t token, float logprob, RequestOutput* out) {
+void Scheduler::AcceptToken(Sequence* seq, const SampleResult& sampled, RequestOutput* out) {
+  const int32_t token = sampled.token;
   if (seq->generated() == 0) seq->first_token = Clock::now();
   seq->tokens.push_back(token);
   ++counters_.generated_tokens;
   out->token_ids.push_back(token);
-  if (seq->req.return_logprob) out->logprobs.push_back(logprob);
+  if (seq->req.return_logprob) {
+    out->logprobs.push_back(sampled.logprob);
+    if (seq->req.sampling.top_logprobs_num > 0) out->top_logprobs.push_back(sampled.top);
+  }
   OutputProcessor::Update u = seq->output->Push(token);
   out->text += u.text;
   if (u.finish) out->finish = std::move(u.finish);
@@ -301,8 +305,8 @@ absl::Status Scheduler::Abort(const std::string& rid, const std::string& message
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::CompleteTransfer(const std::string& rid, int32_t first_token,
-                                         float logprob) {
+absl::Status Scheduler::CompleteTransfer(const std::string& rid, const SampleResult& first) {
+  const int32_t first_token = first.token;
   auto it = seqs_.find(rid);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("no live request '", rid, "'"));
@@ -317,10 +321,21 @@ absl::Status Scheduler::CompleteTransfer(const std::string& rid, int32_t first_t
                                                    " is outside the vocabulary [0, ",
                                                    model_->config().vocab_size, ")"));
   }
+  if (first.top.size() > static_cast<size_t>(kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat("the first token comes with ", first.top.size(),
+                                                   " alternatives; at most ", kMaxTopLogprobs));
+  }
+  for (const TokenLogprob& t : first.top) {
+    if (t.token < 0 || t.token >= model_->config().vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("the first token's alternative ", t.token,
+                                                     " is outside the vocabulary [0, ",
+                                                     model_->config().vocab_size, ")"));
+    }
+  }
   seq->num_computed = seq->prompt_len;
   seq->sampler->Observe(first_token);
   RequestOutput out;
-  AcceptToken(seq, first_token, logprob, &out);
+  AcceptToken(seq, first, &out);
   seq->state = State::kRunning;
   running_.push_back(seq);
   if (out.finish || seq->generated() >= seq->req.sampling.max_new_tokens) {
@@ -511,7 +526,7 @@ absl::StatusOr<StepStats> Scheduler::Step() {
              std::move(out));
       continue;
     }
-    AcceptToken(seq, next->token, next->logprob, &out);
+    AcceptToken(seq, *next, &out);
     if (!out.finish && seq->generated() >= seq->req.sampling.max_new_tokens) {
       out.finish = FinishReason::Length(seq->generated());
       out.text += seq->output->Flush();

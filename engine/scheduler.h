@@ -88,9 +88,12 @@ struct RequestOutput {
   std::string rid;
   std::vector<int32_t> token_ids;  // tokens produced since the previous output
   std::vector<float> logprobs;     // one per token_ids entry, when return_logprob
-  std::string text;                // text that became final since the previous output
-  bool last = false;               // no further output for this request
-  bool kv_held = false;            // kPrefillOnly: blocks kept until ReleaseHeld/Abort
+  // One per token_ids entry when sampling.top_logprobs_num > 0 (and return_logprob): the most
+  // likely tokens at that position.
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  std::string text;      // text that became final since the previous output
+  bool last = false;     // no further output for this request
+  bool kv_held = false;  // kPrefillOnly: blocks kept until ReleaseHeld/Abort
   std::optional<FinishReason> finish;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // tokens generated so far
@@ -177,9 +180,10 @@ class Scheduler {
   // FinishReason::Abort(message) is emitted (not for a held prefill-only request, whose last
   // output was already sent). NotFound for an unknown rid.
   absl::Status Abort(const std::string& rid, const std::string& message);
-  // kDecodeOnly: the KV of the prompt is in the reserved blocks and `first_token` was sampled by
-  // the prefill side. FailedPrecondition unless the request is awaiting its KV.
-  absl::Status CompleteTransfer(const std::string& rid, int32_t first_token, float logprob);
+  // kDecodeOnly: the KV of the prompt is in the reserved blocks and `first` (the token, its
+  // logprob and alternatives) was sampled by the prefill side. FailedPrecondition unless the
+  // request is awaiting its KV; InvalidArgument for a token outside the vocabulary.
+  absl::Status CompleteTransfer(const std::string& rid, const SampleResult& first);
   // kPrefillOnly: the KV has been shipped (or given up): drop the request's block references.
   absl::Status ReleaseHeld(const std::string& rid);
   // Frees every cached block no request uses. FailedPrecondition unless no request is live
@@ -216,7 +220,7 @@ class Scheduler {
   void Emit(Sequence* seq, RequestOutput out);
   void Finish(Sequence* seq, FinishReason reason, RequestOutput out);
   void Remove(const std::string& rid);
-  void AcceptToken(Sequence* seq, int32_t token, float logprob, RequestOutput* out);
+  void AcceptToken(Sequence* seq, const SampleResult& sampled, RequestOutput* out);
 
   SchedulerConfig config_;
   Model* model_;

@@ -34,6 +34,7 @@ absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::Samp
   s.ignore_eos = p.ignore_eos();
   s.skip_special_tokens = p.skip_special_tokens();
   s.no_stop_trim = p.no_stop_trim();
+  s.top_logprobs_num = p.top_logprobs_num();
   if (absl::Status st = engine::ValidateSamplingParams(s, vocab_size); !st.ok()) return st;
   return s;
 }
@@ -79,8 +80,16 @@ proto::PhaseTimings PhaseTimingsToProto(const LegTimings& t) {
 void AppendOutput(const engine::RequestOutput& out, bool return_logprob,
                   proto::DecodeEvent* event) {
   event->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
-  if (return_logprob)
+  if (return_logprob) {
     event->mutable_token_logprobs()->Add(out.logprobs.begin(), out.logprobs.end());
+    for (const std::vector<engine::TokenLogprob>& position : out.top_logprobs) {
+      proto::TopLogprobs* top = event->add_top_logprobs();
+      for (const engine::TokenLogprob& t : position) {
+        top->add_token_ids(t.token);
+        top->add_logprobs(t.logprob);
+      }
+    }
+  }
   event->mutable_text()->append(out.text);
   event->set_prompt_tokens(static_cast<int32_t>(out.prompt_tokens));
   event->set_completion_tokens(static_cast<int32_t>(out.completion_tokens));

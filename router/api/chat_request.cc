@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "engine/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
@@ -111,11 +112,11 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     ASSIGN_OR_RETURN(request.return_logprob, ToBool(*v, "logprobs"));
   }
   if (const Json* v = Find(body, "top_logprobs"); v != nullptr) {
-    ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, "top_logprobs", 0, 20));
-    if (n != 0) {
-      return absl::InvalidArgumentError(
-          "top_logprobs > 0 is not supported: only the chosen tokens' logprobs are returned");
+    ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, "top_logprobs", 0, engine::kMaxTopLogprobs));
+    if (n > 0 && !request.return_logprob) {
+      return absl::InvalidArgumentError("top_logprobs requires logprobs: true");
     }
+    request.top_logprobs = static_cast<int>(n);
   }
   if (const Json* v = Find(body, "tools"); v != nullptr && IsSet(*v)) {
     return absl::InvalidArgumentError("tools is not supported: this server does not call tools");

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "engine/sampler.h"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
 #include "router/api/sampling_params.h"
@@ -130,11 +131,9 @@ absl::StatusOr<RoutedRequest> ParseGenerateJson(const Json& body, const ApiConte
     ASSIGN_OR_RETURN(request.return_logprob, api_internal::ToBool(*v, "return_logprob"));
   }
   if (const Json* v = Find(body, "top_logprobs_num"); v != nullptr) {
-    ASSIGN_OR_RETURN(const int64_t n, api_internal::ToInt(*v, "top_logprobs_num", 0, kInt32Max));
-    if (n != 0) {
-      return absl::InvalidArgumentError(
-          "top_logprobs_num > 0 is not supported: only the chosen tokens' logprobs are returned");
-    }
+    ASSIGN_OR_RETURN(const int64_t n,
+                     api_internal::ToInt(*v, "top_logprobs_num", 0, engine::kMaxTopLogprobs));
+    if (request.return_logprob) request.top_logprobs = static_cast<int>(n);
   }
   // Input-token logprobs are never returned, so where they would start does not matter; the
   // type is still checked.
@@ -160,11 +159,8 @@ absl::StatusOr<RoutedRequest> ParseCompletionsJson(const Json& body, const ApiCo
   }
   if (const Json* v = Find(body, "logprobs"); v != nullptr) {
     ASSIGN_OR_RETURN(const int64_t n, api_internal::ToInt(*v, "logprobs", 0, 5));
-    if (n > 1) {
-      return absl::InvalidArgumentError(
-          "logprobs > 1 is not supported: only the chosen tokens' logprobs are returned");
-    }
     request.return_logprob = true;
+    request.top_logprobs = static_cast<int>(n);
   }
   if (const Json* v = Find(body, "echo"); v != nullptr) {
     ASSIGN_OR_RETURN(request.echo, api_internal::ToBool(*v, "echo"));

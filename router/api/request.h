@@ -10,10 +10,13 @@
 // - One prompt per request: batched /generate (`text` as an array of strings, `input_ids` as an
 //   array of arrays, `rid` as a list) and several OpenAI prompts are a 400 ("batched requests
 //   are not supported; send one prompt per request"). A one-element batch is accepted.
-// - OpenAI `n` and `best_of` must be 1; completions `echo: true`, `suffix`, completions
-//   `logprobs` > 1 and chat `top_logprobs` > 0 (alternatives per position) are 400s: the workers
-//   return only the chosen token's logprob. Completions `logprobs: 0|1` and chat
-//   `logprobs: true` set return_logprob (the response's top_logprobs is null / empty).
+// - OpenAI `n` and `best_of` must be 1; completions `echo: true` and `suffix` are 400s.
+// - Logprobs: completions `logprobs: N` (0..5) sets return_logprob and asks for N alternatives
+//   per position (0: top_logprobs null); chat `logprobs: true` sets return_logprob and
+//   `top_logprobs: N` (0..20) asks for N alternatives, a 400 without `logprobs: true` (as
+//   OpenAI); /generate `top_logprobs_num` (0..20) counts only with return_logprob (as SGLang).
+//   The alternatives are the most likely tokens of the distribution the chosen token's logprob
+//   comes from (engine/sampler.h), sent to the workers as sampling.top_logprobs_num.
 // - max_new_tokens when the client gives none: /generate and chat use
 //   ApiContext::default_max_new_tokens (SGLang's 128), completions OpenAI's 16. Chat takes
 //   max_completion_tokens over the deprecated max_tokens when both are present.
@@ -60,7 +63,7 @@ struct RoutedRequest {
                                    // true unless the client said otherwise
   bool stream = false;
   bool return_logprob = false;  // /generate return_logprob, OpenAI logprobs
-  int top_logprobs = 0;         // accepted only as 0 (not supported: clear 400 otherwise)
+  int top_logprobs = 0;         // alternatives per position (= sampling.top_logprobs_num)
   bool include_usage = false;   // stream_options.include_usage
   bool echo = false;            // completions echo (rejected with 400 when true)
   int64_t created = 0;          // unix seconds, for OpenAI objects

@@ -130,6 +130,8 @@ absl::Status ReadOpenAiCommon(const Json& body, RoutedRequest* request) {
 
 absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
                           bool add_special_tokens, RoutedRequest* request) {
+  if (!request->return_logprob) request->top_logprobs = 0;
+  request->sampling.set_top_logprobs_num(request->top_logprobs);
   if (request->input_ids.empty() && !request->prompt_text.empty()) {
     if (ctx.tokenizer == nullptr) {
       return absl::FailedPreconditionError(

@@ -38,6 +38,7 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       model_(request.model),
       created_(request.created),
       return_logprob_(request.return_logprob),
+      return_top_(request.return_logprob && request.top_logprobs > 0),
       include_usage_(request.include_usage),
       routed_prompt_tokens_(static_cast<int64_t>(request.input_ids.size())),
       tokenizer_(tokenizer),
@@ -56,6 +57,10 @@ void ResponseShaper::Append(const proto::DecodeEvent& event) {
   text_ += event.text();
   output_ids_.insert(output_ids_.end(), event.token_ids().begin(), event.token_ids().end());
   logprobs_.insert(logprobs_.end(), event.token_logprobs().begin(), event.token_logprobs().end());
+  if (return_top_) {
+    top_logprobs_.insert(top_logprobs_.end(), event.top_logprobs().begin(),
+                         event.top_logprobs().end());
+  }
   if (event.finished()) {
     finished_ = true;
     final_ = event;
@@ -94,6 +99,10 @@ std::string ResponseShaper::GenerateObject(double e2e_latency_s) const {
   if (return_logprob_) {
     absl::StrAppend(&out, ",\"output_token_logprobs\":",
                     Dump(api_internal::SglangTokenLogprobs(output_ids_, logprobs_)));
+    if (return_top_) {
+      absl::StrAppend(
+          &out, ",\"output_top_logprobs\":", Dump(api_internal::SglangTopLogprobs(top_logprobs_)));
+    }
   }
   absl::StrAppend(&out, ",\"prompt_tokens\":", PromptTokens(), "},\"output_ids\":[");
   for (size_t i = 0; i < output_ids_.size(); ++i) {
@@ -156,9 +165,15 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
     const std::vector<float> lps(
         logprobs_.begin() + static_cast<ptrdiff_t>(std::min(first_new_token, logprobs_.size())),
         logprobs_.end());
+    api_internal::TopLogprobList top;
+    if (return_top_ && first_new_token < top_logprobs_.size()) {
+      top.assign(top_logprobs_.begin() + static_cast<ptrdiff_t>(first_new_token),
+                 top_logprobs_.end());
+    }
+    const api_internal::TopLogprobList* top_or_null = return_top_ ? &top : nullptr;
     const int64_t base = static_cast<int64_t>(text_.size() - event.text().size());
-    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, ids, lps)
-                    : api_internal::CompletionLogprobs(tokenizer_, ids, lps, base);
+    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, ids, lps, top_or_null)
+                    : api_internal::CompletionLogprobs(tokenizer_, ids, lps, top_or_null, base);
   }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] =
@@ -225,8 +240,9 @@ std::string ResponseShaper::OpenAiBody() const {
   }
   Json logprobs = nullptr;
   if (return_logprob_) {
-    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, output_ids_, logprobs_)
-                    : api_internal::CompletionLogprobs(tokenizer_, output_ids_, logprobs_, 0);
+    const api_internal::TopLogprobList* top = return_top_ ? &top_logprobs_ : nullptr;
+    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, output_ids_, logprobs_, top)
+                    : api_internal::CompletionLogprobs(tokenizer_, output_ids_, logprobs_, top, 0);
   }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = api_internal::OpenAiFinishReason(final_.finish_reason());

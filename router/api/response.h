@@ -81,6 +81,7 @@ class ResponseShaper {
   const std::string model_;
   const int64_t created_;
   const bool return_logprob_;
+  const bool return_top_;  // alternatives per position were asked for (top_logprobs > 0)
   const bool include_usage_;
   const int64_t routed_prompt_tokens_;  // until the worker reports its own count
   const engine::Tokenizer* const tokenizer_;
@@ -94,6 +95,7 @@ class ResponseShaper {
   std::string text_;
   std::vector<int32_t> output_ids_;
   std::vector<float> logprobs_;
+  std::vector<proto::TopLogprobs> top_logprobs_;  // with return_top_
   bool finished_ = false;     // a final event arrived, or the stream ended with an error
   bool sent_role_ = false;    // chat stream: the first chunk carries the assistant role
   proto::DecodeEvent final_;  // the final event (counters, finish reason)

@@ -11,6 +11,27 @@ Json LogprobAt(const std::vector<float>& logprobs, size_t i) {
   return logprobs[i];
 }
 
+// A token's raw bytes as OpenAI's "bytes" array (empty without a tokenizer).
+Json TokenBytes(const engine::Tokenizer* tokenizer, int32_t id) {
+  Json bytes = Json::array();
+  const std::string raw =
+      tokenizer != nullptr ? tokenizer->TokenBytes(id, /*skip_special_tokens=*/false) : "";
+  for (const char c : raw) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
+}
+
+// Position i's alternatives; none when the worker sent fewer positions than ids.
+const proto::TopLogprobs& TopAt(const TopLogprobList& top, size_t i) {
+  static const proto::TopLogprobs* const kNone = new proto::TopLogprobs();
+  return i < top.size() ? top[i] : *kNone;
+}
+
+// Alternative j of `position`: a logprob missing from a short worker message is null.
+Json AlternativeLogprob(const proto::TopLogprobs& position, int j) {
+  if (j >= position.logprobs_size()) return nullptr;
+  return position.logprobs(j);
+}
+
 }  // namespace
 
 std::string Dump(const Json& value) {
@@ -68,36 +89,54 @@ std::string TokenText(const engine::Tokenizer* tokenizer, int32_t id) {
 }
 
 Json CompletionLogprobs(const engine::Tokenizer* tokenizer, const std::vector<int32_t>& ids,
-                        const std::vector<float>& logprobs, int64_t text_offset_base) {
+                        const std::vector<float>& logprobs, const TopLogprobList* top,
+                        int64_t text_offset_base) {
   Json tokens = Json::array();
   Json token_logprobs = Json::array();
+  Json top_logprobs = top != nullptr ? Json::array() : Json(nullptr);
   Json text_offset = Json::array();
   int64_t offset = text_offset_base;
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string text = TokenText(tokenizer, ids[i]);
     text_offset.push_back(offset);
     offset += static_cast<int64_t>(text.size());
+    if (top != nullptr) {
+      Json alternatives = Json::object();
+      const proto::TopLogprobs& position = TopAt(*top, i);
+      for (int j = 0; j < position.token_ids_size(); ++j) {
+        alternatives.emplace(TokenText(tokenizer, position.token_ids(j)),
+                             AlternativeLogprob(position, j));
+      }
+      alternatives.emplace(text, LogprobAt(logprobs, i));  // kept if already there
+      top_logprobs.push_back(std::move(alternatives));
+    }
     tokens.push_back(std::move(text));
     token_logprobs.push_back(LogprobAt(logprobs, i));
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_logprobs)},
-          {"top_logprobs", nullptr},
+          {"top_logprobs", std::move(top_logprobs)},
           {"text_offset", std::move(text_offset)}};
 }
 
 Json ChatLogprobs(const engine::Tokenizer* tokenizer, const std::vector<int32_t>& ids,
-                  const std::vector<float>& logprobs) {
+                  const std::vector<float>& logprobs, const TopLogprobList* top) {
   Json content = Json::array();
   for (size_t i = 0; i < ids.size(); ++i) {
-    Json bytes = Json::array();
-    const std::string raw =
-        tokenizer != nullptr ? tokenizer->TokenBytes(ids[i], /*skip_special_tokens=*/false) : "";
-    for (const char c : raw) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+    Json alternatives = Json::array();
+    if (top != nullptr) {
+      const proto::TopLogprobs& position = TopAt(*top, i);
+      for (int j = 0; j < position.token_ids_size(); ++j) {
+        const int32_t id = position.token_ids(j);
+        alternatives.push_back({{"token", TokenText(tokenizer, id)},
+                                {"logprob", AlternativeLogprob(position, j)},
+                                {"bytes", TokenBytes(tokenizer, id)}});
+      }
+    }
     content.push_back({{"token", TokenText(tokenizer, ids[i])},
                        {"logprob", LogprobAt(logprobs, i)},
-                       {"bytes", std::move(bytes)},
-                       {"top_logprobs", Json::array()}});
+                       {"bytes", TokenBytes(tokenizer, ids[i])},
+                       {"top_logprobs", std::move(alternatives)}});
   }
   return {{"content", std::move(content)}};
 }
@@ -106,6 +145,19 @@ Json SglangTokenLogprobs(const std::vector<int32_t>& ids, const std::vector<floa
   Json out = Json::array();
   for (size_t i = 0; i < ids.size(); ++i) {
     out.push_back(Json::array({LogprobAt(logprobs, i), ids[i], nullptr}));
+  }
+  return out;
+}
+
+Json SglangTopLogprobs(const TopLogprobList& top) {
+  Json out = Json::array();
+  for (const proto::TopLogprobs& position : top) {
+    Json alternatives = Json::array();
+    for (int j = 0; j < position.token_ids_size(); ++j) {
+      alternatives.push_back(
+          Json::array({AlternativeLogprob(position, j), position.token_ids(j), nullptr}));
+    }
+    out.push_back(std::move(alternatives));
   }
   return out;
 }

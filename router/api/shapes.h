@@ -40,15 +40,25 @@ Json Usage(const UsageCounts& counts);
 // A token's text for logprobs: its decoded text with `tokenizer`, else "token_id:<id>".
 std::string TokenText(const engine::Tokenizer* tokenizer, int32_t id);
 
-// Completions: {"tokens":[...],"token_logprobs":[...],"top_logprobs":null,"text_offset":[...]};
-// offsets count bytes from `text_offset_base` (the completion text already sent).
+// The alternatives of each position, in step with the ids (a position the worker sent none for
+// has none); null when the client asked for none.
+using TopLogprobList = std::vector<proto::TopLogprobs>;
+
+// Completions: {"tokens":[...],"token_logprobs":[...],"top_logprobs":...,"text_offset":[...]};
+// offsets count bytes from `text_offset_base` (the completion text already sent). top_logprobs
+// is null without `top`, else one {"<token text>": logprob, ...} object per position holding the
+// alternatives and, as OpenAI does, the chosen token.
 Json CompletionLogprobs(const engine::Tokenizer* tokenizer, const std::vector<int32_t>& ids,
-                        const std::vector<float>& logprobs, int64_t text_offset_base);
-// Chat: {"content":[{"token","logprob","bytes":[...],"top_logprobs":[]}, ...]}.
+                        const std::vector<float>& logprobs, const TopLogprobList* top,
+                        int64_t text_offset_base);
+// Chat: {"content":[{"token","logprob","bytes":[...],"top_logprobs":[...]}, ...]}; each
+// top_logprobs entry is {"token","logprob","bytes"}, empty without `top`.
 Json ChatLogprobs(const engine::Tokenizer* tokenizer, const std::vector<int32_t>& ids,
-                  const std::vector<float>& logprobs);
+                  const std::vector<float>& logprobs, const TopLogprobList* top);
 // SGLang /generate: [[logprob, token_id, null], ...].
 Json SglangTokenLogprobs(const std::vector<int32_t>& ids, const std::vector<float>& logprobs);
+// SGLang /generate output_top_logprobs: per position [[logprob, token_id, null], ...].
+Json SglangTopLogprobs(const TopLogprobList& top);
 
 }  // namespace tandem::router::api_internal
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -51,6 +52,8 @@ proto::SamplingParams Greedy(int max_new) {
 struct DecodeResult {
   grpc::Status status;
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;          // with return_logprob
+  std::vector<proto::TopLogprobs> top;  // with sampling_params.top_logprobs_num
   proto::DecodeEvent last;
 };
 
@@ -62,6 +65,8 @@ DecodeResult Decode(proto::Worker::Stub* stub, const proto::DecodeRequest& reque
   proto::DecodeEvent e;
   while (reader->Read(&e)) {
     r.tokens.insert(r.tokens.end(), e.token_ids().begin(), e.token_ids().end());
+    r.logprobs.insert(r.logprobs.end(), e.token_logprobs().begin(), e.token_logprobs().end());
+    r.top.insert(r.top.end(), e.top_logprobs().begin(), e.top_logprobs().end());
     r.last = e;
   }
   r.status = reader->Finish();
@@ -76,13 +81,16 @@ grpc::Status Prefill(proto::Worker::Stub* stub, const proto::PrefillRequest& req
 }
 
 // One disaggregated request: both legs at once, as the router sends them.
+// `top_logprobs` > 0: with return_logprob and that many alternatives per position.
 DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_t>& prompt,
-                   int max_new, grpc::Status* prefill_status = nullptr) {
+                   int max_new, grpc::Status* prefill_status = nullptr, int top_logprobs = 0) {
   proto::PrefillRequest pr;
   pr.set_rid(absl::StrCat("r", room));
   pr.set_bootstrap_room(room);
   pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
   *pr.mutable_sampling_params() = Greedy(max_new);
+  pr.set_return_logprob(top_logprobs > 0);
+  pr.mutable_sampling_params()->set_top_logprobs_num(top_logprobs);
   proto::PrefillResponse presp;
   grpc::Status pst;
   std::thread prefill([&] { pst = Prefill(p->stub.get(), pr, &presp); });
@@ -93,6 +101,8 @@ DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_
   dr.set_bootstrap_port(p->bootstrap_port);
   dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
   *dr.mutable_sampling_params() = Greedy(max_new);
+  dr.set_return_logprob(top_logprobs > 0);
+  dr.mutable_sampling_params()->set_top_logprobs_num(top_logprobs);
   dr.set_stream(true);
   DecodeResult r = Decode(d->stub.get(), dr);
   prefill.join();
@@ -238,6 +248,49 @@ INSTANTIATE_TEST_SUITE_P(OneAndTwoPairs, PdClusterPairsTest, ::testing::Values(1
                          [](const auto& info) {
                            return std::to_string(info.param) + "x" + std::to_string(info.param);
                          });
+
+// Top logprobs cross the handoff: the first token's alternatives come from the prefill worker
+// (in its completion notice), the rest from the decode worker, and all of them are those the
+// colocated worker reports for the same greedy request.
+TEST(PdClusterTest, TopLogprobsMatchTheColocatedWorker) {
+  auto colocated = Start("colocated");
+  auto prefill = Start("prefill");
+  auto decode = Start("decode");
+  constexpr int kTop = 5;
+  constexpr int kNew = 8;
+  const std::vector<int32_t> prompt = Prompts(3)[2];
+  DecodeResult pd = RunPd(prefill.get(), decode.get(), 9100, prompt, kNew, nullptr, kTop);
+  proto::DecodeRequest dr;
+  dr.set_rid("c-top");
+  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
+  *dr.mutable_sampling_params() = Greedy(kNew);
+  dr.set_return_logprob(true);
+  dr.mutable_sampling_params()->set_top_logprobs_num(kTop);
+  dr.set_stream(true);
+  DecodeResult ref = Decode(colocated->stub.get(), dr);
+  ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
+  ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
+  ASSERT_EQ(pd.tokens.size(), static_cast<size_t>(kNew));
+  EXPECT_EQ(pd.tokens, ref.tokens);
+  ASSERT_EQ(pd.logprobs.size(), pd.tokens.size());
+  ASSERT_EQ(pd.top.size(), pd.tokens.size());
+  ASSERT_EQ(ref.top.size(), ref.tokens.size());
+  for (size_t i = 0; i < pd.tokens.size(); ++i) {
+    ASSERT_EQ(pd.top[i].token_ids_size(), kTop) << i;
+    ASSERT_EQ(pd.top[i].logprobs_size(), kTop) << i;
+    // Greedy: the chosen token is the most likely one, with its own logprob.
+    EXPECT_EQ(pd.top[i].token_ids(0), pd.tokens[i]) << i;
+    EXPECT_EQ(pd.top[i].logprobs(0), pd.logprobs[i]) << i;
+    EXPECT_THAT(pd.top[i].token_ids(), ::testing::ElementsAreArray(ref.top[i].token_ids())) << i;
+    for (int j = 0; j < kTop; ++j) {
+      // The same kernels on both sides; 1e-4 allows for a different reduction split only.
+      EXPECT_NEAR(pd.top[i].logprobs(j), ref.top[i].logprobs(j), 1e-4) << i << "/" << j;
+      if (j > 0) EXPECT_LE(pd.top[i].logprobs(j), pd.top[i].logprobs(j - 1)) << i << "/" << j;
+    }
+  }
+  ExpectAllBlocksReturn(prefill.get());
+  ExpectAllBlocksReturn(decode.get());
+}
 
 // A prefill leg the router cancels (its client went away, or the pair was given up) aborts the
 // room at once instead of waiting for the decode worker until --bootstrap-timeout.

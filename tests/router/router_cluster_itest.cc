@@ -245,6 +245,46 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tandem-tiny-fortunes") << models.body;
 }
 
+// OpenAI top_logprobs through a PD pair: every position has the alternatives asked for, the
+// greedy choice first with its own logprob, and streaming gives the same positions.
+TEST_F(RouterClusterTest, ChatTopLogprobsThroughAPair) {
+  auto pd = Pd();
+  json chat = {{"model", "tandem-tiny-fortunes"},
+               {"messages", {{{"role", "user"}, {"content", "Tell me a fortune"}}}},
+               {"max_tokens", 6},
+               {"temperature", 0},
+               {"ignore_eos", true},
+               {"logprobs", true},
+               {"top_logprobs", 3}};
+  ClientResponse whole = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json content = json::parse(whole.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 6u) << whole.body;
+  for (const json& position : content) {
+    ASSERT_EQ(position["top_logprobs"].size(), 3u) << position.dump();
+    EXPECT_EQ(position["top_logprobs"][0]["token"], position["token"]) << position.dump();
+    EXPECT_EQ(position["top_logprobs"][0]["logprob"], position["logprob"]) << position.dump();
+    EXPECT_GE(position["top_logprobs"][0]["logprob"].get<double>(),
+              position["top_logprobs"][2]["logprob"].get<double>());
+  }
+  chat["stream"] = true;
+  ClientResponse streamed = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  json positions = json::array();
+  for (const json& e : SseEvents(streamed.body, &done)) {
+    if (e["choices"].empty() || e["choices"][0]["logprobs"].is_null()) continue;
+    for (const json& p : e["choices"][0]["logprobs"]["content"]) positions.push_back(p);
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(positions, content);
+  // Alternatives without logprobs: the client's mistake, named.
+  chat["logprobs"] = false;
+  ClientResponse bad = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("top_logprobs requires logprobs: true"), std::string::npos) << bad.body;
+}
+
 TEST_F(RouterClusterTest, BadBodyIs400NamingTheFieldWhileOthersRun) {
   auto plain = Plain();
   json long_body = GenerateBody(40, true);

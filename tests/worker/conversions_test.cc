@@ -2,6 +2,7 @@
 // finish reason shape, defaults for unset fields, and bad values named in INVALID_ARGUMENT.
 #include "worker/conversions.h"
 
+#include "gmock/gmock.h"
 #include "grpcpp/support/status.h"
 #include "gtest/gtest.h"
 
@@ -185,6 +186,32 @@ TEST(AppendOutputTest, LogprobsOnlyWhenAsked) {
   AppendOutput(Output({1}, {-0.5f}, "x"), /*return_logprob=*/false, &event);
   EXPECT_EQ(event.token_ids_size(), 1);
   EXPECT_EQ(event.token_logprobs_size(), 0);
+}
+
+TEST(AppendOutputTest, TopLogprobsOnePerToken) {
+  engine::RequestOutput o = Output({4, 5}, {-0.5f, -0.75f}, "ab");
+  o.top_logprobs = {{{4, -0.5f}, {9, -1.0f}}, {{2, -0.25f}, {5, -0.75f}}};
+  proto::DecodeEvent event;
+  AppendOutput(o, /*return_logprob=*/true, &event);
+  ASSERT_EQ(event.top_logprobs_size(), 2);
+  EXPECT_THAT(event.top_logprobs(0).token_ids(), ::testing::ElementsAre(4, 9));
+  EXPECT_THAT(event.top_logprobs(0).logprobs(), ::testing::ElementsAre(-0.5f, -1.0f));
+  EXPECT_THAT(event.top_logprobs(1).token_ids(), ::testing::ElementsAre(2, 5));
+  EXPECT_THAT(event.top_logprobs(1).logprobs(), ::testing::ElementsAre(-0.25f, -0.75f));
+  proto::DecodeEvent without;
+  AppendOutput(o, /*return_logprob=*/false, &without);
+  EXPECT_EQ(without.top_logprobs_size(), 0);
+}
+
+TEST(SamplingParamsFromProtoTest, TopLogprobsNumIsCarriedAndValidated) {
+  proto::SamplingParams p;
+  p.set_top_logprobs_num(7);
+  auto s = SamplingParamsFromProto(p, 1000);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->top_logprobs_num, 7);
+  p.set_top_logprobs_num(21);
+  EXPECT_EQ(SamplingParamsFromProto(p, 1000).status().message(),
+            "sampling_params.top_logprobs_num must be in [0, 20], got 21");
 }
 
 TEST(AppendOutputTest, ALastOutputWithoutFinishIsAnAbortNotUnspecified) {

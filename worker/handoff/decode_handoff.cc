@@ -239,10 +239,22 @@ void DecodeHandoff::OnNotification(const std::string& from, const std::string& m
     engine_->Abort(rid, c.error());
     return;
   }
-  engine_->CompleteTransfer(rid, c.first_token_id(), c.first_token_logprob(),
-                            [this, rid](absl::Status s) {
-                              if (!s.ok()) engine_->Abort(rid, std::string(s.message()));
-                            });
+  if (c.first_token_top_ids_size() != c.first_token_top_logprobs_size()) {
+    engine_->Abort(
+        rid, absl::StrCat("the prefill worker's completion notice for room ", c.bootstrap_room(),
+                          " has ", c.first_token_top_ids_size(), " top-logprob ids but ",
+                          c.first_token_top_logprobs_size(), " logprobs"));
+    return;
+  }
+  engine::SampleResult first;
+  first.token = c.first_token_id();
+  first.logprob = c.first_token_logprob();
+  for (int i = 0; i < c.first_token_top_ids_size(); ++i) {
+    first.top.push_back({c.first_token_top_ids(i), c.first_token_top_logprobs(i)});
+  }
+  engine_->CompleteTransfer(rid, std::move(first), [this, rid](absl::Status s) {
+    if (!s.ok()) engine_->Abort(rid, std::string(s.message()));
+  });
 }
 
 void DecodeHandoff::ReadPeers() {

@@ -32,6 +32,7 @@ struct PrefillHandoff::Leg {
   int pending = 0;
   int32_t first_token = -1;
   float logprob = 0;
+  std::vector<engine::TokenLogprob> top;  // the first token's alternatives, when asked for
   int64_t cached = 0;
   engine::RequestTimings timings;
   Clock::time_point t_start = Clock::now();
@@ -242,6 +243,7 @@ void PrefillHandoff::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Req
       leg->prefill_done = true;
       leg->first_token = out.token_ids[0];
       leg->logprob = out.logprobs.empty() ? 0.0f : out.logprobs[0];
+      if (!out.top_logprobs.empty()) leg->top = out.top_logprobs[0];
       leg->cached = out.cached_tokens;
       leg->timings = out.timings;
     }
@@ -269,6 +271,10 @@ void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
     c->set_ok(true);
     c->set_first_token_id(leg->first_token);
     c->set_first_token_logprob(leg->logprob);
+    for (const engine::TokenLogprob& t : leg->top) {
+      c->add_first_token_top_ids(t.token);
+      c->add_first_token_top_logprobs(t.logprob);
+    }
     c->set_cached_tokens(static_cast<int32_t>(leg->cached));
     c->set_prefill_compute_s(leg->timings.prefill);
     if (leg->t_first_write != Clock::time_point()) {

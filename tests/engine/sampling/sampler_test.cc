@@ -216,6 +216,72 @@ TEST(SamplerTest, LogprobIsAfterPenalties) {
   EXPECT_NEAR(r->logprob, LogSoftmax({0.5f, 1.0f, -1.0f}, 1), 1e-5);
 }
 
+TEST(SamplerTest, TopLogprobsAreTheMostLikelyTokensOfTheLogprobDistribution) {
+  std::vector<float> row(5000);
+  for (size_t i = 0; i < row.size(); ++i)
+    row[i] = 4.0f * std::sin(0.013f * static_cast<float>(i * i));
+  row[17] = row[4000] = 9.5f;  // a tie at the top: the lower id first
+  // The reference: every token sorted by logit (descending), ties by id.
+  std::vector<int32_t> order(row.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+  for (float temperature : {0.0f, 1.3f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = 3;  // truncation and temperature do not change the reported distribution
+    p.seed = 11;
+    p.top_logprobs_num = kMaxTopLogprobs;
+    Sampler s = Make(p, static_cast<int32_t>(row.size()));
+    for (int step = 0; step < 5; ++step) {
+      auto r = s.Sample(row);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->top.size(), static_cast<size_t>(kMaxTopLogprobs));
+      EXPECT_EQ(r->top[0].token, 17);
+      EXPECT_EQ(r->top[1].token, 4000);
+      for (size_t j = 0; j < r->top.size(); ++j) {
+        EXPECT_EQ(r->top[j].token, order[j]) << j;
+        EXPECT_NEAR(r->top[j].logprob, LogSoftmax(row, r->top[j].token), 1e-4) << j;
+      }
+      // The chosen token is among the top 3 (top_k), with the very same logprob there.
+      const auto chosen = std::find_if(r->top.begin(), r->top.end(),
+                                       [&](const TokenLogprob& t) { return t.token == r->token; });
+      ASSERT_NE(chosen, r->top.end());
+      EXPECT_LT(chosen - r->top.begin(), 3);
+      EXPECT_EQ(chosen->logprob, r->logprob);
+    }
+  }
+}
+
+TEST(SamplerTest, TopLogprobsFollowPenaltiesAndStopAtTheVocabulary) {
+  SamplingParams p = Greedy();
+  p.frequency_penalty = 2.0f;
+  p.top_logprobs_num = 5;
+  Sampler s = Make(p, 3);
+  s.Observe(0);
+  auto r = s.Sample(std::vector<float>{3.0f, 1.5f, -1.0f});  // token 0 penalised to 1.0
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->top.size(), 3u);  // only three tokens exist
+  EXPECT_EQ(r->top[0], (TokenLogprob{1, r->logprob}));
+  EXPECT_EQ(r->top[1].token, 0);
+  EXPECT_EQ(r->top[2].token, 2);
+  EXPECT_NEAR(r->top[1].logprob, LogSoftmax({1.0f, 1.5f, -1.0f}, 0), 1e-5);
+  // None asked for, none computed.
+  Sampler plain = Make(Greedy(), 3);
+  auto none = plain.Sample(std::vector<float>{3.0f, 1.5f, -1.0f});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->top.empty());
+}
+
+TEST(SamplerTest, TopLogprobsNumIsValidated) {
+  SamplingParams p;
+  p.top_logprobs_num = kMaxTopLogprobs + 1;
+  EXPECT_EQ(ValidateSamplingParams(p, 100).message(),
+            "sampling_params.top_logprobs_num must be in [0, 20], got 21");
+  p.top_logprobs_num = -1;
+  EXPECT_FALSE(ValidateSamplingParams(p, 100).ok());
+}
+
 std::map<int32_t, int> Histogram(SamplingParams p, const std::vector<float>& logits, int n) {
   Sampler s = Make(p, static_cast<int32_t>(logits.size()));
   std::map<int32_t, int> h;

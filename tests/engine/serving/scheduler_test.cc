@@ -199,7 +199,14 @@ TEST(SchedulerTest, ReserveThenAdmitWithKvFromAnotherInstanceMatchesColocated) {
     ASSERT_TRUE(p.last && p.kv_held) << rid;
     ASSERT_EQ(p.tokens.size(), 1u);
     EXPECT_EQ(copied_upto[rid], static_cast<int64_t>(cases[i].prompt.size()));
-    ASSERT_TRUE(decode->CompleteTransfer(rid, p.tokens[0], p.logprobs[0]).ok());
+    if (i == 0) {
+      // A first token whose alternatives name no token is refused without changing anything.
+      const absl::Status bad =
+          decode->CompleteTransfer(rid, {p.tokens[0], p.logprobs[0], {{-1, -0.5f}}});
+      EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+      EXPECT_EQ(decode->Load().awaiting_kv, static_cast<int>(cases.size()));
+    }
+    ASSERT_TRUE(decode->CompleteTransfer(rid, {p.tokens[0], p.logprobs[0], {}}).ok());
     ASSERT_TRUE(prefill->ReleaseHeld(rid).ok());
   }
   RunToIdle(decode.get());

@@ -166,8 +166,8 @@ TEST(ParseGenerateTest, UnsupportedTopLevelFieldsAreNamed) {
             "image_data is not supported by this server");
   EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","lora_path":"adapter"})", ctx)),
             "lora_path is not supported by this server");
-  EXPECT_THAT(ErrorOf(ParseGenerate(R"({"text":"x","top_logprobs_num":2})", ctx)),
-              HasSubstr("top_logprobs_num > 0 is not supported"));
+  EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","top_logprobs_num":21})", ctx)),
+            "top_logprobs_num must be an integer in [0, 20], got 21");
   EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","stream":"yes"})", ctx)),
             "stream must be a boolean, got string");
   EXPECT_EQ(ErrorOf(ParseGenerate(R"({"text":"x","rid":["a","b"]})", ctx)),
@@ -216,6 +216,31 @@ TEST(ParseGenerateTest, TextNeedsATokenizer) {
   ASSERT_TRUE(ids.ok()) << ids.status();  // no vocabulary to check against
 }
 
+TEST(ParseGenerateTest, TopLogprobsNumCountsOnlyWithReturnLogprob) {
+  const ApiContext ctx = Context();
+  auto with = ParseGenerate(R"({"text":"x","return_logprob":true,"top_logprobs_num":3})", ctx);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->top_logprobs, 3);
+  EXPECT_EQ(with->sampling.top_logprobs_num(), 3);
+  // Field order does not matter.
+  auto reversed = ParseGenerate(R"({"text":"x","top_logprobs_num":4,"return_logprob":true})", ctx);
+  ASSERT_TRUE(reversed.ok()) << reversed.status();
+  EXPECT_EQ(reversed->sampling.top_logprobs_num(), 4);
+  // As SGLang: without return_logprob nothing is returned, so nothing is asked of the workers.
+  auto without = ParseGenerate(R"({"text":"x","top_logprobs_num":3})", ctx);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->top_logprobs, 0);
+  EXPECT_EQ(without->sampling.top_logprobs_num(), 0);
+}
+
+TEST(ParseCompletionsTest, LogprobsCountAsksForAlternatives) {
+  auto parsed = ParseCompletions(R"({"prompt":"a","logprobs":3})", Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->return_logprob);
+  EXPECT_EQ(parsed->top_logprobs, 3);
+  EXPECT_EQ(parsed->sampling.top_logprobs_num(), 3);
+}
+
 TEST(ParseCompletionsTest, OpenAiFieldsMap) {
   const auto parsed = ParseCompletions(R"({"model":"tandem-tiny","prompt":"Once upon",
       "max_tokens":20,"temperature":0,"top_p":0.5,"n":1,"stop":"\n","stream":true,
@@ -238,7 +263,8 @@ TEST(ParseCompletionsTest, OpenAiFieldsMap) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_TRUE(r.return_logprob);
-  EXPECT_EQ(r.top_logprobs, 0);
+  EXPECT_EQ(r.top_logprobs, 1);
+  EXPECT_EQ(r.sampling.top_logprobs_num(), 1);
   EXPECT_EQ(r.sampling.seed(), 42u);
   EXPECT_EQ(r.sampling.top_k(), 5);
   EXPECT_TRUE(r.sampling.ignore_eos());
@@ -285,8 +311,8 @@ TEST(ParseCompletionsTest, Errors) {
             "n must be 1: one completion per request is supported, got 3");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","echo":true})", ctx)),
             "echo is not supported");
-  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":3})", ctx)),
-              HasSubstr("logprobs > 1 is not supported"));
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":6})", ctx)),
+            "logprobs must be an integer in [0, 5], got 6");
   EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":true})", ctx)),
               HasSubstr("logprobs must be an integer, got boolean"));
   EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","max_tokens":-5})", ctx)),
@@ -366,8 +392,11 @@ TEST(ParseChatCompletionsTest, Errors) {
   EXPECT_EQ(error(R"({"messages":[1]})"), "messages[0] must be an object, got integer");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]})"),
             "tools is not supported: this server does not call tools");
-  EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":3})"),
-              HasSubstr("top_logprobs > 0 is not supported"));
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":3})"),
+            "top_logprobs requires logprobs: true");
+  EXPECT_EQ(
+      error(R"({"messages":[{"role":"user","content":"a"}],"logprobs":false,"top_logprobs":3})"),
+      "top_logprobs requires logprobs: true");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"logprobs":1})"),
             "logprobs must be a boolean, got integer");
   EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],

@@ -80,6 +80,74 @@ TEST(ResponseShaperTest, GenerateBody) {
   EXPECT_EQ(shaper.response_id(), "abc");
 }
 
+// Adds one position's alternatives (id, logprob) to `e`.
+void AddTop(proto::DecodeEvent* e, std::vector<std::pair<int32_t, float>> alternatives) {
+  proto::TopLogprobs* top = e->add_top_logprobs();
+  for (const auto& [id, lp] : alternatives) {
+    top->add_token_ids(id);
+    top->add_logprobs(lp);
+  }
+}
+
+TEST(ResponseShaperTest, GenerateTopLogprobs) {
+  RoutedRequest r = Request(ApiKind::kGenerate);
+  r.return_logprob = true;
+  r.top_logprobs = 2;
+  ResponseShaper shaper(r);
+  proto::DecodeEvent first = Tokens({10}, "Hi", {-0.5f});
+  AddTop(&first, {{10, -0.5f}, {3, -1.5f}});
+  shaper.Accumulate(first);
+  proto::DecodeEvent last = Final({12}, "!", proto::FinishReason::LENGTH, {-2.0f});
+  AddTop(&last, {{7, -0.25f}, {12, -2.0f}});
+  shaper.Accumulate(last);
+  const Json meta = Json::parse(shaper.Body(0))["meta_info"];
+  EXPECT_EQ(meta["output_token_logprobs"], Json::parse("[[-0.5,10,null],[-2.0,12,null]]"));
+  EXPECT_EQ(meta["output_top_logprobs"],
+            Json::parse("[[[-0.5,10,null],[-1.5,3,null]],[[-0.25,7,null],[-2.0,12,null]]]"));
+  // Not asked for: not there, whatever the worker sent.
+  RoutedRequest plain = Request(ApiKind::kGenerate);
+  plain.return_logprob = true;
+  ResponseShaper without(plain);
+  without.Accumulate(last);
+  EXPECT_FALSE(Json::parse(without.Body(0))["meta_info"].contains("output_top_logprobs"));
+}
+
+TEST(ResponseShaperTest, ChatAndCompletionsTopLogprobs) {
+  proto::DecodeEvent last = Final({7, 8}, "xy", proto::FinishReason::STOP, {-0.125f, -3.0f});
+  AddTop(&last, {{7, -0.125f}, {2, -2.5f}});
+  AddTop(&last, {{1, -0.5f}, {2, -1.0f}});  // the chosen token (8) is not among them
+  RoutedRequest chat = Request(ApiKind::kChatCompletions);
+  chat.return_logprob = true;
+  chat.top_logprobs = 2;
+  ResponseShaper chat_shaper(chat);
+  chat_shaper.Accumulate(last);
+  EXPECT_EQ(Json::parse(chat_shaper.Body(0))["choices"][0]["logprobs"], Json::parse(R"({"content":[
+      {"token":"token_id:7","logprob":-0.125,"bytes":[],"top_logprobs":[
+        {"token":"token_id:7","logprob":-0.125,"bytes":[]},
+        {"token":"token_id:2","logprob":-2.5,"bytes":[]}]},
+      {"token":"token_id:8","logprob":-3.0,"bytes":[],"top_logprobs":[
+        {"token":"token_id:1","logprob":-0.5,"bytes":[]},
+        {"token":"token_id:2","logprob":-1.0,"bytes":[]}]}]})"));
+
+  RoutedRequest cmp = Request(ApiKind::kCompletions);
+  cmp.return_logprob = true;
+  cmp.top_logprobs = 2;
+  cmp.stream = true;
+  ResponseShaper cmp_shaper(cmp);
+  proto::DecodeEvent head = Tokens({5}, "a", {-0.75f});
+  AddTop(&head, {{5, -0.75f}, {6, -1.0f}});
+  std::vector<Json> events = SseEvents(cmp_shaper.StreamEvent(head));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["top_logprobs"],
+            Json::parse(R"([{"token_id:5":-0.75,"token_id:6":-1.0}])"));
+  // The next chunk carries only its own positions; the chosen token joins the alternatives.
+  events = SseEvents(cmp_shaper.StreamEvent(last));
+  ASSERT_GE(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["top_logprobs"],
+            Json::parse(R"([{"token_id:7":-0.125,"token_id:2":-2.5},
+                            {"token_id:1":-0.5,"token_id:2":-1.0,"token_id:8":-3.0}])"));
+}
+
 TEST(ResponseShaperTest, GenerateFinishReasons) {
   ResponseShaper length(Request(ApiKind::kGenerate));
   proto::DecodeEvent e = Final({1}, "a", proto::FinishReason::LENGTH);
