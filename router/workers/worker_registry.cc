@@ -384,16 +384,18 @@ void WorkerRegistry::Loop() {
   }
 }
 
+MonoClock::duration WorkerRegistry::HealthInterval() const {
+  return std::chrono::seconds(std::max(1, options_.health_check_interval_secs));
+}
+
 MonoClock::duration WorkerRegistry::RecoveryProbeInterval() const {
-  return std::min<MonoClock::duration>(
-      kRecoveryProbeInterval,
-      std::chrono::seconds(std::max(1, options_.health_check_interval_secs)));
+  return std::min<MonoClock::duration>(kRecoveryProbeInterval, HealthInterval());
 }
 
 MonoClock::time_point WorkerRegistry::RunDue() {
   kick_ = false;
   MonoClock::time_point now = MonoNow();
-  auto health_interval = std::chrono::seconds(std::max(1, options_.health_check_interval_secs));
+  const MonoClock::duration health_interval = HealthInterval();
   if (now >= next_health_) {
     for (auto& [url, worker] : workers_) worker->probe_now_ = true;
     next_health_ = now + health_interval;

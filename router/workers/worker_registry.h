@@ -200,6 +200,8 @@ class WorkerRegistry {
   void Loop();
   // Marks what is due, issues it (dropping mu_ meanwhile), returns when the next round is due.
   MonoClock::time_point RunDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The health-check interval (at least a second).
+  MonoClock::duration HealthInterval() const;
   // How soon an unhealthy worker is probed again: kRecoveryProbeInterval, or the health-check
   // interval when that is shorter.
   MonoClock::duration RecoveryProbeInterval() const;
