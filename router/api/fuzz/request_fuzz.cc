@@ -51,6 +51,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (parsed->input_ids.empty()) std::abort();
+  // Alternatives are asked of the workers only with logprobs, and never more than they serve.
+  const int top = parsed->sampling.top_logprobs_num();
+  if (top < 0 || top > 20 || (top > 0 && !parsed->return_logprob)) std::abort();
   tandem::router::ResponseShaper shaper(*parsed, ctx.tokenizer);
   tandem::proto::DecodeEvent partial;  // a mid-stream event: the per-token path
   partial.add_token_ids(parsed->input_ids.front());
@@ -59,6 +62,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tandem::proto::DecodeEvent event;
   event.add_token_ids(parsed->input_ids.front());
   event.add_token_logprobs(-0.5f);
+  tandem::proto::TopLogprobs* alternatives = event.add_top_logprobs();
+  for (int j = 0; j < top; ++j) {
+    alternatives->add_token_ids(
+        parsed->input_ids[static_cast<size_t>(j) % parsed->input_ids.size()]);
+    alternatives->add_logprobs(-0.5f - static_cast<float>(j));
+  }
   event.set_text("x");
   event.set_finished(true);
   shaper.StreamEvent(event);
