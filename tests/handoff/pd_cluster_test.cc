@@ -285,7 +285,9 @@ TEST(PdClusterTest, TopLogprobsMatchTheColocatedWorker) {
     for (int j = 0; j < kTop; ++j) {
       // The same kernels on both sides; 1e-4 allows for a different reduction split only.
       EXPECT_NEAR(pd.top[i].logprobs(j), ref.top[i].logprobs(j), 1e-4) << i << "/" << j;
-      if (j > 0) EXPECT_LE(pd.top[i].logprobs(j), pd.top[i].logprobs(j - 1)) << i << "/" << j;
+      if (j > 0) {
+        EXPECT_LE(pd.top[i].logprobs(j), pd.top[i].logprobs(j - 1)) << i << "/" << j;
+      }
     }
   }
   ExpectAllBlocksReturn(prefill.get());
