@@ -193,6 +193,25 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size)
   return absl::OkStatus();
 }
 
+absl::Status ValidateFirstToken(const SampleResult& first, int32_t vocab_size) {
+  if (first.token < 0 || first.token >= vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "first token ", first.token, " is outside the vocabulary [0, ", vocab_size, ")"));
+  }
+  if (first.top.size() > static_cast<size_t>(kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat("the first token comes with ", first.top.size(),
+                                                   " alternatives; at most ", kMaxTopLogprobs));
+  }
+  for (const TokenLogprob& t : first.top) {
+    if (t.token < 0 || t.token >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("the first token's alternative ", t.token,
+                                                     " is outside the vocabulary [0, ", vocab_size,
+                                                     ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params, int32_t vocab_size,
                                         std::vector<int32_t> eos_token_ids) {
   if (absl::Status s = ValidateSamplingParams(params, vocab_size); !s.ok()) return s;

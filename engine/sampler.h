@@ -86,6 +86,11 @@ struct SampleResult {
   std::vector<TokenLogprob> top;  // top_logprobs_num of them (fewer only for a smaller vocab)
 };
 
+// A first token sampled by another worker (the prefill side): InvalidArgument when the token or
+// one of its alternatives is outside [0, vocab_size), or it has more than kMaxTopLogprobs
+// alternatives.
+absl::Status ValidateFirstToken(const SampleResult& first, int32_t vocab_size);
+
 class Sampler {
  public:
   // Validates `params` (the error of ValidateSamplingParams). `eos_token_ids` (ids outside the

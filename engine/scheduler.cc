@@ -316,22 +316,7 @@ absl::Status Scheduler::CompleteTransfer(const std::string& rid, const SampleRes
     return absl::FailedPreconditionError(
         absl::StrCat("request '", rid, "' is not waiting for its KV cache"));
   }
-  if (first_token < 0 || first_token >= model_->config().vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("first token ", first_token,
-                                                   " is outside the vocabulary [0, ",
-                                                   model_->config().vocab_size, ")"));
-  }
-  if (first.top.size() > static_cast<size_t>(kMaxTopLogprobs)) {
-    return absl::InvalidArgumentError(absl::StrCat("the first token comes with ", first.top.size(),
-                                                   " alternatives; at most ", kMaxTopLogprobs));
-  }
-  for (const TokenLogprob& t : first.top) {
-    if (t.token < 0 || t.token >= model_->config().vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("the first token's alternative ", t.token,
-                                                     " is outside the vocabulary [0, ",
-                                                     model_->config().vocab_size, ")"));
-    }
-  }
+  if (absl::Status st = ValidateFirstToken(first, model_->config().vocab_size); !st.ok()) return st;
   seq->num_computed = seq->prompt_len;
   seq->sampler->Observe(first_token);
   RequestOutput out;

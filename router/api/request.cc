@@ -133,7 +133,7 @@ absl::StatusOr<RoutedRequest> ParseGenerateJson(const Json& body, const ApiConte
   if (const Json* v = Find(body, "top_logprobs_num"); v != nullptr) {
     ASSIGN_OR_RETURN(const int64_t n,
                      api_internal::ToInt(*v, "top_logprobs_num", 0, engine::kMaxTopLogprobs));
-    if (request.return_logprob) request.top_logprobs = static_cast<int>(n);
+    request.top_logprobs = static_cast<int>(n);  // counts only with return_logprob (FinishPrompt)
   }
   // Input-token logprobs are never returned, so where they would start does not matter; the
   // type is still checked.

@@ -63,10 +63,11 @@ struct RoutedRequest {
                                    // true unless the client said otherwise
   bool stream = false;
   bool return_logprob = false;  // /generate return_logprob, OpenAI logprobs
-  int top_logprobs = 0;         // alternatives per position (= sampling.top_logprobs_num)
-  bool include_usage = false;   // stream_options.include_usage
-  bool echo = false;            // completions echo (rejected with 400 when true)
-  int64_t created = 0;          // unix seconds, for OpenAI objects
+  // Alternatives per position (= sampling.top_logprobs_num); 0 without return_logprob.
+  int top_logprobs = 0;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions echo (rejected with 400 when true)
+  int64_t created = 0;         // unix seconds, for OpenAI objects
 };
 
 struct ApiContext {
