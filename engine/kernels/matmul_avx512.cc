@@ -264,10 +264,16 @@ void GroupTile(const bf16* x, int64_t ldx, int64_t i0, const bf16* w, int64_t k,
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* yr = y + (i0 + r) * ldy;
+    if constexpr (Cp == 4) {
+      // A row's 8 outputs at once (at m = 32, k = 896 one lane at a time took about a sixth of
+      // the tile's instructions).
+      _mm256_storeu_ps(yr, ReduceLanes8(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    } else {
 #pragma GCC unroll 16
-    for (int c = 0; c < Cp; ++c) {
-      yr[2 * c] = ReduceLanes(_mm512_castps512_ps256(acc[r][c]));
-      yr[2 * c + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[r][c], 1));
+      for (int c = 0; c < Cp; ++c) {
+        yr[2 * c] = ReduceLanes(_mm512_castps512_ps256(acc[r][c]));
+        yr[2 * c + 1] = ReduceLanes(_mm512_extractf32x8_ps(acc[r][c], 1));
+      }
     }
   }
 }
