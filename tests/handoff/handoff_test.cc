@@ -163,6 +163,44 @@ proto::DecodeRequest Leg(uint64_t room, int bootstrap_port) {
   return leg;
 }
 
+// What a decode worker takes from a prefill worker's completion notice: the first token and its
+// alternatives, the prefill side's error as sent, and a notice whose alternatives' ids and
+// logprobs differ in count refused with the room named (the leg is then aborted with it).
+TEST(CompletionNoticeTest, FirstTokenAlternativesAndErrors) {
+  proto::CompletionNotice notice;
+  notice.set_bootstrap_room(77);
+  notice.set_ok(true);
+  notice.set_first_token_id(42);
+  notice.set_first_token_logprob(-0.25f);
+  notice.add_first_token_top_ids(42);
+  notice.add_first_token_top_logprobs(-0.25f);
+  notice.add_first_token_top_ids(7);
+  notice.add_first_token_top_logprobs(-1.5f);
+  absl::StatusOr<engine::SampleResult> first = FirstTokenOfNotice(notice);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->token, 42);
+  EXPECT_EQ(first->logprob, -0.25f);
+  ASSERT_EQ(first->top.size(), 2u);
+  EXPECT_EQ(first->top[1].token, 7);
+  EXPECT_EQ(first->top[1].logprob, -1.5f);
+
+  notice.add_first_token_top_ids(9);  // three ids, two logprobs
+  first = FirstTokenOfNotice(notice);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.status().message(),
+            "the prefill worker's completion notice for room 77 has 3 top-logprob ids but 2 "
+            "logprobs");
+
+  proto::CompletionNotice failed;
+  failed.set_bootstrap_room(78);
+  failed.set_ok(false);
+  failed.set_error("prefill failed: the KV transfer to 10.0.0.2 broke");
+  first = FirstTokenOfNotice(failed);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().message(), "prefill failed: the KV transfer to 10.0.0.2 broke");
+}
+
 TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokens) {
   const std::vector<Case> cases = Cases(24);
   Pair p = MakePair();

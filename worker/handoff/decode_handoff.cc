@@ -219,6 +219,23 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
   return absl::OkStatus();
 }
 
+absl::StatusOr<engine::SampleResult> FirstTokenOfNotice(const proto::CompletionNotice& c) {
+  if (!c.ok()) return absl::AbortedError(c.error());
+  if (c.first_token_top_ids_size() != c.first_token_top_logprobs_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prefill worker's completion notice for room ", c.bootstrap_room(),
+                     " has ", c.first_token_top_ids_size(), " top-logprob ids but ",
+                     c.first_token_top_logprobs_size(), " logprobs"));
+  }
+  engine::SampleResult first;
+  first.token = c.first_token_id();
+  first.logprob = c.first_token_logprob();
+  for (int i = 0; i < c.first_token_top_ids_size(); ++i) {
+    first.top.push_back({c.first_token_top_ids(i), c.first_token_top_logprobs(i)});
+  }
+  return first;
+}
+
 void DecodeHandoff::OnNotification(const std::string& from, const std::string& message) {
   auto m = OpenControl(options_.cluster_secret, message);
   if (!m.ok()) {
@@ -235,24 +252,12 @@ void DecodeHandoff::OnNotification(const std::string& from, const std::string& m
     rid = it->second.rid;
     it->second.deadline = absl::InfiniteFuture();  // the KV is here: decoding may take long
   }
-  if (!c.ok()) {
-    engine_->Abort(rid, c.error());
+  absl::StatusOr<engine::SampleResult> first = FirstTokenOfNotice(c);
+  if (!first.ok()) {
+    engine_->Abort(rid, std::string(first.status().message()));
     return;
   }
-  if (c.first_token_top_ids_size() != c.first_token_top_logprobs_size()) {
-    engine_->Abort(
-        rid, absl::StrCat("the prefill worker's completion notice for room ", c.bootstrap_room(),
-                          " has ", c.first_token_top_ids_size(), " top-logprob ids but ",
-                          c.first_token_top_logprobs_size(), " logprobs"));
-    return;
-  }
-  engine::SampleResult first;
-  first.token = c.first_token_id();
-  first.logprob = c.first_token_logprob();
-  for (int i = 0; i < c.first_token_top_ids_size(); ++i) {
-    first.top.push_back({c.first_token_top_ids(i), c.first_token_top_logprobs(i)});
-  }
-  engine_->CompleteTransfer(rid, std::move(first), [this, rid](absl::Status s) {
+  engine_->CompleteTransfer(rid, *std::move(first), [this, rid](absl::Status s) {
     if (!s.ok()) engine_->Abort(rid, std::string(s.message()));
   });
 }

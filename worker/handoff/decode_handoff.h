@@ -41,6 +41,12 @@
 
 namespace tandem::worker {
 
+// The first token a prefill worker's CompletionNotice hands over. Errors: the prefill side's own
+// error (its message as sent) when the notice is not ok; InvalidArgument naming the room when the
+// alternatives' ids and logprobs differ in count. The engine checks the values themselves
+// (engine::ValidateFirstToken) when it takes the token.
+absl::StatusOr<engine::SampleResult> FirstTokenOfNotice(const proto::CompletionNotice& notice);
+
 class DecodeHandoff : public KvHandoff {
  public:
   // Starts the transfer engine with the engine's KV memory registered.
