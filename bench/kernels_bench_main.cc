@@ -11,6 +11,10 @@
 // Decode shapes cycle through copies of the weights totalling more than 256 MiB, so each call
 // reads its weights from DRAM as a model's layers do, stored in the layout the engine would pick
 // (PreferredWeightLayout). TANDEM_SIMD caps the path, as in the engine.
+// Last, decode attention (PagedAttention) as a batch-32 step of a Qwen2.5-0.5B-shaped model runs
+// it: 32 sequences of 270 keys, 14 query / 2 KV heads of 64, 24 layers of a paged cache (about
+// 106 MB, so each layer's KV comes from DRAM as after the weight stream): the step's time, the
+// KV bytes read per second and their ratio to the read bandwidth above.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,10 +26,12 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/probe/probe.h"
+#include "engine/attention.h"
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/thread_pool.h"
+#include "engine/kv_cache.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::bench {
@@ -79,6 +85,44 @@ Timing TimeMatmul(const std::vector<std::vector<bf16>>& copies, int64_t m, int64
     spent += std::chrono::duration<double>(t2 - t0).count();
   }
   if (sink.load() == 42) std::printf(" ");  // keeps the reads observable
+  return best;
+}
+
+// Best seconds of PagedAttention over every layer for `batch` decode tokens at `keys` keys each.
+double TimeDecodeAttention(int64_t batch, int64_t keys, engine::ThreadPool* pool) {
+  const int64_t layers = 24, heads = 14, kv_heads = 2, head_dim = 64, block_size = 16;
+  const int64_t blocks = (keys + block_size - 1) / block_size;
+  auto cache =
+      engine::KvCacheStorage::Create(layers, batch * blocks, block_size, kv_heads, head_dim);
+  if (!cache.ok()) {
+    std::fprintf(stderr, "attention: %s\n", std::string(cache.status().message()).c_str());
+    return 0;
+  }
+  const std::vector<bf16> fill = RandomWeights((*cache)->total_bytes() / 2, 7);
+  std::copy(fill.begin(), fill.end(), reinterpret_cast<bf16*>((*cache)->base()));
+  std::vector<std::vector<int32_t>> tables(batch);
+  std::vector<const int32_t*> table_ptrs(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < blocks; ++i) tables[b].push_back(static_cast<int32_t>(b * blocks + i));
+    table_ptrs[b] = tables[b].data();
+  }
+  std::vector<float> q(batch * heads * head_dim), out(q.size());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& e : q) e = dist(rng);
+  std::vector<int64_t> positions(batch, keys - 1);
+  engine::AttentionBatch ab;
+  ab.n_tokens = batch;
+  ab.q = q.data();
+  ab.positions = positions.data();
+  ab.block_tables = table_ptrs.data();
+  ab.out = out.data();
+  double best = 1e30;
+  for (int rep = 0; rep < 8; ++rep) {
+    const auto t0 = Clock::now();
+    for (int64_t l = 0; l < layers; ++l) engine::PagedAttention(**cache, l, heads, ab, pool);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
   return best;
 }
 
@@ -169,6 +213,19 @@ int Run(int threads, const std::string& json_path) {
     out["prefill_gflops"] = gflops;
     out["prefill_ratio_onednn"] = dnnl > 0 ? gflops / dnnl : 0.0;
     out["prefill_ratio_openblas_fp32"] = gflops / blas;
+  }
+
+  {
+    const int64_t batch = 32, keys = 270;
+    const double t = TimeDecodeAttention(batch, keys, &pool);
+    // K and V of one KV head: 2 x 64 bf16 per key, 2 KV heads, 24 layers.
+    const double gbs = t > 0 ? batch * keys * 2.0 * 2 * 64 * 2 * 24 / t / 1e9 : 0;
+    std::printf(
+        "decode attention %ld x %ld keys, 24 layers  %8.2f ms  KV read at %.1f GB/s  %.2fx bw\n",
+        batch, keys, t * 1e3, gbs, gbs / bw);
+    out["attention_decode_b32_ms"] = t * 1e3;
+    out["attention_decode_b32_kv_gb_s"] = gbs;
+    out["attention_decode_b32_ratio_bw"] = gbs / bw;
   }
 
   if (!json_path.empty()) {
