@@ -29,6 +29,13 @@ grpc::Status Cancelled() { return grpc::Status(grpc::StatusCode::CANCELLED, "can
 
 // One unary call: owns its context, request and response until `done` has run. Shared by the
 // handle and the gRPC callback, so Cancel() stays valid after completion.
+//
+// What the call holds once `done` has run (its ClientContext keeps a reference to the channel,
+// and `done` may keep the WorkerClient) is let go on the session timer thread, never on the gRPC
+// thread that ran the callback: if that were the channel's last reference, ~Channel would release
+// gRPC's shared callback completion queue from one of that queue's own threads, and when no
+// other channel held it the queue was shut down and deleted under the thread still reading it
+// (an abort in grpc_cq_internal_unref, seen when a client was dropped right after its last call).
 template <typename Req, typename Resp>
 class UnaryCall : public CallHandle, public std::enable_shared_from_this<UnaryCall<Req, Resp>> {
  public:
@@ -44,11 +51,13 @@ class UnaryCall : public CallHandle, public std::enable_shared_from_this<UnaryCa
   std::shared_ptr<CallHandle> Start(absl::Time deadline, StartFn start) {
     SetDeadline(&ctx_, deadline);
     auto self = this->shared_from_this();
-    start(&ctx_, &request_, &response_, [self](grpc::Status status) {
+    start(&ctx_, &request_, &response_, [self](grpc::Status status) mutable {
       if (self->cancelled_.load(std::memory_order_acquire)) status = Cancelled();
       Done done = std::move(self->done_);
       self->done_ = nullptr;
       done(std::move(status), std::move(self->response_));
+      SessionTimers().RunAt(absl::InfinitePast(),
+                            [self = std::move(self), done = std::move(done)] {});
     });
     return self;
   }
