@@ -113,22 +113,6 @@ class FakeWorker : public proto::Worker::CallbackService {
   int serving_answers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// gRPC 1.51 can free its callback "alternative" completion queue twice when the last callback
-// server of a process releases it while a cancelled call's reactor finishes (AddressSanitizer:
-// double-free in grpc_cq_internal_unref on a gRPC thread, about 1 run in 12 of
-// StopCancelsProbesThatNeverAnswer under ASan). One idle callback server that lives as long as
-// the process keeps that queue from ever being released; it is reachable from a static, so
-// LeakSanitizer does not count it. A library bug worked around in the test, not in the router.
-class CallbackQueueKeeper : public ::testing::Environment {
- public:
-  void SetUp() override {
-    static FakeWorker* const keeper = new FakeWorker();
-    (void)keeper;
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kCallbackQueueKeeper =
-    ::testing::AddGlobalTestEnvironment(new CallbackQueueKeeper);
-
 RegistryOptions FastOptions() {
   RegistryOptions o;
   o.health_check_interval_secs = 1;
