@@ -20,8 +20,9 @@ namespace tandem::engine {
 namespace {
 
 // Heads of one GQA group processed together (each key row is loaded once for all of them): up to
-// 4 on the AVX2 and portable paths (their accumulators fit the 16 registers), up to 8 on AVX-512
-// (a whole Qwen2.5 group of 7 in one pass, so each K/V row is read from memory once per token).
+// 8 (a whole Qwen2.5 group of 7 in one pass, so each K/V row is read from memory once per token).
+// The AVX2 output loop keeps two accumulators per head in its 16 registers, so it walks the keys
+// for at most kNarrowHeadsPerPass heads at a time; the score loop takes the heads one by one.
 constexpr int kMaxHeadsPerPass = 8;
 constexpr int kNarrowHeadsPerPass = 4;
 
@@ -173,7 +174,9 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
     // head keeps eight independent FMA chains (one per key) and reduces them with one HSum8.
     // Every score is the same sum in the same order as the one-key loop below.
     alignas(32) float keys[8 * kMaxKeyBlockHeadDim];
+    PrefetchKeys(t, 0, kPrefetchKeys);
     for (; j + 8 <= t.n_keys; j += 8) {
+      PrefetchKeys(t, j + kPrefetchKeys, j + kPrefetchKeys + 8);
       for (int u = 0; u < 8; ++u) {
         const int64_t p = j + u;
         const bf16* k = t.k_rows[p];
@@ -198,27 +201,39 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
 }
 
 // out[h] = sum over keys in key order of p_hj * v_j, one fp32 FMA per element (the scalar path's
-// order). In chunks of 16 columns: 2 accumulators per head stay in registers over all keys.
+// order). In chunks of 16 columns: 2 accumulators per head stay in registers over all keys. The
+// first walk over the keys prefetches whole V rows kOutputPrefetchKeys keys ahead, so the later
+// walks (the other column chunks) find them in cache.
 __attribute__((target("avx2,fma"))) void OutputAvx2(const GroupTask& t) {
   const int64_t hd = t.head_dim;
-  const int nh = t.n_heads;
-  for (int64_t d = 0; d < hd; d += 16) {
-    const bool two = d + 16 <= hd;
-    __m256 o0[kMaxHeadsPerPass], o1[kMaxHeadsPerPass];
-    for (int h = 0; h < nh; ++h) o0[h] = o1[h] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < t.n_keys; ++j) {
-      const bf16* v = t.k_rows[j] + t.v_offset + d;
-      const __m256 v0 = LoadBf16x8(v);
-      const __m256 v1 = two ? LoadBf16x8(v + 8) : _mm256_setzero_ps();
-      for (int h = 0; h < nh; ++h) {
-        const __m256 p = _mm256_broadcast_ss(t.scores + h * t.n_keys + j);
-        o0[h] = _mm256_fmadd_ps(p, v0, o0[h]);
-        o1[h] = _mm256_fmadd_ps(p, v1, o1[h]);
+  const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(bf16));
+  for (int h0 = 0; h0 < t.n_heads; h0 += kNarrowHeadsPerPass) {
+    for (int64_t d = 0; d < hd; d += 16) {
+      const int nh = std::min(kNarrowHeadsPerPass, t.n_heads - h0);
+      const float* scores = t.scores + h0 * t.n_keys;
+      float* const* out = t.out + h0;
+      const bool two = d + 16 <= hd;
+      __m256 o0[kNarrowHeadsPerPass], o1[kNarrowHeadsPerPass];
+      for (int h = 0; h < nh; ++h) o0[h] = o1[h] = _mm256_setzero_ps();
+      for (int64_t j = 0; j < t.n_keys; ++j) {
+        if (h0 == 0 && d == 0 && j + kOutputPrefetchKeys < t.n_keys) {
+          const char* ahead =
+              reinterpret_cast<const char*>(t.k_rows[j + kOutputPrefetchKeys] + t.v_offset);
+          for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+        }
+        const bf16* v = t.k_rows[j] + t.v_offset + d;
+        const __m256 v0 = LoadBf16x8(v);
+        const __m256 v1 = two ? LoadBf16x8(v + 8) : _mm256_setzero_ps();
+        for (int h = 0; h < nh; ++h) {
+          const __m256 p = _mm256_broadcast_ss(scores + h * t.n_keys + j);
+          o0[h] = _mm256_fmadd_ps(p, v0, o0[h]);
+          o1[h] = _mm256_fmadd_ps(p, v1, o1[h]);
+        }
       }
-    }
-    for (int h = 0; h < nh; ++h) {
-      _mm256_storeu_ps(t.out[h] + d, o0[h]);
-      if (two) _mm256_storeu_ps(t.out[h] + d + 8, o1[h]);
+      for (int h = 0; h < nh; ++h) {
+        _mm256_storeu_ps(out[h] + d, o0[h]);
+        if (two) _mm256_storeu_ps(out[h] + d + 8, o1[h]);
+      }
     }
   }
 }
@@ -371,7 +386,7 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
   const int64_t group = n_heads / n_kv;
   const bool avx2 = DetectSimd() >= SimdLevel::kAvx2 && hd % 8 == 0;
   const bool avx512 = DetectSimd() >= SimdLevel::kAvx512 && hd % 8 == 0;
-  const int64_t per_pass = avx512 ? kMaxHeadsPerPass : kNarrowHeadsPerPass;
+  const int64_t per_pass = kMaxHeadsPerPass;
   const int64_t passes = (group + per_pass - 1) / per_pass;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t bs = cache.block_size();

@@ -8,10 +8,15 @@
 namespace tandem::engine {
 namespace {
 
-// The element-wise loops run 16 lanes wide where the CPU has AVX-512 (ops_avx512.cc; same bits).
+// The element-wise loops run 16 lanes wide where the CPU has AVX-512 (ops_avx512.cc), 8 where it
+// has AVX2 (ops_avx2.cc); same bits either way.
 bool UseAvx512() {
   static const bool avx512 = DetectSimd() >= SimdLevel::kAvx512;
   return avx512;
+}
+bool UseAvx2() {
+  static const bool avx2 = DetectSimd() >= SimdLevel::kAvx2;
+  return avx2;
 }
 
 // 1 / sqrt(mean of squares + eps) of one row; lanes l accumulate elements i = l (mod 8).
@@ -74,12 +79,20 @@ void SiluMulToBf16(const float* gate, const float* up, int64_t n, bf16* out) {
     internal::SiluMulToBf16Avx512(gate, up, n, out);
     return;
   }
+  if (UseAvx2()) {
+    internal::SiluMulToBf16Avx2(gate, up, n, out);
+    return;
+  }
   internal::SiluMulToBf16Loop(gate, up, n, out);
 }
 
 void ExpInPlace(float* x, int64_t n) {
   if (UseAvx512()) {
     internal::ExpInPlaceAvx512(x, n);
+    return;
+  }
+  if (UseAvx2()) {
+    internal::ExpInPlaceAvx2(x, n);
     return;
   }
   for (int64_t i = 0; i < n; ++i) x[i] = ExpF(x[i]);

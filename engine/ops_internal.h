@@ -1,6 +1,6 @@
 // Internal to engine/: the element-wise loops of ops.cc, as inline functions, so that ops.cc
-// (portable) and ops_avx512.cc (the same loops compiled for AVX-512, without contraction) run
-// the same source. Callers outside use ops.h.
+// (portable), ops_avx2.cc and ops_avx512.cc (the same loops compiled for AVX2 / AVX-512, without
+// contraction) run the same source. Callers outside use ops.h.
 #ifndef TANDEM_ENGINE_OPS_INTERNAL_H_
 #define TANDEM_ENGINE_OPS_INTERNAL_H_
 
@@ -28,6 +28,8 @@ __attribute__((always_inline)) inline void SiluMulToBf16Loop(const float* gate, 
 
 void ExpInPlaceAvx512(float* x, int64_t n);
 void SiluMulToBf16Avx512(const float* gate, const float* up, int64_t n, bf16* out);
+void ExpInPlaceAvx2(float* x, int64_t n);
+void SiluMulToBf16Avx2(const float* gate, const float* up, int64_t n, bf16* out);
 
 }  // namespace tandem::engine::internal
 

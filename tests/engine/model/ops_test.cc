@@ -30,8 +30,8 @@ uint32_t Bits(float f) {
   return b;
 }
 
-// ExpInPlace and SiluMulToBf16 run 16 lanes wide on AVX-512 CPUs: every output must equal the
-// portable ExpF (compiled here for the baseline) bit for bit, specials included.
+// ExpInPlace and SiluMulToBf16 run 8 lanes wide on AVX2 CPUs and 16 on AVX-512 ones: every output
+// must equal the portable ExpF (compiled here for the baseline) bit for bit, specials included.
 TEST(OpsTest, VectorLoopsEqualThePortableFunctionBitForBit) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> wide(-100.0f, 100.0f);
