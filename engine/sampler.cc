@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/kernels/cpu.h"
 #include "engine/ops.h"
+#include "engine/ops_internal.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace tandem::engine {
@@ -57,29 +58,6 @@ double ExpShiftedScalar(const float* row, size_t n, float max_logit, float scale
   return ExpShiftedBody(row, n, max_logit, scale, out);
 }
 
-// ExpF on 8 lanes: the same IEEE operations in the same order (min/max return the clamp bound
-// for NaN, as ExpF's comparisons do; inputs here are never NaN).
-__attribute__((target("avx2"))) inline __m256 ExpF8(__m256 x) {
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365478515625f));
-  const __m256 magic = _mm256_set1_ps(12582912.0f);
-  const __m256 n = _mm256_sub_ps(
-      _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic), magic);
-  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 y =
-      _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
-}
-
 __attribute__((target("avx2"))) double ExpShiftedAvx2(const float* row, size_t n, float max_logit,
                                                       float scale, float* out) {
   const __m256 vmax = _mm256_set1_ps(max_logit);
@@ -88,7 +66,7 @@ __attribute__((target("avx2"))) double ExpShiftedAvx2(const float* row, size_t n
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(row + i);
-    const __m256 e = ExpF8(_mm256_mul_ps(_mm256_sub_ps(v, vmax), vscale));
+    const __m256 e = internal::ExpF8(_mm256_mul_ps(_mm256_sub_ps(v, vmax), vscale));
     _mm256_storeu_ps(out + i, _mm256_andnot_ps(_mm256_cmp_ps(v, ninf, _CMP_EQ_OQ), e));
   }
   for (; i < n; ++i) {
