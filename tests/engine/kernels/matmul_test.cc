@@ -171,11 +171,12 @@ INSTANTIATE_TEST_SUITE_P(Levels, MatmulLevelTest, ::testing::ValuesIn(AvailableL
 // Every path computes the same bits (the order of matmul.h), including near-cancellation.
 TEST(MatmulTest, BitIdenticalAcrossSimdLevels) {
   const auto levels = AvailableLevels();
-  // m = 1: whole blocks and an odd n (pairs, then a row alone), a 5-element tail, k = 1, and a
-  // k too long for the linear stream.
+  // m = 1: whole blocks and an odd n (runs of pairs read side by side, leftover pairs, then a row
+  // alone), a 5-element tail, k = 1, a k whose pairs outrun a linear prefetch of one run, and a k
+  // too long for the stream.
   for (const Shape& s :
-       {Shape{1, 896, 37}, Shape{1, 37, 9}, Shape{1, 1, 3}, Shape{1, 4864, 5}, Shape{5, 77, 13},
-        Shape{40, 300, 21}, Shape{16, 4864, 8}, Shape{3, 1, 2}}) {
+       {Shape{1, 896, 37}, Shape{1, 37, 9}, Shape{1, 1, 3}, Shape{1, 2000, 37}, Shape{1, 4864, 5},
+        Shape{5, 77, 13}, Shape{40, 300, 21}, Shape{16, 4864, 8}, Shape{3, 1, 2}}) {
     const auto x = RandomBf16(s.m * s.k, 21, 3.0f);
     const auto w = RandomBf16(s.n * s.k, 22, 0.02f);
     std::vector<float> base(s.m * s.n);
