@@ -208,10 +208,10 @@ __attribute__((target("avx2,fma"))) void OutputAvx2(const GroupTask& t) {
   const int64_t hd = t.head_dim;
   const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(bf16));
   for (int h0 = 0; h0 < t.n_heads; h0 += kNarrowHeadsPerPass) {
+    const int nh = std::min(kNarrowHeadsPerPass, t.n_heads - h0);
+    const float* scores = t.scores + h0 * t.n_keys;
+    float* const* out = t.out + h0;
     for (int64_t d = 0; d < hd; d += 16) {
-      const int nh = std::min(kNarrowHeadsPerPass, t.n_heads - h0);
-      const float* scores = t.scores + h0 * t.n_keys;
-      float* const* out = t.out + h0;
       const bool two = d + 16 <= hd;
       __m256 o0[kNarrowHeadsPerPass], o1[kNarrowHeadsPerPass];
       for (int h = 0; h < nh; ++h) o0[h] = o1[h] = _mm256_setzero_ps();
@@ -386,8 +386,7 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
   const int64_t group = n_heads / n_kv;
   const bool avx2 = DetectSimd() >= SimdLevel::kAvx2 && hd % 8 == 0;
   const bool avx512 = DetectSimd() >= SimdLevel::kAvx512 && hd % 8 == 0;
-  const int64_t per_pass = kMaxHeadsPerPass;
-  const int64_t passes = (group + per_pass - 1) / per_pass;
+  const int64_t passes = (group + kMaxHeadsPerPass - 1) / kMaxHeadsPerPass;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t bs = cache.block_size();
   const int64_t row_stride = n_kv * hd;  // elements between a block's slots
@@ -418,13 +417,13 @@ void PagedAttention(const KvCacheStorage& cache, int64_t layer, int64_t n_heads,
       t.k_rows = rows.data();
       t.v_offset = v_offset;
       t.scale = scale;
-      const int64_t h0 = g * group + pass * per_pass;
-      t.n_heads = static_cast<int>(std::min<int64_t>(per_pass, (g + 1) * group - h0));
+      const int64_t h0 = g * group + pass * kMaxHeadsPerPass;
+      t.n_heads = static_cast<int>(std::min<int64_t>(kMaxHeadsPerPass, (g + 1) * group - h0));
       for (int h = 0; h < t.n_heads; ++h) {
         t.q[h] = batch.q + tok * q_stride + (h0 + h) * hd;
         t.out[h] = batch.out + (tok * n_heads + h0 + h) * hd;
       }
-      const size_t need = static_cast<size_t>(per_pass * t.n_keys);
+      const size_t need = static_cast<size_t>(kMaxHeadsPerPass * t.n_keys);
       if (scores.size() < need) scores.resize(need);
       t.scores = scores.data();
       if (avx512) {
