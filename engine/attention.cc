@@ -200,39 +200,66 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
   ScoresFromAvx2(t, j, Softmax);
 }
 
+// One walk of OutputAvx2 over the keys: heads h0 .. h0 + NH - 1, columns d .. d + 15 (d .. d + 7
+// when fewer are left). NH is a constant so that the 2 * NH accumulators stay in registers (with
+// a run-time head count GCC kept them on the stack: a store and a reload on every FMA's chain,
+// most of the AVX2 output loop's time in a prefill profile). `prefetch`: this is the first walk.
+template <int NH>
+__attribute__((target("avx2,fma"))) void OutputWalkAvx2(const GroupTask& t, int h0, int64_t d,
+                                                        bool prefetch) {
+  const int64_t row_bytes = t.head_dim * static_cast<int64_t>(sizeof(bf16));
+  const float* scores = t.scores + h0 * t.n_keys;
+  float* const* out = t.out + h0;
+  const bool two = d + 16 <= t.head_dim;
+  __m256 o0[NH], o1[NH];
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) o0[h] = o1[h] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < t.n_keys; ++j) {
+    if (prefetch && j + kOutputPrefetchKeys < t.n_keys) {
+      const char* ahead =
+          reinterpret_cast<const char*>(t.k_rows[j + kOutputPrefetchKeys] + t.v_offset);
+      for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    }
+    const bf16* v = t.k_rows[j] + t.v_offset + d;
+    const __m256 v0 = LoadBf16x8(v);
+    const __m256 v1 = two ? LoadBf16x8(v + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) {
+      const __m256 p = _mm256_broadcast_ss(scores + h * t.n_keys + j);
+      o0[h] = _mm256_fmadd_ps(p, v0, o0[h]);
+      o1[h] = _mm256_fmadd_ps(p, v1, o1[h]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+    _mm256_storeu_ps(out[h] + d, o0[h]);
+    if (two) _mm256_storeu_ps(out[h] + d + 8, o1[h]);
+  }
+}
+
 // out[h] = sum over keys in key order of p_hj * v_j, one fp32 FMA per element (the scalar path's
-// order). In chunks of 16 columns: 2 accumulators per head stay in registers over all keys. The
-// first walk over the keys prefetches whole V rows kOutputPrefetchKeys keys ahead, so the later
-// walks (the other column chunks) find them in cache.
+// order). In chunks of 16 columns for at most kNarrowHeadsPerPass heads: 2 accumulators per head
+// stay in registers over all keys. The first walk over the keys prefetches whole V rows
+// kOutputPrefetchKeys keys ahead, so the later walks (the other column chunks) find them in cache.
 __attribute__((target("avx2,fma"))) void OutputAvx2(const GroupTask& t) {
-  const int64_t hd = t.head_dim;
-  const int64_t row_bytes = hd * static_cast<int64_t>(sizeof(bf16));
+  static_assert(kNarrowHeadsPerPass == 4, "OutputAvx2 has walks for 1 to 4 heads");
   for (int h0 = 0; h0 < t.n_heads; h0 += kNarrowHeadsPerPass) {
     const int nh = std::min(kNarrowHeadsPerPass, t.n_heads - h0);
-    const float* scores = t.scores + h0 * t.n_keys;
-    float* const* out = t.out + h0;
-    for (int64_t d = 0; d < hd; d += 16) {
-      const bool two = d + 16 <= hd;
-      __m256 o0[kNarrowHeadsPerPass], o1[kNarrowHeadsPerPass];
-      for (int h = 0; h < nh; ++h) o0[h] = o1[h] = _mm256_setzero_ps();
-      for (int64_t j = 0; j < t.n_keys; ++j) {
-        if (h0 == 0 && d == 0 && j + kOutputPrefetchKeys < t.n_keys) {
-          const char* ahead =
-              reinterpret_cast<const char*>(t.k_rows[j + kOutputPrefetchKeys] + t.v_offset);
-          for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
-        }
-        const bf16* v = t.k_rows[j] + t.v_offset + d;
-        const __m256 v0 = LoadBf16x8(v);
-        const __m256 v1 = two ? LoadBf16x8(v + 8) : _mm256_setzero_ps();
-        for (int h = 0; h < nh; ++h) {
-          const __m256 p = _mm256_broadcast_ss(scores + h * t.n_keys + j);
-          o0[h] = _mm256_fmadd_ps(p, v0, o0[h]);
-          o1[h] = _mm256_fmadd_ps(p, v1, o1[h]);
-        }
-      }
-      for (int h = 0; h < nh; ++h) {
-        _mm256_storeu_ps(out[h] + d, o0[h]);
-        if (two) _mm256_storeu_ps(out[h] + d + 8, o1[h]);
+    for (int64_t d = 0; d < t.head_dim; d += 16) {
+      const bool prefetch = h0 == 0 && d == 0;
+      switch (nh) {
+        case 1:
+          OutputWalkAvx2<1>(t, h0, d, prefetch);
+          break;
+        case 2:
+          OutputWalkAvx2<2>(t, h0, d, prefetch);
+          break;
+        case 3:
+          OutputWalkAvx2<3>(t, h0, d, prefetch);
+          break;
+        default:
+          OutputWalkAvx2<4>(t, h0, d, prefetch);
+          break;
       }
     }
   }
