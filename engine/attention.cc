@@ -164,6 +164,39 @@ __attribute__((target("avx2,fma"))) void ScoresFromAvx2(const GroupTask& t, int6
   for (int h = 0; h < nh; ++h) softmax(t.scores + h * t.n_keys, t.n_keys);
 }
 
+// Softmax with the same results as Softmax, 8 lanes wide (the portable loops stay scalar on AVX2):
+// the maximum is exact in any order (scores hold no NaN; a zero maximum's sign changes no
+// difference s - m), each element's subtraction, exp and division are the same operations, and
+// the sum keeps Softmax's 8 lanes (key j in lane j % 8, the tail's missing lanes adding +0 to sums
+// of non-negative terms) and HSum's order.
+__attribute__((target("avx2,fma"))) void SoftmaxAvx2(float* s, int64_t n) {
+  __m256 mv = _mm256_set1_ps(s[0]);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float m = lanes[0];
+  for (int l = 1; l < 8; ++l) m = std::max(m, lanes[l]);
+  for (; j < n; ++j) m = std::max(m, s[j]);
+  const __m256 m8 = _mm256_set1_ps(m);
+  for (j = 0; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(s + j, _mm256_sub_ps(_mm256_loadu_ps(s + j), m8));
+  for (; j < n; ++j) s[j] -= m;
+  ExpInPlace(s, n);
+  __m256 acc = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(s + j));
+  if (j < n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - j)), lane);
+    acc = _mm256_add_ps(acc, _mm256_maskload_ps(s + j, tail));
+  }
+  const float sum = HSum(acc);
+  const __m256 sum8 = _mm256_set1_ps(sum);
+  for (j = 0; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(s + j, _mm256_div_ps(_mm256_loadu_ps(s + j), sum8));
+  for (; j < n; ++j) s[j] /= sum;
+}
+
 // Scores and softmax, AVX2; head_dim must be a multiple of 8 (the caller falls back otherwise).
 __attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
   const int64_t hd = t.head_dim;
@@ -197,7 +230,7 @@ __attribute__((target("avx2,fma"))) void ScoresAvx2(const GroupTask& t) {
       }
     }
   }
-  ScoresFromAvx2(t, j, Softmax);
+  ScoresFromAvx2(t, j, SoftmaxAvx2);
 }
 
 // One walk of OutputAvx2 over the keys: heads h0 .. h0 + NH - 1, columns d .. d + 15 (d .. d + 7
