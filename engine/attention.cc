@@ -164,11 +164,24 @@ __attribute__((target("avx2,fma"))) void ScoresFromAvx2(const GroupTask& t, int6
   for (int h = 0; h < nh; ++h) softmax(t.scores + h * t.n_keys, t.n_keys);
 }
 
+// Softmax's sum of s[0, n): key j in lane j % 8 (the tail's missing lanes add +0 to sums of
+// non-negative terms), the lanes reduced in HSum's order, as Softmax does.
+__attribute__((target("avx2,fma"))) inline float LaneSum8(const float* s, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(s + j));
+  if (j < n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - j)), lane);
+    acc = _mm256_add_ps(acc, _mm256_maskload_ps(s + j, tail));
+  }
+  return HSum(acc);
+}
+
 // Softmax with the same results as Softmax, 8 lanes wide (the portable loops stay scalar on AVX2):
 // the maximum is exact in any order (scores hold no NaN; a zero maximum's sign changes no
 // difference s - m), each element's subtraction, exp and division are the same operations, and
-// the sum keeps Softmax's 8 lanes (key j in lane j % 8, the tail's missing lanes adding +0 to sums
-// of non-negative terms) and HSum's order.
+// the sum is LaneSum8.
 __attribute__((target("avx2,fma"))) void SoftmaxAvx2(float* s, int64_t n) {
   __m256 mv = _mm256_set1_ps(s[0]);
   int64_t j = 0;
@@ -183,14 +196,7 @@ __attribute__((target("avx2,fma"))) void SoftmaxAvx2(float* s, int64_t n) {
     _mm256_storeu_ps(s + j, _mm256_sub_ps(_mm256_loadu_ps(s + j), m8));
   for (; j < n; ++j) s[j] -= m;
   ExpInPlace(s, n);
-  __m256 acc = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(s + j));
-  if (j < n) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - j)), lane);
-    acc = _mm256_add_ps(acc, _mm256_maskload_ps(s + j, tail));
-  }
-  const float sum = HSum(acc);
+  const float sum = LaneSum8(s, n);
   const __m256 sum8 = _mm256_set1_ps(sum);
   for (j = 0; j + 8 <= n; j += 8)
     _mm256_storeu_ps(s + j, _mm256_div_ps(_mm256_loadu_ps(s + j), sum8));
@@ -298,10 +304,8 @@ __attribute__((target("avx2,fma"))) void OutputAvx2(const GroupTask& t) {
   }
 }
 
-// Softmax with the same results as Softmax: the maximum is exact in any order (scores hold no
-// NaN; a zero maximum's sign changes no difference s - m), each element's subtraction, exp and
-// division are the same operations, and the sum keeps Softmax's 8 lanes (key j in lane j % 8,
-// the tail's missing lanes adding +0 to sums of non-negative terms) and final order.
+// SoftmaxAvx2 with 16 lanes for the maximum, the subtractions and the divisions (the same
+// results, for the same reasons); the sum is LaneSum8.
 __attribute__((target("avx512f,avx512vl,avx2,fma"))) void SoftmaxAvx512(float* s, int64_t n) {
   __m512 mv = _mm512_set1_ps(s[0]);
   int64_t j = 0;
@@ -313,13 +317,7 @@ __attribute__((target("avx512f,avx512vl,avx2,fma"))) void SoftmaxAvx512(float* s
     _mm512_storeu_ps(s + j, _mm512_sub_ps(_mm512_loadu_ps(s + j), m16));
   for (; j < n; ++j) s[j] -= m;
   ExpInPlace(s, n);
-  __m256 acc = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= n; j += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(s + j));
-  if (j < n) {
-    const __mmask8 tail = static_cast<__mmask8>((1u << (n - j)) - 1);
-    acc = _mm256_add_ps(acc, _mm256_maskz_loadu_ps(tail, s + j));
-  }
-  const __m512 sum16 = _mm512_set1_ps(HSum(acc));
+  const __m512 sum16 = _mm512_set1_ps(LaneSum8(s, n));
   for (j = 0; j + 16 <= n; j += 16)
     _mm512_storeu_ps(s + j, _mm512_div_ps(_mm512_loadu_ps(s + j), sum16));
   if (j < n) {
