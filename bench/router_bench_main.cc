@@ -1,6 +1,7 @@
 // router_bench: tandem-router beside nginx as a round-robin HTTP proxy, in one run.
 //
 //   router_bench --json out.json [--requests 20000] [--concurrency 16] [--backends 2] [--rounds 3]
+//                [--grpc-sessions] [--router-arg=--http-threads --router-arg=1 ...]
 //
 // What each side runs (every process on 127.0.0.1, all sharing the machine's cores):
 //   - load generator (this process, the same code for both proxies): C threads, each with one
@@ -8,8 +9,10 @@
 //     back; for the gRPC-direct baseline, C threads each with a gRPC channel of its own calling
 //     Decode synchronously;
 //   - router side: tandem-router (the real binary from this binary's directory, plain mode,
-//     round_robin, its default --http-threads) in front of K gRPC stand-in workers
-//     (StandInWorker: callback API, GRPC_ARG_MINIMAL_STACK, one write-and-finish per Decode),
+//     round_robin, its default --http-threads, plus any --router-arg) in front of K stand-in
+//     workers (StandInWorker: the workers' own session code on their session socket, which
+//     Health advertises as a worker's does; with --grpc-sessions no socket, so the legs go on
+//     rpc Session; gRPC callback API, GRPC_ARG_MINIMAL_STACK, one write-and-finish per Decode),
 //     all K in one child process (this binary re-executed with --serve-stand-ins);
 //   - nginx side: nginx (worker_processes 1, upstream round robin with keepalive; generated
 //     config in a temp dir, so it runs unprivileged) in front of K HTTP servers (the same
@@ -70,6 +73,8 @@ struct Options {
   std::string nginx = "/usr/sbin/nginx";
   bool keep_temp = false;
   // Internal: this binary re-executed as a backend process (see bench/router_bench/backends.h).
+  bool grpc_sessions = false;            // stand-ins without the session socket
+  std::vector<std::string> router_args;  // appended to tandem-router's command line
   int serve_stand_ins = 0;
   int serve_http = 0;
   std::string reply_file;
@@ -177,11 +182,12 @@ int Run(const Options& o) {
 
   // gRPC stand-ins (one process) and the router in front of them.
   const std::string standin_ports_file = dir + "/stand_ins.ports";
-  auto stand_ins = children.Spawn(
-      "stand-ins",
-      {self_exe, "--serve-stand-ins", std::to_string(o.backends), "--tokens",
-       std::to_string(o.tokens), "--model-path", model, "--ports-file", standin_ports_file},
-      dir + "/stand_ins.log");
+  std::vector<std::string> stand_in_args = {
+      self_exe,   "--serve-stand-ins",      std::to_string(o.backends),
+      "--tokens", std::to_string(o.tokens), "--model-path",
+      model,      "--ports-file",           standin_ports_file};
+  if (o.grpc_sessions) stand_in_args.push_back("--grpc-sessions");
+  auto stand_ins = children.Spawn("stand-ins", stand_in_args, dir + "/stand_ins.log");
   if (!stand_ins.ok()) {
     std::fprintf(stderr, "router_bench: %s\n", std::string(stand_ins.status().message()).c_str());
     return 1;
@@ -211,6 +217,7 @@ int Run(const Options& o) {
                                           "1",
                                           "--worker-urls"};
   router_argv.insert(router_argv.end(), urls.begin(), urls.end());
+  router_argv.insert(router_argv.end(), o.router_args.begin(), o.router_args.end());
   auto router = children.Spawn("tandem-router", router_argv, dir + "/router.log");
   if (!router.ok()) {
     std::fprintf(stderr, "router_bench: %s\n", std::string(router.status().message()).c_str());
@@ -493,6 +500,13 @@ int main(int argc, char** argv) {
                  "(default models/tandem-tiny-fortunes)");
   app.add_option("--nginx", o.nginx, "nginx binary");
   app.add_flag("--keep-temp", o.keep_temp, "Keep the temp dir (configs, logs)");
+  app.add_option(
+         "--router-arg", o.router_args,
+         "An extra tandem-router argument (repeat for each), e.g. --router-arg=--http-threads "
+         "--router-arg=1")
+      ->allow_extra_args(false);
+  app.add_flag("--grpc-sessions", o.grpc_sessions,
+               "Stand-ins serve no session socket, so the router sends legs on rpc Session");
   // Internal: the backend processes router_bench starts by re-executing itself.
   app.add_option("--serve-stand-ins", o.serve_stand_ins)->group("");
   app.add_option("--serve-http", o.serve_http)->group("");
@@ -500,7 +514,8 @@ int main(int argc, char** argv) {
   app.add_option("--ports-file", o.ports_file)->group("");
   CLI11_PARSE(app, argc, argv);
   if (o.serve_stand_ins > 0) {
-    return tandem::bench::ServeStandIns(o.serve_stand_ins, o.tokens, o.model_path, o.ports_file);
+    return tandem::bench::ServeStandIns(o.serve_stand_ins, o.tokens, o.model_path, !o.grpc_sessions,
+                                        o.ports_file);
   }
   if (o.serve_http > 0) {
     return tandem::bench::ServeHttpBackends(o.serve_http, o.reply_file, o.ports_file);

@@ -11,6 +11,11 @@ void RegisterDecodeFlags(Flags& flags, DecodeOptions* o) {
       ->check(CLI::Range(0, 65535));
   flags.Add("--http-port", &o->http_port, "HTTP port for /metrics and /health (0: ephemeral)")
       ->check(CLI::Range(0, 65535));
+  flags
+      .Add("--session-port", &o->session_port,
+           "Port of the session socket the router sends legs on (0: ephemeral, advertised "
+           "through gRPC Health; -1: none, the router uses gRPC sessions)")
+      ->check(CLI::Range(-1, 65535));
   flags.Add("--disaggregation-mode", &o->disaggregation_mode,
             "Accepted for SGLang launch scripts; must be 'decode' for this binary");
   flags.Add("--local-prefill", &o->local_prefill,

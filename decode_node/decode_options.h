@@ -16,6 +16,7 @@ struct DecodeOptions {
   std::string host = "127.0.0.1";  // gRPC (router legs) and HTTP listen here
   int port = 8001;                 // gRPC
   int http_port = 9001;            // /metrics, /health (0: ephemeral)
+  int session_port = 0;            // the session socket (0: ephemeral, -1: none)
   std::string disaggregation_mode = "decode";
   bool local_prefill = false;   // colocated mode: prefill locally, no KV transfer
   double drain_timeout_s = 30;  // on SIGTERM: finish or abort streams within this

@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
 
   ASSIGN_OR_RETURN(worker::WorkerEndpoints endpoints,
                    worker::StartWorkerEndpoints(server->core_.get(), server->metrics_, o.host,
-                                                o.port, o.http_port, grpc_secret));
+                                                o.port, o.http_port, o.session_port, grpc_secret));
   server->http_ = std::move(endpoints.http);
   server->grpc_ = std::move(endpoints.grpc);
   const engine::SchedulerConfig& sc = server->engine_->config();

@@ -12,6 +12,11 @@ void RegisterPrefillFlags(Flags& flags, PrefillOptions* o) {
   flags.Add("--http-port", &o->http_port, "HTTP port for /metrics and /health (0: ephemeral)")
       ->check(CLI::Range(0, 65535));
   flags
+      .Add("--session-port", &o->session_port,
+           "Port of the session socket the router sends legs on (0: ephemeral, advertised "
+           "through gRPC Health; -1: none, the router uses gRPC sessions)")
+      ->check(CLI::Range(-1, 65535));
+  flags
       .Add("--disaggregation-bootstrap-port", &o->bootstrap_port,
            "Port of the bootstrap server decode workers connect to (0: ephemeral)")
       ->check(CLI::Range(0, 65535));

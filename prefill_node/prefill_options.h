@@ -16,6 +16,7 @@ struct PrefillOptions {
   std::string host = "127.0.0.1";  // gRPC (router legs), bootstrap and HTTP listen here
   int port = 8000;                 // gRPC
   int http_port = 9000;            // /metrics, /health (0: ephemeral)
+  int session_port = 0;            // the session socket (0: ephemeral, -1: none)
   int bootstrap_port = 8998;       // --disaggregation-bootstrap-port
   std::string disaggregation_mode = "prefill";
   double drain_timeout_s = 30;  // on SIGTERM: finish or abort in-flight rooms within this

@@ -20,8 +20,9 @@ struct WorkerEndpoints {
   std::unique_ptr<GrpcServer> grpc;
 };
 
-// gRPC on host:grpc_port first, then HTTP on host:http_port (0 = ephemeral for both), so that a
-// healthy /health means the gRPC port is listening. Errors name the flag to change (--port,
+// gRPC on host:grpc_port (and the session socket on host:session_port unless it is -1) first,
+// then HTTP on host:http_port (0 = ephemeral for each), so that a healthy /health means the
+// requests ports are listening. Errors name the flag to change (--port, --session-port,
 // --http-port). `core` and `metrics` must outlive the endpoints.
 // A non-empty `cluster_secret` makes the gRPC service accept only callers proving it (see
 // GrpcServer); /metrics and /health stay open (they reveal load, not data, and are what probes
@@ -29,7 +30,7 @@ struct WorkerEndpoints {
 absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
                                                      const MetricsRegistry& metrics,
                                                      const std::string& host, int grpc_port,
-                                                     int http_port,
+                                                     int http_port, int session_port,
                                                      const std::string& cluster_secret);
 
 }  // namespace tandem::worker

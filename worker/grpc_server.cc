@@ -9,11 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/cluster_token.h"
+#include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 #include "worker/session_server.h"
+#include "worker/session_socket.h"
 
 namespace tandem::worker {
 namespace {
@@ -221,7 +223,15 @@ class WorkerService final : public proto::Worker::CallbackService {
 
   // Ends the open sessions (their legs are cancelled): grpc::Server::Shutdown would otherwise
   // wait its whole grace period for these long-lived calls.
-  void CloseSessions() { sessions_.CloseAll(); }
+  void CloseSessions() {
+    if (sockets_) sockets_->CloseAll();
+    sessions_.CloseAll();
+  }
+  SessionLegs* legs() { return &legs_; }
+  // The session socket Health advertises (none: 0).
+  void SetSessionSockets(std::unique_ptr<SessionSocketServer> sockets) {
+    sockets_ = std::move(sockets);
+  }
 
   // Every method checks the caller's token first and runs nothing else when it is refused.
   // Per handler rather than gRPC's AuthMetadataProcessor: gRPC 1.51 aborts when one is set on
@@ -302,8 +312,10 @@ class WorkerService final : public proto::Worker::CallbackService {
       return Refuse(context, std::move(auth));
     }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    core_->Health(*request, [reactor, response](proto::HealthResponse h) {
+    const int session_port = sockets_ ? sockets_->port() : 0;
+    core_->Health(*request, [reactor, response, session_port](proto::HealthResponse h) {
       *response = std::move(h);
+      response->set_session_port(session_port);
       reactor->Finish(grpc::Status::OK);
     });
     return reactor;
@@ -349,7 +361,8 @@ class WorkerService final : public proto::Worker::CallbackService {
   WorkerCore* core_;
   CoreLegs legs_;
   SessionServer sessions_;
-  const std::string cluster_secret_;  // empty: calls are not authenticated
+  std::unique_ptr<SessionSocketServer> sockets_;  // set before the gRPC server starts
+  const std::string cluster_secret_;              // empty: calls are not authenticated
   mutable std::atomic<int64_t> last_refusal_log_ms_{0};
 };
 
@@ -366,9 +379,16 @@ struct GrpcServer::Impl {
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& host, int port,
                                                               WorkerCore* core,
                                                               const std::string& port_flag,
-                                                              const std::string& cluster_secret) {
+                                                              const std::string& cluster_secret,
+                                                              int session_port) {
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<WorkerService>(core, cluster_secret);
+  if (session_port >= 0) {
+    ASSIGN_OR_RETURN(auto sockets,
+                     SessionSocketServer::Start(host, session_port, impl->service->legs(),
+                                                cluster_secret, "--session-port: "));
+    impl->service->SetSessionSockets(std::move(sockets));
+  }
   const std::string address = host.find(':') != std::string::npos
                                   ? absl::StrCat("[", host, "]:", port)
                                   : absl::StrCat(host, ":", port);

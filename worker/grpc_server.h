@@ -7,7 +7,8 @@
 // ends the RPC with OK. A client that cancels (or whose stream or session breaks) aborts the leg
 // in the engine. Every path ends the RPC exactly once. Prefill legs go to the WorkerCore's
 // PrefillLegs (prefill workers); elsewhere they fail with FAILED_PRECONDITION. A prefill leg the
-// router cancels aborts its room. Shutdown ends open sessions first, cancelling their legs.
+// router cancels aborts its room. Shutdown ends open sessions first (on the session socket
+// too), cancelling their legs.
 //
 // Access: with a non-empty `cluster_secret`, every call must carry a valid cluster token
 // (common/cluster_token.h) in its metadata; a call without one, with a wrong or stale one, ends
@@ -31,10 +32,14 @@ class GrpcServer {
  public:
   // Listens on host:port (port 0: ephemeral). A port already in use (even by another process
   // with SO_REUSEPORT) is UNAVAILABLE with a message naming `port_flag` and the address.
+  // With `session_port` >= 0 (0: ephemeral) it also serves the session socket there
+  // (worker/session_socket.h), with the same secret, and Health advertises its port; a port in
+  // use names --session-port.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& host, int port,
                                                            WorkerCore* core,
                                                            const std::string& port_flag,
-                                                           const std::string& cluster_secret);
+                                                           const std::string& cluster_secret,
+                                                           int session_port = -1);
   ~GrpcServer();
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;

@@ -1,5 +1,6 @@
 // The server side of rpc Session (proto/worker.proto): prefill and decode legs multiplexed on one
-// long-lived stream from the router, answered through a SessionLegs.
+// long-lived stream from the router, answered through a SessionLegs. The same SessionCore also
+// serves the session socket (worker/session_socket.h).
 //
 //   class MyLegs : public SessionLegs { ... };
 //   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(...) override {
@@ -19,9 +20,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/status/statusor.h"
@@ -45,9 +48,70 @@ class SessionLegs {
   virtual void CancelPrefill(uint64_t room) = 0;
 };
 
-class SessionReactor;
+class SessionServer;
 
-// The open sessions of one gRPC service.
+// One session's legs and reply batching, whatever carries its messages (a gRPC Session call, or
+// the session socket: worker/session_socket.h). The transport hands it each SessionUp (Handle),
+// writes the batches it asks for (WriteBatch, then Written), and finishes once told (Close).
+// Deletes itself when the last reference goes: the transport holds one until it is done, and
+// every live leg holds one until its last reply.
+class SessionCore {
+ public:
+  SessionCore(SessionServer* server, SessionLegs* legs) : server_(server), legs_(legs) {}
+  SessionCore(const SessionCore&) = delete;
+  SessionCore& operator=(const SessionCore&) = delete;
+
+  // Starts (or cancels) the legs `up` carries. Ignored once the session has ended.
+  void Handle(const proto::SessionUp& up);
+  // The write WriteBatch started completed (`ok`: the peer has it).
+  void Written(bool ok);
+  // The session is over: no new legs, live legs cancelled, Close(status) once no write is in
+  // flight. Idempotent.
+  void End(grpc::Status status);
+  bool ended();
+
+  void Ref() { refs_.fetch_add(1); }
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+ protected:
+  virtual ~SessionCore() = default;
+  // Starts writing `batch` (owned by the core until Written); Written follows, on any thread.
+  virtual void WriteBatch(const proto::SessionDown* batch) = 0;
+  // No write is in flight and none will start: end the transport with `status`. Called once.
+  virtual void Close(const grpc::Status& status) = 0;
+  // The transport is done with the core: it leaves its SessionServer.
+  void Forget();
+
+ private:
+  void HandleCall(const proto::SessionCall& call);
+  bool Admit(uint64_t id, std::function<void()> cancel);
+  void StartDecode(uint64_t id, const proto::DecodeRequest& request);
+  void StartPrefill(uint64_t id, const proto::PrefillRequest& request);
+  void OnEvent(uint64_t id, proto::DecodeEvent event);
+  template <typename Fill>
+  void Reply(uint64_t id, Fill fill);
+  template <typename Fill>
+  void AppendLocked(uint64_t id, Fill&& fill);
+  void WriteIfIdleLocked();
+  void FlushWrite();
+
+  SessionServer* const server_;
+  SessionLegs* const legs_;
+  std::atomic<int> refs_{1};  // the transport + one per live leg
+  std::mutex mu_;
+  std::unordered_map<uint64_t, std::function<void()>> live_;  // guarded by mu_: id -> cancel
+  proto::SessionDown pending_;    // guarded by mu_: replies waiting for the next write
+  proto::SessionDown in_flight_;  // the write in flight (owned by it while writing_)
+  bool writing_ = false;          // guarded by mu_
+  bool start_write_ = false;      // guarded by mu_: in_flight_ is filled, WriteBatch is due
+  bool ended_ = false;            // guarded by mu_
+  bool close_called_ = false;     // guarded by mu_
+  grpc::Status end_status_;       // set once, with ended_
+};
+
+// The open sessions of one worker, over either transport.
 class SessionServer {
  public:
   SessionServer() = default;
@@ -59,16 +123,18 @@ class SessionServer {
   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Open(SessionLegs* legs);
   // A reactor that ends a Session call at once with `status` (refused before anything ran).
   static grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Refuse(grpc::Status status);
+  // Registers a session another transport opened (ended at once when the server is closed).
+  void Add(SessionCore* session);
   // Ends every open session (cancelling its legs) and every session opened from now on.
   void CloseAll();
 
  private:
-  friend class SessionReactor;
-  void Forget(SessionReactor* session);
+  friend class SessionCore;
+  void Forget(SessionCore* session);
 
   std::mutex mu_;
-  std::unordered_set<SessionReactor*> open_;  // guarded by mu_
-  bool closed_ = false;                       // guarded by mu_
+  std::unordered_set<SessionCore*> open_;  // guarded by mu_
+  bool closed_ = false;                    // guarded by mu_
 };
 
 }  // namespace tandem::worker

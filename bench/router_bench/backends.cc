@@ -45,13 +45,13 @@ bool WritePorts(const std::string& path, const std::vector<int>& ports) {
 
 }  // namespace
 
-int ServeStandIns(int count, int tokens, const std::string& model_path,
+int ServeStandIns(int count, int tokens, const std::string& model_path, bool session_socket,
                   const std::string& ports_file) {
   const sigset_t stop = BlockStopSignals();
   std::vector<std::unique_ptr<StandInWorker>> workers;
   std::vector<int> ports;
   for (int i = 0; i < count; ++i) {
-    auto w = StandInWorker::Start(tokens, model_path);
+    auto w = StandInWorker::Start(tokens, model_path, session_socket);
     if (!w.ok()) {
       std::fprintf(stderr, "stand-in worker: %s\n", std::string(w.status().message()).c_str());
       return 1;

@@ -1,6 +1,7 @@
 // The backends of router_bench, each set in a process of its own so that the CPU it spends per
 // request can be read from /proc apart from the load generator's and the proxies':
-//   - ServeStandIns: `count` StandInWorker gRPC servers (what tandem-router talks to);
+//   - ServeStandIns: `count` StandInWorker gRPC servers (what tandem-router talks to), each
+//     with its session socket unless `session_socket` is false;
 //   - ServeHttpBackends: `count` HttpServer instances with one I/O thread each, answering
 //     POST /generate with a fixed JSON body (what nginx talks to).
 // Both write their ports, one per line, to `ports_file` (atomically: written to a temp name,
@@ -22,7 +23,7 @@
 
 namespace tandem::bench {
 
-int ServeStandIns(int count, int tokens, const std::string& model_path,
+int ServeStandIns(int count, int tokens, const std::string& model_path, bool session_socket,
                   const std::string& ports_file);
 // `reply_file` holds the body every backend answers with.
 int ServeHttpBackends(int count, const std::string& reply_file, const std::string& ports_file);

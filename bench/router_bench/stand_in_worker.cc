@@ -47,8 +47,15 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StandInWorker>> StandInWorker::Start(int tokens,
-                                                                    const std::string& model_path) {
+                                                                    const std::string& model_path,
+                                                                    bool session_socket) {
   std::unique_ptr<StandInWorker> w(new StandInWorker(tokens, model_path));
+  if (session_socket) {
+    absl::StatusOr<std::unique_ptr<worker::SessionSocketServer>> sockets =
+        worker::SessionSocketServer::Start("127.0.0.1", 0, w.get(), "", "session socket: ");
+    if (!sockets.ok()) return sockets.status();
+    w->sockets_ = *std::move(sockets);
+  }
   grpc::ServerBuilder builder;
   // As cheap a gRPC server as can be written, like the HTTP backends nginx is measured with: no
   // deadline, message-size or census filters (GRPC_ARG_MINIMAL_STACK), callback API, one
@@ -64,6 +71,7 @@ absl::StatusOr<std::unique_ptr<StandInWorker>> StandInWorker::Start(int tokens,
 }
 
 StandInWorker::~StandInWorker() {
+  if (sockets_ != nullptr) sockets_->CloseAll();
   sessions_.CloseAll();
   if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
 }
@@ -102,6 +110,7 @@ grpc::ServerUnaryReactor* StandInWorker::Health(grpc::CallbackServerContext* con
                                                 const proto::HealthRequest* /*request*/,
                                                 proto::HealthResponse* response) {
   response->set_status(proto::HealthResponse::SERVING);
+  if (sockets_ != nullptr) response->set_session_port(sockets_->port());
   return Done(context);
 }
 

@@ -3,10 +3,11 @@
 // as the router sends it, or the Decode RPC) returns one event with `tokens` fixed token ids,
 // finished with reason LENGTH; sessions are served by the workers' own session code
 // (worker/session_server.h), so their batching is measured too. Health says SERVING; GetLoad
-// reports an idle worker; GetServerInfo a COLOCATED worker of `model_path`; Abort finds nothing;
-// FlushCache flushes. Prefill is not served (UNIMPLEMENTED: plain mode never calls it).
-// The server runs with GRPC_ARG_MINIMAL_STACK (no server-side deadline or message-size filters).
-// Thread-safe (gRPC's callback threads); owns its server, stopped on destruction.
+// reports an idle worker (and the session socket's port); GetServerInfo a COLOCATED worker of
+// `model_path`; Abort finds nothing; FlushCache flushes. Prefill is not served (UNIMPLEMENTED:
+// plain mode never calls it). The server runs with GRPC_ARG_MINIMAL_STACK (no server-side deadline
+// or message-size filters). Thread-safe (gRPC's callback threads); owns its server, stopped on
+// destruction.
 #ifndef TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
 #define TANDEM_BENCH_ROUTER_BENCH_STAND_IN_WORKER_H_
 
@@ -17,14 +18,17 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
 #include "worker/session_server.h"
+#include "worker/session_socket.h"
 
 namespace tandem::bench {
 
 class StandInWorker : public proto::Worker::CallbackService, public worker::SessionLegs {
  public:
-  // Listens on 127.0.0.1 at an ephemeral port.
+  // Listens on 127.0.0.1 at an ephemeral port, and with `session_socket` serves the session
+  // socket (worker/session_socket.h) at another, which Health advertises as a worker does.
   static absl::StatusOr<std::unique_ptr<StandInWorker>> Start(int tokens,
-                                                              const std::string& model_path);
+                                                              const std::string& model_path,
+                                                              bool session_socket = true);
   ~StandInWorker() override;
   StandInWorker(const StandInWorker&) = delete;
   StandInWorker& operator=(const StandInWorker&) = delete;
@@ -66,6 +70,7 @@ class StandInWorker : public proto::Worker::CallbackService, public worker::Sess
   const std::string model_path_;
   int port_ = 0;
   worker::SessionServer sessions_;
+  std::unique_ptr<worker::SessionSocketServer> sockets_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -10,10 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "router/workers/cluster_credentials.h"
 #include "router/workers/worker_session.h"
+#include "spdlog/spdlog.h"
 
 namespace tandem::router {
 namespace {
 
+// After a session socket failed to connect, sessions go over gRPC for this long.
+constexpr absl::Duration kSocketRetry = absl::Seconds(30);
 // A dead peer fails its calls within keepalive time + timeout (while calls are active).
 constexpr int kKeepaliveTimeMs = 10000;
 constexpr int kKeepaliveTimeoutMs = 5000;
@@ -156,15 +159,16 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClient::Create(
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
   auto channel = CreateWorkerChannel(address->target, cluster_secret, args);
   return std::shared_ptr<WorkerClient>(
-      new WorkerClient(url, *std::move(address), std::move(channel)));
+      new WorkerClient(url, *std::move(address), std::move(channel), cluster_secret));
 }
 
 WorkerClient::WorkerClient(std::string url, WorkerAddress address,
-                           std::shared_ptr<grpc::Channel> channel)
+                           std::shared_ptr<grpc::Channel> channel, std::string cluster_secret)
     : url_(std::move(url)),
       address_(std::move(address)),
       channel_(std::move(channel)),
-      stub_(proto::Worker::NewStub(channel_)) {}
+      stub_(proto::Worker::NewStub(channel_)),
+      cluster_secret_(std::move(cluster_secret)) {}
 
 std::shared_ptr<CallHandle> WorkerClient::Prefill(
     proto::PrefillRequest request, absl::Time deadline,
@@ -202,12 +206,44 @@ void WorkerClient::SendLeg(const std::shared_ptr<SessionCall>& call, proto::Sess
     std::shared_ptr<WorkerSession> session;
     {
       std::lock_guard<std::mutex> lock(session_mu_);
-      if (session_ == nullptr || session_->closing()) {
-        session_ = WorkerSession::Open(channel_, stub_.get(), url_);
-      }
+      if (session_ == nullptr || session_->closing()) session_ = OpenSessionLocked();
       session = session_;
     }
     if (session->Send(call, message, bytes, deadline)) return;
+  }
+}
+
+std::shared_ptr<WorkerSession> WorkerClient::OpenSessionLocked() {
+  if (session_port_ == 0 || absl::Now() < socket_retry_after_) {
+    return OpenGrpcSession(channel_, stub_.get(), url_);
+  }
+  // The failure callback may outlive this client (the connection runs on its own thread).
+  std::weak_ptr<WorkerClient> weak = weak_from_this();
+  return OpenSocketSession(
+      address_.host, session_port_, url_, cluster_secret_, [weak](const grpc::Status& status) {
+        auto client = weak.lock();
+        if (client == nullptr) return;
+        spdlog::warn("{}; its legs go over gRPC for the next {} s", status.error_message(),
+                     absl::ToInt64Seconds(kSocketRetry));
+        std::lock_guard<std::mutex> lock(client->session_mu_);
+        client->socket_retry_after_ = absl::Now() + kSocketRetry;
+      });
+}
+
+int WorkerClient::session_port() {
+  std::lock_guard<std::mutex> lock(session_mu_);
+  return session_port_;
+}
+
+void WorkerClient::LearnSessionPort(int port) {
+  if (port < 0 || port > 65535) return;
+  std::lock_guard<std::mutex> lock(session_mu_);
+  if (port == session_port_) return;
+  session_port_ = port;
+  socket_retry_after_ = absl::InfinitePast();
+  if (session_ != nullptr) {
+    session_->Retire();
+    session_ = nullptr;
   }
 }
 
@@ -231,8 +267,19 @@ std::shared_ptr<CallHandle> WorkerClient::Health(
     std::function<void(grpc::Status, proto::HealthResponse)> done) {
   proto::HealthRequest request;
   request.set_generate(generate);
+  std::weak_ptr<WorkerClient> weak = weak_from_this();
+  auto learn = [weak, done = std::move(done)](grpc::Status status, proto::HealthResponse r) {
+    if (status.ok()) {
+      // On the timer thread: were this the client's last reference, its channel must not be
+      // destroyed on a gRPC thread (see UnaryCall).
+      SessionTimers().RunAt(absl::InfinitePast(), [weak, port = r.session_port()] {
+        if (auto client = weak.lock()) client->LearnSessionPort(port);
+      });
+    }
+    done(std::move(status), std::move(r));
+  };
   auto call = std::make_shared<UnaryCall<proto::HealthRequest, proto::HealthResponse>>(
-      std::move(request), std::move(done));
+      std::move(request), std::move(learn));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
     stub_->async()->Health(ctx, req, resp, std::move(cb));
   });

@@ -13,7 +13,10 @@
 // (proto/worker.proto), opened on first use and again after it ends: a session that breaks fails
 // the legs on it (UNAVAILABLE, or gRPC's status) and the next leg opens a new one. Their
 // deadlines and cancellations are the client's: the leg ends DEADLINE_EXCEEDED or CANCELLED at
-// once and the worker is told to abort it.
+// once and the worker is told to abort it. Once a Health answer advertises the worker's session
+// socket (proto/worker.proto), new sessions go there instead of rpc Session (fewer bytes and no
+// gRPC threads on the path); one that cannot connect fails its legs UNAVAILABLE and, for the
+// next 30 s, sessions go over gRPC again.
 //
 // Thread-safety: thread-safe. Ownership: shared (std::shared_ptr); a call in flight keeps what it
 // needs alive itself, so the client may be dropped while calls are running.
@@ -57,7 +60,7 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
 class WorkerSession;
 class SessionCall;
 
-class WorkerClient {
+class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
  public:
   // url: "http://host:port", "host:port" or "grpc://host:port". Errors name the bad url.
   // A non-empty `cluster_secret` authenticates every call (router/workers/cluster_credentials.h).
@@ -72,6 +75,9 @@ class WorkerClient {
   const std::string& url() const { return url_; }
   const std::string& host() const { return address_.host; }  // the decode leg's bootstrap_host
   int port() const { return address_.port; }
+  // The session socket port the worker's last Health answer advertised (0: none, legs go on
+  // rpc Session).
+  int session_port();
 
   // The prefill leg. `done` runs exactly once on a gRPC thread. The handle's Cancel() cancels.
   std::shared_ptr<CallHandle> Prefill(
@@ -98,17 +104,27 @@ class WorkerClient {
       absl::Time deadline, std::function<void(grpc::Status, proto::ServerInfo)> done);
 
  private:
-  WorkerClient(std::string url, WorkerAddress address, std::shared_ptr<grpc::Channel> channel);
+  WorkerClient(std::string url, WorkerAddress address, std::shared_ptr<grpc::Channel> channel,
+               std::string cluster_secret);
   // Sends a leg on the current session (opening one when there is none or it is closing).
   void SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
                absl::Time deadline);
+  // Under session_mu_: a new session, on the session socket when the worker advertised one
+  // and it has not failed to connect within the last kSocketRetry.
+  std::shared_ptr<WorkerSession> OpenSessionLocked();
+  // A Health answer's session port: a new or changed one retires the current session, so the
+  // next leg goes to the socket.
+  void LearnSessionPort(int port);
 
   const std::string url_;
   const WorkerAddress address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Worker::Stub> stub_;
+  const std::string cluster_secret_;
   std::mutex session_mu_;
   std::shared_ptr<WorkerSession> session_;  // guarded by session_mu_
+  int session_port_ = 0;                    // guarded by session_mu_: 0 = none advertised
+  absl::Time socket_retry_after_;           // guarded by session_mu_
 };
 
 }  // namespace tandem::router

@@ -137,17 +137,62 @@ std::shared_ptr<SessionCall> NewPrefillCall(
   return std::make_shared<PrefillSessionCall>(std::move(done));
 }
 
-std::shared_ptr<WorkerSession> WorkerSession::Open(std::shared_ptr<grpc::Channel> channel,
-                                                   proto::Worker::Stub* stub,
-                                                   const std::string& url) {
-  auto session = std::make_shared<WorkerSession>(std::move(channel), url);
-  session->self_ = session;
-  stub->async()->Session(&session->ctx_, session.get());
-  // Writes start from any thread at any time: the hold keeps the reactor from completing
-  // until the stream has ended (OnReadDone(false) removes it).
-  session->AddHold();
-  session->StartRead(&session->down_);
-  session->StartCall();
+namespace {
+
+// rpc Session. Owns itself while the stream runs (`self_`, let go after OnDone on the timer
+// thread).
+class GrpcWorkerSession : public WorkerSession,
+                          public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown> {
+ public:
+  GrpcWorkerSession(std::shared_ptr<grpc::Channel> channel, std::string url)
+      : WorkerSession(std::move(url), /*hold_writes=*/false), channel_(std::move(channel)) {}
+
+  void Start(proto::Worker::Stub* stub, std::shared_ptr<GrpcWorkerSession> self) {
+    self_ = std::move(self);
+    stub->async()->Session(&ctx_, this);
+    // Writes start from any thread at any time: the hold keeps the reactor from completing
+    // until the stream has ended (OnReadDone(false) removes it).
+    AddHold();
+    StartRead(&down_);
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override { WriteDone(ok); }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Broken();
+      RemoveHold();
+      return;
+    }
+    OnReplies(down_);
+    down_.Clear();
+    StartRead(&down_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    FailAll(status);
+    // The session may hold the last reference to the channel (its WorkerClient is gone), and
+    // gRPC 1.51 must not destroy a channel on one of its callback threads (the callback queue's
+    // thread pool would join itself and be freed while running). Let go on the timer thread.
+    SessionTimers().RunAt(absl::InfinitePast(), [self = std::move(self_)] {});
+  }
+
+ protected:
+  void WriteBatch(const proto::SessionUp* batch) override { StartWrite(batch); }
+  void CloseTransport() override { ctx_.TryCancel(); }
+
+ private:
+  const std::shared_ptr<grpc::Channel> channel_;  // outlives the call
+  grpc::ClientContext ctx_;
+  proto::SessionDown down_;  // the read in flight
+  std::shared_ptr<GrpcWorkerSession> self_;
+};
+
+}  // namespace
+
+std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> channel,
+                                               proto::Worker::Stub* stub, const std::string& url) {
+  auto session = std::make_shared<GrpcWorkerSession>(std::move(channel), url);
+  session->Start(stub, session);
   return session;
 }
 
@@ -165,7 +210,7 @@ bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::Sessio
     pending_.emplace_back(bytes, std::move(*message));
     write = TakeBatchLocked();
   }
-  if (write) StartWrite(&in_flight_);
+  if (write) WriteBatch(&in_flight_);
   if (deadline != absl::InfiniteFuture()) {
     std::weak_ptr<WorkerSession> weak = weak_from_this();
     call->SetTimer(SessionTimers().RunAt(deadline, [weak, id] {
@@ -197,8 +242,8 @@ void WorkerSession::Cancel(uint64_t id, grpc::Status status, bool post) {
     }
     close = retired_ && calls_.empty();
   }
-  if (write) StartWrite(&in_flight_);
-  if (close) ctx_.TryCancel();
+  if (write) WriteBatch(&in_flight_);
+  if (close) CloseTransport();
   if (post) {
     SessionCall::FailLater(std::move(call), std::move(status));
   } else {
@@ -213,7 +258,7 @@ void WorkerSession::Retire() {
     retired_ = closing_ = true;
     close = calls_.empty();
   }
-  if (close) ctx_.TryCancel();
+  if (close) CloseTransport();
 }
 
 bool WorkerSession::closing() {
@@ -221,7 +266,7 @@ bool WorkerSession::closing() {
   return closing_;
 }
 
-void WorkerSession::OnWriteDone(bool ok) {
+void WorkerSession::WriteDone(bool ok) {
   bool write = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -233,20 +278,27 @@ void WorkerSession::OnWriteDone(bool ok) {
       write = TakeBatchLocked();
     }
   }
-  if (write) StartWrite(&in_flight_);
+  if (write) WriteBatch(&in_flight_);
 }
 
-void WorkerSession::OnReadDone(bool ok) {
-  if (!ok) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      broken_ = closing_ = true;
-    }
-    RemoveHold();
-    return;
+void WorkerSession::ReleaseWrites() {
+  bool write;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    write = TakeBatchLocked();
   }
+  if (write) WriteBatch(&in_flight_);
+}
+
+void WorkerSession::Broken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  broken_ = closing_ = true;
+}
+
+void WorkerSession::OnReplies(const proto::SessionDown& down) {
   bool close = false;
-  for (const proto::SessionReply& reply : down_.replies()) {
+  for (const proto::SessionReply& reply : down.replies()) {
     std::shared_ptr<SessionCall> call;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -260,12 +312,10 @@ void WorkerSession::OnReadDone(bool ok) {
     }
     call->OnReply(reply);
   }
-  down_.Clear();
-  if (close) ctx_.TryCancel();
-  StartRead(&down_);
+  if (close) CloseTransport();
 }
 
-void WorkerSession::OnDone(const grpc::Status& status) {
+void WorkerSession::FailAll(const grpc::Status& status) {
   std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -277,11 +327,6 @@ void WorkerSession::OnDone(const grpc::Status& status) {
                    : grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                   absl::StrCat("worker ", url_, " ended the session"));
   for (auto& [id, call] : calls) call->Fail(failure);
-  calls.clear();
-  // The session may hold the last reference to the channel (its WorkerClient is gone), and
-  // gRPC 1.51 must not destroy a channel on one of its callback threads (the callback queue's
-  // thread pool would join itself and be freed while running). Let go on the timer thread.
-  SessionTimers().RunAt(absl::InfinitePast(), [self = std::move(self_)] {});
 }
 
 bool WorkerSession::TakeBatchLocked() {

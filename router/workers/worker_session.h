@@ -1,8 +1,10 @@
-// WorkerSession: the router's end of one rpc Session stream to a worker (proto/worker.proto),
-// carrying the prefill and decode legs of many requests; SessionCall: one leg on it. Used by
-// WorkerClient, which opens a session on first use and again after one ends:
+// WorkerSession: the router's end of one session with a worker (proto/worker.proto), carrying
+// the prefill and decode legs of many requests on rpc Session or on the worker's session socket;
+// SessionCall: one leg on it. Used by WorkerClient, which opens a session on first use and again
+// after one ends:
 //
-//   auto session = WorkerSession::Open(channel, stub, url);
+//   auto session = OpenSocketSession(host, session_port, url, secret, on_connect_failed);
+//   // or OpenGrpcSession(channel, stub, url)
 //   std::shared_ptr<SessionCall> call = NewDecodeCall(on_event, done);
 //   if (!session->Send(call, &message, deadline)) { /* closing: open another */ }
 //   call->Cancel();                        // any time, any thread
@@ -14,8 +16,9 @@
 // ends (the worker closed it, the connection broke, or it was retired and its last call ended)
 // fails its live calls with gRPC's status (UNAVAILABLE when the worker ended it cleanly).
 //
-// Thread-safety: thread-safe. Callbacks run on gRPC's threads or the timer thread and must not
-// block; a call's events and `done` never overlap, and none follows `done`.
+// Thread-safety: thread-safe. Callbacks run on the transport's threads (gRPC's, or the session
+// socket's I/O thread) or the timer thread and must not block; a call's events and `done` never
+// overlap, and none follows `done`.
 #ifndef TANDEM_ROUTER_WORKERS_WORKER_SESSION_H_
 #define TANDEM_ROUTER_WORKERS_WORKER_SESSION_H_
 
@@ -97,16 +100,15 @@ std::shared_ptr<SessionCall> NewDecodeCall(std::function<void(const proto::Decod
 std::shared_ptr<SessionCall> NewPrefillCall(
     std::function<void(grpc::Status, proto::PrefillResponse)> done);
 
-// Owns itself while the stream runs (`self_`, let go after OnDone on the timer thread); the
-// WorkerClient holds the current one.
-class WorkerSession : public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown>,
-                      public std::enable_shared_from_this<WorkerSession> {
+// The router's end of one session with a worker: the calls live on it, the batching of their
+// writes, and the matching of replies to calls. Its transport (rpc Session, or the session
+// socket) is a subclass. The WorkerClient holds the current one; the transport keeps it alive
+// while its stream or connection runs.
+class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
  public:
-  WorkerSession(std::shared_ptr<grpc::Channel> channel, std::string url)
-      : channel_(std::move(channel)), url_(std::move(url)) {}
-
-  static std::shared_ptr<WorkerSession> Open(std::shared_ptr<grpc::Channel> channel,
-                                             proto::Worker::Stub* stub, const std::string& url);
+  virtual ~WorkerSession() = default;
+  WorkerSession(const WorkerSession&) = delete;
+  WorkerSession& operator=(const WorkerSession&) = delete;
 
   // False when the session takes no more calls (the caller opens another); `message` is then
   // untouched. Otherwise `call` is live and `message` sent (moved from). `bytes`: its
@@ -120,30 +122,59 @@ class WorkerSession : public grpc::ClientBidiReactor<proto::SessionUp, proto::Se
   void Retire();
   bool closing();
 
-  void OnWriteDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
+ protected:
+  // `hold_writes`: nothing is written until ReleaseWrites() (a handshake comes first).
+  WorkerSession(std::string url, bool hold_writes) : url_(std::move(url)), writing_(hold_writes) {}
+
+  // Starts writing `batch` (owned by the session until WriteDone); any thread, one at a time.
+  virtual void WriteBatch(const proto::SessionUp* batch) = 0;
+  // Ends the stream or connection; the transport then fails what is left (FailAll). Any thread.
+  virtual void CloseTransport() = 0;
+
+  // The write WriteBatch started is over (`ok`: it was sent); starts the next batch, if any.
+  void WriteDone(bool ok);
+  // The handshake is over: the calls queued meanwhile are written.
+  void ReleaseWrites();
+  // Passes each reply to its call; closes the transport when a retired session has no calls.
+  void OnReplies(const proto::SessionDown& down);
+  // The stream cannot carry writes or replies any more: no new calls.
+  void Broken();
+  // The stream has ended: fails every call still live with `status`, or UNAVAILABLE when it is
+  // OK (the worker ended the session cleanly).
+  void FailAll(const grpc::Status& status);
+
+  const std::string url_;
 
  private:
   // Under mu_: when no write is in flight, moves the next batch of pending calls into
-  // in_flight_; true when the caller must StartWrite it.
+  // in_flight_; true when the caller must WriteBatch it.
   bool TakeBatchLocked();
 
-  const std::shared_ptr<grpc::Channel> channel_;  // outlives the call
-  const std::string url_;
-  grpc::ClientContext ctx_;
-  proto::SessionDown down_;     // the read in flight
   proto::SessionUp in_flight_;  // the write in flight (while writing_)
   std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls_;  // guarded by mu_
   std::deque<std::pair<size_t, proto::SessionCall>> pending_;         // guarded by mu_: bytes, call
   uint64_t next_id_ = 1;                                              // guarded by mu_
-  bool writing_ = false;                                              // guarded by mu_
+  bool writing_;                                                      // guarded by mu_
   bool closing_ = false;  // guarded by mu_: takes no new calls
   bool broken_ = false;   // guarded by mu_: the stream cannot carry writes any more
   bool retired_ = false;  // guarded by mu_: the WorkerClient let go
-  std::shared_ptr<WorkerSession> self_;
 };
+
+// A session on rpc Session over `channel`.
+std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> channel,
+                                               proto::Worker::Stub* stub, const std::string& url);
+
+// A session on the worker's session socket (proto/worker.proto) at host:port, answering its
+// challenge with a token made from `cluster_secret` (none when empty). Connects, reads and
+// completes partial writes on one process-wide I/O thread, so replies (and the callbacks they
+// run) arrive there; a batch is written from the thread that queued it when the socket takes it
+// whole. A connection not established within 5 s, or refused, fails the session's calls
+// UNAVAILABLE naming the address, and `on_connect_failed` runs (any thread) with that status.
+// TCP keepalive (idle 10 s, then 3 probes 5 s apart) fails the calls of a peer that vanished.
+std::shared_ptr<WorkerSession> OpenSocketSession(
+    const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
+    std::function<void(const grpc::Status&)> on_connect_failed);
 
 }  // namespace tandem::router
 

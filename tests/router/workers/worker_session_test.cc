@@ -25,106 +25,11 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
 #include "router/workers/worker_client.h"
+#include "tests/router/workers/session_test_support.h"
 #include "worker/session_server.h"
 
 namespace tandem::router {
 namespace {
-
-constexpr absl::Duration kWait = absl::Seconds(20);
-
-// Legs scripted by rid: "ok:N" sends N events (the last finished); "err" fails to start with
-// INVALID_ARGUMENT; "hold" starts and waits for a cancel (then ends with an abort event) or
-// Release(). Prefill: "ok" answers first_token_id 7, "err" fails FAILED_PRECONDITION, "hold"
-// waits for CancelPrefill (then fails ABORTED).
-class ScriptedLegs : public worker::SessionLegs {
- public:
-  absl::StatusOr<std::function<void()>> StartDecode(
-      const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override {
-    const std::string& rid = request.rid();
-    if (rid == "err") return absl::InvalidArgumentError("input_ids: empty prompt");
-    int n = 0;
-    if (absl::StartsWith(rid, "ok:") && absl::SimpleAtoi(rid.substr(3), &n)) {
-      for (int i = 0; i < n; ++i) {
-        proto::DecodeEvent e;
-        e.add_token_ids(100 + i);
-        e.set_finished(i == n - 1);
-        sink(std::move(e));
-      }
-      return [] {};
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      held_[rid] = sink;
-    }
-    held_count_.fetch_add(1);
-    return [this, rid] {
-      decode_cancels_.fetch_add(1);
-      End(rid, proto::FinishReason::ABORT);
-    };
-  }
-
-  void StartPrefill(const proto::PrefillRequest& request,
-                    std::function<void(absl::StatusOr<proto::PrefillResponse>)> done) override {
-    if (request.rid() == "ok") {
-      proto::PrefillResponse r;
-      r.set_bootstrap_room(request.bootstrap_room());
-      r.set_first_token_id(7);
-      done(r);
-    } else if (request.rid() == "err") {
-      done(absl::FailedPreconditionError("not a prefill worker"));
-    } else {
-      std::lock_guard<std::mutex> lock(mu_);
-      prefills_[request.bootstrap_room()] = std::move(done);
-    }
-  }
-
-  void CancelPrefill(uint64_t room) override {
-    std::function<void(absl::StatusOr<proto::PrefillResponse>)> done;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = prefills_.find(room);
-      if (it == prefills_.end()) return;
-      done = std::move(it->second);
-      prefills_.erase(it);
-    }
-    prefill_cancels_.fetch_add(1);
-    done(absl::AbortedError("cancelled"));
-  }
-
-  // Ends a held decode leg normally.
-  void Release(const std::string& rid) { End(rid, proto::FinishReason::LENGTH); }
-
-  int held_count() const { return held_count_.load(); }
-  int decode_cancels() const { return decode_cancels_.load(); }
-  int prefill_cancels() const { return prefill_cancels_.load(); }
-  int live_holds() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int>(held_.size() + prefills_.size());
-  }
-
- private:
-  void End(const std::string& rid, proto::FinishReason::Type type) {
-    std::function<void(proto::DecodeEvent)> sink;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = held_.find(rid);
-      if (it == held_.end()) return;
-      sink = std::move(it->second);
-      held_.erase(it);
-    }
-    proto::DecodeEvent e;
-    e.set_finished(true);
-    e.mutable_finish_reason()->set_type(type);
-    sink(std::move(e));
-  }
-
-  std::mutex mu_;
-  std::map<std::string, std::function<void(proto::DecodeEvent)>> held_;
-  std::map<uint64_t, std::function<void(absl::StatusOr<proto::PrefillResponse>)>> prefills_;
-  std::atomic<int> held_count_{0};
-  std::atomic<int> decode_cancels_{0};
-  std::atomic<int> prefill_cancels_{0};
-};
 
 class SessionService : public proto::Worker::CallbackService {
  public:
@@ -173,57 +78,6 @@ class TestWorker {
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
-
-// One decode leg's outcome.
-struct DecodeResult {
-  std::vector<proto::DecodeEvent> events;
-  grpc::Status status;
-};
-
-struct DecodeWatch {
-  std::mutex mu;
-  std::vector<proto::DecodeEvent> events;
-  std::promise<DecodeResult> promise;
-  std::atomic<int> done_calls{0};
-};
-
-std::shared_ptr<CallHandle> StartDecode(WorkerClient& client, const std::string& rid,
-                                        absl::Time deadline,
-                                        const std::shared_ptr<DecodeWatch>& watch) {
-  proto::DecodeRequest request;
-  request.set_rid(rid);
-  request.add_input_ids(1);
-  request.set_stream(true);
-  return client.Decode(
-      std::move(request), deadline,
-      [watch](const proto::DecodeEvent& e) {
-        std::lock_guard<std::mutex> lock(watch->mu);
-        watch->events.push_back(e);
-      },
-      [watch](grpc::Status s) {
-        if (watch->done_calls.fetch_add(1) != 0) return;  // counted; a second call fails below
-        std::lock_guard<std::mutex> lock(watch->mu);
-        watch->promise.set_value(DecodeResult{watch->events, std::move(s)});
-      });
-}
-
-DecodeResult Wait(const std::shared_ptr<DecodeWatch>& watch) {
-  auto future = watch->promise.get_future();
-  if (future.wait_for(absl::ToChronoSeconds(kWait)) != std::future_status::ready) {
-    ADD_FAILURE() << "the leg did not end within " << kWait;
-    return DecodeResult{{}, grpc::Status(grpc::StatusCode::UNKNOWN, "timed out in the test")};
-  }
-  return future.get();
-}
-
-bool WaitFor(const std::function<bool()>& condition) {
-  const absl::Time give_up = absl::Now() + kWait;
-  while (absl::Now() < give_up) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return condition();
-}
 
 std::shared_ptr<WorkerClient> Connect(const TestWorker& w) {
   auto client = WorkerClient::Create(w.url());
@@ -328,17 +182,7 @@ TEST(WorkerSessionTest, ManyConcurrentLegsShareOneSession) {
   TestWorker w;
   ASSERT_TRUE(w.ok());
   auto client = Connect(w);
-  constexpr int kLegs = 300;
-  std::vector<std::shared_ptr<DecodeWatch>> watches;
-  for (int i = 0; i < kLegs; ++i) {
-    watches.push_back(std::make_shared<DecodeWatch>());
-    StartDecode(*client, absl::StrCat("ok:", 1 + i % 4), absl::Now() + kWait, watches.back());
-  }
-  for (int i = 0; i < kLegs; ++i) {
-    DecodeResult r = Wait(watches[i]);
-    EXPECT_TRUE(r.status.ok()) << i << ": " << r.status.error_message();
-    EXPECT_EQ(static_cast<int>(r.events.size()), 1 + i % 4) << i;
-  }
+  ExpectConcurrentLegsServed(*client, 300);
   EXPECT_EQ(w.service().opened(), 1);
 }
 

@@ -1,0 +1,357 @@
+#include "worker/session_socket.h"
+
+#include <openssl/rand.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/cluster_token.h"
+#include "common/frames.h"
+#include "spdlog/spdlog.h"
+
+namespace tandem::worker {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+constexpr auto kFirstMessageTimeout = std::chrono::seconds(10);
+constexpr size_t kReadChunk = 64 << 10;
+
+std::string NewChallenge() {
+  unsigned char nonce[16];
+  if (RAND_bytes(nonce, sizeof nonce) != 1) {
+    // Without a fresh nonce a recorded token could be replayed: refuse rather than reuse one.
+    return "";
+  }
+  return absl::StrCat(kSessionSocketProtocol, " ",
+                      absl::BytesToHexString(
+                          absl::string_view(reinterpret_cast<const char*>(nonce), sizeof nonce)));
+}
+
+}  // namespace
+
+struct SessionSocketServer::Impl {
+  asio::io_context io;
+  std::optional<tcp::acceptor> acceptor;
+  std::thread thread;
+  SessionLegs* legs = nullptr;
+  std::string secret;
+  int port = 0;
+  SessionServer sessions;
+  std::atomic<int64_t> last_refusal_log_ms{0};
+  std::atomic<int> accepted{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  int connections = 0;                    // guarded by mu: transports not yet released
+  bool closed = false;                    // guarded by mu
+  std::unordered_set<SessionCore*> live;  // I/O thread: connections not yet released
+
+  void Accept();
+  void Released() {
+    std::lock_guard<std::mutex> lock(mu);
+    --connections;
+    cv.notify_all();
+  }
+  // At most one line a second: a stranger hammering the port must not fill the disk.
+  void LogRefusal(const std::string& peer, const std::string& why) {
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    int64_t last_ms = last_refusal_log_ms.load(std::memory_order_relaxed);
+    if (now_ms - last_ms >= 1000 &&
+        last_refusal_log_ms.compare_exchange_strong(last_ms, now_ms, std::memory_order_relaxed)) {
+      spdlog::warn("session socket from {} refused: {}", peer, why);
+    }
+  }
+};
+
+namespace {
+
+// One connection. The transport's reference (SessionCore's first) is let go on the I/O thread
+// once the read loop has ended and Close has run; the socket goes with it, so a core that live
+// legs keep alive longer holds no I/O object.
+class SocketSession : public SessionCore {
+ public:
+  SocketSession(SessionSocketServer::Impl* server, tcp::socket socket)
+      : SessionCore(&server->sessions, server->legs),
+        server_(server),
+        socket_(std::move(socket)),
+        timer_(std::in_place, server->io),
+        reader_(kMaxSessionFrameBytes) {
+    boost::system::error_code ec;
+    const tcp::endpoint remote = socket_->remote_endpoint(ec);
+    peer_ = ec ? std::string("an unknown peer")
+               : absl::StrCat(remote.address().to_string(), ":", remote.port());
+    socket_->set_option(tcp::no_delay(true), ec);
+  }
+
+  // I/O thread: sends the challenge and starts reading.
+  void Start() {
+    challenge_ = NewChallenge();
+    if (challenge_.empty()) {
+      Refuse(grpc::StatusCode::INTERNAL, "the worker could not draw a random challenge");
+      Read();
+      return;
+    }
+    proto::SessionDown hello;
+    hello.set_challenge(challenge_);
+    std::string frame;
+    AppendFrame(&frame, hello.SerializeAsString());
+    boost::system::error_code ec;
+    asio::write(*socket_, asio::buffer(frame), ec);  // a few dozen bytes: the socket takes them
+    timer_->expires_after(kFirstMessageTimeout);
+    timer_->async_wait([this](const boost::system::error_code& ec) {
+      if (ec || authed_) return;
+      Refuse(grpc::StatusCode::DEADLINE_EXCEEDED, "no first message within 10 s of the challenge");
+    });
+    Read();
+  }
+
+  // I/O thread: the server is going away; whatever is in flight on the socket ends with an
+  // error, which leads to Close and the release.
+  void ForceClose() {
+    if (!socket_) return;
+    boost::system::error_code ec;
+    socket_->shutdown(tcp::socket::shutdown_both, ec);
+    socket_->cancel(ec);
+  }
+
+ protected:
+  // Any thread; one at a time (SessionCore has at most one batch in flight).
+  void WriteBatch(const proto::SessionDown* batch) override {
+    send_.Run(
+        fd_, batch, [this] { Written(true); },
+        [this](size_t done) {  // the rest when the socket has room, on the I/O thread
+          asio::post(server_->io, [this, done] {
+            if (!socket_) {
+              Written(false);
+              return;
+            }
+            const std::string& bytes = send_.bytes();
+            asio::async_write(
+                *socket_, asio::buffer(bytes.data() + done, bytes.size() - done),
+                [this](const boost::system::error_code& ec, size_t) { Written(!ec); });
+          });
+        },
+        [this](const absl::Status& /*error*/) { Written(false); });
+  }
+
+  // Any thread, once, with no write in flight.
+  void Close(const grpc::Status& status) override {
+    asio::post(server_->io, [this, status] {
+      if (socket_ && !status.ok() && !(status.error_code() == grpc::StatusCode::CANCELLED)) {
+        proto::SessionDown bye;
+        bye.mutable_ended()->set_code(status.error_code());
+        bye.mutable_ended()->set_message(status.error_message());
+        std::string frame;
+        AppendFrame(&frame, bye.SerializeAsString());
+        // Best effort, without blocking: a router that stopped reading gets the close alone.
+        (void)::send(fd_, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      }
+      closed_ = true;
+      if (socket_) {
+        boost::system::error_code ec;
+        socket_->shutdown(tcp::socket::shutdown_both, ec);
+        socket_->cancel(ec);  // the read in flight ends; the descriptor closes at the release
+      }
+      MaybeRelease();
+    });
+  }
+
+ private:
+  // I/O thread.
+  void Read() {
+    if (!socket_ || closed_) {
+      read_done_ = true;
+      MaybeRelease();
+      return;
+    }
+    socket_->async_read_some(
+        asio::buffer(reader_.Prepare(kReadChunk), kReadChunk),
+        [this](const boost::system::error_code& ec, size_t n) {
+          if (ec) {  // the router closed its end, the connection broke, or Close ran
+            End(grpc::Status::OK);
+            read_done_ = true;
+            MaybeRelease();
+            return;
+          }
+          reader_.Commit(n);
+          if (!OnBytes()) {
+            read_done_ = true;
+            MaybeRelease();
+            return;
+          }
+          Read();
+        });
+  }
+
+  // I/O thread: handles every complete message buffered; false once the session has ended.
+  bool OnBytes() {
+    while (true) {
+      absl::StatusOr<std::optional<std::string_view>> frame = reader_.Next();
+      if (!frame.ok()) {
+        Refuse(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("the session socket is not a session stream: ", frame.status().message()));
+        return false;
+      }
+      if (!frame->has_value()) return true;
+      up_.Clear();
+      if (!up_.ParseFromArray((*frame)->data(), static_cast<int>((*frame)->size()))) {
+        Refuse(grpc::StatusCode::INVALID_ARGUMENT,
+               absl::StrCat("a ", (*frame)->size(),
+                            "-byte message on the session socket is not a SessionUp"));
+        return false;
+      }
+      if (!authed_) {
+        if (!server_->secret.empty()) {
+          const absl::Status auth =
+              VerifyClusterToken(server_->secret, challenge_, up_.auth(), absl::Now());
+          if (!auth.ok()) {
+            Refuse(grpc::StatusCode::UNAUTHENTICATED, std::string(auth.message()));
+            return false;
+          }
+        }
+        authed_ = true;
+        timer_->cancel();
+      }
+      Handle(up_);
+      if (ended()) return false;
+    }
+  }
+
+  // I/O thread: ends the session with `code`, `why`, which the router is told before the close.
+  void Refuse(grpc::StatusCode code, const std::string& why) {
+    server_->LogRefusal(peer_, why);
+    End(grpc::Status(code, why));
+  }
+
+  // I/O thread: lets the transport's reference go once reading and Close are both over.
+  void MaybeRelease() {
+    if (!read_done_ || !closed_ || released_) return;
+    released_ = true;
+    timer_.reset();
+    socket_.reset();
+    SessionSocketServer::Impl* server = server_;
+    server->live.erase(this);
+    Forget();
+    Unref();  // may delete this
+    server->Released();
+  }
+
+  SessionSocketServer::Impl* const server_;
+  std::optional<tcp::socket> socket_;  // I/O thread; reset at release
+  const int fd_ = socket_->native_handle();
+  std::optional<asio::steady_timer> timer_;  // the first message's deadline; reset at release
+  std::string peer_;
+  std::string challenge_;
+  FrameReader reader_;      // I/O thread
+  proto::SessionUp up_;     // I/O thread
+  bool authed_ = false;     // I/O thread
+  bool read_done_ = false;  // I/O thread
+  bool closed_ = false;     // I/O thread
+  bool released_ = false;   // I/O thread
+  FrameSendLoop send_;      // the write path: one thread at a time, handed on through the core
+};
+
+}  // namespace
+
+void SessionSocketServer::Impl::Accept() {
+  acceptor->async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (!ec) {
+      accepted.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++connections;
+      }
+      auto* session = new SocketSession(this, std::move(socket));
+      live.insert(session);
+      sessions.Add(session);
+      session->Start();
+    }
+    Accept();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<SessionSocketServer>> SessionSocketServer::Start(
+    const std::string& host, int port, SessionLegs* legs, std::string cluster_secret,
+    const std::string& port_flag) {
+  auto impl = std::make_unique<Impl>();
+  impl->legs = legs;
+  impl->secret = std::move(cluster_secret);
+  boost::system::error_code ec;
+  tcp::resolver resolver(impl->io);
+  const auto found = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
+  if (ec || found.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(port_flag, "cannot listen for sessions on '",
+                                                   host, "': ", ec ? ec.message() : "no address"));
+  }
+  const tcp::endpoint endpoint = found.begin()->endpoint();
+  tcp::acceptor acceptor(impl->io);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(port_flag, "cannot listen for sessions on ", host,
+                                               ":", port, ": ", ec.message()));
+  }
+  impl->port = acceptor.local_endpoint().port();
+  impl->acceptor.emplace(std::move(acceptor));
+  impl->Accept();
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] {
+    auto guard = asio::make_work_guard(raw->io);
+    raw->io.run();
+  });
+  return std::unique_ptr<SessionSocketServer>(new SessionSocketServer(std::move(impl)));
+}
+
+SessionSocketServer::SessionSocketServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SessionSocketServer::~SessionSocketServer() {
+  CloseAll();
+  // Sessions whose Close waits for a write the router does not read: cut them.
+  Impl* impl = impl_.get();
+  asio::post(impl->io, [impl] {
+    for (SessionCore* session : impl->live) static_cast<SocketSession*>(session)->ForceClose();
+  });
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->cv.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->connections == 0; });
+  }
+  impl_->io.stop();
+  impl_->thread.join();
+}
+
+int SessionSocketServer::port() const { return impl_->port; }
+
+int SessionSocketServer::accepted() const { return impl_->accepted.load(); }
+
+void SessionSocketServer::CloseAll() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->closed) return;
+    impl_->closed = true;
+  }
+  Impl* impl = impl_.get();
+  asio::post(impl->io, [impl] {
+    boost::system::error_code ec;
+    impl->acceptor->close(ec);
+  });
+  impl->sessions.CloseAll();
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,65 @@
+// SessionSocketServer: the worker's session socket (proto/worker.proto): the router's
+// SessionUp / SessionDown messages framed by length on plain TCP connections, served by the
+// same SessionCore as rpc Session, without gRPC's HTTP/2 framing and callback threads.
+//
+//   ASSIGN_OR_RETURN(auto sockets, SessionSocketServer::Start("0.0.0.0", 0, &legs, secret,
+//                                                            "--session-port: "));
+//   health.set_session_port(sockets->port());   // the router learns the port from Health
+//   ...
+//   sockets->CloseAll();                        // open sessions end, their legs are cancelled
+//
+// A connection starts with the worker's challenge ("tandem-session-v1 <random nonce>"); the
+// router's first message must carry a cluster token for that challenge (common/cluster_token.h)
+// when the worker has a secret, so a token read off the wire opens no other connection. A
+// refused token, a frame above 64 MiB, bytes that are not a SessionUp, or no first message within
+// 10 s end the session with a SessionDown naming the reason (`ended`) and close the connection.
+// A router that closes its end, or a connection that breaks, ends the session: its live legs are
+// cancelled.
+//
+// Threads: one I/O thread accepts, reads, and finishes writes the socket did not take at once;
+// replies are written from the thread that produced them when the socket takes them whole.
+// Thread-safe. `legs` must outlive the server.
+#ifndef TANDEM_WORKER_SESSION_SOCKET_H_
+#define TANDEM_WORKER_SESSION_SOCKET_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/session_server.h"
+
+namespace tandem::worker {
+
+// The challenge's prefix; what follows it is the nonce.
+inline constexpr char kSessionSocketProtocol[] = "tandem-session-v1";
+// The largest message either side accepts (as a gRPC session's).
+inline constexpr size_t kMaxSessionFrameBytes = 64 << 20;
+
+class SessionSocketServer {
+ public:
+  // Listens on host:port (0: ephemeral). A port in use is UNAVAILABLE naming `port_flag`.
+  static absl::StatusOr<std::unique_ptr<SessionSocketServer>> Start(const std::string& host,
+                                                                    int port, SessionLegs* legs,
+                                                                    std::string cluster_secret,
+                                                                    const std::string& port_flag);
+  // CloseAll(), then waits (at most 5 s) for the connections to close.
+  ~SessionSocketServer();
+  SessionSocketServer(const SessionSocketServer&) = delete;
+  SessionSocketServer& operator=(const SessionSocketServer&) = delete;
+
+  int port() const;
+  // Connections accepted so far.
+  int accepted() const;
+  // Stops accepting and ends every open session ("the worker is stopping"). Idempotent.
+  void CloseAll();
+
+  struct Impl;  // the listening socket, its I/O thread and the connections (session_socket.cc)
+
+ private:
+  explicit SessionSocketServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_SESSION_SOCKET_H_
