@@ -72,6 +72,8 @@ PREFILL_HTTP_PORT=${PREFILL_HTTP_PORT:-9000}
 BOOTSTRAP_PORT=${BOOTSTRAP_PORT:-8998}
 DECODE_PORT=${DECODE_PORT:-8001}
 DECODE_HTTP_PORT=${DECODE_HTTP_PORT:-9001}
+PREFILL_SESSION_PORT=${PREFILL_SESSION_PORT:-0}
+DECODE_SESSION_PORT=${DECODE_SESSION_PORT:-0}
 ROUTER_HOST=${ROUTER_HOST:-$ROUTER_IP}
 ROUTER_PORT=${ROUTER_PORT:-30000}
 ROUTER_POLICY=${ROUTER_POLICY:-cache_aware}
@@ -120,7 +122,7 @@ url_host() { if [[ $1 == *:* ]]; then echo "[$1]"; else echo "$1"; fi; }
 prefill_args() {
   local i=$1 ip=${P_IP[$1]}
   ARGS=("$TANDEM_BIN/tandem-prefill" --model-path "$MODEL_PATH" --host "$ip"
-    --port "$PREFILL_PORT" --http-port "$PREFILL_HTTP_PORT"
+    --port "$PREFILL_PORT" --http-port "$PREFILL_HTTP_PORT" --session-port "$PREFILL_SESSION_PORT"
     --disaggregation-bootstrap-port $((BOOTSTRAP_PORT + i))
     --disaggregation-transfer-backend "$TRANSFER_BACKEND" --transfer-host "$ip"
     --kv-cache-memory "$KV_CACHE_MEMORY" --threads "$WORKER_THREADS"
@@ -131,7 +133,7 @@ prefill_args() {
 decode_args() {
   local ip=${D_IP[$1]}
   ARGS=("$TANDEM_BIN/tandem-decode" --model-path "$MODEL_PATH" --host "$ip"
-    --port "$DECODE_PORT" --http-port "$DECODE_HTTP_PORT"
+    --port "$DECODE_PORT" --http-port "$DECODE_HTTP_PORT" --session-port "$DECODE_SESSION_PORT"
     --disaggregation-transfer-backend "$TRANSFER_BACKEND" --transfer-host "$ip"
     --kv-cache-memory "$KV_CACHE_MEMORY" --threads "$WORKER_THREADS"
     --cluster-secret-file "$SECRET_FILE")
