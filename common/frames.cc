@@ -1,5 +1,7 @@
 #include "common/frames.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -19,6 +21,17 @@ void AppendFrameHeader(std::string* out, uint32_t size) {
 void AppendFrame(std::string* out, std::string_view payload) {
   AppendFrameHeader(out, static_cast<uint32_t>(payload.size()));
   out->append(payload);
+}
+
+void SetUpClusterSocket(int fd) {
+  const int on = 1, idle_s = 10, interval_s = 5, probes = 3;
+  const unsigned int user_timeout_ms = 25000;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
 absl::StatusOr<size_t> SendNow(int fd, std::string_view bytes) {

@@ -35,6 +35,12 @@ void AppendFrameHeader(std::string* out, uint32_t size);
 // Appends a whole frame: header and `payload` (at most 4 GiB - 1 bytes).
 void AppendFrame(std::string* out, std::string_view payload);
 
+// Sets up a connected TCP socket that carries frames between cluster members: TCP_NODELAY (a
+// frame is a whole message; do not hold it back), and dead-peer detection: keepalive probes
+// after 10 s idle, 5 s apart, and TCP_USER_TIMEOUT 25 s for data left unacknowledged, so a peer
+// whose host vanished fails the connection within about 25 s whether or not data was in flight.
+void SetUpClusterSocket(int fd);
+
 // Sends as much of `bytes` as the socket `fd` takes without blocking: the count sent (0 when it
 // is full), or an error naming errno (a broken connection).
 absl::StatusOr<size_t> SendNow(int fd, std::string_view bytes);

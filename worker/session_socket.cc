@@ -93,7 +93,7 @@ class SocketSession : public SessionCore {
     const tcp::endpoint remote = socket_->remote_endpoint(ec);
     peer_ = ec ? std::string("an unknown peer")
                : absl::StrCat(remote.address().to_string(), ":", remote.port());
-    socket_->set_option(tcp::no_delay(true), ec);
+    SetUpClusterSocket(socket_->native_handle());
   }
 
   // I/O thread: sends the challenge and starts reading.

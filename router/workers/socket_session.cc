@@ -1,8 +1,4 @@
 // The router's end of the session socket (proto/worker.proto): see OpenSocketSession.
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
 #include <utility>
 // <utility> first: Boost.Asio's awaitable.hpp uses std::exchange without including it.
 #include <boost/asio.hpp>
@@ -136,14 +132,8 @@ class SocketWorkerSession : public WorkerSession {
   void Connected() {
     connected_ = true;
     timer_.cancel();
-    boost::system::error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
-    socket_.set_option(asio::socket_base::keep_alive(true), ec);
     const int fd = socket_.native_handle();
-    const int idle = 10, interval = 5, count = 3;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    SetUpClusterSocket(fd);
     fd_ = fd;
     Read();
   }

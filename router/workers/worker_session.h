@@ -171,7 +171,7 @@ std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> ch
 // run) arrive there; a batch is written from the thread that queued it when the socket takes it
 // whole. A connection not established within 5 s, or refused, fails the session's calls
 // UNAVAILABLE naming the address, and `on_connect_failed` runs (any thread) with that status.
-// TCP keepalive (idle 10 s, then 3 probes 5 s apart) fails the calls of a peer that vanished.
+// A peer whose host vanished fails the calls within about 25 s (SetUpClusterSocket).
 std::shared_ptr<WorkerSession> OpenSocketSession(
     const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
     std::function<void(const grpc::Status&)> on_connect_failed);
