@@ -128,6 +128,7 @@ nlohmann::json WorkerStateJson(const WorkerState& w) {
   j["healthy"] = w.healthy;
   j["draining"] = w.draining;
   j["circuit"] = w.circuit;
+  j["session_port"] = w.session_port;
   j["inflight"] = w.inflight;
   j["load"] = {{"running_requests", w.load.running_requests()},
                {"queued_requests", w.load.queued_requests()},

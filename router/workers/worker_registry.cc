@@ -202,6 +202,7 @@ WorkerState Worker::Snapshot() const {
   s.type = type_;
   s.bootstrap_port = bootstrap_port_;
   s.inflight = inflight();
+  s.session_port = client_->session_port();
   absl::MutexLock lock(&mu_);
   s.healthy = healthy_;
   s.draining = draining_;

@@ -67,6 +67,7 @@ struct WorkerState {
   bool healthy = false;
   bool draining = false;
   std::string circuit;     // "closed" | "open" | "half_open"
+  int session_port = 0;    // the session socket its legs go to (0: none advertised, gRPC)
   int64_t inflight = 0;    // requests the router sent and that are not finished
   proto::LoadReport load;  // last polled
   std::string last_error;

@@ -369,6 +369,11 @@ TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
   ClientResponse workers = Request(plain->port, "GET", "/workers", "", Auth(kAdminKey));
   ASSERT_EQ(workers.status, 200);
   EXPECT_EQ(json::parse(workers.body)["workers"].size(), 2u) << workers.body;
+  const json listed = json::parse(workers.body);
+  for (const json& w : listed["workers"]) {
+    // A healthy worker has advertised its session socket, which carries its legs.
+    if (w["healthy"].get<bool>()) EXPECT_GT(w["session_port"].get<int>(), 0) << workers.body;
+  }
 
   ClientResponse info = Request(plain->port, "GET", "/get_server_info");
   ASSERT_EQ(info.status, 200) << info.body;
