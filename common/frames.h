@@ -49,8 +49,10 @@ absl::StatusOr<size_t> SendNow(int fd, std::string_view bytes);
 // owner hands out one batch at a time and may hand the next from inside the completion of the
 // last (SessionCore::Written, WorkerSession::WriteDone). Run() sends each batch's frame as far
 // as the socket takes it at once and, rather than recursing, loops over a batch handed during
-// `complete`. A frame the socket takes only in part is left to the owner's asynchronous write
-// (`rest(offset)`: bytes() from offset on), which then completes it.
+// `complete` on the same thread. The turn may pass to another thread as soon as `complete` has
+// released it, so what marks "inside the loop" and the handed batch are the thread's own. A frame
+// the socket takes only in part is left to the owner's asynchronous write (`rest(offset)`:
+// bytes() from offset on), which then completes it.
 //
 // Thread-compatible: Run() is called by the holder of the write turn only.
 class FrameSendLoop {
@@ -58,37 +60,40 @@ class FrameSendLoop {
   // `Message` has ByteSizeLong() and AppendToString() (a protobuf message).
   template <typename Message, typename Complete, typename Rest, typename Failed>
   void Run(int fd, const Message* batch, Complete complete, Rest rest, Failed failed) {
-    if (running_) {  // from `complete` below, on this thread
-      next_ = batch;
+    if (running_here_ == this) {  // from `complete` below, on this thread
+      next_here_ = batch;
       return;
     }
-    running_ = true;
+    FrameSendLoop* const outer = running_here_;
+    const void* const outer_next = next_here_;
     while (batch != nullptr) {
       out_.clear();
       AppendFrameHeader(&out_, static_cast<uint32_t>(batch->ByteSizeLong()));
       batch->AppendToString(&out_);
       absl::StatusOr<size_t> sent = SendNow(fd, out_);
-      if (!sent.ok() || *sent < out_.size()) {
-        running_ = false;
-        if (sent.ok()) {
-          rest(*sent);
-        } else {
-          failed(sent.status());
-        }
-        return;
+      if (!sent.ok()) {
+        failed(sent.status());
+        break;
       }
-      next_ = nullptr;
+      if (*sent < out_.size()) {
+        rest(*sent);
+        break;
+      }
+      // From here on another thread may hold the turn: only this thread's own state is used.
+      running_here_ = this;
+      next_here_ = nullptr;
       complete();
-      batch = static_cast<const Message*>(next_);
+      batch = static_cast<const Message*>(next_here_);
+      running_here_ = outer;
+      next_here_ = outer_next;
     }
-    running_ = false;
   }
   // The frame being sent.
   const std::string& bytes() const { return out_; }
 
  private:
-  bool running_ = false;
-  const void* next_ = nullptr;
+  static inline thread_local FrameSendLoop* running_here_ = nullptr;
+  static inline thread_local const void* next_here_ = nullptr;
   std::string out_;
 };
 
