@@ -372,7 +372,9 @@ TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
   const json listed = json::parse(workers.body);
   for (const json& w : listed["workers"]) {
     // A healthy worker has advertised its session socket, which carries its legs.
-    if (w["healthy"].get<bool>()) EXPECT_GT(w["session_port"].get<int>(), 0) << workers.body;
+    if (w["healthy"].get<bool>()) {
+      EXPECT_GT(w["session_port"].get<int>(), 0) << workers.body;
+    }
   }
 
   ClientResponse info = Request(plain->port, "GET", "/get_server_info");
