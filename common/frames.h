@@ -30,6 +30,12 @@ namespace tandem {
 
 inline constexpr size_t kFrameHeaderBytes = 4;
 
+// The session socket (proto/worker.proto) as both ends speak it: the worker's challenge starts
+// with this protocol name and a space, and neither end accepts a frame above this size (as a gRPC
+// session's message limit).
+inline constexpr char kSessionSocketProtocol[] = "tandem-session-v1";
+inline constexpr size_t kMaxSessionFrameBytes = 64 << 20;
+
 // Appends the 4-byte header of a `size`-byte frame.
 void AppendFrameHeader(std::string* out, uint32_t size);
 // Appends a whole frame: header and `payload` (at most 4 GiB - 1 bytes).

@@ -26,14 +26,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/frames.h"
 #include "worker/session_server.h"
 
 namespace tandem::worker {
-
-// The challenge's prefix; what follows it is the nonce.
-inline constexpr char kSessionSocketProtocol[] = "tandem-session-v1";
-// The largest message either side accepts (as a gRPC session's).
-inline constexpr size_t kMaxSessionFrameBytes = 64 << 20;
 
 class SessionSocketServer {
  public:

@@ -22,9 +22,6 @@ using tcp = asio::ip::tcp;
 
 constexpr auto kConnectTimeout = std::chrono::seconds(5);
 constexpr size_t kReadChunk = 64 << 10;
-// The worker's messages are bounded by its own 64 MiB limit (worker/session_socket.h).
-constexpr size_t kMaxFrameBytes = 64 << 20;
-constexpr char kProtocol[] = "tandem-session-v1 ";
 
 // The process's session-socket I/O thread. Never destroyed, as SessionTimers: no exit-time
 // destructor may race a connection still completing.
@@ -56,7 +53,7 @@ class SocketWorkerSession : public WorkerSession {
         resolver_(SessionIo()),
         socket_(SessionIo()),
         timer_(SessionIo()),
-        reader_(kMaxFrameBytes) {}
+        reader_(kMaxSessionFrameBytes) {}
 
   // I/O thread.
   void Start() {
@@ -183,8 +180,9 @@ class SocketWorkerSession : public WorkerSession {
         return false;
       }
       if (!greeted_) {
-        if (!absl::StartsWith(down_.challenge(), kProtocol)) {
-          End(Protocol(absl::StrCat("its first message is not a ", kProtocol, "challenge")));
+        if (!absl::StartsWith(down_.challenge(), absl::StrCat(kSessionSocketProtocol, " "))) {
+          End(Protocol(
+              absl::StrCat("its first message is not a ", kSessionSocketProtocol, " challenge")));
           return false;
         }
         greeted_ = true;
