@@ -369,13 +369,20 @@ TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
   ClientResponse workers = Request(plain->port, "GET", "/workers", "", Auth(kAdminKey));
   ASSERT_EQ(workers.status, 200);
   EXPECT_EQ(json::parse(workers.body)["workers"].size(), 2u) << workers.body;
-  const json listed = json::parse(workers.body);
-  for (const json& w : listed["workers"]) {
-    // A healthy worker has advertised its session socket, which carries its legs.
-    if (w["healthy"].get<bool>()) {
-      EXPECT_GT(w["session_port"].get<int>(), 0) << workers.body;
+  // Every worker advertises its session socket in Health; the router learns the port at the
+  // first health check, which for a worker added just now may not have run yet (bounded wait).
+  bool all_learned = false;
+  for (const auto deadline = std::chrono::steady_clock::now() + seconds(15);
+       !all_learned && std::chrono::steady_clock::now() < deadline;) {
+    workers = Request(plain->port, "GET", "/workers", "", Auth(kAdminKey));
+    ASSERT_EQ(workers.status, 200);
+    all_learned = true;
+    for (const json& w : json::parse(workers.body)["workers"]) {
+      all_learned = all_learned && w["session_port"].get<int>() > 0;
     }
+    if (!all_learned) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  EXPECT_TRUE(all_learned) << workers.body;
 
   ClientResponse info = Request(plain->port, "GET", "/get_server_info");
   ASSERT_EQ(info.status, 200) << info.body;
