@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -132,10 +133,30 @@ TEST_F(LocalClusterTest, TandemctlDrivesALocalCluster) {
   EXPECT_EQ(types[prefill], "prefill") << r.out;
   EXPECT_EQ(types[decode], "decode") << r.out;
 
+  // The router learns each worker's session socket at a health check (bounded wait).
+  std::map<std::string, int> session_ports;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+       std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+    j = nlohmann::json::parse(Ctl({"workers", "list", "--json"}).out, nullptr, false);
+    session_ports.clear();
+    for (const auto& w : j["workers"]) {
+      if (w.value("session_port", 0) > 0) session_ports[w["url"]] = w["session_port"];
+    }
+    if (session_ports.size() == 2) break;
+  }
+  ASSERT_EQ(session_ports.size(), 2u) << j.dump();
+
   r = Ctl({"workers", "list"});
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("URL", 0), 0u) << r.out;
-  EXPECT_NE(r.out.find(prefill), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SESSION"), std::string::npos) << r.out;
+  for (const auto& [url, port] : session_ports) {
+    const size_t row = r.out.find(url);
+    ASSERT_NE(row, std::string::npos) << r.out;
+    const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+    EXPECT_NE(line.find(" " + std::to_string(port) + " "), std::string::npos) << line;
+  }
 
   r = Ctl({"generate", "Once upon a time", "--max-new-tokens", "8"});
   ASSERT_EQ(r.exit_code, 0) << r.out;

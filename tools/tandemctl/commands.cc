@@ -104,8 +104,8 @@ int Commands::WorkersList() {
     err_ << "tandemctl: workers list: the router's answer has no \"workers\" array\n";
     return kExitRouterError;
   }
-  Table t({"URL", "TYPE", "BOOTSTRAP", "HEALTHY", "CIRCUIT", "DRAINING", "INFLIGHT", "RUNNING",
-           "QUEUED", "FREE KV", "LAST ERROR"});
+  Table t({"URL", "TYPE", "BOOTSTRAP", "SESSION", "HEALTHY", "CIRCUIT", "DRAINING", "INFLIGHT",
+           "RUNNING", "QUEUED", "FREE KV", "LAST ERROR"});
   for (const auto& w : j["workers"]) {
     const nlohmann::json load = w.is_object() ? w.value("load", nlohmann::json()) : nullptr;
     std::string kv = "-";
@@ -118,8 +118,11 @@ int Commands::WorkersList() {
       while (cut > 0 && (static_cast<unsigned char>(last_error[cut]) & 0xC0) == 0x80) --cut;
       last_error = last_error.substr(0, cut) + "...";
     }
-    t.AddRow({Cell(w, "url"), Cell(w, "worker_type"), Cell(w, "bootstrap_port"), Cell(w, "healthy"),
-              Cell(w, "circuit"), Cell(w, "draining"), Cell(w, "inflight"),
+    // 0: the worker has advertised no session socket (yet), so its legs go over gRPC.
+    std::string session = Cell(w, "session_port");
+    if (session == "0") session = "-";
+    t.AddRow({Cell(w, "url"), Cell(w, "worker_type"), Cell(w, "bootstrap_port"), session,
+              Cell(w, "healthy"), Cell(w, "circuit"), Cell(w, "draining"), Cell(w, "inflight"),
               Cell(load, "running_requests"), Cell(load, "queued_requests"), kv, last_error});
   }
   out_ << (t.rows() == 0 ? std::string("no workers registered\n") : t.Render());
