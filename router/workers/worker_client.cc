@@ -17,6 +17,7 @@ namespace {
 
 // After a session socket failed to connect, sessions go over gRPC for this long.
 constexpr absl::Duration kSocketRetry = absl::Seconds(30);
+constexpr absl::Duration kRelearnDeadline = absl::Seconds(5);
 // A dead peer fails its calls within keepalive time + timeout (while calls are active).
 constexpr int kKeepaliveTimeMs = 10000;
 constexpr int kKeepaliveTimeoutMs = 5000;
@@ -225,8 +226,14 @@ std::shared_ptr<WorkerSession> WorkerClient::OpenSessionLocked() {
         if (client == nullptr) return;
         spdlog::warn("{}; its legs go over gRPC for the next {} s", status.error_message(),
                      absl::ToInt64Seconds(kSocketRetry));
-        std::lock_guard<std::mutex> lock(client->session_mu_);
-        client->socket_retry_after_ = absl::Now() + kSocketRetry;
+        {
+          std::lock_guard<std::mutex> lock(client->session_mu_);
+          client->socket_retry_after_ = absl::Now() + kSocketRetry;
+        }
+        // A worker restarted on the same gRPC port listens on a new ephemeral session port: ask
+        // now rather than at the next health check, so its legs are back on the socket at once.
+        client->Health(false, absl::Now() + kRelearnDeadline,
+                       [](grpc::Status, proto::HealthResponse) {});
       });
 }
 

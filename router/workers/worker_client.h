@@ -16,7 +16,8 @@
 // once and the worker is told to abort it. Once a Health answer advertises the worker's session
 // socket (proto/worker.proto), new sessions go there instead of rpc Session (fewer bytes and no
 // gRPC threads on the path); one that cannot connect fails its legs UNAVAILABLE and, for the
-// next 30 s, sessions go over gRPC again.
+// next 30 s or until a Health answer (asked for at once) advertises another port, sessions go
+// over gRPC again.
 //
 // Thread-safety: thread-safe. Ownership: shared (std::shared_ptr); a call in flight keeps what it
 // needs alive itself, so the client may be dropped while calls are running.

@@ -44,7 +44,7 @@ class AdvertisingService : public proto::Worker::CallbackService {
                                    const proto::HealthRequest* /*request*/,
                                    proto::HealthResponse* response) override {
     response->set_status(proto::HealthResponse::SERVING);
-    response->set_session_port(session_port_);
+    response->set_session_port(session_port_.load());
     auto* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -55,11 +55,12 @@ class AdvertisingService : public proto::Worker::CallbackService {
     return sessions_.Open(legs_);
   }
   int grpc_sessions() const { return grpc_sessions_.load(); }
+  void Advertise(int session_port) { session_port_.store(session_port); }
   void Close() { sessions_.CloseAll(); }
 
  private:
   ScriptedLegs* legs_;
-  const int session_port_;
+  std::atomic<int> session_port_;
   worker::SessionServer sessions_;
   std::atomic<int> grpc_sessions_{0};
 };
@@ -228,6 +229,30 @@ TEST(SessionSocketTest, AnUnreachableSocketFailsOnceThenLegsGoOverGrpc) {
   }
   EXPECT_TRUE(served);
   EXPECT_GE(w.service().grpc_sessions(), 1);
+  close(fd);
+}
+
+TEST(SessionSocketTest, AWorkerOnANewSessionPortIsFoundAtOnce) {
+  // The router knows a port that no longer listens (the worker was restarted); Health now
+  // advertises the new one. No health check is scheduled here: the failed connection asks.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int old_port = ntohs(addr.sin_port);
+  SocketWorker w("", old_port);
+  ASSERT_TRUE(w.ok());
+  auto client = Connect(w.url(), old_port);
+  w.service().Advertise(w.session_port());
+  auto first = std::make_shared<DecodeWatch>();
+  StartDecode(*client, "ok:1", absl::Now() + kWait, first);
+  EXPECT_EQ(Wait(first).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(WaitFor([&] { return client->session_port() == w.session_port(); }));
+  ExpectConcurrentLegsServed(*client, 20);
+  EXPECT_EQ(w.sockets().accepted(), 1);
   close(fd);
 }
 
