@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/cluster_token.h"
+#include "common/log_every.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker.grpc.pb.h"
@@ -245,10 +246,7 @@ class WorkerService final : public proto::Worker::CallbackService {
     const absl::Status status = VerifyClusterToken(cluster_secret_, method, token, absl::Now());
     if (status.ok()) return grpc::Status::OK;
     // At most one line a second: a stranger hammering the port must not fill the disk.
-    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-    int64_t last_ms = last_refusal_log_ms_.load(std::memory_order_relaxed);
-    if (now_ms - last_ms >= 1000 &&
-        last_refusal_log_ms_.compare_exchange_strong(last_ms, now_ms, std::memory_order_relaxed)) {
+    if (refusal_logs_.Allow()) {
       spdlog::warn("gRPC {} from {} refused: {}", method, context->peer(),
                    std::string(status.message()));
     }
@@ -363,7 +361,7 @@ class WorkerService final : public proto::Worker::CallbackService {
   SessionServer sessions_;
   std::unique_ptr<SessionSocketServer> sockets_;  // set before the gRPC server starts
   const std::string cluster_secret_;              // empty: calls are not authenticated
-  mutable std::atomic<int64_t> last_refusal_log_ms_{0};
+  mutable LogEvery refusal_logs_{absl::Seconds(1)};
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/cluster_token.h"
 #include "common/frames.h"
+#include "common/log_every.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::worker {
@@ -51,7 +52,7 @@ struct SessionSocketServer::Impl {
   std::string secret;
   int port = 0;
   SessionServer sessions;
-  std::atomic<int64_t> last_refusal_log_ms{0};
+  LogEvery refusal_logs{absl::Seconds(1)};
   std::atomic<int> accepted{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -67,12 +68,7 @@ struct SessionSocketServer::Impl {
   }
   // At most one line a second: a stranger hammering the port must not fill the disk.
   void LogRefusal(const std::string& peer, const std::string& why) {
-    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-    int64_t last_ms = last_refusal_log_ms.load(std::memory_order_relaxed);
-    if (now_ms - last_ms >= 1000 &&
-        last_refusal_log_ms.compare_exchange_strong(last_ms, now_ms, std::memory_order_relaxed)) {
-      spdlog::warn("session socket from {} refused: {}", peer, why);
-    }
+    if (refusal_logs.Allow()) spdlog::warn("session socket from {} refused: {}", peer, why);
   }
 };
 

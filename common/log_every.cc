@@ -1,0 +1,14 @@
+#include "common/log_every.h"
+
+#include "absl/time/clock.h"
+
+namespace tandem {
+
+bool LogEvery::Allow() {
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  int64_t last_ms = last_ms_.load(std::memory_order_relaxed);
+  const bool due = last_ms == INT64_MIN || now_ms - last_ms >= every_ms_;
+  return due && last_ms_.compare_exchange_strong(last_ms, now_ms, std::memory_order_relaxed);
+}
+
+}  // namespace tandem
