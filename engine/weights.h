@@ -3,7 +3,7 @@
 //
 // Matrices are bf16 [out_features, in_features] (the HF nn.Linear shape), stored in the layout the
 // matmul path of this process reads fastest (PreferredWeightLayout, matmul.h: rows interleaved in
-// groups of four on AVX-512-BF16, else the HF row layout; each matrix's layout is beside it),
+// groups of four on the vector paths, else the HF row layout; each matrix's layout is beside it),
 // copied at load time into one anonymous, 2 MiB aligned buffer offered for transparent huge
 // pages (HugePageBuffer):
 // decode streams every matrix once per step, and streaming a read-only file mapping of 4 KiB

@@ -92,6 +92,30 @@ namespace {
 using MatmulFn = void (*)(const bf16*, int64_t, int64_t, int64_t, const bf16*, int64_t, float*,
                           int64_t, ThreadPool*);
 
+// The path for `level` on kGroups4 weights (none on the scalar path).
+MatmulFn GroupsPathFor(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512Bf16:
+      return internal::MatmulBf16Avx512Bf16Groups4;
+    case SimdLevel::kAvx512:
+      return internal::MatmulBf16Avx512Groups4;
+    case SimdLevel::kAvx2:
+      return internal::MatmulBf16Avx2Groups4;
+    case SimdLevel::kScalar:
+      break;
+  }
+  return nullptr;
+}
+
+void CheckGroupsCall(SimdLevel level, int64_t n, int64_t k) {
+  if (level != SimdLevel::kScalar && n % 4 == 0 && k % 16 == 0) return;
+  std::fprintf(stderr,
+               "MatmulBf16: weights in groups of 4 rows need a vector path and n %% 4 == 0, "
+               "k %% 16 == 0 (path %s, n %lld, k %lld)\n",
+               SimdLevelName(level), static_cast<long long>(n), static_cast<long long>(k));
+  std::abort();
+}
+
 MatmulFn PathFor(SimdLevel level) {
   switch (level) {
     case SimdLevel::kAvx512Bf16:
@@ -116,8 +140,7 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
 
 WeightLayout PreferredWeightLayout(int64_t n, int64_t k) {
   const bool fits = n > 0 && n % 4 == 0 && k > 0 && k % 16 == 0;
-  return fits && DetectSimd() == SimdLevel::kAvx512Bf16 ? WeightLayout::kGroups4
-                                                        : WeightLayout::kRows;
+  return fits && DetectSimd() != SimdLevel::kScalar ? WeightLayout::kGroups4 : WeightLayout::kRows;
 }
 
 void PackWeights(const bf16* w, int64_t n, int64_t k, WeightLayout layout, bf16* dst) {
@@ -154,14 +177,9 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
     MatmulBf16(x, ldx, m, k, w, n, y, ldy, pool);
     return;
   }
-  if (DetectSimd() != SimdLevel::kAvx512Bf16 || n % 4 != 0 || k % 16 != 0) {
-    std::fprintf(stderr,
-                 "MatmulBf16: weights in groups of 4 rows need the avx512bf16 path and "
-                 "n %% 4 == 0, k %% 16 == 0 (path %s, n %lld, k %lld)\n",
-                 SimdLevelName(DetectSimd()), static_cast<long long>(n), static_cast<long long>(k));
-    std::abort();
-  }
-  internal::MatmulBf16Avx512Bf16Groups4(x, ldx, m, k, w, n, y, ldy, pool);
+  static const SimdLevel level = DetectSimd();
+  CheckGroupsCall(level, n, k);
+  GroupsPathFor(level)(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
@@ -172,6 +190,22 @@ void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, 
     std::abort();
   }
   PathFor(level)(x, ldx, m, k, w, n, y, ldy, pool);
+}
+
+void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
+                        const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool,
+                        WeightLayout layout) {
+  if (layout == WeightLayout::kRows) {
+    MatmulBf16ForLevel(level, x, ldx, m, k, w, n, y, ldy, pool);
+    return;
+  }
+  if (!SimdLevelSupported(level)) {
+    std::fprintf(stderr, "MatmulBf16ForLevel: this CPU cannot run the %s path\n",
+                 SimdLevelName(level));
+    std::abort();
+  }
+  CheckGroupsCall(level, n, k);
+  GroupsPathFor(level)(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 }  // namespace tandem::engine

@@ -32,7 +32,9 @@
 // uses vdpbf16ps with no widening: at m = 1 each 512-bit register carries two weight rows
 // against x, and for m >= 2 two rows of x against one weight row (8 rows x 6 weight rows per
 // register tile); with kGroups4 weights, m = 1..8 streams the weights once into registers and
-// larger m runs tiles of 6 rows of x x 8 weight rows (matmul_avx512.cc).
+// larger m runs tiles of 6 rows of x x 8 weight rows (matmul_avx512.cc). The AVX2 and AVX-512
+// paths run the same tiles on kGroups4 weights, and at m = 1 read four groups side by side
+// (matmul_avx_impl.inc).
 #ifndef TANDEM_ENGINE_KERNELS_MATMUL_H_
 #define TANDEM_ENGINE_KERNELS_MATMUL_H_
 
@@ -49,9 +51,10 @@ namespace tandem::engine {
 //   kGroups4: rows in groups of four (rows 4g .. 4g + 3 in the 4 k elements from w + 4 g k), each
 //             group interleaved by 16-element blocks: w[j, p] at
 //             w + (j / 4) 4 k + (p / 16) 64 + (j % 4) 16 + p % 16. Needs n % 4 == 0, k % 16 == 0.
-// The AVX-512-BF16 path reads a group's rows together, block by block: with kGroups4 that is one
-// contiguous stream, with kRows four streams a row apart, which DRAM serves slower (measured at
-// batch 1 on lm_head, 2 threads, alternated: 45-52 GB/s against 34-36, a plain read 50-58).
+// The kernels read a group's rows together, block by block: with kGroups4 that is one contiguous
+// stream, with kRows four streams a row apart, which DRAM serves slower (measured at batch 1 on
+// lm_head, 2 threads, alternated: AVX-512-BF16 45-52 GB/s against 34-36, a plain read 50-58;
+// AVX2 on Zen 3, 0.91-1.00 of a plain read of the same bytes against 0.74-0.93).
 // Results are the same bits in either layout.
 enum class WeightLayout { kRows, kGroups4 };
 
@@ -62,7 +65,7 @@ inline int64_t WeightOffset(int64_t j, int64_t p, int64_t k, WeightLayout layout
 }
 
 // The layout an [n, k] matrix should be stored in for MatmulBf16 on this process's path
-// (DetectSimd()): kGroups4 on AVX-512-BF16 when the shape allows it, else kRows.
+// (DetectSimd()): kGroups4 on every vector path when the shape allows it, else kRows.
 WeightLayout PreferredWeightLayout(int64_t n, int64_t k);
 
 // dst = the kRows matrix w stored in `layout` (n k elements; dst must not overlap w). Aborts when
@@ -76,8 +79,8 @@ void CopyWeightRow(const bf16* w, int64_t k, WeightLayout layout, int64_t j, bf1
 void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
                 float* y, int64_t ldy, ThreadPool* pool);
 
-// The same with w stored in `layout`. kGroups4 runs only on the AVX-512-BF16 path (the one
-// PreferredWeightLayout chooses it for); elsewhere it aborts.
+// The same with w stored in `layout`. kGroups4 runs on every vector path (the ones
+// PreferredWeightLayout chooses it for); on the scalar path it aborts.
 void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
                 float* y, int64_t ldy, ThreadPool* pool, WeightLayout layout);
 
@@ -85,6 +88,9 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
 // cannot run `level` (check SimdLevelSupported first).
 void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
                         const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool);
+void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
+                        const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool,
+                        WeightLayout layout);
 
 }  // namespace tandem::engine
 

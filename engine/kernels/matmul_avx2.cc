@@ -47,7 +47,12 @@ void ConvertEntry(const float* src, bf16* dst, int64_t n) {
 
 void MatmulBf16Avx2(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
                     float* y, int64_t ldy, ThreadPool* pool) {
-  avx2::MatmulEntry(x, ldx, m, k, w, n, y, ldy, pool);
+  avx2::MatmulEntry<false>(x, ldx, m, k, w, n, y, ldy, pool);
+}
+
+void MatmulBf16Avx2Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
+                           int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
+  avx2::MatmulEntry<true>(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 void ConvertF32ToBf16Avx2(const float* src, bf16* dst, int64_t n) {

@@ -51,7 +51,12 @@ namespace avx512 {
 
 void MatmulBf16Avx512(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
                       float* y, int64_t ldy, ThreadPool* pool) {
-  avx512::MatmulEntry(x, ldx, m, k, w, n, y, ldy, pool);
+  avx512::MatmulEntry<false>(x, ldx, m, k, w, n, y, ldy, pool);
+}
+
+void MatmulBf16Avx512Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
+                             int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
+  avx512::MatmulEntry<true>(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 }  // namespace tandem::engine::internal

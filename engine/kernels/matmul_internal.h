@@ -28,6 +28,10 @@ void MatmulBf16Avx512(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf
 void MatmulBf16Avx512Bf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
                           int64_t n, float* y, int64_t ldy, ThreadPool* pool);
 // w in WeightLayout::kGroups4 (n % 4 == 0, k % 16 == 0).
+void MatmulBf16Avx2Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
+                           int64_t n, float* y, int64_t ldy, ThreadPool* pool);
+void MatmulBf16Avx512Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
+                             int64_t n, float* y, int64_t ldy, ThreadPool* pool);
 void MatmulBf16Avx512Bf16Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
                                  int64_t n, float* y, int64_t ldy, ThreadPool* pool);
 

@@ -265,26 +265,29 @@ TEST(WeightLayoutTest, GroupsOnlyWhereTheShapeAndPathAllow) {
   EXPECT_EQ(PreferredWeightLayout(6, 32), WeightLayout::kRows);  // n % 4
   EXPECT_EQ(PreferredWeightLayout(8, 40), WeightLayout::kRows);  // k % 16
   const WeightLayout groups =
-      DetectSimd() == SimdLevel::kAvx512Bf16 ? WeightLayout::kGroups4 : WeightLayout::kRows;
+      DetectSimd() != SimdLevel::kScalar ? WeightLayout::kGroups4 : WeightLayout::kRows;
   EXPECT_EQ(PreferredWeightLayout(8, 32), groups);
   EXPECT_EQ(PreferredWeightLayout(896, 4864), groups);  // long rows too (an MLP's down matrix)
 }
 
-// MatmulBf16 on kGroups4 weights gives the bits of the kRows call, for one row (the stream),
-// every batch of 2-8 rows (the batch stream) and more (the tiles, with partial last tiles), on one
-// thread and two, with strided x and y.
+// MatmulBf16 on kGroups4 weights gives the bits of the kRows call on every vector path this CPU
+// runs, for one row (the streams), every batch of 2-8 rows (the batch streams, the direct tiles)
+// and more (the packed and blocked tiles, with partial last tiles), on one thread and two, with
+// strided x and y. The default dispatch is checked too.
 TEST(WeightLayoutTest, GroupsGiveTheSameBitsAsRows) {
-  if (DetectSimd() != SimdLevel::kAvx512Bf16) {
-    GTEST_SKIP() << "kGroups4 runs on the avx512bf16 path only; this process runs "
-                 << SimdLevelName(DetectSimd());
+  std::vector<SimdLevel> levels;
+  for (SimdLevel level : AvailableLevels()) {
+    if (level != SimdLevel::kScalar) levels.push_back(level);
   }
+  if (levels.empty()) GTEST_SKIP() << "kGroups4 needs a vector path; this CPU has none";
   ThreadPool pool(2);
   pool.set_min_parallel_work(0);
   struct Case {
     int64_t n, k;
   };
-  for (const Case& c :
-       {Case{4, 16}, Case{8, 32}, Case{12, 896}, Case{36, 64}, Case{20, 4864}, Case{76, 64}}) {
+  // {136, 2048}: at m >= 16 x outgrows the blocked path's threshold (the blocked tiles).
+  for (const Case& c : {Case{4, 16}, Case{8, 32}, Case{12, 896}, Case{36, 64}, Case{20, 4864},
+                        Case{76, 64}, Case{136, 2048}}) {
     const auto w = RandomBf16(c.n * c.k, 51 + static_cast<uint32_t>(c.n));
     std::vector<bf16> packed(c.n * c.k);
     PackWeights(w.data(), c.n, c.k, WeightLayout::kGroups4, packed.data());
@@ -300,6 +303,16 @@ TEST(WeightLayoutTest, GroupsGiveTheSameBitsAsRows) {
           ASSERT_EQ(Bits(groups[i]), Bits(rows[i]))
               << "n " << c.n << " k " << c.k << " m " << m << " at " << i
               << (p ? " (2 threads)" : " (1 thread)");
+        }
+        for (SimdLevel level : levels) {
+          std::vector<float> on_level(m * ldy, -1.0f);
+          MatmulBf16ForLevel(level, x.data(), ldx, m, c.k, packed.data(), c.n, on_level.data(), ldy,
+                             p, WeightLayout::kGroups4);
+          for (int64_t i = 0; i < m * ldy; ++i) {
+            ASSERT_EQ(Bits(on_level[i]), Bits(rows[i]))
+                << SimdLevelName(level) << " n " << c.n << " k " << c.k << " m " << m << " at " << i
+                << (p ? " (2 threads)" : " (1 thread)");
+          }
         }
       }
     }
