@@ -92,23 +92,24 @@ namespace {
 using MatmulFn = void (*)(const bf16*, int64_t, int64_t, int64_t, const bf16*, int64_t, float*,
                           int64_t, ThreadPool*);
 
-// The path for `level` on kGroups4 weights (none on the scalar path).
-MatmulFn GroupsPathFor(SimdLevel level) {
+// The path for `level` on [n, k] kGroups4 weights; aborts when there is none (the scalar path, or
+// a shape the layout does not allow).
+MatmulFn GroupsPathFor(SimdLevel level, int64_t n, int64_t k) {
+  MatmulFn path = nullptr;
   switch (level) {
     case SimdLevel::kAvx512Bf16:
-      return internal::MatmulBf16Avx512Bf16Groups4;
+      path = internal::MatmulBf16Avx512Bf16Groups4;
+      break;
     case SimdLevel::kAvx512:
-      return internal::MatmulBf16Avx512Groups4;
+      path = internal::MatmulBf16Avx512Groups4;
+      break;
     case SimdLevel::kAvx2:
-      return internal::MatmulBf16Avx2Groups4;
+      path = internal::MatmulBf16Avx2Groups4;
+      break;
     case SimdLevel::kScalar:
       break;
   }
-  return nullptr;
-}
-
-void CheckGroupsCall(SimdLevel level, int64_t n, int64_t k) {
-  if (level != SimdLevel::kScalar && n % 4 == 0 && k % 16 == 0) return;
+  if (path != nullptr && n % 4 == 0 && k % 16 == 0) return path;
   std::fprintf(stderr,
                "MatmulBf16: weights in groups of 4 rows need a vector path and n %% 4 == 0, "
                "k %% 16 == 0 (path %s, n %lld, k %lld)\n",
@@ -178,34 +179,24 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
     return;
   }
   static const SimdLevel level = DetectSimd();
-  CheckGroupsCall(level, n, k);
-  GroupsPathFor(level)(x, ldx, m, k, w, n, y, ldy, pool);
+  GroupsPathFor(level, n, k)(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
                         const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
-  if (!SimdLevelSupported(level)) {
-    std::fprintf(stderr, "MatmulBf16ForLevel: this CPU cannot run the %s path\n",
-                 SimdLevelName(level));
-    std::abort();
-  }
-  PathFor(level)(x, ldx, m, k, w, n, y, ldy, pool);
+  MatmulBf16ForLevel(level, x, ldx, m, k, w, n, y, ldy, pool, WeightLayout::kRows);
 }
 
 void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
                         const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool,
                         WeightLayout layout) {
-  if (layout == WeightLayout::kRows) {
-    MatmulBf16ForLevel(level, x, ldx, m, k, w, n, y, ldy, pool);
-    return;
-  }
   if (!SimdLevelSupported(level)) {
     std::fprintf(stderr, "MatmulBf16ForLevel: this CPU cannot run the %s path\n",
                  SimdLevelName(level));
     std::abort();
   }
-  CheckGroupsCall(level, n, k);
-  GroupsPathFor(level)(x, ldx, m, k, w, n, y, ldy, pool);
+  const MatmulFn path = layout == WeightLayout::kRows ? PathFor(level) : GroupsPathFor(level, n, k);
+  path(x, ldx, m, k, w, n, y, ldy, pool);
 }
 
 }  // namespace tandem::engine
