@@ -201,16 +201,36 @@ TEST(SessionSocketTest, AStoppingWorkerFailsItsLiveLegs) {
   EXPECT_EQ(watch->done_calls.load(), 1);
 }
 
+// A loopback port that refuses connections while this lives: bound, never listening.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~RefusingPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  int port() const { return port_; }  // 0: the port could not be bound
+
+ private:
+  const int fd_;
+  int port_ = 0;
+};
+
 TEST(SessionSocketTest, AnUnreachableSocketFailsOnceThenLegsGoOverGrpc) {
   // Health advertises a port on which nothing listens.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int dead_port = ntohs(addr.sin_port);  // bound, never listening: connections refused
+  RefusingPort dead;
+  ASSERT_GT(dead.port(), 0);
+  const int dead_port = dead.port();
   SocketWorker w("", dead_port);
   ASSERT_TRUE(w.ok());
   auto client = Connect(w.url(), dead_port);
@@ -229,20 +249,14 @@ TEST(SessionSocketTest, AnUnreachableSocketFailsOnceThenLegsGoOverGrpc) {
   }
   EXPECT_TRUE(served);
   EXPECT_GE(w.service().grpc_sessions(), 1);
-  close(fd);
 }
 
 TEST(SessionSocketTest, AWorkerOnANewSessionPortIsFoundAtOnce) {
   // The router knows a port that no longer listens (the worker was restarted); Health now
   // advertises the new one. No health check is scheduled here: the failed connection asks.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int old_port = ntohs(addr.sin_port);
+  RefusingPort old;
+  ASSERT_GT(old.port(), 0);
+  const int old_port = old.port();
   SocketWorker w("", old_port);
   ASSERT_TRUE(w.ok());
   auto client = Connect(w.url(), old_port);
@@ -253,7 +267,6 @@ TEST(SessionSocketTest, AWorkerOnANewSessionPortIsFoundAtOnce) {
   ASSERT_TRUE(WaitFor([&] { return client->session_port() == w.session_port(); }));
   ExpectConcurrentLegsServed(*client, 20);
   EXPECT_EQ(w.sockets().accepted(), 1);
-  close(fd);
 }
 
 // A raw connection to a worker's session socket.
