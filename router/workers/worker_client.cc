@@ -224,7 +224,7 @@ std::shared_ptr<WorkerSession> WorkerClient::OpenSessionLocked() {
       address_.host, session_port_, url_, cluster_secret_, [weak](const grpc::Status& status) {
         auto client = weak.lock();
         if (client == nullptr) return;
-        spdlog::warn("{}; its legs go over gRPC for the next {} s", status.error_message(),
+        spdlog::warn("{}; its legs go over gRPC for up to {} s", status.error_message(),
                      absl::ToInt64Seconds(kSocketRetry));
         {
           std::lock_guard<std::mutex> lock(client->session_mu_);
