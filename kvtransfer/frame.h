@@ -40,6 +40,10 @@ inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kProofSize = 32;  // HMAC-SHA256
 inline constexpr size_t kMaxReasonBytes = 4096;
 inline constexpr size_t kMaxNameBytes = 256;
+// A connection to a ZMQ endpoint of the cluster (the transfer engine, the bootstrap channel) that
+// has not completed ZMTP's greeting within this many milliseconds is closed (ZMQ_HANDSHAKE_IVL;
+// libzmq's default of 30 s let a stranger hold a half-open connection that long).
+inline constexpr int kZmqHandshakeMs = 5000;
 
 enum class FrameType : uint8_t {
   kHello = 1,

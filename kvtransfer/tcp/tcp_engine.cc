@@ -67,6 +67,7 @@ absl::Status TcpEngine::Start() {
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFramePayload));
+    router_.set(zmq::sockopt::handshake_ivl, kZmqHandshakeMs);
     router_.set(zmq::sockopt::sndhwm, 1 << 20);
     router_.set(zmq::sockopt::rcvhwm, 4096);
     router_.set(zmq::sockopt::heartbeat_ivl, HeartbeatMs());

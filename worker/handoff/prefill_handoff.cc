@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kvtransfer/frame.h"
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 #include "worker/handoff/control_channel.h"
@@ -63,6 +64,7 @@ absl::Status PrefillHandoff::Start() {
     router_ = zmq::socket_t(zmq_context_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxControlBytes));
+    router_.set(zmq::sockopt::handshake_ivl, kv::kZmqHandshakeMs);
     const std::string port =
         options_.bootstrap_port == 0 ? "*" : std::to_string(options_.bootstrap_port);
     router_.bind(absl::StrCat("tcp://", options_.bootstrap_host, ":", port));
