@@ -66,6 +66,11 @@ absl::Status TcpEngine::Start() {
   try {
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
+    // ZMQ_MAXMSGSIZE is per socket, not per peer, so it must admit a member's largest slice;
+    // a stranger can make ZMQ assemble messages that big, but the server drops them without
+    // copying (a Hello or Auth longer than its limit is refused unread) and keeps no per-peer
+    // state beyond the pending-handshake pool (TcpServer). Messages waiting in ZMQ's queues are
+    // bounded by rcvhwm per connection.
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFramePayload));
     router_.set(zmq::sockopt::sndhwm, 1 << 20);
     router_.set(zmq::sockopt::rcvhwm, 4096);
@@ -290,6 +295,12 @@ absl::StatusOr<TransferEnginePtr> CreateTcpEngine(EngineOptions options) {
   }
   if (options.lanes < 1 || options.lanes > 64) {
     return absl::InvalidArgumentError("tcp: lanes must be in [1, 64]");
+  }
+  const ConnectionLimits& limits = options.connection_limits;
+  if (limits.max_pending_handshakes < 1 || limits.max_pending_per_source < 1 ||
+      limits.max_sessions < 1 || limits.pending_handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "tcp: connection limits must be positive (handshakes, per source, sessions, timeout)");
   }
   return TransferEnginePtr(new tcp_internal::TcpEngine(std::move(options)));
 }
