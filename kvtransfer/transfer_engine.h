@@ -197,7 +197,10 @@ class ControlPlane {
   // kServing only: the encoded descriptor (opaque bytes) a peer passes to ImportPeer.
   virtual absl::StatusOr<std::string> ExportDescriptor() = 0;
   // Connects to the peer described by `descriptor`, authenticates both ways with the cluster
-  // secret and checks the compatibility records. Blocks up to the handshake timeout.
+  // secret and checks the compatibility records. Blocks up to the handshake timeout. Errors:
+  // FAILED_PRECONDITION for incompatible records (naming the field and both values, whichever
+  // side found it), PERMISSION_DENIED for a secret mismatch, RESOURCE_EXHAUSTED when the peer has
+  // too many handshakes in progress (retry later), DEADLINE_EXCEEDED when it does not answer.
   virtual absl::StatusOr<PeerId> ImportPeer(const std::string& descriptor) = 0;
   // Disconnects; the peer's running batches fail.
   virtual absl::Status RemovePeer(PeerId peer) = 0;
