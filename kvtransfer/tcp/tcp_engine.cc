@@ -296,12 +296,7 @@ absl::StatusOr<TransferEnginePtr> CreateTcpEngine(EngineOptions options) {
   if (options.lanes < 1 || options.lanes > 64) {
     return absl::InvalidArgumentError("tcp: lanes must be in [1, 64]");
   }
-  const ConnectionLimits& limits = options.connection_limits;
-  if (limits.max_pending_handshakes < 1 || limits.max_pending_per_source < 1 ||
-      limits.max_sessions < 1 || limits.pending_handshake_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "tcp: connection limits must be positive (handshakes, per source, sessions, timeout)");
-  }
+  RETURN_IF_ERROR(ValidateConnectionLimits(options.connection_limits), "tcp: ");
   return TransferEnginePtr(new tcp_internal::TcpEngine(std::move(options)));
 }
 

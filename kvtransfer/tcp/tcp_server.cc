@@ -35,6 +35,15 @@ std::string ForLog(const std::string& source) { return source.empty() ? "?" : so
 
 }  // namespace
 
+absl::Status ValidateConnectionLimits(const ConnectionLimits& limits) {
+  if (limits.max_pending_handshakes < 1 || limits.max_pending_per_source < 1 ||
+      limits.max_sessions < 1 || limits.pending_handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "connection limits must be positive (handshakes, per source, sessions, timeout)");
+  }
+  return absl::OkStatus();
+}
+
 void RefusalLog::Warn(const std::string& line) {
   if (!every_.Allow()) {
     ++suppressed_;

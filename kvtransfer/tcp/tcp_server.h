@@ -51,6 +51,10 @@ namespace tandem::kv {
 using ControlHandler =
     std::function<absl::StatusOr<std::string>(const std::string& peer, const std::string& body)>;
 
+// OK if every cap is at least 1 and the pending-handshake timeout is positive; backends whose
+// endpoint runs a TcpServer check their options with it.
+absl::Status ValidateConnectionLimits(const ConnectionLimits& limits);
+
 // Logs events that a stranger can cause as fast as it likes: one warning line per interval,
 // carrying how many were not logged since the previous line. Not thread-safe (LogEvery is, the
 // suppressed count is not).

@@ -201,5 +201,17 @@ TEST(TcpFloodTest, WrongSecretIsToldOnlyThatAuthenticationFailed) {
   EXPECT_EQ(reason.find("qwen"), std::string::npos);
 }
 
+TEST(TcpFloodTest, NonPositiveConnectionLimitsAreRefused) {
+  EngineOptions o = TestOptions("limits");
+  o.connection_limits.max_pending_handshakes = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(CreateTransferEngine("tcp", o).status()));
+  o = TestOptions("limits");
+  o.connection_limits.pending_handshake_timeout = absl::ZeroDuration();
+  EXPECT_TRUE(absl::IsInvalidArgument(CreateTransferEngine("tcp", o).status()));
+  o = TestOptions("limits");
+  o.connection_limits.max_sessions = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(CreateTransferEngine("tcp", o).status()));
+}
+
 }  // namespace
 }  // namespace tandem::kv
