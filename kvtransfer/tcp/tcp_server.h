@@ -5,9 +5,10 @@
 //   (none) --kHello well-formed, room in the pool--> challenged (a PendingHandshake)
 //   challenged --kAuth with the right proof, compatible record--> authenticated (a Session)
 //   authenticated --kBye--> (none)
-//   A refused Hello or a failed Auth is answered with kReject and leaves (none) behind; frames of
-//   a connection that is not authenticated, or that carry another session id, are dropped and
-//   counted.
+//   A Hello refused for lack of room, or a failed Auth, is answered with kReject and leaves (none)
+//   behind; a malformed Hello is answered with kReject and changes nothing. An Auth after the
+//   handshake expired, and frames of a connection that is not authenticated or that carry another
+//   session id, are dropped unanswered and counted (the client's handshake deadline reports it).
 //
 // What a stranger (no cluster secret) can do, and what it costs (EngineOptions::connection_limits):
 // - Challenged connections live in a HandshakePool apart from the sessions: at most
