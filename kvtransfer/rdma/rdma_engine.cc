@@ -419,6 +419,7 @@ absl::StatusOr<TransferEnginePtr> CreateRdmaEngine(EngineOptions options, rdma::
   if (options.slice_bytes == 0 || options.slice_bytes > (1ull << 30)) {
     return absl::InvalidArgumentError("rdma: slice_bytes must be in (0, 1 GiB]");
   }
+  RETURN_IF_ERROR(ValidateConnectionLimits(options.connection_limits), "rdma: ");
   return TransferEnginePtr(new rdma_internal::RdmaEngine(std::move(options), std::move(verbs)));
 }
 
