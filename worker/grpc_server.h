@@ -42,7 +42,7 @@ namespace tandem::worker {
 // open a handful).
 inline constexpr int kMaxConcurrentStreams = 64;
 // The ceiling on the memory gRPC's buffers may take on the server, all connections together.
-inline constexpr int64_t kGrpcMemoryQuotaBytes = int64_t{64} << 20;
+inline constexpr int64_t kGrpcMemoryQuotaBytes = int64_t{32} << 20;
 
 // The largest message the worker takes on gRPC for a model of `context_length` tokens: a
 // SessionUp batches calls up to 1 MiB (router/workers/worker_session.h) or carries one larger
