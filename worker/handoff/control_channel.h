@@ -30,8 +30,8 @@ absl::StatusOr<proto::ControlMessage> OpenControl(const std::string& secret,
                                                   const std::string& bytes);
 
 // Whether OpenControl's `result` for `bytes` shows a sender holding the cluster secret (it opened,
-// or it failed only after its authenticator verified): only such a sender is answered, so a
-// stranger gets nothing back and makes the worker queue nothing for it.
+// or it failed only after its authenticator verified): such a sender is always answered, a
+// stranger only as often as the bootstrap server's budget allows.
 bool ControlFromMember(const std::string& bytes,
                        const absl::StatusOr<proto::ControlMessage>& result);
 

@@ -109,7 +109,8 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
       peer->socket.close();
       return absl::UnavailableError(absl::StrCat(
           "prefill worker ", address, " did not answer the bootstrap handshake within ",
-          options_.transfer.bootstrap_timeout_s, " s (--bootstrap-timeout)"));
+          options_.transfer.bootstrap_timeout_s,
+          " s (--bootstrap-timeout); it answers only a peer holding its cluster secret"));
     }
     auto answer = OpenControl(options_.cluster_secret, reply.to_string());
     if (!answer.ok()) {

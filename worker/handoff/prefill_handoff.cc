@@ -390,14 +390,15 @@ void PrefillHandoff::BootstrapLoop() {
         std::string reply;
         if (!m.ok()) {
           // A stranger can send these as fast as the network goes: one line a second, with the
-          // count, and no answer unless the sender holds the secret (a member on another
-          // control-plane version learns why it is refused).
+          // count. A member (say, on another control-plane version) is always told why; a sender
+          // without the secret only ten times a second in all, which still tells a decode worker
+          // given the wrong secret so, but queues next to nothing for a flood.
           int64_t more = 0;
           if (refusal_logs_.Allow(&more)) {
             spdlog::warn("bootstrap: dropped a message: {} ({} more dropped since the last line)",
                          std::string(m.status().message()), more);
           }
-          if (!ControlFromMember(payload, m)) {
+          if (!ControlFromMember(payload, m) && !stranger_answers_.Allow()) {
             item.revents = 0;
             zmq::poll(&item, 1, std::chrono::milliseconds(0));
             continue;

@@ -5,9 +5,9 @@
 //    values, and their transfer descriptor, which we import: the transfer engine authenticates
 //    both ways with the cluster secret) and register rooms (RoomRegistration: the blocks reserved
 //    for one request's prompt). Every message is sealed with the cluster secret; one that is not
-//    (or is above kMaxControlBytes) is dropped unanswered and logged at most once a second with
-//    the count dropped meanwhile, and at most kBootstrapQueuedMessages are queued per connection
-//    before their seals are checked.
+//    (or is above kMaxControlBytes) is dropped, logged at most once a second with the count
+//    dropped meanwhile, and answered (a refusal naming why) at most ten times a second in all;
+//    at most kBootstrapQueuedMessages are queued per connection before their seals are checked.
 //    A decode worker is known by its id, descriptor and incarnation (a random number per
 //    process): a registration that changes any of them, or that comes while the transfer engine
 //    has declared the known peer dead, imports the descriptor anew. A room from a decode worker
@@ -108,6 +108,8 @@ class PrefillHandoff : public PrefillLegs {
   zmq::context_t zmq_context_{1};
   zmq::socket_t router_;                     // the bootstrap thread's only, once started
   LogEvery refusal_logs_{absl::Seconds(1)};  // messages dropped by the bootstrap server
+  // Answers to senders without the secret, all together.
+  LogEvery stranger_answers_{absl::Milliseconds(100)};
 
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<Leg>> legs_;   // by room: waiting or running
