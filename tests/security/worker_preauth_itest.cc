@@ -280,6 +280,43 @@ TEST_F(WorkerPreauthTest, LargeUnauthenticatedGrpcCallsAreRefusedWithinTheMemory
   EXPECT_TRUE(decode_->stub->GetLoad(&ctx, proto::LoadRequest(), &load).ok());
 }
 
+// rpc Session checks the token when the stream opens: a caller without it is refused before
+// any of its messages is read, however much it writes.
+TEST_F(WorkerPreauthTest, UnauthenticatedSessionStreamsAreRefusedBeforeAnyRead) {
+  ASSERT_NE(decode_->stub, nullptr);
+  const int64_t before = Rss(*decode_);
+  ASSERT_GT(before, 0);
+  proto::SessionUp up;  // 4 MiB: under the message limit, so only the token check refuses it
+  up.add_calls()->mutable_decode()->set_rid(std::string(4 << 20, 'b'));
+  std::vector<grpc::Status> results(8);
+  std::vector<std::thread> callers;
+  for (size_t i = 0; i < results.size(); ++i) {
+    callers.emplace_back([&, i] {
+      grpc::ChannelArguments args;
+      args.SetInt("tandem.test.connection", static_cast<int>(100 + i));  // no channel sharing
+      auto stub = proto::Worker::NewStub(grpc::CreateCustomChannel(
+          decode_->grpc_address(), grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(In(120));
+      auto stream = stub->Session(&ctx);
+      int writes = 0;  // until the worker's refusal breaks the stream
+      while (writes < 16 && stream->Write(up)) ++writes;
+      stream->WritesDone();
+      proto::SessionDown down;
+      while (stream->Read(&down)) continue;
+      results[i] = stream->Finish();
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (const grpc::Status& s : results) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
+  const int64_t after = Rss(*decode_);
+  std::printf("decode worker VmRSS before %lld MiB, after 8 refused Session streams %lld MiB\n",
+              static_cast<long long>(before / kMiB), static_cast<long long>(after / kMiB));
+  EXPECT_LT(after - before, kRssGrowthBound);
+}
+
 TEST_F(WorkerPreauthTest, SessionSocketRefusesLargeFramesBeforeAuthentication) {
   ASSERT_NE(colocated_->stub, nullptr);
   const int port = SessionPort(*colocated_);
