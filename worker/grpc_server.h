@@ -21,7 +21,10 @@
 // MaxWorkerMessageBytes(context length) is refused (RESOURCE_EXHAUSTED), at most
 // kMaxConcurrentStreams calls are open per connection, and all of gRPC's buffers together live
 // in a kGrpcMemoryQuotaBytes resource quota. The Session stream's token is checked when the
-// stream opens, before any of its messages is read.
+// stream opens, before any of its messages is read. The price of the quota: while a flood fills
+// it, gRPC reclaims memory by resetting streams and closing connections with GOAWAY, which can
+// also end a call on an idle authenticated connection (UNAVAILABLE; the channel reconnects). The
+// session socket (worker/session_socket.h) is not affected.
 //
 // Thread-safe. The WorkerCore is borrowed and must outlive the server. This header keeps gRPC's
 // headers out of its users (they are heavy to compile).
