@@ -50,6 +50,7 @@ struct SessionSocketServer::Impl {
   std::thread thread;
   SessionLegs* legs = nullptr;
   std::string secret;
+  std::string audience;  // the worker's instance id, named by every token
   int port = 0;
   SessionServer sessions;
   LogEvery refusal_logs{absl::Seconds(1)};
@@ -212,8 +213,8 @@ class SocketSession : public SessionCore {
       }
       if (!authed_) {
         if (!server_->secret.empty()) {
-          const absl::Status auth =
-              VerifyClusterToken(server_->secret, challenge_, up_.auth(), absl::Now());
+          const absl::Status auth = VerifyClusterToken(server_->secret, challenge_,
+                                                       server_->audience, up_.auth(), absl::Now());
           if (!auth.ok()) {
             Refuse(grpc::StatusCode::UNAUTHENTICATED, std::string(auth.message()));
             return false;
@@ -283,10 +284,11 @@ void SessionSocketServer::Impl::Accept() {
 
 absl::StatusOr<std::unique_ptr<SessionSocketServer>> SessionSocketServer::Start(
     const std::string& host, int port, SessionLegs* legs, std::string cluster_secret,
-    const std::string& port_flag) {
+    std::string audience, const std::string& port_flag) {
   auto impl = std::make_unique<Impl>();
   impl->legs = legs;
   impl->secret = std::move(cluster_secret);
+  impl->audience = std::move(audience);
   boost::system::error_code ec;
   tcp::resolver resolver(impl->io);
   const auto found = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);
