@@ -264,10 +264,34 @@ std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
   });
 }
 
+std::function<grpc::Status(grpc::Status)> WorkerClient::LegStatusFilter() {
+  if (cluster_secret_.empty()) return [](grpc::Status status) { return status; };
+  // Holds no reference to the client: a leg may end after the client was dropped, and the
+  // client must not be destroyed on the thread that delivers it (see UnaryCall).
+  return [weak = weak_from_this(), url = url_](grpc::Status status) {
+    if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return status;
+    // A proven worker refused our token: it restarted (a new instance id) or changed its
+    // secret. Stop trusting it at once and report UNAVAILABLE, which the dispatcher retries
+    // elsewhere and reports to the registry, whose next probe is then a new proof. Posted: this
+    // runs inside the session's delivery, and ForgetProof retires the session.
+    SessionTimers().RunAt(absl::InfinitePast(), [weak] {
+      if (auto client = weak.lock()) client->ForgetProof();
+    });
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("worker ", url, " refused this router's cluster token (it ",
+                     "restarted, or its secret changed): ", status.error_message()));
+  };
+}
+
 std::shared_ptr<CallHandle> WorkerClient::Prefill(
     proto::PrefillRequest request, absl::Time deadline,
     std::function<void(grpc::Status, proto::PrefillResponse)> done) {
-  std::shared_ptr<SessionCall> call = NewPrefillCall(std::move(done));
+  std::shared_ptr<SessionCall> call =
+      NewPrefillCall([filter = LegStatusFilter(), done = std::move(done)](
+                         grpc::Status status, proto::PrefillResponse response) {
+        done(filter(std::move(status)), std::move(response));
+      });
   proto::SessionCall message;
   *message.mutable_prefill() = std::move(request);
   SendLeg(call, &message, deadline);
@@ -278,7 +302,9 @@ std::shared_ptr<CallHandle> WorkerClient::Decode(
     proto::DecodeRequest request, absl::Time deadline,
     std::function<void(const proto::DecodeEvent&)> on_event,
     std::function<void(grpc::Status)> done) {
-  std::shared_ptr<SessionCall> call = NewDecodeCall(std::move(on_event), std::move(done));
+  std::shared_ptr<SessionCall> call = NewDecodeCall(
+      std::move(on_event), [filter = LegStatusFilter(), done = std::move(done)](
+                               grpc::Status status) { done(filter(std::move(status))); });
   proto::SessionCall message;
   *message.mutable_decode() = std::move(request);
   SendLeg(call, &message, deadline);

@@ -24,7 +24,10 @@
 // "unverified: ..." without reaching the worker, and the channel attaches no token to anything,
 // so a stranger added as a worker sees neither tokens nor prompts. Afterwards every token names
 // the worker's instance id from its proof (common/cluster_token.h), so a token it receives opens
-// nothing elsewhere. Without a secret the client is verified from the start.
+// nothing elsewhere. A leg the worker refuses as UNAUTHENTICATED (it restarted, so it has a new
+// instance id) ends UNAVAILABLE instead, so the dispatcher retries it elsewhere and reports the
+// worker, and the client is unverified again until the next Prove. Without a secret the client
+// is verified from the start.
 //
 // Thread-safety: thread-safe. Ownership: shared (std::shared_ptr); a call in flight keeps what it
 // needs alive itself, so the client may be dropped while calls are running.
@@ -131,6 +134,9 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
                std::string cluster_secret, std::shared_ptr<ClusterAudience> audience);
   // The status of every call to a worker that has not proven the secret.
   grpc::Status Unverified() const;
+  // Maps a leg's final status: UNAUTHENTICATED from a proven worker becomes UNAVAILABLE and
+  // makes the worker unverified (see the .cc).
+  std::function<grpc::Status(grpc::Status)> LegStatusFilter();
   // Sets the proven instance id, or clears it (""); retires the session opened under another.
   void SetAudience(std::string instance_id);
   // Sends a leg on the current session (opening one when there is none or it is closing).
