@@ -123,8 +123,9 @@ json GenerateBody(int max_new, bool stream) {
 class RouterClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    colocated_ = StartWorker("colocated").release();
-    colocated2_ = StartWorker("colocated").release();
+    // With the secret the router holds: a router with a secret trusts only workers that prove it.
+    colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
+    colocated2_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
     prefill_ = StartWorker("prefill").release();
     decode_ = StartWorker("decode").release();
   }
