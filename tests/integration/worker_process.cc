@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
@@ -34,8 +35,15 @@ bool WaitHealthy(WorkerProcess* w) {
   w->instance_id.clear();
   if (!secret.empty()) {
     // Tokens name the worker's instance id, which its proof reports (new at every start).
-    absl::StatusOr<std::string> id =
-        router::ProveWorker(*channel, w->grpc_address(), secret, absl::Now() + absl::Seconds(10));
+    // A few attempts: right after a restart on the same port the first connection may still
+    // break ("Socket closed").
+    absl::StatusOr<std::string> id;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      id =
+          router::ProveWorker(*channel, w->grpc_address(), secret, absl::Now() + absl::Seconds(10));
+      if (id.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
     if (!id.ok()) {
       ADD_FAILURE() << w->role << " on " << w->grpc_address() << ": " << id.status();
       return false;
