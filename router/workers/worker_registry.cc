@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 
 namespace tandem::router {
@@ -170,7 +171,10 @@ void Worker::OnProof(const absl::Status& status) {
   healthy_ = false;
   probe_successes_ = 0;
   gauges_.healthy->Set(0);
-  last_error_ = absl::StrCat("unverified: did not prove the cluster secret: ", status.message());
+  // WorkerClient::Prove's messages already say what failed; say it once.
+  absl::string_view why = status.message();
+  absl::ConsumePrefix(&why, "the worker did not prove the cluster secret: ");
+  last_error_ = absl::StrCat("unverified: did not prove the cluster secret: ", why);
   if (!proof_failure_logged_) {
     proof_failure_logged_ = true;
     spdlog::warn("worker {} is {}; the router sends it nothing until it does", url(), last_error_);
