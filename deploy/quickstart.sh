@@ -64,7 +64,8 @@ pids+=($!)
 build/bin/tandem-router --pd-disaggregation --model-path "$model_dir" --port "$router_port" \
   --prefill "http://127.0.0.1:$prefill_port" "$bootstrap_port" \
   --decode "http://127.0.0.1:$decode_port" --cluster-secret-file "$secret_file" \
-  --admin-key-file "$admin_key_file" --health-check-interval-secs 2 --health-success-threshold 1 > "$run_dir/router.log" 2>&1 &
+  --admin-key-file "$admin_key_file" --health-check-interval-secs 2 \
+  --health-success-threshold 1 > "$run_dir/router.log" 2>&1 &
 pids+=($!)
 printf '%s\n' "${pids[@]}" > "$run_dir/pids"
 
