@@ -107,6 +107,10 @@ class FrameReader {
  public:
   explicit FrameReader(size_t max_frame) : max_frame_(max_frame) {}
 
+  // Frames from the next Next() on are checked against `max_frame` (a connection raises its
+  // limit once the peer has authenticated; bytes already buffered are kept).
+  void set_max_frame(size_t max_frame) { max_frame_ = max_frame; }
+
   // At least `n` writable bytes at the end of the buffered input (frames returned by Next()
   // before this call become invalid).
   char* Prepare(size_t n);
@@ -120,7 +124,7 @@ class FrameReader {
   size_t buffered() const { return end_ - start_; }
 
  private:
-  const size_t max_frame_;
+  size_t max_frame_;
   std::string buf_;
   size_t start_ = 0;  // the first byte not yet returned
   size_t end_ = 0;    // one past the last byte committed

@@ -17,7 +17,19 @@ bool Exchange::Send(HttpResponse response) {
   std::shared_ptr<Session> written;  // released outside the lock
   absl::MutexLock lock(&mu_);
   if (state_ != State::kPending || session_ == nullptr) return false;
-  if (session_->TrySend(response)) {
+  // Send runs on the handler's thread (an I/O thread, or a callback thread of the router, e.g.
+  // from a responder's destructor): nothing may escape it, or that thread terminates the process.
+  bool sent_directly = false;
+  try {
+    sent_directly = session_->TrySend(response);
+  } catch (const std::exception& e) {
+    spdlog::error("http: a direct answer failed ({}); the connection writes a 500", e.what());
+    response = HttpResponse::Error(500, "internal error: the response could not be sent");
+  } catch (...) {
+    spdlog::error("http: a direct answer failed; the connection writes a 500");
+    response = HttpResponse::Error(500, "internal error: the response could not be sent");
+  }
+  if (sent_directly) {
     // Written by this thread: done, as when the connection writes it.
     state_ = State::kDone;
     on_close_ = nullptr;
@@ -25,7 +37,13 @@ bool Exchange::Send(HttpResponse response) {
     return true;
   }
   state_ = State::kResponding;
-  session_->PostSend(std::move(response));
+  try {
+    session_->PostSend(std::move(response));
+  } catch (...) {
+    // Out of memory for the task: the connection cannot be answered; close it.
+    spdlog::error("http: could not hand an answer to its connection; closing it");
+    session_->PostClose();
+  }
   return true;
 }
 
@@ -138,6 +156,8 @@ void Exchange::MarkClosed() {
       callback();
     } catch (const std::exception& e) {
       spdlog::error("http: close callback threw: {}", e.what());
+    } catch (...) {
+      spdlog::error("http: close callback threw an exception of unknown type");
     }
   }
 }

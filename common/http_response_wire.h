@@ -5,6 +5,7 @@
 #ifndef TANDEM_COMMON_HTTP_RESPONSE_WIRE_H_
 #define TANDEM_COMMON_HTTP_RESPONSE_WIRE_H_
 
+#include <cstddef>
 #include <string>
 
 #include "boost/beast/http.hpp"
@@ -12,15 +13,22 @@
 
 namespace tandem::http_internal {
 
-// Whether a handler-supplied header may be sent: the server owns the framing headers, and a
-// line break (e.g. from echoed peer input) would let a value inject headers or split the
-// response.
+// Bounds on a handler-supplied header. Beast throws on a field of 64 KiB or more, and no client
+// needs one near that; a header echoing peer input beyond these is dropped, not sent.
+inline constexpr size_t kMaxHeaderNameBytes = 256;
+inline constexpr size_t kMaxHeaderValueBytes = 8 << 10;
+
+// Whether a handler-supplied header may be sent: the server owns the framing headers; a line
+// break or another control character (e.g. from echoed peer input) would let a value inject
+// headers or split the response; names and values are bounded (above).
 bool AcceptableHeader(const std::string& name, const std::string& value);
-// `content_type`, or application/octet-stream when it holds a line break.
+// `content_type`, or application/octet-stream when it holds a control character or is longer
+// than kMaxHeaderValueBytes.
 std::string SafeContentType(const std::string& content_type);
 
 // The whole response to a request of HTTP/1.`version % 10` (10 or 11), keeping the connection
-// open after it or not.
+// open after it or not. Does not throw on any handler input: when Beast refuses the message
+// (logged), the result is a 500 without the handler's headers.
 boost::beast::http::response<boost::beast::http::string_body> ResponseMessage(
     HttpResponse response, unsigned version, bool keep_alive, const std::string& server_header);
 // `message` serialized: header then body.

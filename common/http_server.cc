@@ -110,14 +110,34 @@ void ServerCore::Sweep() {
       options_.idle_timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
   sweep_timer_.expires_after(period);
   sweep_timer_.async_wait([this](beast::error_code ec) {
-    if (!ec) Sweep();
+    if (ec) return;
+    try {
+      Sweep();
+    } catch (const std::exception& e) {
+      // The sweep is re-armed at its end; without it idle direct-answer connections would stay.
+      spdlog::error("http: the idle sweep threw: {}; re-arming it", e.what());
+      sweep_timer_.expires_after(std::chrono::seconds(1));
+      sweep_timer_.async_wait([this](beast::error_code again) {
+        if (!again) Sweep();
+      });
+    }
   });
 }
 
 void ServerCore::Accept() {
   if (stopping_) return;
   acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-    OnAccept(ec, std::move(socket));
+    // A throw here (e.g. bad_alloc making the session) would skip re-arming the accept and
+    // leave the server deaf: log it, drop that connection, keep accepting.
+    try {
+      OnAccept(ec, std::move(socket));
+    } catch (const std::exception& e) {
+      spdlog::error("http: accepting a connection threw: {}", e.what());
+      Accept();
+    } catch (...) {
+      spdlog::error("http: accepting a connection threw an exception of unknown type");
+      Accept();
+    }
   });
 }
 

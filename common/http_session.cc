@@ -6,6 +6,7 @@
 #include "common/http_session.h"
 
 #include <chrono>
+#include <exception>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -53,6 +54,15 @@ class StreamSession final : public Session,
  private:
   // The TCP layer (timeouts, the socket) under a TLS stream, or the stream itself.
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  // Runs one step of the session (a completion handler's body or a posted task) on the strand.
+  // Beast, Asio and the code they call may throw (a field over Beast's limits, bad_alloc); an
+  // exception leaving a step would unwind into the io_context with the connection in an unknown
+  // state, so it ends in OnException instead.
+  template <class Step>
+  void Safely(const char* what, Step&& step) noexcept;
+  // After a step threw: a 500 (closing) when nothing of the current answer is on the wire yet,
+  // else the connection closes. Logged either way; the server keeps serving the others.
+  void OnException(const char* what, const char* error) noexcept;
   void OnHandshake(beast::error_code ec);
   void ReadNext();
   void ReadHeader();
@@ -100,6 +110,10 @@ class StreamSession final : public Session,
   std::string stream_chunk_;
   bool lingering_ = false;
   size_t lingered_bytes_ = 0;
+  // Bytes of the current exchange's answer (status line onwards) were handed to the socket: an
+  // error found later can only close the connection.
+  bool wire_started_ = false;
+  bool failing_ = false;  // OnException is answering with a 500: a second throw closes
 
   DirectAnswer direct_;  // closed by DoClose before the socket
   std::string rest_;     // on the strand: what a direct write left, being written
@@ -119,6 +133,45 @@ StreamSession<Stream>::StreamSession(ServerCore* core, uint64_t id, std::string 
       peer_(std::move(peer)) {}
 
 template <class Stream>
+template <class Step>
+void StreamSession<Stream>::Safely(const char* what, Step&& step) noexcept {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    OnException(what, e.what());
+  } catch (...) {
+    OnException(what, "an exception of unknown type");
+  }
+}
+
+template <class Stream>
+void StreamSession<Stream>::OnException(const char* what, const char* error) noexcept {
+  try {
+    spdlog::error("http: {} for {} threw: {}", what, peer_, error);
+    if (closed_) return;
+    if (current_ != nullptr && !wire_started_ && !failing_) {
+      failing_ = true;
+      // The handler may still hold this exchange: closing it makes its later answer a no-op
+      // (and runs its close callback, so upstream work is cancelled).
+      std::shared_ptr<Exchange> abandoned = std::move(current_);
+      abandoned->MarkClosed();
+      AllowDirect(false);
+      response_.reset();
+      SendError(500, "internal error: the server failed while handling this request",
+                /*close=*/true);
+      return;
+    }
+  } catch (...) {
+    // Fall through to closing: nothing else can be done for this connection.
+  }
+  try {
+    DoClose();
+  } catch (...) {
+    closed_ = true;
+  }
+}
+
+template <class Stream>
 void StreamSession<Stream>::Start() {
   beast::error_code ec;
   // The disconnect watch peeks without blocking.
@@ -129,12 +182,17 @@ void StreamSession<Stream>::Start() {
     // A client that speaks plain HTTP, or nothing, fails or times out here and is closed.
     Lowest().expires_after(options_.read_timeout);
     net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
-      self->stream_.async_handshake(
-          net::ssl::stream_base::server,
-          [self](beast::error_code handshake_ec) { self->OnHandshake(handshake_ec); });
+      self->Safely("TLS handshake", [&] {
+        self->stream_.async_handshake(
+            net::ssl::stream_base::server, [self](beast::error_code handshake_ec) {
+              self->Safely("TLS handshake", [&] { self->OnHandshake(handshake_ec); });
+            });
+      });
     });
   } else {
-    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] { self->ReadNext(); });
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->Safely("reading a request", [&] { self->ReadNext(); });
+    });
   }
 }
 
@@ -150,15 +208,19 @@ void StreamSession<Stream>::OnHandshake(beast::error_code ec) {
 
 template <class Stream>
 void StreamSession<Stream>::PostClose() {
-  net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->DoClose(); });
+  net::post(stream_.get_executor(), [self = this->shared_from_this()] {
+    self->Safely("closing", [&] { self->DoClose(); });
+  });
 }
 
 template <class Stream>
 void StreamSession<Stream>::PostSend(HttpResponse response) {
   net::post(stream_.get_executor(),
             [self = this->shared_from_this(), response = std::move(response)]() mutable {
-              if (self->closed_ || self->current_ == nullptr) return;
-              self->WriteResponse(std::move(response));
+              self->Safely("writing a response", [&] {
+                if (self->closed_ || self->current_ == nullptr) return;
+                self->WriteResponse(std::move(response));
+              });
             });
 }
 
@@ -168,16 +230,20 @@ void StreamSession<Stream>::PostStartStream(int status, std::string content_type
   net::post(stream_.get_executor(),
             [self = this->shared_from_this(), status, content_type = std::move(content_type),
              headers = std::move(headers)] {
-              if (self->closed_ || self->current_ == nullptr) return;
-              self->WriteStreamHeader(status, content_type, headers);
+              self->Safely("starting a stream", [&] {
+                if (self->closed_ || self->current_ == nullptr) return;
+                self->WriteStreamHeader(status, content_type, headers);
+              });
             });
 }
 
 template <class Stream>
 void StreamSession<Stream>::PostPump() {
   net::post(stream_.get_executor(), [self = this->shared_from_this()] {
-    if (self->closed_ || self->current_ == nullptr) return;
-    self->Pump();
+    self->Safely("writing a stream", [&] {
+      if (self->closed_ || self->current_ == nullptr) return;
+      self->Pump();
+    });
   });
 }
 
@@ -191,12 +257,14 @@ void StreamSession<Stream>::ReadNext() {
   Lowest().expires_after(options_.idle_timeout);
   stream_.async_read_some(buffer_.prepare(kReadChunk),
                           [self = this->shared_from_this()](beast::error_code ec, size_t n) {
-                            if (ec) {
-                              self->DoClose();
-                              return;
-                            }
-                            self->buffer_.commit(n);
-                            self->ReadHeader();
+                            self->Safely("reading a request", [&] {
+                              if (ec) {
+                                self->DoClose();
+                                return;
+                              }
+                              self->buffer_.commit(n);
+                              self->ReadHeader();
+                            });
                           });
 }
 
@@ -212,7 +280,7 @@ void StreamSession<Stream>::ReadHeader() {
         // Beast checks header_limit only while the header is incomplete: one that arrived whole
         // in a single read is measured here.
         if (!ec && header_bytes > self->options_.max_header_bytes) ec = http::error::header_limit;
-        self->OnHeader(ec);
+        self->Safely("reading a request header", [&] { self->OnHeader(ec); });
       });
 }
 
@@ -236,12 +304,14 @@ void StreamSession<Stream>::OnHeader(beast::error_code ec) {
     Lowest().expires_after(options_.write_timeout);
     net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) {
-                         self->DoClose();
-                         return;
-                       }
-                       self->Lowest().expires_after(self->options_.read_timeout);
-                       self->ReadBody();
+                       self->Safely("reading a request body", [&] {
+                         if (ec) {
+                           self->DoClose();
+                           return;
+                         }
+                         self->Lowest().expires_after(self->options_.read_timeout);
+                         self->ReadBody();
+                       });
                      });
     return;
   }
@@ -256,11 +326,13 @@ void StreamSession<Stream>::ReadBody() {
   }
   http::async_read(stream_, buffer_, *parser_,
                    [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                     if (ec) {
-                       self->OnReadError(ec);
-                       return;
-                     }
-                     self->OnRequest();
+                     self->Safely("handling a request", [&] {
+                       if (ec) {
+                         self->OnReadError(ec);
+                         return;
+                       }
+                       self->OnRequest();
+                     });
                    });
 }
 
@@ -291,6 +363,8 @@ void StreamSession<Stream>::OnRequest() {
   // exchange then would tie it and the session to each other with nothing left to part them.
   if (closed_) return;
   Lowest().expires_never();
+  wire_started_ = false;
+  failing_ = false;
   http::request<http::string_body> message = parser_->release();
   parser_.reset();
   keep_alive_ = message.keep_alive();
@@ -348,8 +422,9 @@ void StreamSession<Stream>::ArmWatch() {
   if (watch_pending_ || closed_) return;
   watch_pending_ = true;
   Lowest().socket().async_wait(
-      tcp::socket::wait_read,
-      [self = this->shared_from_this()](beast::error_code ec) { self->OnWatch(ec); });
+      tcp::socket::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
+        self->Safely("watching the connection", [&] { self->OnWatch(ec); });
+      });
 }
 
 template <class Stream>
@@ -401,7 +476,9 @@ bool StreamSession<Stream>::TrySend(HttpResponse& response) {
       return WireBytes(message);
     });
     if (result == DirectAnswer::Result::kPartial) {
-      net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->WriteRest(); });
+      net::post(stream_.get_executor(), [self = this->shared_from_this()] {
+        self->Safely("writing a response", [&] { self->WriteRest(); });
+      });
     }
     return result != DirectAnswer::Result::kNotAllowed;
   }
@@ -411,11 +488,14 @@ template <class Stream>
 void StreamSession<Stream>::WriteRest() {
   rest_ = direct_.TakeRest();
   if (closed_) return;
+  wire_started_ = true;
   Lowest().expires_after(options_.write_timeout);
   net::async_write(stream_, net::buffer(rest_),
                    [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                     self->rest_.clear();
-                     self->OnWritten(ec);
+                     self->Safely("writing a response", [&] {
+                       self->rest_.clear();
+                       self->OnWritten(ec);
+                     });
                    });
 }
 
@@ -425,7 +505,9 @@ void StreamSession<Stream>::SweepIdle(std::chrono::steady_clock::time_point now)
   if (!sent_at.has_value()) return;
   net::post(stream_.get_executor(), [self = this->shared_from_this(), at = *sent_at] {
     // Still idle after that same answer (a new one needs a new request, read on the strand).
-    if (self->direct_.StillIdleAfter(at)) self->DoClose();
+    self->Safely("closing an idle connection", [&] {
+      if (self->direct_.StillIdleAfter(at)) self->DoClose();
+    });
   });
 }
 
@@ -434,9 +516,11 @@ void StreamSession<Stream>::WriteResponse(HttpResponse response) {
   response_ = std::make_unique<http::response<http::string_body>>(
       ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header));
   Lowest().expires_after(options_.write_timeout);
-  http::async_write(
-      stream_, *response_,
-      [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
+  wire_started_ = true;
+  http::async_write(stream_, *response_,
+                    [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                      self->Safely("writing a response", [&] { self->OnWritten(ec); });
+                    });
 }
 
 template <class Stream>
@@ -453,6 +537,8 @@ template <class Stream>
 void StreamSession<Stream>::EndExchange() {
   if (current_ != nullptr) current_->MarkDone();
   current_.reset();
+  wire_started_ = false;
+  failing_ = false;
   if (keep_alive_) {
     ReadNext();
   } else {
@@ -487,15 +573,18 @@ void StreamSession<Stream>::WriteStreamHeader(int status, const std::string& con
   stream_finishing_ = false;
   stream_writing_ = true;
   Lowest().expires_after(options_.write_timeout);
+  wire_started_ = true;
   http::async_write_header(stream_, *stream_serializer_,
                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                             self->stream_writing_ = false;
-                             if (ec) {
-                               self->DoClose();
-                               return;
-                             }
-                             self->stream_header_done_ = true;
-                             self->Pump();
+                             self->Safely("starting a stream", [&] {
+                               self->stream_writing_ = false;
+                               if (ec) {
+                                 self->DoClose();
+                                 return;
+                               }
+                               self->stream_header_done_ = true;
+                               self->Pump();
+                             });
                            });
 }
 
@@ -505,7 +594,7 @@ void StreamSession<Stream>::Pump() {
   bool finish = false;
   stream_chunk_ = current_->TakePending(&finish);
   auto on_write = [self = this->shared_from_this()](beast::error_code ec, size_t) {
-    self->OnStreamWrite(ec);
+    self->Safely("writing a stream", [&] { self->OnStreamWrite(ec); });
   };
   if (!stream_chunk_.empty()) {
     stream_writing_ = true;
@@ -554,8 +643,9 @@ void StreamSession<Stream>::Linger() {
     // TLS: send close_notify (the end of a body delimited by the close must be authenticated)
     // and wait briefly for the client's; the connection is closed either way.
     Lowest().expires_after(kLingerTimeout);
-    stream_.async_shutdown(
-        [self = this->shared_from_this()](beast::error_code) { self->DoClose(); });
+    stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+      self->Safely("closing", [&] { self->DoClose(); });
+    });
     return;
   }
   beast::error_code ec;
@@ -571,12 +661,14 @@ void StreamSession<Stream>::Linger() {
   Lowest().expires_after(kLingerTimeout);
   stream_.async_read_some(buffer_.prepare(kReadChunk),
                           [self = this->shared_from_this()](beast::error_code ec, size_t n) {
-                            if (ec) {
-                              self->DoClose();
-                              return;
-                            }
-                            self->lingered_bytes_ += n;
-                            self->Linger();
+                            self->Safely("closing", [&] {
+                              if (ec) {
+                                self->DoClose();
+                                return;
+                              }
+                              self->lingered_bytes_ += n;
+                              self->Linger();
+                            });
                           });
 }
 

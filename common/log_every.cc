@@ -11,4 +11,13 @@ bool LogEvery::Allow() {
   return due && last_ms_.compare_exchange_strong(last_ms, now_ms, std::memory_order_relaxed);
 }
 
+bool LogEvery::Allow(int64_t* suppressed) {
+  if (!Allow()) {
+    suppressed_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace tandem

@@ -3,6 +3,9 @@
 // come:
 //   LogEvery refusal_logs_{absl::Seconds(1)};
 //   if (refusal_logs_.Allow()) spdlog::warn("connection from {} refused: {}", peer, why);
+// or, so that the line also says how many were not logged since the last one:
+//   int64_t more = 0;
+//   if (refusal_logs_.Allow(&more)) spdlog::warn("... refused: {} ({} more since)", why, more);
 //
 // Thread-safety: thread-safe (one atomic, no lock).
 #ifndef TANDEM_COMMON_LOG_EVERY_H_
@@ -23,10 +26,14 @@ class LogEvery {
 
   // True for the first call, then for the first call at least `every` after the last true one.
   bool Allow();
+  // The same, counting the calls that were refused: when true, `*suppressed` is how many calls
+  // of this form returned false since the last true one.
+  bool Allow(int64_t* suppressed);
 
  private:
   const int64_t every_ms_;
   std::atomic<int64_t> last_ms_{INT64_MIN};  // INT64_MIN: never
+  std::atomic<int64_t> suppressed_{0};       // Allow(int64_t*) calls refused since the last true
 };
 
 }  // namespace tandem

@@ -1,5 +1,9 @@
 #include "common/timer_queue.h"
 
+#include <exception>
+
+#include "spdlog/spdlog.h"
+
 namespace tandem {
 
 TimerQueue::TimerQueue() : thread_([this] { Loop(); }) {}
@@ -54,7 +58,14 @@ void TimerQueue::Loop() {
       when_.erase(first->first.second);
       timers_.erase(first);
       mu_.Unlock();
-      fn();
+      // A task that throws must not end the timer thread (std::terminate) or skip the Lock.
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        spdlog::error("timer queue: a task threw: {}", e.what());
+      } catch (...) {
+        spdlog::error("timer queue: a task threw an exception of unknown type");
+      }
       fn = nullptr;
       mu_.Lock();
       continue;

@@ -11,6 +11,11 @@
 //   <- server kChallenge{server nonce, server proof, server name}   (or kReject{reason})
 //   client kAuth{client proof}                               ->
 //   <- server kWelcome (header.session = the session id)        (or kReject{reason})
+// The server checks the client's compatibility record only after kAuth succeeded, so a peer
+// without the secret never learns the server's record. A kReject's header.code is the
+// absl::StatusCode of the refusal (0 from older servers: treat as PERMISSION_DENIED); its reason
+// is generic ("malformed hello", "too many pending handshakes", "authentication failed") unless
+// the peer authenticated.
 // Every later client frame carries the session id; the server drops frames whose connection has
 // not completed the handshake or whose session id differs.
 // Data: kWrite{region, offset, payload}; flag kFlagAck asks for a kAck once this frame and every
@@ -40,6 +45,10 @@ inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kProofSize = 32;  // HMAC-SHA256
 inline constexpr size_t kMaxReasonBytes = 4096;
 inline constexpr size_t kMaxNameBytes = 256;
+// A connection to a ZMQ endpoint of the cluster (the transfer engine, the bootstrap channel) that
+// has not completed ZMTP's greeting within this many milliseconds is closed (ZMQ_HANDSHAKE_IVL;
+// libzmq's default of 30 s let a stranger hold a half-open connection that long).
+inline constexpr int kZmqHandshakeMs = 5000;
 
 enum class FrameType : uint8_t {
   kHello = 1,
@@ -90,6 +99,10 @@ struct ChallengeBody {
   std::string server_proof;  // kProofSize bytes
   std::string server_name;
 };
+
+// The largest body DecodeHello can accept: the server refuses longer ones without copying them.
+inline constexpr size_t kMaxHelloBytes =
+    4 + kNonceSize + 4 + kMaxNameBytes + 4 + 4 * kMaxDescriptorString;
 
 std::string EncodeHello(const HelloBody& b);
 absl::StatusOr<HelloBody> DecodeHello(const std::string& body);

@@ -108,8 +108,27 @@ struct EngineStats {
   uint64_t bytes_applied = 0;
   uint64_t writes_rejected = 0;      // incoming writes refused (bounds, region, window)
   uint64_t frames_dropped = 0;       // malformed or unauthenticated frames dropped
-  uint64_t handshakes_rejected = 0;  // failed authentication or compatibility
+  uint64_t handshakes_rejected = 0;  // malformed, refused (limits), failed auth or compatibility
   uint64_t notifications_received = 0;
+};
+
+// What the receiving side (the tcp backend's server, the rdma backend's control channel) keeps for
+// the connections reaching its endpoint. Anyone who can reach the port can start a handshake, so
+// these bound what a stranger can make the engine hold; members are never displaced by strangers.
+struct ConnectionLimits {
+  // Handshakes in progress (Hello answered, Auth not yet received), in total and per peer address
+  // (per-address only when the transport reports one). A Hello beyond either is refused with
+  // "too many pending handshakes"; nothing already admitted is evicted.
+  size_t max_pending_handshakes = 256;
+  size_t max_pending_per_source = 32;
+  // A handshake not completed this long after its Hello is forgotten (checked on each new Hello
+  // and on its Auth).
+  absl::Duration pending_handshake_timeout = absl::Seconds(10);
+  // Authenticated connections. Only members reach this: beyond it, the one idle longest is closed.
+  size_t max_sessions = 4096;
+  // Refused handshakes and dropped frames are logged at most once per interval each, with the
+  // number of them not logged since the previous line.
+  absl::Duration refusal_log_interval = absl::Seconds(1);
 };
 
 // Receives a peer's notification: the peer's engine name and the message bytes.
@@ -133,6 +152,8 @@ struct EngineOptions {
   absl::Duration handshake_timeout = absl::Seconds(5);
   absl::Duration heartbeat_interval = absl::Seconds(1);  // a silent peer is declared dead after 3
   NotificationHandler on_notification;
+  // tcp and rdma: bounds on the connections the endpoint keeps state for.
+  ConnectionLimits connection_limits;
   // rdma only: device name ("" = first device), port, GID index.
   std::string rdma_device;
   int rdma_port = 1;
@@ -176,7 +197,10 @@ class ControlPlane {
   // kServing only: the encoded descriptor (opaque bytes) a peer passes to ImportPeer.
   virtual absl::StatusOr<std::string> ExportDescriptor() = 0;
   // Connects to the peer described by `descriptor`, authenticates both ways with the cluster
-  // secret and checks the compatibility records. Blocks up to the handshake timeout.
+  // secret and checks the compatibility records. Blocks up to the handshake timeout. Errors:
+  // FAILED_PRECONDITION for incompatible records (naming the field and both values, whichever
+  // side found it), PERMISSION_DENIED for a secret mismatch, RESOURCE_EXHAUSTED when the peer has
+  // too many handshakes in progress (retry later), DEADLINE_EXCEEDED when it does not answer.
   virtual absl::StatusOr<PeerId> ImportPeer(const std::string& descriptor) = 0;
   // Disconnects; the peer's running batches fail.
   virtual absl::Status RemovePeer(PeerId peer) = 0;

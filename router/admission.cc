@@ -4,8 +4,25 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 
 namespace tandem::router {
+namespace {
+
+// Runs a waiter's callback. It runs on the caller's thread or the timer thread, outside any
+// handler that would catch for it: a throw must not end the process (or, on the timer thread,
+// leave mu_ unlocked under the loop's lock).
+void Deliver(const AdmissionQueue::Callback& callback, absl::Status status) noexcept {
+  try {
+    callback(std::move(status));
+  } catch (const std::exception& e) {
+    spdlog::error("admission: a request's callback threw: {}", e.what());
+  } catch (...) {
+    spdlog::error("admission: a request's callback threw an exception of unknown type");
+  }
+}
+
+}  // namespace
 
 AdmissionQueue::AdmissionQueue(int max_concurrent, int queue_size, absl::Duration queue_timeout)
     : max_concurrent_(max_concurrent),
@@ -22,7 +39,7 @@ AdmissionQueue::~AdmissionQueue() {
     left.swap(waiters_);
   }
   if (timer_.joinable()) timer_.join();
-  for (Waiter& w : left) w.callback(absl::CancelledError("the router is shutting down"));
+  for (Waiter& w : left) Deliver(w.callback, absl::CancelledError("the router is shutting down"));
 }
 
 uint64_t AdmissionQueue::Acquire(Callback callback) {
@@ -44,7 +61,7 @@ uint64_t AdmissionQueue::Acquire(Callback callback) {
       return ticket;
     }
   }
-  callback(answer);
+  Deliver(callback, answer);
   return ticket;
 }
 
@@ -71,7 +88,7 @@ void AdmissionQueue::Release() {
     waiters_.pop_front();
     ++active_;
   }
-  next(absl::OkStatus());
+  Deliver(next, absl::OkStatus());
 }
 
 int64_t AdmissionQueue::active() const {
@@ -96,9 +113,9 @@ void AdmissionQueue::TimerLoop() {
     if (!expired.empty()) {
       mu_.Unlock();
       for (Callback& c : expired) {
-        c(absl::DeadlineExceededError(
-            absl::StrCat("request waited longer than --queue-timeout-secs (",
-                         absl::ToInt64Seconds(queue_timeout_), " s) for a free slot")));
+        Deliver(c, absl::DeadlineExceededError(
+                       absl::StrCat("request waited longer than --queue-timeout-secs (",
+                                    absl::ToInt64Seconds(queue_timeout_), " s) for a free slot")));
       }
       mu_.Lock();
       continue;

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "router/api/response.h"
+#include "router/client_errors.h"
 
 namespace tandem::router {
 namespace {
@@ -27,9 +29,32 @@ bool IsWorkerFault(grpc::StatusCode code) {
          code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-absl::Status FromGrpc(const grpc::Status& s, const std::string& leg, const std::string& url) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(leg, " worker ", url, ": ", s.error_message()));
+// The failure as the client sees it: the role and the reason, without the worker's address
+// (which goes to the log only, with the full message).
+absl::Status FromGrpc(const grpc::Status& s, const std::string& rid, const std::string& leg,
+                      const std::string& url) {
+  spdlog::warn("rid {}: {} worker {} failed: grpc code {}: {}", rid, leg, url,
+               static_cast<int>(s.error_code()), s.error_message());
+  return ClientLegError(static_cast<absl::StatusCode>(s.error_code()), leg, s.error_message());
+}
+
+// Runs one of a leg's callbacks (on a gRPC, session-socket or timer thread, where nothing
+// catches): a throw is logged and fails the run instead of terminating the process.
+template <class Fn, class OnThrow>
+void Guarded(const char* what, Fn&& fn, OnThrow&& on_throw) noexcept {
+  try {
+    fn();
+    return;
+  } catch (const std::exception& e) {
+    spdlog::error("dispatcher: {} threw: {}", what, e.what());
+  } catch (...) {
+    spdlog::error("dispatcher: {} threw an exception of unknown type", what);
+  }
+  try {
+    on_throw();
+  } catch (...) {
+    spdlog::error("dispatcher: failing the request after {} threw also threw", what);
+  }
 }
 
 }  // namespace
@@ -50,6 +75,15 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
 
   void StartAttempt();
   void Cancel() override;
+  // Ends the run with `why` before any attempt.
+  void Refuse(absl::Status why) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(std::move(why));
+  }
 
  private:
   struct Attempt {
@@ -69,6 +103,12 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   void OnPrefillDone(const AttemptPtr& a, const grpc::Status& s);
   void OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e);
   void OnDecodeDone(const AttemptPtr& a, const grpc::Status& s);
+  // A leg callback threw: the request ends with an internal error (not retried: the same
+  // request would throw again).
+  void FailInternally(const AttemptPtr& a) {
+    Fail(a, absl::InternalError("internal error: the router failed while handling the request"),
+         false);
+  }
   // The current attempt failed with `why`: stop its other leg, then retry or finish.
   void Fail(const AttemptPtr& a, absl::Status why, bool retryable) ABSL_LOCKS_EXCLUDED(mu_);
   // Cancels the attempt's legs still running and aborts its room/rid on its workers.
@@ -165,13 +205,23 @@ void Run::StartAttempt() {
     *pr.mutable_sampling_params() = request_->sampling;
     pr.set_return_logprob(request_->return_logprob);
     prefill_call = a->prefill->client().Prefill(
-        std::move(pr), deadline_,
-        [self, a](grpc::Status s, proto::PrefillResponse) { self->OnPrefillDone(a, s); });
+        std::move(pr), deadline_, [self, a](grpc::Status s, proto::PrefillResponse) {
+          Guarded(
+              "the prefill leg's completion", [&] { self->OnPrefillDone(a, s); },
+              [&] { self->FailInternally(a); });
+        });
   }
   std::shared_ptr<CallHandle> decode_call = a->decode->client().Decode(
       std::move(dr), deadline_,
-      [self, a](const proto::DecodeEvent& e) { self->OnDecodeEvent(a, e); },
-      [self, a](grpc::Status s) { self->OnDecodeDone(a, s); });
+      [self, a](const proto::DecodeEvent& e) {
+        Guarded(
+            "a decode event", [&] { self->OnDecodeEvent(a, e); }, [&] { self->FailInternally(a); });
+      },
+      [self, a](grpc::Status s) {
+        Guarded(
+            "the decode leg's completion", [&] { self->OnDecodeDone(a, s); },
+            [&] { self->FailInternally(a); });
+      });
   bool over;
   {
     absl::MutexLock lock(&mu_);
@@ -206,7 +256,7 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s) {
                  a->prefill->url(), s.error_message());
     return;
   }
-  Fail(a, FromGrpc(s, "prefill", a->prefill->url()), !IsCallerError(s.error_code()));
+  Fail(a, FromGrpc(s, a->rid, "prefill", a->prefill->url()), !IsCallerError(s.error_code()));
 }
 
 void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
@@ -216,7 +266,7 @@ void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
     delivered_ = true;
   }
   absl::MutexLock lock(&deliver_mu_);
-  if (!done_delivered_ && on_event_) on_event_(e);
+  if (!done_delivered_ && on_event_) on_event_(e);  // a throw: Guarded around this call fails it
 }
 
 void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
@@ -239,7 +289,7 @@ void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     d_->registry_->ReportFailure(a->decode->url(), s.error_message());
   }
-  Fail(a, FromGrpc(s, "decode", a->decode->url()), !IsCallerError(s.error_code()));
+  Fail(a, FromGrpc(s, a->rid, "decode", a->decode->url()), !IsCallerError(s.error_code()));
 }
 
 void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
@@ -336,7 +386,10 @@ void Run::Finish(absl::Status s) {
     done = std::move(on_done_);
     on_event_ = nullptr;
     // The caller's callback runs under deliver_mu_ so that no event can overtake it.
-    if (done) done(std::move(s));
+    if (done) {
+      Guarded(
+          "the request's completion callback", [&] { done(std::move(s)); }, [] {});
+    }
   }
 }
 
@@ -360,6 +413,21 @@ Dispatcher::~Dispatcher() {
 
 std::shared_ptr<DispatchRun> Dispatcher::Start(std::shared_ptr<const RoutedRequest> request,
                                                EventFn on_event, DoneFn on_done) {
+  // A leg over the workers' message limit would be refused by every worker: 413 at once, never
+  // sent and never retried.
+  const size_t leg_bytes = LegBytesUpperBound(*request);
+  if (leg_bytes > kMaxLegBytes) {
+    spdlog::warn("rid {}: {} byte leg is over the workers' limit; refused", request->rid,
+                 leg_bytes);
+    auto run =
+        std::make_shared<Run>(this, std::move(request), std::move(on_event), std::move(on_done));
+    run->Refuse(WithHttpStatus(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "the request is too large to send to a worker: its ", leg_bytes,
+            " bytes exceed the limit of ", kMaxLegBytes, " bytes; send a shorter prompt")),
+        413));
+    return run;
+  }
   auto run =
       std::make_shared<Run>(this, std::move(request), std::move(on_event), std::move(on_done));
   run->StartAttempt();

@@ -10,10 +10,15 @@
 // Retries: only while no event has been delivered to the caller. When a leg fails, the other leg
 // is cancelled at once (and, in PD mode, the room aborted on both workers), then after a backoff
 // with jitter a new pair and a new room are tried, up to BackoffOptions::max_retries times. After
-// that the request fails with Unavailable naming the worker and its error. A prefill leg failing
+// that the request fails with Unavailable naming the worker's role and its error (the worker's
+// address goes to the log only, never to the client). A prefill leg failing
 // after the decode stream delivered an event is left to the decode worker, whose own timeout ends
 // the stream; the caller then sees the error. Caller errors reported by a worker
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE) are not retried.
+//
+// A request whose leg would exceed the workers' message limit (kMaxLegBytes,
+// router/client_errors.h) is never sent: it ends at once with ResourceExhausted carrying HTTP
+// 413 (WithHttpStatus). A callback of a leg that throws is logged and ends the run with Internal.
 //
 // Every run ends with exactly one `on_done` call: OK after the final event, Cancelled after
 // Cancel(), DeadlineExceeded when the request timeout passed, else the failure. `on_event` and

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "router/api/request.h"
 
 namespace tandem::router {
 
@@ -37,16 +38,26 @@ const std::vector<std::string>& DefaultRequestIdHeaders() {
   return *headers;
 }
 
-std::optional<std::string> ClientRequestId(const HttpRequest& request,
-                                           const std::vector<std::string>& names) {
+absl::StatusOr<std::optional<std::string>> ClientRequestId(const HttpRequest& request,
+                                                           const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     std::optional<std::string> value = request.Header(name);
     if (!value) continue;
     std::string id(absl::StripAsciiWhitespace(*value));
-    if (id.empty() || id.size() > 256) continue;
-    bool printable = true;
-    for (char c : id) printable &= absl::ascii_isprint(static_cast<unsigned char>(c));
-    if (printable) return id;
+    if (id.empty()) continue;
+    if (id.size() > kMaxRidBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the ", name, " header must be at most ", kMaxRidBytes,
+                       " bytes of printable ASCII, got ", id.size(), " bytes"));
+    }
+    for (const char c : id) {
+      if (!absl::ascii_isprint(static_cast<unsigned char>(c))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the ", name, " header must be at most ", kMaxRidBytes,
+                         " bytes of printable ASCII (no control characters or non-ASCII bytes)"));
+      }
+    }
+    return id;
   }
   return std::nullopt;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/http_types.h"
 
 namespace tandem::router {
@@ -21,10 +22,12 @@ absl::Status CheckBearer(const HttpRequest& request, const std::string& key,
 // The request-id headers checked when --request-id-headers is not given, in order.
 const std::vector<std::string>& DefaultRequestIdHeaders();
 
-// The first non-empty value among `names` (case-insensitive), trimmed; nullopt when none. A value
-// longer than 256 bytes or with control characters is ignored (it is echoed in headers and logs).
-std::optional<std::string> ClientRequestId(const HttpRequest& request,
-                                           const std::vector<std::string>& names);
+// The first non-empty value among `names` (case-insensitive), trimmed; nullopt when none. The
+// value is echoed (x-request-id, logs, the table of live rids), so one longer than kMaxRidBytes
+// (256) or with anything but printable ASCII is InvalidArgument (400) naming the header and the
+// limit, not silently replaced.
+absl::StatusOr<std::optional<std::string>> ClientRequestId(const HttpRequest& request,
+                                                           const std::vector<std::string>& names);
 
 }  // namespace tandem::router
 

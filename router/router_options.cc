@@ -103,7 +103,8 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       ->check(CLI::PositiveNumber);
 
   flags
-      .Add("--max-payload-size", &o->max_payload_size, "Largest request body in bytes (413 above)")
+      .Add("--max-payload-size", &o->max_payload_size,
+           "Largest request body in bytes (413 above; default 32 MiB)")
       ->check(CLI::PositiveNumber);
   flags.Add("--request-timeout-secs", &o->request_timeout_secs, "Whole-request timeout")
       ->check(CLI::PositiveNumber);

@@ -51,7 +51,10 @@ struct RouterOptions {
   int worker_load_check_interval = 10;
 
   // Limits.
-  int64_t max_payload_size = int64_t{512} << 20;
+  // 32 MiB: far above the largest prompt a served model takes as JSON (a 128K-token context is a
+  // few MiB of text or ids, even \u-escaped), far below what would let one client make the
+  // router buffer and parse hundreds of MiB.
+  int64_t max_payload_size = int64_t{32} << 20;
   int request_timeout_secs = 1800;
   int max_concurrent_requests = -1;  // -1: unbounded
   int queue_size = 100;

@@ -1,7 +1,11 @@
 #include "router/router_server.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -22,11 +26,13 @@ double ToSec(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 // The error kind label of tandem_router_errors_total for a failed request.
 std::string ErrorKind(const absl::Status& s) {
+  if (HttpStatusFor(s) == 413) return "bad_request";  // a request too large for a worker
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
       return "bad_request";
     case absl::StatusCode::kUnauthenticated:
     case absl::StatusCode::kPermissionDenied:
@@ -44,12 +50,54 @@ std::string ErrorKind(const absl::Status& s) {
   }
 }
 
+// The model's context length from config.json in `dir` (max_position_embeddings, or that of
+// text_config for multimodal configs); 0 with a warning when it cannot be read, and the router
+// then leaves the check to the workers.
+int ReadContextLength(const std::string& dir) {
+  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
+  std::ifstream in(path);
+  if (!in) {
+    spdlog::warn(
+        "{}: cannot read; prompts are checked against the context length by the "
+        "workers only",
+        path.string());
+    return 0;
+  }
+  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  for (const nlohmann::json* c :
+       {&config,
+        config.is_object() && config.contains("text_config") ? &config["text_config"] : nullptr}) {
+    if (c == nullptr || !c->is_object()) continue;
+    const auto it = c->find("max_position_embeddings");
+    if (it != c->end() && it->is_number_integer() && it->get<int64_t>() > 0 &&
+        it->get<int64_t>() <= std::numeric_limits<int>::max()) {
+      return static_cast<int>(it->get<int64_t>());
+    }
+  }
+  spdlog::warn(
+      "{}: no max_position_embeddings; prompts are checked against the context "
+      "length by the workers only",
+      path.string());
+  return 0;
+}
+
+// Bytes of the longest token `tokenizer` can produce (special tokens included), for the early
+// prompt-length bound (router/api/request.h).
+int LongestTokenBytes(const engine::Tokenizer& tokenizer) {
+  size_t longest = 0;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    longest = std::max(longest, tokenizer.TokenBytes(id, /*skip_special_tokens=*/false).size());
+  }
+  return static_cast<int>(std::min<size_t>(longest, std::numeric_limits<int>::max()));
+}
+
 }  // namespace
 
 // One client inference request from admission to its last byte. Shared by the HTTP callbacks
 // and the dispatcher's callbacks; `mu` guards the answer side.
 class ClientCall : public std::enable_shared_from_this<ClientCall> {
  public:
+  // The caller has claimed request->rid (RouterServer::ClaimRid); the call releases it.
   ClientCall(RouterServer* server, std::string route, std::shared_ptr<RoutedRequest> request,
              HttpResponder responder)
       : server_(server),
@@ -60,10 +108,17 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
         responder_(std::move(responder)) {
     headers_.emplace_back("x-request-id", request_->rid);
   }
+  ~ClientCall() { ReleaseRid(); }
 
   void Begin();
 
  private:
+  // Frees the rid for a new request. Called before the final answer goes out (a client may
+  // reuse the rid the moment it has read the answer); idempotent.
+  void ReleaseRid() {
+    if (rid_held_.exchange(false)) server_->ReleaseRid(request_->rid);
+  }
+
   void Admitted(absl::Status status);
   void ClientGone();
   void OnEvent(const proto::DecodeEvent& e);
@@ -89,6 +144,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> first_token_ ABSL_GUARDED_BY(mu_);
   int64_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> rid_held_{true};
 };
 
 void ClientCall::Begin() {
@@ -111,6 +167,7 @@ void ClientCall::Begin() {
 }
 
 void ClientCall::Admitted(absl::Status status) {
+  if (!status.ok()) ReleaseRid();
   {
     absl::MutexLock lock(&mu_);
     if (!status.ok()) {
@@ -139,6 +196,7 @@ void ClientCall::Admitted(absl::Status status) {
     gone_now = done_;
   }
   if (gone_now) {
+    ReleaseRid();
     server_->router_metrics_->inflight.Decrement();
     server_->admission_->Release();
     return;
@@ -166,6 +224,7 @@ void ClientCall::ClientGone() {
     ticket = ticket_;
   }
   if (ticket != 0 && server_->admission_->Cancel(ticket)) {
+    ReleaseRid();
     absl::MutexLock lock(&mu_);
     done_ = true;
     Count(499, absl::CancelledError("client gone"));
@@ -218,7 +277,8 @@ void ClientCall::OnEvent(const proto::DecodeEvent& e) {
 
 void ClientCall::OnDone(absl::Status status) {
   // The slot is free before the response's last bytes go out: a client that sends its next
-  // request the moment it has read this response's end must find it free.
+  // request the moment it has read this response's end must find it free (the slot and the rid).
+  ReleaseRid();
   server_->router_metrics_->inflight.Decrement();
   server_->admission_->Release();
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
@@ -314,6 +374,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   }
   s.tokenizer_ = std::move(*tokenizer);
   s.api_.tokenizer = s.tokenizer_.get();
+  // The router refuses prompts over the context itself, before any leg is sent (workers would
+  // refuse them too, but only after the router tokenized and shipped them).
+  s.api_.context_length = ReadContextLength(!o.model_path.empty() ? o.model_path : tokenizer_dir);
+  s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
   s.api_.served_model_name = o.served_model_name;
   if (s.api_.served_model_name.empty()) {
     const std::string dir = !o.model_path.empty() ? o.model_path : o.tokenizer_path;
@@ -473,12 +537,50 @@ void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpR
   auto routed = std::make_shared<RoutedRequest>(std::move(*parsed));
   const std::vector<std::string>& id_headers =
       options_.request_id_headers.empty() ? DefaultRequestIdHeaders() : options_.request_id_headers;
-  if (auto id = ClientRequestId(request, id_headers)) routed->rid = *id;
+  absl::StatusOr<std::optional<std::string>> id = ClientRequestId(request, id_headers);
+  if (!id.ok()) {
+    router_metrics_->CountError("bad_request");
+    Answer(route, responder, ErrorResponse(id.status()));
+    return;
+  }
+  if (id->has_value()) routed->rid = **id;
+  if (!ClaimRid(routed->rid)) {
+    const absl::Status duplicate = absl::AlreadyExistsError(absl::StrCat(
+        "rid '", routed->rid,
+        "' is already used by a request in progress; give each request its own rid (or "
+        "request-id header)"));
+    router_metrics_->CountError("bad_request");
+    Answer(route, responder, ErrorResponse(duplicate));
+    return;
+  }
   auto call = std::make_shared<ClientCall>(this, route, std::move(routed), std::move(responder));
   call->Begin();
 }
 
+bool RouterServer::ClaimRid(const std::string& rid) {
+  absl::MutexLock lock(&rids_mu_);
+  return live_rids_.insert(rid).second;
+}
+
+void RouterServer::ReleaseRid(const std::string& rid) {
+  absl::MutexLock lock(&rids_mu_);
+  live_rids_.erase(rid);
+}
+
 void RouterServer::HandleHealthGenerate(HttpResponder responder) {
+  // A real leg costs the workers what a request does: it waits for a slot like one.
+  auto holder = std::make_shared<HttpResponder>(std::move(responder));
+  admission_->Acquire([this, holder](absl::Status admitted) {
+    if (!admitted.ok()) {
+      router_metrics_->CountError(ErrorKind(admitted));
+      Answer("/health_generate", *holder, ErrorResponse(admitted));
+      return;
+    }
+    StartHealthGenerate(holder);
+  });
+}
+
+void RouterServer::StartHealthGenerate(const std::shared_ptr<HttpResponder>& holder) {
   auto request = std::make_shared<RoutedRequest>();
   request->rid = absl::StrCat("health-generate-", NewBootstrapRoom());
   request->input_ids = tokenizer_->Encode("ping");
@@ -486,10 +588,10 @@ void RouterServer::HandleHealthGenerate(HttpResponder responder) {
   request->sampling.set_max_new_tokens(1);
   request->sampling.set_temperature(0);
   request->sampling.set_skip_special_tokens(true);
-  auto holder = std::make_shared<HttpResponder>(std::move(responder));
   dispatcher_->Start(
       request, [](const proto::DecodeEvent&) {},
       [this, holder](absl::Status s) {
+        admission_->Release();
         if (s.ok()) {
           Answer("/health_generate", *holder, HttpResponse::Json(200, R"({"status":"ok"})"));
         } else {
@@ -540,7 +642,8 @@ void RouterServer::AddRoutes() {
     Answer("/readiness", r, HttpResponse::Json(s.ok() ? 200 : 503, j.dump()));
   });
   h.Handle("GET", "/health_generate",
-           [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); });
+           Guarded("/health_generate", api_key, "API key",
+                   [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); }));
   h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) {
     HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
     resp.content_type = "text/plain; version=0.0.4";

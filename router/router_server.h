@@ -4,8 +4,9 @@
 // route (DESIGN.md "Router"):
 //
 //   client (--api-key):  POST /generate, /v1/completions, /v1/chat/completions; GET /v1/models
-//   probes (no key):     GET /health, /health_generate, /readiness, /metrics
-//   info (--api-key):    GET /get_server_info, /get_loads
+//   probes (no key):     GET /health, /readiness, /metrics
+//   info (--api-key):    GET /get_server_info, /get_loads, /health_generate (a model leg: keyed
+//                        and admitted like any request)
 //   admin (--admin-key): GET/POST/DELETE /workers, POST /workers/drain, POST /flush_cache,
 //                        POST /add_worker?url=, POST /remove_worker?url=, GET /list_workers
 //
@@ -22,7 +23,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -60,6 +64,12 @@ class RouterServer {
   void HandleInference(const std::string& route, ApiKind kind, HttpRequest request,
                        HttpResponder responder);
   void HandleHealthGenerate(HttpResponder responder);
+  void StartHealthGenerate(const std::shared_ptr<HttpResponder>& holder);
+  // The table of rids of client requests in progress: a second live request with a rid is a 409
+  // (workers key their state by rid). Claim fails when `rid` is live; Release is idempotent per
+  // successful Claim.
+  bool ClaimRid(const std::string& rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
+  void ReleaseRid(const std::string& rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
   // Info and admin routes (router_admin.cc).
   void HandleServerInfo(HttpResponder responder);
   void HandleGetLoads(HttpResponder responder);
@@ -91,6 +101,9 @@ class RouterServer {
   std::unique_ptr<AdmissionQueue> admission_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<HttpServer> http_;
+
+  absl::Mutex rids_mu_;
+  absl::flat_hash_set<std::string> live_rids_ ABSL_GUARDED_BY(rids_mu_);
 };
 
 }  // namespace tandem::router

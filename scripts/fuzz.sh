@@ -8,7 +8,8 @@
 #   --seconds N  time per target (default: $TANDEM_FUZZ_SECONDS or 60)
 #   --keep       keep every scratch directory (grown corpus, logs), not only failing ones
 #   target       safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz request_fuzz frame_fuzz
-#                control_fuzz (default: all; fuzz/README.md says what each feeds)
+#                control_fuzz session_preauth_fuzz (default: all; fuzz/README.md says what
+#                each feeds)
 # Environment: TANDEM_FUZZ_BUILD (build dir, default build-fuzz), TANDEM_JOBS (build jobs, 2).
 # Reproduce a finding: build-fuzz/bin/<target> <crash file>   (from the repo root)
 set -euo pipefail
@@ -22,6 +23,7 @@ declare -A corpus=(
   [request_fuzz]=router/api/fuzz/corpus
   [frame_fuzz]=kvtransfer/fuzz/corpus
   [control_fuzz]=worker/handoff/fuzz/corpus
+  [session_preauth_fuzz]=worker/fuzz/corpus
 )
 # Extra libFuzzer flags per target: whole files are larger than libFuzzer's 4096-byte default.
 declare -A extra=(
@@ -29,7 +31,7 @@ declare -A extra=(
   [safetensors_fuzz]="-max_len=8192"
 )
 all_targets=(safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz request_fuzz frame_fuzz
-             control_fuzz)
+             control_fuzz session_preauth_fuzz)
 
 seconds="${TANDEM_FUZZ_SECONDS:-60}"
 keep=0

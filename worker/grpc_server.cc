@@ -1,5 +1,6 @@
 #include "worker/grpc_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -12,6 +13,7 @@
 #include "common/log_every.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/resource_quota.h"
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker/cluster_proof_service.h"
@@ -181,7 +183,6 @@ class RefusedDecodeReactor : public grpc::ServerWriteReactor<proto::DecodeEvent>
 // The full gRPC method names the tokens are bound to (proto/worker.proto, package tandem.proto).
 constexpr char kDecodeMethod[] = "/tandem.proto.Worker/Decode";
 constexpr char kPrefillMethod[] = "/tandem.proto.Worker/Prefill";
-constexpr int kMaxSessionMessageBytes = 64 << 20;
 constexpr char kSessionMethod[] = "/tandem.proto.Worker/Session";
 constexpr char kAbortMethod[] = "/tandem.proto.Worker/Abort";
 constexpr char kHealthMethod[] = "/tandem.proto.Worker/Health";
@@ -372,6 +373,13 @@ class WorkerService final : public proto::Worker::CallbackService {
 
 }  // namespace
 
+size_t MaxWorkerMessageBytes(int64_t context_length) {
+  constexpr size_t kBatchBytes = size_t{1} << 20;
+  constexpr size_t kRestOfCallBytes = size_t{4} << 20;
+  const size_t prompt_bytes = static_cast<size_t>(std::max<int64_t>(context_length, 0)) * 5;
+  return std::max(kBatchBytes, prompt_bytes) + kRestOfCallBytes;
+}
+
 struct GrpcServer::Impl {
   std::unique_ptr<WorkerService> service;
   std::unique_ptr<ClusterProofService> proof;
@@ -412,9 +420,16 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   // most every 5 min without data, 2 strikes) would answer that with GOAWAY and kill the legs.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  // A session message batches many legs' requests (the router caps a batch at 1 MiB; one
-  // request alone may be larger, up to the router's own prompt limits).
-  builder.SetMaxReceiveMessageSize(kMaxSessionMessageBytes);
+  // A unary call's request is read whole before its handler checks the token, so these limits,
+  // not the check, bound what a stranger can make the worker buffer: one message at most what a
+  // real leg of this model needs (not gRPC's 4 MiB default nor the 64 MiB the socket takes after
+  // authentication), a bounded number of calls per connection, and one quota for all buffers.
+  const size_t max_message = MaxWorkerMessageBytes(core->GetServerInfo().context_length());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
+  grpc::ResourceQuota quota("tandem-worker-grpc");
+  quota.Resize(static_cast<size_t>(kGrpcMemoryQuotaBytes));
+  builder.SetResourceQuota(quota);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
   builder.RegisterService(impl->proof.get());

@@ -18,11 +18,24 @@
 // the one call without a token. With an empty secret (only colocated workers may run without
 // one) every Worker call is served and Prove is refused.
 //
+// Memory before authentication: gRPC reads a unary or server-streaming call's request whole
+// before any handler (and so the token check) runs, so what a caller without the secret can make
+// the worker hold is bounded by limits, not by the check: a message above
+// MaxWorkerMessageBytes(context length) is refused (RESOURCE_EXHAUSTED), at most
+// kMaxConcurrentStreams calls are open per connection, and all of gRPC's buffers together live
+// in a kGrpcMemoryQuotaBytes resource quota. The Session stream's token is checked when the
+// stream opens, before any of its messages is read. The price of the quota: while a flood fills
+// it, gRPC reclaims memory by resetting streams and closing connections with GOAWAY, which can
+// also end a call on an idle authenticated connection (UNAVAILABLE; the channel reconnects). The
+// session socket (worker/session_socket.h) is not affected.
+//
 // Thread-safe. The WorkerCore is borrowed and must outlive the server. This header keeps gRPC's
 // headers out of its users (they are heavy to compile).
 #ifndef TANDEM_WORKER_GRPC_SERVER_H_
 #define TANDEM_WORKER_GRPC_SERVER_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -30,6 +43,18 @@
 #include "worker/worker_core.h"
 
 namespace tandem::worker {
+
+// Calls open at once on one connection (the router multiplexes legs on one Session stream; tools
+// open a handful).
+inline constexpr int kMaxConcurrentStreams = 64;
+// The ceiling on the memory gRPC's buffers may take on the server, all connections together.
+inline constexpr int64_t kGrpcMemoryQuotaBytes = int64_t{32} << 20;
+
+// The largest message the worker takes on gRPC for a model of `context_length` tokens: a
+// SessionUp batches calls up to 1 MiB (router/workers/worker_session.h) or carries one larger
+// call alone, whose prompt is at most `context_length` token ids of at most 5 bytes each (a
+// varint), plus 4 MiB for the rest of a call (rid, sampling parameters, stop strings).
+size_t MaxWorkerMessageBytes(int64_t context_length);
 
 class GrpcServer {
  public:

@@ -17,10 +17,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/cluster_token.h"
 #include "common/frames.h"
 #include "common/log_every.h"
 #include "spdlog/spdlog.h"
+#include "worker/session_preauth.h"
 
 namespace tandem::worker {
 namespace {
@@ -28,7 +28,6 @@ namespace {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-constexpr auto kFirstMessageTimeout = std::chrono::seconds(10);
 constexpr size_t kReadChunk = 64 << 10;
 
 std::string NewChallenge() {
@@ -54,6 +53,7 @@ struct SessionSocketServer::Impl {
   int port = 0;
   SessionServer sessions;
   LogEvery refusal_logs{absl::Seconds(1)};
+  PreAuthAdmission preauth;  // I/O thread: connections that have not authenticated yet
   std::atomic<int> accepted{0};
   std::mutex mu;
   std::condition_variable cv;
@@ -67,9 +67,14 @@ struct SessionSocketServer::Impl {
     --connections;
     cv.notify_all();
   }
-  // At most one line a second: a stranger hammering the port must not fill the disk.
+  // At most one line a second, with how many were left out: a stranger hammering the port must
+  // not fill the disk.
   void LogRefusal(const std::string& peer, const std::string& why) {
-    if (refusal_logs.Allow()) spdlog::warn("session socket from {} refused: {}", peer, why);
+    int64_t more = 0;
+    if (refusal_logs.Allow(&more)) {
+      spdlog::warn("session socket from {} refused: {} ({} more refused since the last line)", peer,
+                   why, more);
+    }
   }
 };
 
@@ -80,16 +85,16 @@ namespace {
 // legs keep alive longer holds no I/O object.
 class SocketSession : public SessionCore {
  public:
-  SocketSession(SessionSocketServer::Impl* server, tcp::socket socket)
+  // `address`: the peer's, as admitted to server->preauth (the session leaves it).
+  SocketSession(SessionSocketServer::Impl* server, tcp::socket socket, std::string address,
+                std::string peer)
       : SessionCore(&server->sessions, server->legs),
         server_(server),
         socket_(std::move(socket)),
         timer_(std::in_place, server->io),
-        reader_(kMaxSessionFrameBytes) {
-    boost::system::error_code ec;
-    const tcp::endpoint remote = socket_->remote_endpoint(ec);
-    peer_ = ec ? std::string("an unknown peer")
-               : absl::StrCat(remote.address().to_string(), ":", remote.port());
+        address_(std::move(address)),
+        peer_(std::move(peer)),
+        reader_(kMaxPreAuthFrameBytes) {
     SetUpClusterSocket(socket_->native_handle());
   }
 
@@ -107,10 +112,12 @@ class SocketSession : public SessionCore {
     AppendFrame(&frame, hello.SerializeAsString());
     boost::system::error_code ec;
     asio::write(*socket_, asio::buffer(frame), ec);  // a few dozen bytes: the socket takes them
-    timer_->expires_after(kFirstMessageTimeout);
+    timer_->expires_after(absl::ToChronoSeconds(kPreAuthTimeout));
     timer_->async_wait([this](const boost::system::error_code& ec) {
       if (ec || authed_) return;
-      Refuse(grpc::StatusCode::DEADLINE_EXCEEDED, "no first message within 10 s of the challenge");
+      Refuse(grpc::StatusCode::DEADLINE_EXCEEDED,
+             absl::StrCat("no first message within ", absl::ToInt64Seconds(kPreAuthTimeout),
+                          " s of the challenge"));
     });
     Read();
   }
@@ -204,24 +211,27 @@ class SocketSession : public SessionCore {
         return false;
       }
       if (!frame->has_value()) return true;
-      up_.Clear();
-      if (!up_.ParseFromArray((*frame)->data(), static_cast<int>((*frame)->size()))) {
-        Refuse(grpc::StatusCode::INVALID_ARGUMENT,
-               absl::StrCat("a ", (*frame)->size(),
-                            "-byte message on the session socket is not a SessionUp"));
-        return false;
-      }
       if (!authed_) {
-        if (!server_->secret.empty()) {
-          const absl::Status auth = VerifyClusterToken(server_->secret, challenge_,
-                                                       server_->audience, up_.auth(), absl::Now());
-          if (!auth.ok()) {
-            Refuse(grpc::StatusCode::UNAUTHENTICATED, std::string(auth.message()));
-            return false;
-          }
+        const absl::Status first = OpenFirstSessionMessage(
+            server_->secret, challenge_, server_->audience, **frame, absl::Now(), &up_);
+        if (!first.ok()) {
+          // absl and gRPC number their status codes alike.
+          Refuse(static_cast<grpc::StatusCode>(first.code()), std::string(first.message()));
+          return false;
         }
         authed_ = true;
         timer_->cancel();
+        LeavePreAuth();
+        // Only now may the router's batches be large: a stranger never gets past the small limit.
+        reader_.set_max_frame(kMaxSessionFrameBytes);
+      } else {
+        up_.Clear();
+        if (!up_.ParseFromArray((*frame)->data(), static_cast<int>((*frame)->size()))) {
+          Refuse(grpc::StatusCode::INVALID_ARGUMENT,
+                 absl::StrCat("a ", (*frame)->size(),
+                              "-byte message on the session socket is not a SessionUp"));
+          return false;
+        }
       }
       Handle(up_);
       if (ended()) return false;
@@ -234,10 +244,18 @@ class SocketSession : public SessionCore {
     End(grpc::Status(code, why));
   }
 
+  // I/O thread: the connection no longer counts against the caps on unauthenticated ones.
+  void LeavePreAuth() {
+    if (left_preauth_) return;
+    left_preauth_ = true;
+    server_->preauth.Leave(address_);
+  }
+
   // I/O thread: lets the transport's reference go once reading and Close are both over.
   void MaybeRelease() {
     if (!read_done_ || !closed_ || released_) return;
     released_ = true;
+    LeavePreAuth();
     timer_.reset();
     socket_.reset();
     SessionSocketServer::Impl* server = server_;
@@ -251,15 +269,17 @@ class SocketSession : public SessionCore {
   std::optional<tcp::socket> socket_;  // I/O thread; reset at release
   const int fd_ = socket_->native_handle();
   std::optional<asio::steady_timer> timer_;  // the first message's deadline; reset at release
-  std::string peer_;
+  const std::string address_;                // the peer's address, as server_->preauth counts it
+  const std::string peer_;                   // address:port, for logs
   std::string challenge_;
-  FrameReader reader_;      // I/O thread
-  proto::SessionUp up_;     // I/O thread
-  bool authed_ = false;     // I/O thread
-  bool read_done_ = false;  // I/O thread
-  bool closed_ = false;     // I/O thread
-  bool released_ = false;   // I/O thread
-  FrameSendLoop send_;      // the write path: one thread at a time, handed on through the core
+  FrameReader reader_;         // I/O thread
+  proto::SessionUp up_;        // I/O thread
+  bool authed_ = false;        // I/O thread
+  bool read_done_ = false;     // I/O thread
+  bool closed_ = false;        // I/O thread
+  bool released_ = false;      // I/O thread
+  bool left_preauth_ = false;  // I/O thread: authenticated or released, no longer counted
+  FrameSendLoop send_;         // the write path: one thread at a time, handed on through the core
 };
 
 }  // namespace
@@ -269,11 +289,28 @@ void SessionSocketServer::Impl::Accept() {
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
     if (!ec) {
       accepted.fetch_add(1);
+      boost::system::error_code endpoint_ec;
+      const tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
+      const std::string address =
+          endpoint_ec ? std::string("unknown") : remote.address().to_string();
+      const std::string peer =
+          endpoint_ec ? std::string("an unknown peer") : absl::StrCat(address, ":", remote.port());
+      if (!preauth.TryAdmit(address)) {
+        // Closed before the challenge: a stranger opening connections by the thousand holds
+        // none of the worker's memory beyond the caps' worth.
+        LogRefusal(peer, absl::StrCat("too many connections that have not authenticated (at most ",
+                                      kMaxPreAuthConnections, ", ",
+                                      kMaxPreAuthConnectionsPerAddress, " per address)"));
+        boost::system::error_code close_ec;
+        socket.close(close_ec);
+        Accept();
+        return;
+      }
       {
         std::lock_guard<std::mutex> lock(mu);
         ++connections;
       }
-      auto* session = new SocketSession(this, std::move(socket));
+      auto* session = new SocketSession(this, std::move(socket), address, peer);
       live.insert(session);
       sessions.Add(session);
       session->Start();

@@ -12,8 +12,12 @@
 // router's first message must carry a cluster token for that challenge and this worker's
 // instance id (`audience`; common/cluster_token.h) when the worker has a secret, so a token read
 // off the wire, or relayed by another worker, opens no other connection. A
-// refused token, a frame above 64 MiB, bytes that are not a SessionUp, or no first message within
-// 10 s end the session with a SessionDown naming the reason (`ended`) and close the connection.
+// refused token, a frame above 64 MiB (above 4 KiB before the first message authenticated the
+// connection), bytes that are not a SessionUp, or no first message within 10 s end the session
+// with a SessionDown naming the reason (`ended`) and close the connection. Connections that have
+// not authenticated are capped (64 in all, 16 per source address; worker/session_preauth.h): one
+// beyond the caps is closed at accept, before the challenge. Refusals are logged at most once a
+// second, with the count of those left out.
 // A router that closes its end, or a connection that breaks, ends the session: its live legs are
 // cancelled.
 //

@@ -97,6 +97,7 @@ absl::Status RdmaEngine::Start() {
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(1 << 20));
+    router_.set(zmq::sockopt::handshake_ivl, kZmqHandshakeMs);
     std::string port = options_.listen_port == 0 ? "*" : std::to_string(options_.listen_port);
     router_.bind(absl::StrCat("tcp://", options_.listen_host, ":", port));
     std::string bound = router_.get(zmq::sockopt::last_endpoint);
@@ -418,6 +419,7 @@ absl::StatusOr<TransferEnginePtr> CreateRdmaEngine(EngineOptions options, rdma::
   if (options.slice_bytes == 0 || options.slice_bytes > (1ull << 30)) {
     return absl::InvalidArgumentError("rdma: slice_bytes must be in (0, 1 GiB]");
   }
+  RETURN_IF_ERROR(ValidateConnectionLimits(options.connection_limits), "rdma: ");
   return TransferEnginePtr(new rdma_internal::RdmaEngine(std::move(options), std::move(verbs)));
 }
 

@@ -43,9 +43,14 @@ absl::StatusOr<std::pair<FrameHeader, std::string>> RecvFrame(zmq::socket_t& s, 
 absl::Status CheckNotRejected(const FrameHeader& h, const std::string& body,
                               const ClientOptions& o) {
   if (h.type == FrameType::kReject) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("peer '", o.peer_name, "' at ", o.endpoint,
-                     " rejected the handshake: ", body.substr(0, kMaxReasonBytes)));
+    // The code tells the caller what to do: retry later (RESOURCE_EXHAUSTED), fix the
+    // configuration (FAILED_PRECONDITION: incompatible), or the secret (PERMISSION_DENIED, also
+    // what a server that sends no code means).
+    auto code = static_cast<absl::StatusCode>(h.code);
+    if (h.code == 0 || h.code > 16) code = absl::StatusCode::kPermissionDenied;
+    return absl::Status(code,
+                        absl::StrCat("peer '", o.peer_name, "' at ", o.endpoint,
+                                     " rejected the handshake: ", body.substr(0, kMaxReasonBytes)));
   }
   return absl::OkStatus();
 }

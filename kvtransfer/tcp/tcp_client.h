@@ -35,6 +35,11 @@ struct ClientLane {
   uint64_t session = 0;   // the id the server assigned
 };
 
+// Errors: a server's kReject becomes a Status with the code it sent and its reason:
+// PERMISSION_DENIED (wrong secret), FAILED_PRECONDITION (incompatible record; the reason names
+// the field and both values, "local" being ours), RESOURCE_EXHAUSTED (the server has too many
+// handshakes in progress: retry later), INVALID_ARGUMENT (it could not parse our hello).
+// A server that fails our check of its proof is PERMISSION_DENIED; no answer is DEADLINE_EXCEEDED.
 absl::StatusOr<std::vector<ClientLane>> ConnectLanes(zmq::context_t& ctx,
                                                      const ClientOptions& options, int lanes,
                                                      absl::Time deadline);

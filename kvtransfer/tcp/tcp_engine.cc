@@ -66,7 +66,13 @@ absl::Status TcpEngine::Start() {
   try {
     router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
+    // ZMQ_MAXMSGSIZE is per socket, not per peer, so it must admit a member's largest slice;
+    // a stranger can make ZMQ assemble messages that big, but the server drops them without
+    // copying (a Hello or Auth longer than its limit is refused unread) and keeps no per-peer
+    // state beyond the pending-handshake pool (TcpServer). Messages waiting in ZMQ's queues are
+    // bounded by rcvhwm per connection.
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxFramePayload));
+    router_.set(zmq::sockopt::handshake_ivl, kZmqHandshakeMs);
     router_.set(zmq::sockopt::sndhwm, 1 << 20);
     router_.set(zmq::sockopt::rcvhwm, 4096);
     router_.set(zmq::sockopt::heartbeat_ivl, HeartbeatMs());
@@ -291,6 +297,7 @@ absl::StatusOr<TransferEnginePtr> CreateTcpEngine(EngineOptions options) {
   if (options.lanes < 1 || options.lanes > 64) {
     return absl::InvalidArgumentError("tcp: lanes must be in [1, 64]");
   }
+  RETURN_IF_ERROR(ValidateConnectionLimits(options.connection_limits), "tcp: ");
   return TransferEnginePtr(new tcp_internal::TcpEngine(std::move(options)));
 }
 

@@ -36,8 +36,8 @@ absl::StatusOr<std::string> ReadContent(const Json& content, const std::string& 
     if (type == nullptr) return absl::InvalidArgumentError(part_path + ".type is required");
     ASSIGN_OR_RETURN(const std::string type_name, ToString(*type, part_path + ".type"));
     if (type_name != "text") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(part_path, ".type '", type_name, "' is not supported; only text parts are"));
+      return absl::InvalidArgumentError(absl::StrCat(part_path, ".type '", Excerpt(type_name),
+                                                     "' is not supported; only text parts are"));
     }
     const Json* part_text = Find(part, "text");
     if (part_text == nullptr) return absl::InvalidArgumentError(part_path + ".text is required");
@@ -60,7 +60,7 @@ absl::StatusOr<engine::ChatMessage> ReadMessage(const Json& message, size_t inde
   if (out.role == "developer") out.role = "system";  // OpenAI's newer name for system
   if (out.role != "system" && out.role != "user" && out.role != "assistant") {
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ".role '", out.role, "' is not supported; use system, user or assistant"));
+        path, ".role '", Excerpt(out.role), "' is not supported; use system, user or assistant"));
   }
   for (const char* key : {"tool_calls", "function_call", "audio"}) {
     const Json* value = Find(message, key);

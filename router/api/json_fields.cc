@@ -42,6 +42,13 @@ int NestingDepth(std::string_view body) {
 }  // namespace
 
 absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
+  // A raw NUL is never valid JSON (inside a string it must be escaped as \u0000); nlohmann's
+  // lexer takes it for the end of the input and would silently drop the bytes after it.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: a NUL byte at offset ", nul,
+                     "; only whitespace may follow the JSON object"));
+  }
   if (NestingDepth(body) > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
@@ -211,6 +218,41 @@ bool IsSet(const Json& value) {
     default:
       return true;
   }
+}
+
+absl::Status CheckEchoedId(std::string_view value, const std::string& what, size_t max_bytes) {
+  if (value.size() > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be at most ", max_bytes,
+                                                   " bytes of printable ASCII, got ", value.size(),
+                                                   " bytes"));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " must be at most ", max_bytes,
+          " bytes of printable ASCII (no control characters, line breaks or non-ASCII); byte ", i,
+          " is 0x", absl::Hex(c, absl::kZeroPad2)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Excerpt(std::string_view value) {
+  std::string out;
+  size_t end = value.size();
+  if (end > kMaxExcerptBytes) {
+    end = kMaxExcerptBytes;
+    // Back off to the start of a UTF-8 sequence so the cut leaves no partial character.
+    while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xc0) == 0x80) --end;
+  }
+  out.reserve(end + 3);
+  for (size_t i = 0; i < end; ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    out.push_back(c < 0x20 || c == 0x7f ? '?' : value[i]);
+  }
+  if (end < value.size()) out += "...";
+  return out;
 }
 
 std::string JoinPath(const std::string& prefix, const std::string& key) {

@@ -23,7 +23,9 @@ using Json = nlohmann::json;
 inline constexpr int kMaxJsonDepth = 64;
 
 // Parses `body` as one JSON object. Errors: invalid JSON (with the byte offset), ill-formed
-// UTF-8 in a string, nesting deeper than kMaxJsonDepth, a top level that is not an object.
+// UTF-8 in a string, nesting deeper than kMaxJsonDepth, a top level that is not an object, and
+// anything but whitespace after the object, a NUL byte included (the JSON parser would stop at
+// a NUL and ignore what follows it).
 absl::StatusOr<Json> ParseJsonObject(std::string_view body);
 
 // The value of `key` in `object`, or nullptr when absent or null.
@@ -46,6 +48,16 @@ absl::StatusOr<std::vector<int32_t>> ToIntList(const Json& value, const std::str
 // A string or an array of strings (stop lists); at most `max_items`, none empty.
 absl::StatusOr<std::vector<std::string>> ToStringOrList(const Json& value, const std::string& path,
                                                         size_t max_items);
+
+// Checks a client-chosen identifier that the router echoes (response headers, logs, metrics,
+// map keys): at most `max_bytes` bytes of printable ASCII (0x20-0x7e; no control characters, no
+// CR/LF, no bytes >= 0x80). The error names `what` and the limit.
+absl::Status CheckEchoedId(std::string_view value, const std::string& what, size_t max_bytes);
+
+// `value` shortened for an error message: at most kMaxExcerptBytes bytes (cut at a UTF-8 boundary,
+// then "..."), control characters as '?'. Client strings quoted in errors go through this.
+inline constexpr size_t kMaxExcerptBytes = 64;
+std::string Excerpt(std::string_view value);
 
 // True when `value` asks for something: not false, 0, "", [] or {}. Used for fields we do not
 // serve, which are rejected only when set to something other than their default.

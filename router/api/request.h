@@ -36,9 +36,21 @@
 //   an array of text parts; tool/function roles, tool_calls, non-text parts, `tools`, a
 //   tool_choice other than "none"/"auto", and a response_format other than text are 400s.
 // - skip_special_tokens defaults to true (SGLang's default); the workers take it as sent.
+// - Client strings the router echoes are bounded at parse time with a 400 naming the field:
+//   `rid` (and the request-id headers, router/request_headers.h) at most kMaxRidBytes of
+//   printable ASCII; `model` and `user` at most kMaxNameBytes without control characters.
+//   Strings quoted back in error messages (roles, part types, unsupported values) are cut to
+//   64 bytes. SGLang takes any string as rid; these ids go into x-request-id, logs and the
+//   router's table of live requests, where a 64 KiB value would break the header.
+// - The body must end with the JSON object: trailing bytes other than whitespace, a NUL
+//   included, are a 400.
+// - A text prompt whose byte length proves it longer than the context (bytes / (the longest
+//   token's bytes * 3, the most Unicode normalization can shrink text) >= context_length) is a
+//   400 before it is tokenized, in the same words as the exact check.
 #ifndef TANDEM_ROUTER_API_REQUEST_H_
 #define TANDEM_ROUTER_API_REQUEST_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -51,6 +63,11 @@
 namespace tandem::router {
 
 enum class ApiKind { kGenerate, kCompletions, kChatCompletions };
+
+// The longest `rid` / request-id header accepted (bytes of printable ASCII).
+inline constexpr size_t kMaxRidBytes = 256;
+// The longest `model` / `user` accepted.
+inline constexpr size_t kMaxNameBytes = 256;
 
 // One client request, validated and tokenized, ready to be routed.
 struct RoutedRequest {
@@ -75,7 +92,11 @@ struct ApiContext {
   std::string served_model_name;                 // /v1/models id; "model" must match it
                                                  // (or be empty/absent) else 404-shaped error
   int context_length = 0;                        // prompt + max_new_tokens must fit; 0 = unchecked
-  int default_max_new_tokens = 128;              // SGLang's default for /generate
+  // Bytes of the longest token of the vocabulary (special tokens included); with
+  // context_length, text prompts certainly over the context are refused before tokenizing.
+  // 0 = no early check.
+  int max_token_bytes = 0;
+  int default_max_new_tokens = 128;  // SGLang's default for /generate
 };
 
 // Parse and validate one body. Errors: absl::InvalidArgumentError naming the field

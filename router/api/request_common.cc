@@ -45,6 +45,36 @@ constexpr std::array<const char*, 6> kOpenAiUnsupportedKeys = {
     "lora_path",      "suffix",         "return_hidden_states",
     "session_params", "bootstrap_host", "bootstrap_room"};
 
+// A client name the router may echo (model in responses and errors, user): bounded, and free of
+// control characters (it is valid UTF-8 already: the JSON parser checked).
+absl::Status CheckName(const std::string& value, const std::string& what) {
+  if (value.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be at most ", kMaxNameBytes,
+                                                   " bytes, got ", value.size(), " bytes"));
+  }
+  for (const char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " must not contain control characters or line breaks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// SGLang's words for a prompt that does not fit (tokenizer_manager's input check).
+absl::Status OverContext(const std::string& how_many, int64_t context_length) {
+  return absl::InvalidArgumentError(absl::StrCat("The input (", how_many,
+                                                 " tokens) is longer than the model's context "
+                                                 "length (",
+                                                 context_length, " tokens)."));
+}
+
+// Unicode normalization (NFC/NFKC composition, e.g. three Hangul jamo into one syllable) shrinks
+// text by at most this factor; a token therefore covers at most max_token_bytes * this many
+// bytes of the client's text.
+constexpr int64_t kMaxNormalizationShrink = 3;
+
 }  // namespace
 
 std::string NewRid() {
@@ -79,6 +109,7 @@ absl::Status ReadRid(const Json& body, RoutedRequest* request) {
         "rid is a list: batched requests are not supported; send one prompt per request");
   }
   ASSIGN_OR_RETURN(request->rid, ToString(*rid, "rid"));
+  RETURN_IF_ERROR(CheckEchoedId(request->rid, "rid", kMaxRidBytes));
   if (request->rid.empty()) request->rid = NewRid();
   return absl::OkStatus();
 }
@@ -87,9 +118,10 @@ absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* r
   std::string model;
   if (const Json* value = Find(body, "model"); value != nullptr) {
     ASSIGN_OR_RETURN(model, ToString(*value, "model"));
+    RETURN_IF_ERROR(CheckName(model, "model"));
   }
   if (!model.empty() && !ctx.served_model_name.empty() && model != ctx.served_model_name) {
-    return absl::NotFoundError(absl::StrCat("The model `", model,
+    return absl::NotFoundError(absl::StrCat("The model `", Excerpt(model),
                                             "` does not exist; this server serves `",
                                             ctx.served_model_name, "`"));
   }
@@ -123,7 +155,8 @@ absl::Status ReadOpenAiCommon(const Json& body, RoutedRequest* request) {
   }
   if (const Json* v = Find(body, "user"); v != nullptr) {
     // Ignored, but a wrong type is still the client's mistake worth naming.
-    RETURN_IF_ERROR(ToString(*v, "user").status());
+    ASSIGN_OR_RETURN(const std::string user, ToString(*v, "user"));
+    RETURN_IF_ERROR(CheckName(user, "user"));
   }
   return ReadRid(body, request);
 }
@@ -136,6 +169,16 @@ absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
     if (ctx.tokenizer == nullptr) {
       return absl::FailedPreconditionError(
           "this server has no tokenizer loaded; send the prompt as token ids");
+    }
+    // Tokenizing costs seconds for tens of megabytes: refuse a prompt that cannot fit first. No
+    // token covers more than max_token_bytes * kMaxNormalizationShrink bytes of the text, so
+    // this many tokens at least.
+    if (ctx.context_length > 0 && ctx.max_token_bytes > 0) {
+      const int64_t at_least = static_cast<int64_t>(request->prompt_text.size()) /
+                               (int64_t{ctx.max_token_bytes} * kMaxNormalizationShrink);
+      if (at_least >= ctx.context_length) {
+        return OverContext(absl::StrCat("at least ", at_least), ctx.context_length);
+      }
     }
     request->input_ids = ctx.tokenizer->Encode(request->prompt_text, add_special_tokens);
   }
@@ -157,9 +200,7 @@ absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
   if (ctx.context_length > 0) {
     const int64_t prompt_tokens = static_cast<int64_t>(request->input_ids.size());
     if (prompt_tokens >= ctx.context_length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the prompt has ", prompt_tokens, " tokens; with max_new_tokens ",
-          sampling.max_new_tokens(), " it exceeds the context length ", ctx.context_length));
+      return OverContext(absl::StrCat(prompt_tokens), ctx.context_length);
     }
     const int64_t room = ctx.context_length - prompt_tokens;
     if (sampling.max_new_tokens() > room) {

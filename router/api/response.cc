@@ -1,10 +1,13 @@
 #include "router/api/response.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "router/api/shapes.h"
@@ -14,6 +17,9 @@ namespace {
 
 using api_internal::Dump;
 using api_internal::Json;
+
+// The Status payload type URL under which WithHttpStatus keeps the HTTP status.
+constexpr char kHttpStatusPayload[] = "type.tandem/router.http_status";
 
 std::string ResponseIdFor(const RoutedRequest& request) {
   switch (request.kind) {
@@ -257,8 +263,21 @@ std::string ResponseShaper::OpenAiBody() const {
   return Dump(body);
 }
 
+absl::Status WithHttpStatus(absl::Status status, int http_status) {
+  status.SetPayload(kHttpStatusPayload, absl::Cord(absl::StrCat(http_status)));
+  return status;
+}
+
 int HttpStatusFor(const absl::Status& status) {
+  if (const auto explicit_status = status.GetPayload(kHttpStatusPayload)) {
+    int code = 0;
+    if (absl::SimpleAtoi(std::string(*explicit_status), &code) && code >= 400 && code <= 599) {
+      return code;
+    }
+  }
   switch (status.code()) {
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kOutOfRange:

@@ -18,7 +18,7 @@ constexpr size_t kMaxStopTokenIds = 1024;
 absl::Status Unsupported(const std::string& path, const Json& value) {
   return absl::InvalidArgumentError(
       absl::StrCat(path, " is not supported by this server (got ",
-                   value.dump(-1, ' ', false, Json::error_handler_t::replace), ")"));
+                   Excerpt(value.dump(-1, ' ', false, Json::error_handler_t::replace)), ")"));
 }
 
 }  // namespace
@@ -37,6 +37,11 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
     out->set_top_p(static_cast<float>(v));
   } else if (key == "top_k") {
     ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, -1, kInt32Max));
+    if (v == 0) {
+      // SGLang's SamplingParams.verify refuses 0: "all tokens" is spelled -1.
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be -1 (disabled) or at least 1, got 0"));
+    }
     out->set_top_k(static_cast<int32_t>(v));
   } else if (key == "min_p") {
     ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, 1.0));
@@ -66,7 +71,11 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
     ASSIGN_OR_RETURN(const double v, ToNumber(value, path, -2.0, 2.0));
     out->set_presence_penalty(static_cast<float>(v));
   } else if (key == "repetition_penalty") {
-    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, kFloatMax));
+    ASSIGN_OR_RETURN(const double v, ToNumber(value, path, 0.0, 2.0));
+    if (v <= 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " must be in (0, 2] (1.0 = no penalty), got ", value.dump()));
+    }
     if (v != 1.0) return Unsupported(path, value);
   } else if (key == "skip_special_tokens") {
     ASSIGN_OR_RETURN(const bool v, ToBool(value, path));

@@ -2,12 +2,15 @@
 // proto::SamplingParams, with SGLang's validation ranges, so bad values fail at the router with a
 // 400 naming the field instead of after a round trip to a worker.
 //
-// Ranges: temperature >= 0; top_p in (0, 1]; top_k -1, 0 (both: disabled) or >= 1; min_p in
-// [0, 1]; frequency_penalty and presence_penalty in [-2, 2]; max_new_tokens in [0, 2^31-1];
-// stop: a string or up to 64 non-empty strings; stop_token_ids: up to 1024 ids >= 0; seed in
-// [0, 2^63-1]. repetition_penalty has no field in the proto: 1.0 (its identity) is accepted,
-// anything else is a 400. Parameters we do not serve (min_new_tokens, n, regex, json_schema,
-// ebnf, structural_tag, logit_bias, custom_params) are a 400 unless set to their default.
+// Ranges (SGLang's SamplingParams.verify): temperature finite and >= 0; top_p in (0, 1]; top_k
+// -1 (disabled) or >= 1 (0 is a 400, as in SGLang); min_p in [0, 1]; frequency_penalty and
+// presence_penalty in [-2, 2]; repetition_penalty in (0, 2]; max_new_tokens in [0, 2^31-1];
+// min_new_tokens >= 0 (and <= max_new_tokens); n >= 1. Ours on top: stop a string or up to 64
+// non-empty strings; stop_token_ids up to 1024 ids >= 0; seed in [0, 2^63-1].
+// repetition_penalty has no field in the proto: 1.0 (its identity) is accepted, anything else in
+// range is a 400 saying it is not supported. Parameters we do not serve (min_new_tokens, n, regex,
+// json_schema, ebnf, structural_tag, logit_bias, custom_params) are a 400 unless set to their
+// default.
 //
 // Thread-safety: pure functions. Internal to router/api.
 #ifndef TANDEM_ROUTER_API_SAMPLING_PARAMS_H_

@@ -46,6 +46,11 @@ std::string Ids(int n) {
   return out;
 }
 
+// `before`, a NUL byte, then `after`.
+std::string WithNul(const std::string& before, const std::string& after) {
+  return before + std::string(1, '\0') + after;
+}
+
 std::string StopList(int n) {
   std::string out = "[";
   for (int i = 0; i < n; ++i) out += (i ? ",\"s" : "\"s") + std::to_string(i) + "\"";
@@ -256,6 +261,78 @@ std::vector<BodyCase> BodyCases() {
       {"chat over the context length", kChat,
        ChatMessages(R"([{"role":"user","content":")" + over_context_text + R"("}])"), 400,
        "context length (512 tokens)"},
+      // Client strings the router echoes (x-request-id, logs, error messages) are bounded.
+      {"rid over 256 bytes", kGen, R"({"text":"hi","rid":")" + std::string(257, 'r') + R"("})", 400,
+       "rid must be at most 256 bytes of printable ASCII, got 257 bytes"},
+      {"rid of 60 KB", kGen, R"({"text":"hi","rid":")" + std::string(60000, 'r') + R"("})", 400,
+       "rid must be at most 256 bytes of printable ASCII, got 60000 bytes"},
+      {"rid with a line break", kGen, R"({"text":"hi","rid":"a\r\nSet-Cookie: x=1"})", 400,
+       "rid must be at most 256 bytes of printable ASCII (no control characters"},
+      {"rid with an escaped NUL", kGen, R"({"text":"hi","rid":"a\u0000b"})", 400,
+       "rid must be at most 256 bytes of printable ASCII (no control characters"},
+      {"rid not ASCII", kCmp, Cmp(R"("rid":"caf\u00e9")"), 400,
+       "rid must be at most 256 bytes of printable ASCII"},
+      {"x-request-id header over 256 bytes", kGen, Gen(""), 400,
+       "the x-request-id header must be at most 256 bytes of printable ASCII, got 300 bytes",
+       "X-Request-Id: " + std::string(300, 'h') + "\r\n"},
+      {"x-correlation-id header not ASCII", kChat, Chat(""), 400,
+       "the x-correlation-id header must be at most 256 bytes of printable ASCII",
+       "X-Correlation-Id: caf\xc3\xa9\r\n"},
+      {"model over 256 bytes", kCmp,
+       R"({"model":")" + std::string(300, 'm') + R"(","prompt":"a","max_tokens":2})", 400,
+       "model must be at most 256 bytes, got 300 bytes"},
+      {"model with a control character", kChat,
+       R"({"model":"tandem\u0007","messages":[{"role":"user","content":"a"}]})", 400,
+       "model must not contain control characters"},
+      {"user over 256 bytes", kChat, Chat(R"("user":")" + std::string(400, 'u') + R"(")"), 400,
+       "user must be at most 256 bytes, got 400 bytes"},
+      {"long unknown model is cut in the message", kCmp,
+       R"({"model":")" + std::string(200, 'm') + R"(","prompt":"a","max_tokens":2})", 404,
+       std::string(60, 'm') + "...` does not exist"},
+      {"long role is cut in the message", kChat,
+       ChatMessages(R"([{"role":")" + std::string(5000, 'x') + R"(","content":"a"}])"), 400,
+       "xxx...' is not supported"},
+      {"long unsupported value is cut in the message", kGen,
+       Gen(R"("regex":")" + std::string(5000, 'a') + R"(")"), 400,
+       "sampling_params.regex is not supported by this server (got \"aaaa"},
+      // SGLang's SamplingParams.verify rules.
+      {"top_k zero", kGen, Gen(R"("top_k":0)"), 400,
+       "sampling_params.top_k must be -1 (disabled) or at least 1, got 0"},
+      {"top_k zero (OpenAI)", kCmp, Cmp(R"("top_k":0)"), 400,
+       "top_k must be -1 (disabled) or at least 1, got 0"},
+      {"repetition_penalty zero", kGen, Gen(R"("repetition_penalty":0)"), 400,
+       "sampling_params.repetition_penalty must be in (0, 2]"},
+      {"repetition_penalty above two", kChat, Chat(R"("repetition_penalty":2.5)"), 400,
+       "repetition_penalty must be a number in [0, 2]"},
+      {"presence_penalty below -2", kChat, Chat(R"("presence_penalty":-2.5)"), 400,
+       "presence_penalty must be a number in [-2, 2]"},
+      {"min_new_tokens negative", kGen, Gen(R"("min_new_tokens":-1)"), 400,
+       "sampling_params.min_new_tokens must be an integer in [0"},
+      {"min_tokens negative (OpenAI)", kCmp, Cmp(R"("min_tokens":-3)"), 400,
+       "min_tokens must be an integer in [0"},
+      {"top_p negative", kChat, Chat(R"("top_p":-0.5)"), 400, "top_p must be a number in [0, 1]"},
+      {"temperature huge", kGen, Gen(R"("temperature":1e39)"), 400,
+       "sampling_params.temperature must be a number in [0"},
+      // The body ends with the JSON: nothing but whitespace may follow it.
+      {"NUL after the JSON", kGen, WithNul(R"({"text":"hi"})", R"({"rid":1})"), 400,
+       "a NUL byte at offset 13"},
+      {"NUL inside a string", kCmp, WithNul(R"({"prompt":"a)", R"(b"})"), 400,
+       "a NUL byte at offset 12"},
+      {"second JSON object after the first", kGen, R"({"text":"hi"}{"text":"x"})", 400,
+       "not valid JSON"},
+      {"whitespace after the JSON is fine", kGen,
+       "{\"text\":\"hi\",\"sampling_params\":{\"max_new_tokens\":2}} \r\n\t ", 200, ""},
+      // Prompts over the context are refused by the router, before tokenizing when the length
+      // alone proves it, in SGLang's words.
+      {"text certainly over the context (not tokenized)", kGen,
+       R"({"text":")" + std::string(60000, 'a') + R"("})", 400, "The input (at least "},
+      {"input_ids exactly the context length", kGen,
+       R"({"input_ids":[)" + Ids(kContextLength) + "]}", 400,
+       "The input (512 tokens) is longer than the model's context length (512 tokens)."},
+      {"input_ids one under the context length", kGen,
+       R"({"input_ids":[)" + Ids(kContextLength - 1) +
+           R"(],"sampling_params":{"max_new_tokens":1}})",
+       200, ""},
       // The API key.
       {"missing API key", kGen, Gen(""), 401, "missing API key", "", false},
       {"wrong API key", kGen, Gen(""), 401, "incorrect API key provided",
@@ -346,6 +423,17 @@ std::vector<RawCase> RawCases() {
        "request target must be an absolute path"},
       {"models without API key", "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", 401,
        "missing API key"},
+      {"health_generate without the API key", "GET /health_generate HTTP/1.1\r\nHost: t\r\n\r\n",
+       401, "missing API key"},
+      {"health_generate with a wrong key",
+       "GET /health_generate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer nope\r\n\r\n", 401,
+       "incorrect API key provided"},
+      {"health_generate with the API key",
+       "GET /health_generate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n"
+       "Connection: close\r\n\r\n",
+       200, ""},
+      {"NUL after the JSON (raw)", Post("/generate", ok_body + std::string(1, '\0') + "junk"), 400,
+       "a NUL byte at offset"},
       {"admin route with the client key",
        "GET /list_workers HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n\r\n", 401,
        "incorrect admin key provided"},

@@ -452,6 +452,172 @@ void ConnectionsBeyondTheMaximumAreRefused(const Cluster& cluster) {
   EXPECT_TRUE(served);
 }
 
+// Inputs that once made Beast throw inside an I/O handler (a rid echoed into x-request-id past
+// the 64 KiB field limit: the router terminated, or with Connection: close left the client
+// hanging) and other oversized values the router echoes. Each is answered with the documented
+// status, the connection behaves (kept open, or closed after the answer), and the router serves
+// valid requests afterwards. A router with the default --max-payload-size, so megabyte bodies
+// reach the parser.
+void ThrowingInputsAreAnsweredAndTheRouterKeepsServing(const Cluster& cluster) {
+  std::unique_ptr<RouterProcess> router =
+      StartRouter({"--worker-urls", cluster.colocated->url(), "--api-key", kApiKey});
+  const std::string ok = R"({"text":"hi","sampling_params":{"max_new_tokens":2}})";
+  struct Throwing {
+    std::string name;
+    std::string route;
+    std::string body;
+    std::string headers;
+    int status;
+    std::string message;
+  };
+  const std::string role = std::string(1 << 20, 'x');
+  const std::vector<Throwing> cases = {
+      {"70 KB rid", "/generate", R"({"text":"hi","rid":")" + std::string(70000, 'r') + R"("})", "",
+       400, "rid must be at most 256 bytes of printable ASCII, got 70000 bytes"},
+      {"1 MB rid", "/generate", R"({"text":"hi","rid":")" + std::string(1 << 20, 'r') + R"("})", "",
+       400, "rid must be at most 256 bytes of printable ASCII, got 1048576 bytes"},
+      {"15 KB x-request-id header", "/generate", ok,
+       "X-Request-Id: " + std::string(15000, 'h') + "\r\n", 400,
+       "the x-request-id header must be at most 256 bytes of printable ASCII, got 15000 bytes"},
+      {"15 KB request-id header", "/v1/completions", R"({"prompt":"hi","max_tokens":2})",
+       "Request-Id: " + std::string(15000, 'h') + "\r\n", 400,
+       "the request-id header must be at most 256 bytes"},
+      {"20 KB header", "/generate", ok, "X-Request-Id: " + std::string(20000, 'h') + "\r\n", 431,
+       "request headers exceed the limit of 16384 bytes"},
+      {"1 MB model", "/v1/completions",
+       R"({"model":")" + std::string(1 << 20, 'm') + R"(","prompt":"hi","max_tokens":2})", "", 400,
+       "model must be at most 256 bytes, got 1048576 bytes"},
+      {"1 MB role", "/v1/chat/completions",
+       R"({"messages":[{"role":")" + role + R"(","content":"hi"}],"max_tokens":2})", "", 400,
+       "xxx...' is not supported"},
+  };
+  for (const Throwing& c : cases) {
+    for (const bool close : {false, true}) {
+      SCOPED_TRACE(c.name + (close ? ", Connection: close" : ", keep-alive"));
+      ++bad_inputs_tried;
+      TestClient client(static_cast<uint16_t>(router->port), 120);
+      ASSERT_TRUE(client.connected());
+      client.SendRequest("POST", c.route, c.body,
+                         "Content-Type: application/json\r\n" + Auth() + c.headers +
+                             (close ? "Connection: close\r\n" : ""));
+      const std::optional<ClientResponse> r = client.ReadResponse();
+      ASSERT_TRUE(r.has_value()) << "no answer";
+      EXPECT_EQ(r->status, c.status) << r->body.substr(0, 300);
+      EXPECT_NE(ErrorMessage(*r).find(c.message), std::string::npos) << r->body.substr(0, 300);
+      EXPECT_EQ(r->headers.count("x-request-id"), 0u) << "a refused id was echoed";
+      if (close || c.status == 431) {
+        EXPECT_TRUE(client.ReadsEof());  // closed after the answer, as asked (431 always closes)
+        continue;
+      }
+      // The same connection goes on serving.
+      ASSERT_TRUE(client.SendRequest("POST", "/generate", ok,
+                                     "Content-Type: application/json\r\n" + Auth()));
+      const std::optional<ClientResponse> next = client.ReadResponse();
+      ASSERT_TRUE(next.has_value());
+      EXPECT_EQ(next->status, 200) << next->body;
+    }
+  }
+  EXPECT_EQ(HttpGet(router->port, "/health").status, 200);
+  const ClientResponse after = Post(router->port, "/generate", ok, Auth());
+  EXPECT_EQ(after.status, 200) << after.body;
+  EXPECT_FALSE(router->process->Wait(std::chrono::milliseconds(0)).has_value())
+      << "the router exited: " << router->process->Output();
+}
+
+// A prompt that cannot fit is refused by the router before any leg: no worker is chosen (the
+// policy's decision counter stays absent), while a valid request afterwards is counted there.
+// Default --max-payload-size (32 MiB): a 30 MB prompt arrives, a 33 MiB body does not.
+void HugePromptIsRefusedBeforeAnyLeg(const Cluster& cluster) {
+  std::unique_ptr<RouterProcess> router =
+      StartRouter({"--worker-urls", cluster.colocated->url(), "--api-key", kApiKey});
+  const auto decisions = [&] {
+    return MetricValue(HttpGet(router->port, "/metrics").body,
+                       "tandem_router_policy_decisions_total")
+        .value_or(0);
+  };
+  {
+    ++bad_inputs_tried;
+    const ClientResponse r = Post(router->port, "/generate",
+                                  R"({"text":")" + std::string(30 << 20, 'a') + R"("})", Auth());
+    EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+    // "at least": refused on its byte length, before the tokenizer ran.
+    EXPECT_NE(ErrorMessage(r).find("The input (at least "), std::string::npos);
+    EXPECT_NE(ErrorMessage(r).find("is longer than the model's context length (512 tokens)"),
+              std::string::npos);
+  }
+  {
+    ++bad_inputs_tried;
+    json ids = json::array();
+    for (int i = 0; i < 100000; ++i) ids.push_back(10 + i % 3000);
+    const ClientResponse r =
+        Post(router->port, "/generate", json({{"input_ids", ids}}).dump(), Auth());
+    EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+    EXPECT_NE(ErrorMessage(r).find("The input (100000 tokens) is longer than the model's context "
+                                   "length (512 tokens)."),
+              std::string::npos);
+  }
+  {
+    ++bad_inputs_tried;
+    const ClientResponse r = Post(router->port, "/generate",
+                                  R"({"text":")" + std::string(33 << 20, 'a') + R"("})", Auth());
+    EXPECT_EQ(r.status, 413);
+    EXPECT_NE(ErrorMessage(r).find("body exceeds the limit of 33554432 bytes"), std::string::npos);
+  }
+  EXPECT_EQ(decisions(), 0) << "a refused prompt reached the worker selection";
+  const ClientResponse ok = Post(router->port, "/generate",
+                                 R"({"text":"hi","sampling_params":{"max_new_tokens":2}})", Auth());
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_GT(decisions(), 0) << "the decision counter does not count legs";
+}
+
+// Workers key a request's state by rid: a second request with the rid of one in progress is a
+// 409 at once naming the field, and the rid is free again once the first one ended.
+void DuplicateLiveRidIs409(const Cluster& cluster) {
+  for (const RouterProcess* router : {cluster.plain.get(), cluster.pd.get()}) {
+    SCOPED_TRACE("port " + std::to_string(router->port));
+    const std::string rid = "dup-rid-" + std::to_string(router->port);
+    const json long_stream = {
+        {"text", "Tell me a long fortune about the sea."},
+        {"rid", rid},
+        {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 300}, {"ignore_eos", true}}},
+        {"stream", true}};
+    {
+      TestClient first(static_cast<uint16_t>(router->port), 60);
+      ASSERT_TRUE(first.SendRequest("POST", "/generate", long_stream.dump(), Auth()));
+      std::optional<ClientResponse> head = first.ReadHead();
+      ASSERT_TRUE(head.has_value());
+      ASSERT_EQ(head->status, 200);
+      ASSERT_TRUE(first.ReadChunk().has_value());  // live: its first event arrived
+
+      bad_inputs_tried += 2;
+      const ClientResponse body_rid = Post(
+          router->port, "/generate",
+          json({{"text", "hi"}, {"rid", rid}, {"sampling_params", {{"max_new_tokens", 2}}}}).dump(),
+          Auth());
+      EXPECT_EQ(body_rid.status, 409) << body_rid.body;
+      EXPECT_NE(ErrorMessage(body_rid).find("rid '" + rid +
+                                            "' is already used by a request in "
+                                            "progress"),
+                std::string::npos);
+      const ClientResponse header_rid =
+          Post(router->port, "/v1/completions", R"({"prompt":"hi","max_tokens":2})",
+               Auth() + "X-Request-Id: " + rid + "\r\n");
+      EXPECT_EQ(header_rid.status, 409) << header_rid.body;
+      EXPECT_NE(ErrorMessage(header_rid).find("rid '" + rid + "'"), std::string::npos);
+    }  // the first client leaves: its request is cancelled and its rid freed
+    bool reused = false;
+    for (int i = 0; i < 100 && !reused; ++i) {
+      const ClientResponse again = Post(
+          router->port, "/generate",
+          json({{"text", "hi"}, {"rid", rid}, {"sampling_params", {{"max_new_tokens", 2}}}}).dump(),
+          Auth());
+      reused = again.status == 200;
+      if (!reused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(reused) << "the rid stayed taken after its request ended";
+  }
+}
+
 // The verdict of the background clients and the workers' KV blocks, after everything else.
 void OthersWereServedThroughoutAndEveryBlockIsFree(const Cluster& cluster) {
   cluster.load->Stop();
@@ -486,6 +652,9 @@ TEST(BadInput, EveryBadInputIsAnsweredWhileOthersAreServed) {
       {"idle and half-sent", IdleAndHalfSentConnectionsAreClosed},
       {"clients that leave early", ClientsThatLeaveEarlyFreeTheirWork},
       {"max connections", ConnectionsBeyondTheMaximumAreRefused},
+      {"throwing inputs", ThrowingInputsAreAnsweredAndTheRouterKeepsServing},
+      {"huge prompt", HugePromptIsRefusedBeforeAnyLeg},
+      {"duplicate rid", DuplicateLiveRidIs409},
       {"verdict", OthersWereServedThroughoutAndEveryBlockIsFree},
   };
   for (const auto& [name, section] : sections) {

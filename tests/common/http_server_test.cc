@@ -497,6 +497,65 @@ TEST_F(HttpServerTest, HandlerHeadersCannotBreakFraming) {
   EXPECT_EQ(next->status, 200);
 }
 
+// Beast throws on a header field of 64 KiB or more. A handler echoing client input into a header
+// (the router's x-request-id) must not take the server down or leave the client without an
+// answer, whichever thread answers and whether the connection stays open or closes.
+TEST_F(HttpServerTest, OversizedOrControlHeaderValuesAreDroppedNotThrown) {
+  const std::string huge(70 << 10, 'r');
+  std::vector<std::thread> workers;
+  std::mutex workers_mu;
+  const auto response_with_headers = [huge] {
+    HttpResponse response = HttpResponse::Text(200, "ok");
+    response.headers = {{"X-Request-Id", huge},
+                        {"X-Nul", std::string("a\0b", 3)},
+                        {std::string(300, 'n'), "v"},
+                        {"X-Fine", "yes"}};
+    return response;
+  };
+  AddRoute("GET", "/now",
+           [&](HttpRequest, HttpResponder responder) { responder.Send(response_with_headers()); });
+  AddRoute("GET", "/later", [&](HttpRequest, HttpResponder responder) {
+    std::lock_guard<std::mutex> lock(workers_mu);
+    workers.emplace_back([&, responder = std::move(responder)]() mutable {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      responder.Send(response_with_headers());
+    });
+  });
+  AddRoute("GET", "/stream", [&](HttpRequest, HttpResponder responder) {
+    HttpStreamPtr stream = responder.StartStream(200, "text/event-stream",
+                                                 {{"X-Request-Id", huge}, {"X-Fine", "yes"}});
+    stream->Write("data: 1\n\n");
+    stream->Finish();
+  });
+  StartServer();
+  for (const char* target : {"/now", "/later", "/stream"}) {
+    for (const bool close : {false, true}) {
+      SCOPED_TRACE(std::string(target) + (close ? " Connection: close" : " keep-alive"));
+      TestClient client(server_->port());
+      ASSERT_TRUE(client.SendRequest("GET", target, "", close ? "Connection: close\r\n" : ""));
+      std::optional<ClientResponse> response = client.ReadResponse();
+      ASSERT_TRUE(response.has_value()) << "no answer";
+      EXPECT_EQ(response->status, 200);
+      EXPECT_EQ(response->headers["x-fine"], "yes");
+      EXPECT_EQ(response->headers.count("x-request-id"), 0u);
+      EXPECT_EQ(response->headers.count("x-nul"), 0u);
+      if (close) {
+        EXPECT_TRUE(client.ReadsEof());
+      } else {
+        ASSERT_TRUE(client.SendRequest("GET", "/health"));
+        std::optional<ClientResponse> next = client.ReadResponse();
+        ASSERT_TRUE(next.has_value());
+        EXPECT_EQ(next->status, 200);
+      }
+    }
+  }
+  auto health = Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  std::lock_guard<std::mutex> lock(workers_mu);
+  for (auto& worker : workers) worker.join();
+}
+
 TEST_F(HttpServerTest, ConcurrentClients) {
   StartServer();
   constexpr int kClients = 8;

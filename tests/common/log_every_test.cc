@@ -32,5 +32,16 @@ TEST(LogEveryTest, TheNextEventPassesOnceTheIntervalIsOver) {
   EXPECT_FALSE(often.Allow());
 }
 
+TEST(LogEveryTest, TheAllowedEventCountsTheOnesLeftOut) {
+  LogEvery often(absl::Milliseconds(20));
+  int64_t more = -1;
+  EXPECT_TRUE(often.Allow(&more));
+  EXPECT_EQ(more, 0);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(often.Allow(&more));
+  absl::SleepFor(absl::Milliseconds(25));
+  EXPECT_TRUE(often.Allow(&more));
+  EXPECT_EQ(more, 5);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -30,15 +30,32 @@ TEST(RequestHeadersTest, BearerKey) {
 
 TEST(RequestHeadersTest, RequestIdFromTheFirstListedHeader) {
   const auto& names = DefaultRequestIdHeaders();
-  EXPECT_FALSE(ClientRequestId(WithHeaders({}), names).has_value());
-  EXPECT_EQ(
-      ClientRequestId(WithHeaders({{"X-Correlation-ID", "c-1"}, {"X-Request-Id", " r-1 "}}), names),
-      "r-1");
-  EXPECT_EQ(ClientRequestId(WithHeaders({{"x-correlation-id", "c-1"}}), names), "c-1");
-  EXPECT_FALSE(ClientRequestId(WithHeaders({{"x-request-id", "a\x01b"}}), names).has_value());
-  EXPECT_FALSE(
-      ClientRequestId(WithHeaders({{"x-request-id", std::string(300, 'a')}}), names).has_value());
-  EXPECT_EQ(ClientRequestId(WithHeaders({{"my-id", "m"}}), {"my-id"}), "m");
+  const auto id = [&](HttpHeaders headers, const std::vector<std::string>& from) {
+    absl::StatusOr<std::optional<std::string>> got = ClientRequestId(WithHeaders(headers), from);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? *got : std::nullopt;
+  };
+  EXPECT_FALSE(id({}, names).has_value());
+  EXPECT_EQ(id({{"X-Correlation-ID", "c-1"}, {"X-Request-Id", " r-1 "}}, names), "r-1");
+  EXPECT_EQ(id({{"x-correlation-id", "c-1"}}, names), "c-1");
+  EXPECT_EQ(id({{"my-id", "m"}}, {"my-id"}), "m");
+  EXPECT_EQ(id({{"x-request-id", std::string(256, 'a')}}, names), std::string(256, 'a'));
+}
+
+// An id is echoed in x-request-id and logs: a bad one is the client's 400, naming the header.
+TEST(RequestHeadersTest, BadRequestIdIsRefusedNamingTheHeaderAndLimit) {
+  const auto& names = DefaultRequestIdHeaders();
+  const auto error = [&](HttpHeaders headers) {
+    absl::StatusOr<std::optional<std::string>> got = ClientRequestId(WithHeaders(headers), names);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(got.status().message());
+  };
+  EXPECT_EQ(error({{"x-request-id", std::string(257, 'a')}}),
+            "the x-request-id header must be at most 256 bytes of printable ASCII, got 257 bytes");
+  EXPECT_NE(error({{"x-trace-id", "a\x01b"}}).find("the x-trace-id header must be at most 256"),
+            std::string::npos);
+  EXPECT_NE(error({{"x-correlation-id", "caf\xc3\xa9"}}).find("printable ASCII"),
+            std::string::npos);
 }
 
 TEST(AdminRequestTest, BodyForms) {

@@ -61,4 +61,11 @@ absl::StatusOr<proto::ControlMessage> OpenControl(const std::string& secret,
   return m;
 }
 
+bool ControlFromMember(const std::string& bytes,
+                       const absl::StatusOr<proto::ControlMessage>& result) {
+  if (result.ok()) return true;
+  return result.status().code() == absl::StatusCode::kInvalidArgument &&
+         bytes.size() >= kControlMacBytes && bytes.size() <= kMaxControlBytes;
+}
+
 }  // namespace tandem::worker

@@ -21,11 +21,19 @@ inline constexpr size_t kMaxControlBytes = 1 << 20;
 
 // Stamps the current version and seals.
 std::string SealControl(const std::string& secret, proto::ControlMessage message);
-// Errors (InvalidArgument / Unauthenticated), naming the problem: too short or too long, a MAC
-// that does not verify (the peer does not hold this cluster's secret), bytes that do not parse,
-// an unknown version, no body.
+// Errors, naming the problem, checked in this order: InvalidArgument for bytes too short to carry
+// an authenticator or longer than kMaxControlBytes; Unauthenticated for a MAC that does not verify
+// (the peer does not hold this cluster's secret); then, from a peer that does hold it,
+// InvalidArgument for bytes that do not parse, an unknown version, no body.
+// ControlFromMember tells the two kinds of InvalidArgument apart.
 absl::StatusOr<proto::ControlMessage> OpenControl(const std::string& secret,
                                                   const std::string& bytes);
+
+// Whether OpenControl's `result` for `bytes` shows a sender holding the cluster secret (it opened,
+// or it failed only after its authenticator verified): such a sender is always answered, a
+// stranger only as often as the bootstrap server's budget allows.
+bool ControlFromMember(const std::string& bytes,
+                       const absl::StatusOr<proto::ControlMessage>& result);
 
 }  // namespace tandem::worker
 

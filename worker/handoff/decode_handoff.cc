@@ -109,7 +109,8 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
       peer->socket.close();
       return absl::UnavailableError(absl::StrCat(
           "prefill worker ", address, " did not answer the bootstrap handshake within ",
-          options_.transfer.bootstrap_timeout_s, " s (--bootstrap-timeout)"));
+          options_.transfer.bootstrap_timeout_s,
+          " s (--bootstrap-timeout); it answers only a peer holding its cluster secret"));
     }
     auto answer = OpenControl(options_.cluster_secret, reply.to_string());
     if (!answer.ok()) {
@@ -278,8 +279,15 @@ void DecodeHandoff::ReadPeers() {
         for (int n = 0; n < 256 && peer->socket.recv(bytes, zmq::recv_flags::dontwait); ++n) {
           auto m = OpenControl(options_.cluster_secret, bytes.to_string());
           if (!m.ok()) {
-            spdlog::warn("bootstrap: message from prefill worker {} dropped: {}", peer->address,
-                         std::string(m.status().message()));
+            // One line a second whatever arrives: whoever reaches this connection can send a
+            // flood of these.
+            int64_t more = 0;
+            if (dropped_logs_.Allow(&more)) {
+              spdlog::warn(
+                  "bootstrap: message from prefill worker {} dropped: {} ({} more dropped since "
+                  "the last line)",
+                  peer->address, std::string(m.status().message()), more);
+            }
             continue;
           }
           got.push_back(std::move(*m));

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/log_every.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
 #include "proto/kv_control.pb.h"
@@ -102,6 +103,8 @@ class DecodeHandoff : public KvHandoff {
   zmq::context_t zmq_context_{1};
   std::atomic<bool> stop_{false};
   std::thread background_;
+
+  LogEvery dropped_logs_{absl::Seconds(1)};  // messages from prefill workers dropped
 
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;

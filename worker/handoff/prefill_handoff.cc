@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kvtransfer/frame.h"
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 #include "worker/handoff/control_channel.h"
@@ -63,6 +64,11 @@ absl::Status PrefillHandoff::Start() {
     router_ = zmq::socket_t(zmq_context_, zmq::socket_type::router);
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxControlBytes));
+    router_.set(zmq::sockopt::handshake_ivl, kv::kZmqHandshakeMs);
+    // Messages are queued per connection before the bootstrap thread can check their seal:
+    // keep that queue short (ZMQ then stops reading the connection, it drops nothing), so a
+    // connection holds at most kBootstrapQueuedMessages x kMaxControlBytes before the check.
+    router_.set(zmq::sockopt::rcvhwm, kBootstrapQueuedMessages);
     const std::string port =
         options_.bootstrap_port == 0 ? "*" : std::to_string(options_.bootstrap_port);
     router_.bind(absl::StrCat("tcp://", options_.bootstrap_host, ":", port));
@@ -385,7 +391,20 @@ void PrefillHandoff::BootstrapLoop() {
         auto m = OpenControl(options_.cluster_secret, payload);
         std::string reply;
         if (!m.ok()) {
-          spdlog::warn("bootstrap: dropped a message: {}", std::string(m.status().message()));
+          // A stranger can send these as fast as the network goes: one line a second, with the
+          // count. A member (say, on another control-plane version) is always told why; a sender
+          // without the secret only ten times a second in all, which still tells a decode worker
+          // given the wrong secret so, but queues next to nothing for a flood.
+          int64_t more = 0;
+          if (refusal_logs_.Allow(&more)) {
+            spdlog::warn("bootstrap: dropped a message: {} ({} more dropped since the last line)",
+                         std::string(m.status().message()), more);
+          }
+          if (!ControlFromMember(payload, m) && !stranger_answers_.Allow()) {
+            item.revents = 0;
+            zmq::poll(&item, 1, std::chrono::milliseconds(0));
+            continue;
+          }
           proto::ControlMessage r;
           r.mutable_register_peer_reply()->set_accepted(false);
           r.mutable_register_peer_reply()->set_error(std::string(m.status().message()));

@@ -4,7 +4,10 @@
 //    register (RegisterPeer: their KV layout, checked against ours with an error naming both
 //    values, and their transfer descriptor, which we import: the transfer engine authenticates
 //    both ways with the cluster secret) and register rooms (RoomRegistration: the blocks reserved
-//    for one request's prompt). Every message is sealed with the cluster secret.
+//    for one request's prompt). Every message is sealed with the cluster secret; one that is not
+//    (or is above kMaxControlBytes) is dropped, logged at most once a second with the count
+//    dropped meanwhile, and answered (a refusal naming why) at most ten times a second in all;
+//    at most kBootstrapQueuedMessages are queued per connection before their seals are checked.
 //    A decode worker is known by its id, descriptor and incarnation (a random number per
 //    process): a registration that changes any of them, or that comes while the transfer engine
 //    has declared the known peer dead, imports the descriptor anew. A room from a decode worker
@@ -38,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/log_every.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
 #include "proto/kv_control.pb.h"
@@ -47,6 +51,9 @@
 #include "zmq.hpp"
 
 namespace tandem::worker {
+
+// Messages the bootstrap server queues per connection before it reads them (ZMQ_RCVHWM).
+inline constexpr int kBootstrapQueuedMessages = 16;
 
 class PrefillHandoff : public PrefillLegs {
  public:
@@ -99,7 +106,10 @@ class PrefillHandoff : public PrefillLegs {
   std::atomic<bool> stop_{false};
   std::thread bootstrap_thread_;
   zmq::context_t zmq_context_{1};
-  zmq::socket_t router_;  // the bootstrap thread's only, once started
+  zmq::socket_t router_;                     // the bootstrap thread's only, once started
+  LogEvery refusal_logs_{absl::Seconds(1)};  // messages dropped by the bootstrap server
+  // Answers to senders without the secret, all together.
+  LogEvery stranger_answers_{absl::Milliseconds(100)};
 
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<Leg>> legs_;   // by room: waiting or running

@@ -204,7 +204,7 @@ TEST(ParseGenerateTest, ContextLengthRejectsLongPromptsAndClampsMaxNewTokens) {
   EXPECT_EQ(
       ErrorOf(ParseGenerate(
           R"({"input_ids":[1,2,3,4,5,6,7,8,9,10],"sampling_params":{"max_new_tokens":5}})", ctx)),
-      "the prompt has 10 tokens; with max_new_tokens 5 it exceeds the context length 10");
+      "The input (10 tokens) is longer than the model's context length (10 tokens).");
 }
 
 TEST(ParseGenerateTest, TextNeedsATokenizer) {

@@ -377,7 +377,8 @@ TEST(SessionSocketTest, TheWorkerRefusesWhatIsNotTheProtocol) {
     ASSERT_TRUE(peer.Send(std::string("\x7f\xff\xff\xff", 4)));
     const proto::CallError e = EndedWith(peer);
     EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_TRUE(absl::StrContains(e.message(), "larger than the limit of 67108864 bytes"))
+    // Before the token, only the small first message is allowed (worker/session_preauth.h).
+    EXPECT_TRUE(absl::StrContains(e.message(), "larger than the limit of 4096 bytes"))
         << e.message();
   }
   {  // a token for this challenge but made for another worker (relayed by a stranger)
