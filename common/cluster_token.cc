@@ -3,11 +3,13 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -15,7 +17,9 @@
 namespace tandem {
 namespace {
 
-constexpr char kLabel[] = "tandem-grpc-v1";
+constexpr char kLabel[] = "tandem-grpc-v2";
+constexpr char kVersion[] = "v2";
+constexpr char kProofLabel[] = "tandem-worker-proof-v1";
 constexpr size_t kHexHmacSize = 64;
 
 std::string ToHex(std::string_view bytes) {
@@ -29,14 +33,20 @@ std::string ToHex(std::string_view bytes) {
   return hex;
 }
 
-std::string TokenHmac(std::string_view secret, std::string_view method, std::string_view ms) {
-  // Length-prefixed fields: no two (time, method) pairs share an encoding.
-  std::string message = kLabel;
-  for (std::string_view field : {ms, method}) {
+// Length-prefixed fields after `label`: no two lists of fields share an encoding.
+std::string FieldsHmac(std::string_view secret, std::string_view label,
+                       std::initializer_list<std::string_view> fields) {
+  std::string message(label);
+  for (std::string_view field : fields) {
     absl::StrAppend(&message, "|", field.size(), ":");
     message.append(field.data(), field.size());
   }
   return ToHex(HmacSha256(secret, message));
+}
+
+std::string TokenHmac(std::string_view secret, std::string_view method, std::string_view audience,
+                      std::string_view ms) {
+  return FieldsHmac(secret, kLabel, {ms, method, audience});
 }
 
 absl::Status Refused(std::string_view why) {
@@ -54,20 +64,27 @@ std::string HmacSha256(std::string_view key, std::string_view message) {
   return std::string(reinterpret_cast<const char*>(out), out_len);
 }
 
-std::string MakeClusterToken(std::string_view secret, std::string_view method, absl::Time now) {
+std::string MakeClusterToken(std::string_view secret, std::string_view method,
+                             std::string_view audience, absl::Time now) {
   const std::string ms = std::to_string(absl::ToUnixMillis(now));
-  return absl::StrCat("v1.", ms, ".", TokenHmac(secret, method, ms));
+  return absl::StrCat(kVersion, ".", ms, ".", TokenHmac(secret, method, audience, ms));
 }
 
 absl::Status VerifyClusterToken(std::string_view secret, std::string_view method,
-                                std::string_view token, absl::Time now, absl::Duration window) {
+                                std::string_view audience, std::string_view token, absl::Time now,
+                                absl::Duration window) {
   if (token.empty()) {
     return Refused(absl::StrCat("the call carries no ", kClusterAuthMetadata,
                                 " token (start the caller with the cluster secret)"));
   }
   const size_t first = token.find('.');
   const size_t second = first == std::string_view::npos ? first : token.find('.', first + 1);
-  if (token.substr(0, first) != "v1" || second == std::string_view::npos ||
+  if (token.substr(0, first) == "v1") {
+    // A v1 token names no worker: the caller predates audience-bound tokens.
+    return Refused(absl::StrCat("a v1 ", kClusterAuthMetadata,
+                                " token (the caller is older than this worker; v2 is required)"));
+  }
+  if (token.substr(0, first) != kVersion || second == std::string_view::npos ||
       token.size() - second - 1 != kHexHmacSize) {
     return Refused(absl::StrCat("malformed ", kClusterAuthMetadata, " token"));
   }
@@ -78,10 +95,12 @@ absl::Status VerifyClusterToken(std::string_view secret, std::string_view method
     return Refused(absl::StrCat("malformed ", kClusterAuthMetadata, " timestamp"));
   }
   // Check the proof before the clock, so a stranger learns nothing about our clock.
-  const std::string expected = TokenHmac(secret, method, ms_text);
+  const std::string expected = TokenHmac(secret, method, audience, ms_text);
   const std::string_view given = token.substr(second + 1);
   if (CRYPTO_memcmp(expected.data(), given.data(), kHexHmacSize) != 0) {
-    return Refused("the token's HMAC does not match this worker's secret");
+    return Refused(
+        "the token's HMAC does not match this worker's secret and instance (a token made for "
+        "another worker, another method or with another secret)");
   }
   const absl::Duration skew = absl::FromUnixMillis(ms) - now;
   if (absl::AbsDuration(skew) > window) {
@@ -90,6 +109,40 @@ absl::Status VerifyClusterToken(std::string_view secret, std::string_view method
         absl::FormatDuration(window), "); a replayed token, or the hosts' clocks disagree"));
   }
   return absl::OkStatus();
+}
+
+std::string MakeWorkerProof(std::string_view secret, std::string_view nonce,
+                            std::string_view target, std::string_view instance_id) {
+  return FieldsHmac(secret, kProofLabel, {nonce, target, instance_id});
+}
+
+absl::Status VerifyWorkerProof(std::string_view secret, std::string_view nonce,
+                               std::string_view target, std::string_view instance_id,
+                               std::string_view proof) {
+  auto refused = [](std::string_view why) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the worker did not prove the cluster secret: ", std::string(why)));
+  };
+  if (instance_id.empty() || instance_id.size() > kMaxProofFieldBytes) {
+    return refused("its instance id is empty or too long");
+  }
+  for (char c : instance_id) {
+    if (c <= ' ' || c > '~') return refused("its instance id is not printable ASCII");
+  }
+  if (proof.size() != kHexHmacSize) return refused("its proof is not 64 hex digits");
+  const std::string expected = MakeWorkerProof(secret, nonce, target, instance_id);
+  if (CRYPTO_memcmp(expected.data(), proof.data(), kHexHmacSize) != 0) {
+    return refused("its proof's HMAC does not match this router's secret");
+  }
+  return absl::OkStatus();
+}
+
+std::string RandomHex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
+    return std::string();
+  }
+  return ToHex(raw);
 }
 
 absl::StatusOr<std::string> ResolveClusterSecret(const std::string& file, const std::string& value,

@@ -11,10 +11,12 @@
 # Ports: the router listens on P (default 30000); worker k (prefill workers first, k = 1, 2, ...)
 # uses P+3k for gRPC, P+3k+1 for HTTP (/health, /metrics) and, for a prefill worker, P+3k+2 for
 # its bootstrap server. All processes share one cluster secret, generated into the run directory
-# (mode 0600) on first start.
+# (mode 0600) on first start; the router's admin key is generated beside it (admin-key, 0600,
+# passed as --admin-key-file; tandemctl --run-dir DIR reads it).
 #
-# Environment: TANDEM_BIN (binaries, default build/bin), TANDEM_ADMIN_KEY / TANDEM_API_KEY (passed
-# to the router as --admin-key / --api-key, and read by tandemctl), TANDEM_KV_CACHE_MEMORY (per
+# Environment: TANDEM_BIN (binaries, default build/bin), TANDEM_ADMIN_KEY (the admin key to use
+# instead of a generated one; written to the admin-key file), TANDEM_API_KEY (passed to the
+# router as --api-key, and read by tandemctl), TANDEM_KV_CACHE_MEMORY (per
 # worker, default 256MiB), TANDEM_WORKER_THREADS (default 1), TANDEM_PREFILL_ARGS,
 # TANDEM_DECODE_ARGS, TANDEM_ROUTER_ARGS (extra flags, split on spaces).
 #
@@ -26,7 +28,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 prog=$(basename "$0")
 
 usage() {
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 die() {
@@ -111,7 +113,7 @@ status() {
   done
   if [ -s "$run_dir/router.url" ] && [ -x "$tandemctl" ]; then
     echo
-    "$tandemctl" --router "$(cat "$run_dir/router.url")" workers list || all=1
+    "$tandemctl" --router "$(cat "$run_dir/router.url")" --run-dir "$run_dir" workers list || all=1
   fi
   return "$all"
 }
@@ -162,6 +164,14 @@ if [ ! -s "$secret" ]; then
   (umask 077 && head -c 32 /dev/urandom | base64 > "$secret")
 fi
 chmod 600 "$secret"
+# The admin API is closed without a key; the key lives in a file so that `ps` does not show it.
+admin_key="$run_dir/admin-key"
+if [ -n "${TANDEM_ADMIN_KEY:-}" ]; then
+  (umask 077 && printf '%s\n' "$TANDEM_ADMIN_KEY" > "$admin_key")
+elif [ ! -s "$admin_key" ]; then
+  (umask 077 && head -c 32 /dev/urandom | base64 > "$admin_key")
+fi
+chmod 600 "$admin_key"
 
 # start NAME BINARY ARGS...: runs detached, output to NAME.log, "pid binary" in NAME.pid.
 start_process() {
@@ -180,7 +190,8 @@ on_failure() {
 kv=${TANDEM_KV_CACHE_MEMORY:-256MiB}
 threads=${TANDEM_WORKER_THREADS:-1}
 router_args=(--pd-disaggregation --model-path "$model" --host 127.0.0.1 --port "$base_port"
-  --cluster-secret-file "$secret" --health-check-interval-secs 2 --health-success-threshold 1)
+  --cluster-secret-file "$secret" --admin-key-file "$admin_key" --health-check-interval-secs 2
+  --health-success-threshold 1)
 k=0
 for i in $(seq 1 "$n_prefill"); do
   k=$((k + 1))
@@ -201,7 +212,6 @@ for i in $(seq 1 "$n_decode"); do
     --cluster-secret-file "$secret" ${TANDEM_DECODE_ARGS:-}
   router_args+=(--decode "http://127.0.0.1:$port")
 done
-[ -z "${TANDEM_ADMIN_KEY:-}" ] || router_args+=(--admin-key "$TANDEM_ADMIN_KEY")
 [ -z "${TANDEM_API_KEY:-}" ] || router_args+=(--api-key "$TANDEM_API_KEY")
 # shellcheck disable=SC2086
 start_process router "$bin/tandem-router" "${router_args[@]}" ${TANDEM_ROUTER_ARGS:-}
@@ -237,5 +247,5 @@ if [ "$ready" != 1 ]; then
 fi
 echo "$prog: ready: router $router_url, $n_prefill prefill and $n_decode decode workers" \
   "(run dir $run_dir)"
-echo "  $tandemctl --router $router_url workers list"
+echo "  $tandemctl --router $router_url --run-dir $run_dir workers list"
 echo "  $0 stop --run-dir $run_dir"

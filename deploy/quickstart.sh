@@ -39,6 +39,12 @@ secret_file="$run_dir/cluster-secret"
 if [ ! -s "$secret_file" ]; then
   (umask 077; head -c 24 /dev/urandom | base64 > "$secret_file")
 fi
+# The router's admin API is closed without a key; tandemctl --run-dir "$run_dir" reads this file.
+admin_key_file="$run_dir/admin-key"
+if [ ! -s "$admin_key_file" ]; then
+  (umask 077; head -c 24 /dev/urandom | base64 > "$admin_key_file")
+fi
+chmod 600 "$secret_file" "$admin_key_file"
 
 pids=()
 cleanup_on_error() {
@@ -58,7 +64,8 @@ pids+=($!)
 build/bin/tandem-router --pd-disaggregation --model-path "$model_dir" --port "$router_port" \
   --prefill "http://127.0.0.1:$prefill_port" "$bootstrap_port" \
   --decode "http://127.0.0.1:$decode_port" --cluster-secret-file "$secret_file" \
-  --health-check-interval-secs 2 --health-success-threshold 1 > "$run_dir/router.log" 2>&1 &
+  --admin-key-file "$admin_key_file" --health-check-interval-secs 2 \
+  --health-success-threshold 1 > "$run_dir/router.log" 2>&1 &
 pids+=($!)
 printf '%s\n' "${pids[@]}" > "$run_dir/pids"
 
@@ -101,7 +108,9 @@ cat <<MSG
   curl -s localhost:$router_port/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"model":"$(basename "$model_dir")","messages":[{"role":"user","content":"Hello"}],"stream":true}'
   curl -s localhost:$router_port/generate -d '{"text":"Once upon a time","sampling_params":{"max_new_tokens":32}}'
-  curl -s localhost:$router_port/list_workers; curl -s localhost:$router_port/metrics
+  curl -s localhost:$router_port/metrics
+  curl -s localhost:$router_port/list_workers -H "Authorization: Bearer \$(cat $run_dir/admin-key)"
+  build/bin/tandemctl --router http://127.0.0.1:$router_port --run-dir $run_dir workers list
 To stop it:
   kill \$(cat $run_dir/pids)
 MSG

@@ -126,6 +126,7 @@ nlohmann::json WorkerStateJson(const WorkerState& w) {
   j["worker_type"] = WorkerTypeName(w.type);
   j["bootstrap_port"] = w.bootstrap_port ? nlohmann::json(*w.bootstrap_port) : nlohmann::json();
   j["healthy"] = w.healthy;
+  j["verified"] = w.verified;
   j["draining"] = w.draining;
   j["circuit"] = w.circuit;
   j["session_port"] = w.session_port;

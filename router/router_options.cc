@@ -1,9 +1,11 @@
 #include "router/router_options.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,13 +21,46 @@ bool LooksLikeUrl(const std::string& s) {
   return absl::StrContains(s, "://") || absl::StrContains(s, ":");
 }
 
+// Reads --admin-key-file into admin_key and checks that the three admin flags do not contradict
+// each other.
+absl::Status ResolveAdminKey(RouterOptions* o) {
+  if (!o->admin_key_file.empty()) {
+    if (!o->admin_key.empty()) {
+      return absl::InvalidArgumentError("give --admin-key or --admin-key-file, not both");
+    }
+    std::ifstream in(o->admin_key_file);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--admin-key-file: cannot read '", o->admin_key_file, "'"));
+    }
+    std::string line;
+    std::getline(in, line);
+    o->admin_key = std::string(absl::StripAsciiWhitespace(line));
+    if (o->admin_key.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--admin-key-file '", o->admin_key_file, "': the first line holds no key"));
+    }
+  }
+  if (o->disable_admin_auth && !o->admin_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--disable-admin-auth contradicts --admin-key / --admin-key-file: give one of them");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--host", &o->host, "Address to listen on");
   flags.Add("--port", &o->port, "HTTP port")->check(CLI::Range(0, 65535));
   flags.Add("--api-key", &o->api_key, "Key clients must send as 'Authorization: Bearer KEY'");
-  flags.Add("--admin-key", &o->admin_key, "Key for the admin API (workers, flush, drain)");
+  flags.Add("--admin-key", &o->admin_key,
+            "Key for the admin API (workers, flush, drain); prefer --admin-key-file");
+  flags.Add("--admin-key-file", &o->admin_key_file,
+            "File whose first line is the admin API's key (keeps it out of `ps`)");
+  flags.Add("--disable-admin-auth", &o->disable_admin_auth,
+            "Serve the admin API without a key (anyone who can reach the router may add workers); "
+            "without this, --admin-key or --admin-key-file, the admin API answers 403");
   flags.Add("--http-threads", &o->http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
 
   flags.Add("--pd-disaggregation", &o->pd_disaggregation,
@@ -220,6 +255,7 @@ absl::Status ValidateRouterOptions(RouterOptions* o) {
   if (o->tls_cert_file.empty() != o->tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls-cert-file and --tls-key-file go together");
   }
+  RETURN_IF_ERROR(ResolveAdminKey(o));
   if (!o->api_key.empty() && o->api_key == o->admin_key) {
     return absl::InvalidArgumentError("--admin-key must differ from --api-key");
   }

@@ -23,9 +23,14 @@ struct PrefillEndpoint {
 struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 30000;
-  std::string api_key;    // clients must send "Authorization: Bearer <key>"
-  std::string admin_key;  // the admin API's key (separate from the client key)
-  int http_threads = 2;   // HTTP I/O threads
+  std::string api_key;  // clients must send "Authorization: Bearer <key>"
+  // The admin API's key (separate from the client key): --admin-key-file (first line; preferred,
+  // `ps` shows flags) or --admin-key. Without either the admin API answers 403 unless
+  // disable_admin_auth, which leaves it open to anyone who can reach the port.
+  std::string admin_key;
+  std::string admin_key_file;
+  bool disable_admin_auth = false;
+  int http_threads = 2;  // HTTP I/O threads
 
   // Workers.
   bool pd_disaggregation = false;
@@ -110,7 +115,10 @@ absl::Status ParsePrefillEndpoints(const std::vector<std::string>& tokens,
 absl::StatusOr<std::string> LoadRouterClusterSecret(const RouterOptions& options);
 
 // Cross-flag checks (PD mode needs --prefill and --decode, plain mode --worker-urls, policies
-// known, thresholds in range) and fills `prefill`. Errors name the flags involved.
+// known, thresholds in range, at most one of --admin-key / --admin-key-file /
+// --disable-admin-auth) and fills `prefill`; reads --admin-key-file into `admin_key` (first
+// line, surrounding whitespace removed; an unreadable or empty file is an error naming it).
+// Errors name the flags involved.
 absl::Status ValidateRouterOptions(RouterOptions* options);
 
 }  // namespace tandem::router

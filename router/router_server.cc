@@ -464,6 +464,17 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   }
   s.http_ = std::make_unique<HttpServer>(http);
   s.AddRoutes();
+  if (o.disable_admin_auth) {
+    spdlog::warn(
+        "--disable-admin-auth: the admin API (add/remove/drain workers, flush cache) takes no "
+        "key; anyone who can reach {}:{} can point this router at a worker of their own and "
+        "receive its clients' prompts",
+        o.host, o.port);
+  } else if (o.admin_key.empty()) {
+    spdlog::info(
+        "no admin key: the admin API answers 403 (give --admin-key-file to use it, e.g. with "
+        "tandemctl)");
+  }
   RETURN_IF_ERROR(s.http_->Start(), "--host/--port: ");
   spdlog::info(
       "tandem-router {} on {}:{} ({} mode, {} prefill, {} decode, {} plain workers; policy "
@@ -499,6 +510,18 @@ HttpHandler RouterServer::Guarded(const std::string& route, const std::string* k
       }
     }
     handler(std::move(request), std::move(responder));
+  };
+}
+
+HttpHandler RouterServer::AdminDisabled(const std::string& route) {
+  return [this, route](HttpRequest, HttpResponder responder) {
+    router_metrics_->CountError("unauthorized");
+    Answer(route, responder,
+           ErrorResponse(absl::PermissionDeniedError(
+               "the admin API is disabled: this router was started without an admin key; start "
+               "it with --admin-key-file FILE (or --admin-key KEY) and send 'Authorization: "
+               "Bearer KEY', or pass --disable-admin-auth to leave the admin API open to anyone "
+               "who can reach this port")));
   };
 }
 
@@ -634,9 +657,12 @@ void RouterServer::AddRoutes() {
            Guarded("/get_loads", api_key, "API key",
                    [this](HttpRequest, HttpResponder r) { HandleGetLoads(std::move(r)); }));
 
-  auto admin = [this, admin_key](const std::string& method, const std::string& path,
-                                 HttpHandler handler) {
-    http_->Handle(method, path, Guarded(path, admin_key, "admin key", std::move(handler)));
+  const bool admin_closed = admin_key == nullptr && !options_.disable_admin_auth;
+  auto admin = [this, admin_key, admin_closed](const std::string& method, const std::string& path,
+                                               HttpHandler handler) {
+    http_->Handle(method, path,
+                  admin_closed ? AdminDisabled(path)
+                               : Guarded(path, admin_key, "admin key", std::move(handler)));
   };
   admin("POST", "/flush_cache",
         [this](HttpRequest, HttpResponder r) { HandleFlushCache(std::move(r)); });

@@ -10,6 +10,10 @@
 //   admin (--admin-key): GET/POST/DELETE /workers, POST /workers/drain, POST /flush_cache,
 //                        POST /add_worker?url=, POST /remove_worker?url=, GET /list_workers
 //
+// The admin routes are closed by default: without --admin-key / --admin-key-file they answer
+// 403 naming those flags, unless --disable-admin-auth opens them (logged as a warning at start),
+// because whoever can add a worker receives other clients' prompts.
+//
 // Thread-safety: Create/Shutdown on the main thread; HTTP handlers run on I/O threads and answer
 // asynchronously from gRPC threads. Shutdown() stops the HTTP server (open streams see OnClose and
 // cancel their legs), then the registry; the destructor waits for the legs still in flight.
@@ -79,6 +83,9 @@ class RouterServer {
   // Wraps a handler with the key check for `key` and request counting.
   HttpHandler Guarded(const std::string& route, const std::string* key, const std::string& what,
                       HttpHandler handler);
+  // Answers 403 (PermissionDenied) naming --admin-key-file, --admin-key and
+  // --disable-admin-auth: the admin API of a router started with none of them.
+  HttpHandler AdminDisabled(const std::string& route);
 
   RouterOptions options_;
   MetricsRegistry metrics_;

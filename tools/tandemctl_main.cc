@@ -6,6 +6,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "tools/tandemctl/admin_key.h"
 #include "tools/tandemctl/commands.h"
 
 int main(int argc, char** argv) {
@@ -20,8 +21,16 @@ int main(int argc, char** argv) {
   app.add_option("--router", options.router, "Router base URL")
       ->envname("TANDEM_ROUTER")
       ->capture_default_str();
-  app.add_option("--admin-key", options.admin_key, "Admin key for the admin routes")
+  tandem::ctl::AdminKeySources key_sources;
+  app.add_option("--admin-key", key_sources.key,
+                 "Admin key for the admin routes (prefer --admin-key-file or --run-dir)")
       ->envname("TANDEM_ADMIN_KEY");
+  app.add_option("--admin-key-file", key_sources.key_file, "File whose first line is the admin key")
+      ->envname("TANDEM_ADMIN_KEY_FILE");
+  app.add_option("--run-dir", key_sources.run_dir,
+                 "Run directory of deploy/local-cluster.sh or deploy/quickstart.sh: read its "
+                 "admin-key file (default: run/local-cluster when its router.url is --router)")
+      ->envname("TANDEM_RUN_DIR");
   app.add_option("--api-key", options.api_key, "Client API key (generate, loads)")
       ->envname("TANDEM_API_KEY");
   app.add_flag("--json", options.json, "Machine-readable JSON instead of tables");
@@ -75,6 +84,14 @@ int main(int argc, char** argv) {
     return tandem::ctl::kExitUsage;
   }
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_secs * 1000));
+  key_sources.router = options.router;
+  key_sources.default_run_dirs = tandem::ctl::DefaultRunDirs(argv[0]);
+  absl::StatusOr<std::string> admin_key = tandem::ctl::ResolveAdminKey(key_sources);
+  if (!admin_key.ok()) {
+    std::cerr << "tandemctl: admin key: " << admin_key.status().message() << "\n";
+    return tandem::ctl::kExitUsage;
+  }
+  options.admin_key = *std::move(admin_key);
 
   Commands ctl(options, std::cout, std::cerr);
   if (workers->parsed()) {

@@ -16,6 +16,7 @@
 #include "grpcpp/resource_quota.h"
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
+#include "worker/cluster_proof_service.h"
 #include "worker/conversions.h"
 #include "worker/session_server.h"
 #include "worker/session_socket.h"
@@ -220,8 +221,11 @@ class CoreLegs : public SessionLegs {
 
 class WorkerService final : public proto::Worker::CallbackService {
  public:
-  WorkerService(WorkerCore* core, std::string cluster_secret)
-      : core_(core), legs_(core), cluster_secret_(std::move(cluster_secret)) {}
+  WorkerService(WorkerCore* core, std::string cluster_secret, std::string instance_id)
+      : core_(core),
+        legs_(core),
+        cluster_secret_(std::move(cluster_secret)),
+        instance_id_(std::move(instance_id)) {}
 
   // Ends the open sessions (their legs are cancelled): grpc::Server::Shutdown would otherwise
   // wait its whole grace period for these long-lived calls.
@@ -244,7 +248,8 @@ class WorkerService final : public proto::Worker::CallbackService {
     const auto it = metadata.find(kClusterAuthMetadata);
     std::string_view token;
     if (it != metadata.end()) token = std::string_view(it->second.data(), it->second.size());
-    const absl::Status status = VerifyClusterToken(cluster_secret_, method, token, absl::Now());
+    const absl::Status status =
+        VerifyClusterToken(cluster_secret_, method, instance_id_, token, absl::Now());
     if (status.ok()) return grpc::Status::OK;
     // At most one line a second: a stranger hammering the port must not fill the disk.
     if (refusal_logs_.Allow()) {
@@ -362,6 +367,7 @@ class WorkerService final : public proto::Worker::CallbackService {
   SessionServer sessions_;
   std::unique_ptr<SessionSocketServer> sockets_;  // set before the gRPC server starts
   const std::string cluster_secret_;              // empty: calls are not authenticated
+  const std::string instance_id_;                 // every token must name it (its audience)
   mutable LogEvery refusal_logs_{absl::Seconds(1)};
 };
 
@@ -376,6 +382,7 @@ size_t MaxWorkerMessageBytes(int64_t context_length) {
 
 struct GrpcServer::Impl {
   std::unique_ptr<WorkerService> service;
+  std::unique_ptr<ClusterProofService> proof;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   std::mutex shutdown_mu;
@@ -388,11 +395,18 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
                                                               const std::string& cluster_secret,
                                                               int session_port) {
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<WorkerService>(core, cluster_secret);
+  // New for each process, so tokens made for an earlier run of this worker (or for any other
+  // worker) are refused here.
+  const std::string instance_id = RandomHex(16);
+  if (instance_id.empty()) {
+    return absl::InternalError("cannot draw a random instance id for the worker");
+  }
+  impl->service = std::make_unique<WorkerService>(core, cluster_secret, instance_id);
+  impl->proof = std::make_unique<ClusterProofService>(cluster_secret, instance_id);
   if (session_port >= 0) {
     ASSIGN_OR_RETURN(auto sockets,
                      SessionSocketServer::Start(host, session_port, impl->service->legs(),
-                                                cluster_secret, "--session-port: "));
+                                                cluster_secret, instance_id, "--session-port: "));
     impl->service->SetSessionSockets(std::move(sockets));
   }
   const std::string address = host.find(':') != std::string::npos
@@ -418,6 +432,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   builder.SetResourceQuota(quota);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl->service.get());
+  builder.RegisterService(impl->proof.get());
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     if (impl->server != nullptr) impl->server->Shutdown();
@@ -425,6 +440,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
                                                ": the port is in use or the address is not "
                                                "available"));
   }
+  impl->proof->SetGrpcPort(impl->port);
   return std::unique_ptr<GrpcServer>(new GrpcServer(std::move(impl)));
 }
 

@@ -11,9 +11,12 @@
 // too), cancelling their legs.
 //
 // Access: with a non-empty `cluster_secret`, every call must carry a valid cluster token
-// (common/cluster_token.h) in its metadata; a call without one, with a wrong or stale one, ends
-// UNAUTHENTICATED ("missing or wrong cluster secret: ...") before the WorkerCore sees it. With an
-// empty secret (only colocated workers may run without one) every call is served.
+// (common/cluster_token.h) naming this process's random instance id in its metadata; a call
+// without one, with a wrong or stale one, or one made for another worker, ends UNAUTHENTICATED
+// ("missing or wrong cluster secret: ...") before the WorkerCore sees it. The router learns the
+// instance id from the ClusterProof service (proto/cluster_proof.proto) served on the same port,
+// the one call without a token. With an empty secret (only colocated workers may run without
+// one) every Worker call is served and Prove is refused.
 //
 // Memory before authentication: gRPC reads a unary or server-streaming call's request whole
 // before any handler (and so the token check) runs, so what a caller without the secret can make

@@ -6,14 +6,15 @@
 namespace tandem::worker {
 
 absl::Status OpenFirstSessionMessage(std::string_view secret, std::string_view challenge,
-                                     std::string_view frame, absl::Time now, proto::SessionUp* up) {
+                                     std::string_view audience, std::string_view frame,
+                                     absl::Time now, proto::SessionUp* up) {
   up->Clear();
   if (!up->ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
     return absl::InvalidArgumentError(
         absl::StrCat("a ", frame.size(), "-byte message on the session socket is not a SessionUp"));
   }
   if (secret.empty()) return absl::OkStatus();
-  const absl::Status auth = VerifyClusterToken(secret, challenge, up->auth(), now);
+  const absl::Status auth = VerifyClusterToken(secret, challenge, audience, up->auth(), now);
   if (!auth.ok()) return absl::UnauthenticatedError(auth.message());
   return absl::OkStatus();
 }

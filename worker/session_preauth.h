@@ -28,12 +28,14 @@ inline constexpr int kMaxPreAuthConnections = 64;
 inline constexpr int kMaxPreAuthConnectionsPerAddress = 16;
 
 // Checks the router's first message, one frame's payload, on a connection that was sent
-// `challenge`. OK: `*up` holds the message (its calls are the session's first). Otherwise
-// INVALID_ARGUMENT ("a N-byte message on the session socket is not a SessionUp") or, with a
-// non-empty `secret`, UNAUTHENTICATED from the token check (common/cluster_token.h). With an
-// empty secret any SessionUp is accepted. Does not allocate more than `frame` needs to parse.
+// `challenge`, of the worker whose instance id is `audience`. OK: `*up` holds the message (its
+// calls are the session's first). Otherwise INVALID_ARGUMENT ("a N-byte message on the session
+// socket is not a SessionUp") or, with a non-empty `secret`, UNAUTHENTICATED from the token check
+// (common/cluster_token.h: a token for this challenge and this audience). With an empty secret any
+// SessionUp is accepted. Does not allocate more than `frame` needs to parse.
 absl::Status OpenFirstSessionMessage(std::string_view secret, std::string_view challenge,
-                                     std::string_view frame, absl::Time now, proto::SessionUp* up);
+                                     std::string_view audience, std::string_view frame,
+                                     absl::Time now, proto::SessionUp* up);
 
 // Counts the connections that have not authenticated, in total and per source address, against
 // the caps above (or the ones given, for tests).

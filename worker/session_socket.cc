@@ -49,6 +49,7 @@ struct SessionSocketServer::Impl {
   std::thread thread;
   SessionLegs* legs = nullptr;
   std::string secret;
+  std::string audience;  // the worker's instance id, named by every token
   int port = 0;
   SessionServer sessions;
   LogEvery refusal_logs{absl::Seconds(1)};
@@ -211,8 +212,8 @@ class SocketSession : public SessionCore {
       }
       if (!frame->has_value()) return true;
       if (!authed_) {
-        const absl::Status first =
-            OpenFirstSessionMessage(server_->secret, challenge_, **frame, absl::Now(), &up_);
+        const absl::Status first = OpenFirstSessionMessage(
+            server_->secret, challenge_, server_->audience, **frame, absl::Now(), &up_);
         if (!first.ok()) {
           // absl and gRPC number their status codes alike.
           Refuse(static_cast<grpc::StatusCode>(first.code()), std::string(first.message()));
@@ -320,10 +321,11 @@ void SessionSocketServer::Impl::Accept() {
 
 absl::StatusOr<std::unique_ptr<SessionSocketServer>> SessionSocketServer::Start(
     const std::string& host, int port, SessionLegs* legs, std::string cluster_secret,
-    const std::string& port_flag) {
+    std::string audience, const std::string& port_flag) {
   auto impl = std::make_unique<Impl>();
   impl->legs = legs;
   impl->secret = std::move(cluster_secret);
+  impl->audience = std::move(audience);
   boost::system::error_code ec;
   tcp::resolver resolver(impl->io);
   const auto found = resolver.resolve(host, std::to_string(port), tcp::resolver::passive, ec);

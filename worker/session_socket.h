@@ -3,14 +3,15 @@
 // same SessionCore as rpc Session, without gRPC's HTTP/2 framing and callback threads.
 //
 //   ASSIGN_OR_RETURN(auto sockets, SessionSocketServer::Start("0.0.0.0", 0, &legs, secret,
-//                                                            "--session-port: "));
+//                                                            instance_id, "--session-port: "));
 //   health.set_session_port(sockets->port());   // the router learns the port from Health
 //   ...
 //   sockets->CloseAll();                        // open sessions end, their legs are cancelled
 //
 // A connection starts with the worker's challenge ("tandem-session-v1 <random nonce>"); the
-// router's first message must carry a cluster token for that challenge (common/cluster_token.h)
-// when the worker has a secret, so a token read off the wire opens no other connection. A
+// router's first message must carry a cluster token for that challenge and this worker's
+// instance id (`audience`; common/cluster_token.h) when the worker has a secret, so a token read
+// off the wire, or relayed by another worker, opens no other connection. A
 // refused token, a frame above 64 MiB (above 4 KiB before the first message authenticated the
 // connection), bytes that are not a SessionUp, or no first message within 10 s end the session
 // with a SessionDown naming the reason (`ended`) and close the connection. Connections that have
@@ -38,9 +39,12 @@ namespace tandem::worker {
 class SessionSocketServer {
  public:
   // Listens on host:port (0: ephemeral). A port in use is UNAVAILABLE naming `port_flag`.
+  // `audience` is the worker's instance id, which every token must name (ignored without a
+  // secret).
   static absl::StatusOr<std::unique_ptr<SessionSocketServer>> Start(const std::string& host,
                                                                     int port, SessionLegs* legs,
                                                                     std::string cluster_secret,
+                                                                    std::string audience,
                                                                     const std::string& port_flag);
   // CloseAll(), then waits (at most 5 s) for the connections to close.
   ~SessionSocketServer();

@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<StandInWorker>> StandInWorker::Start(int tokens,
   std::unique_ptr<StandInWorker> w(new StandInWorker(tokens, model_path));
   if (session_socket) {
     absl::StatusOr<std::unique_ptr<worker::SessionSocketServer>> sockets =
-        worker::SessionSocketServer::Start("127.0.0.1", 0, w.get(), "", "session socket: ");
+        worker::SessionSocketServer::Start("127.0.0.1", 0, w.get(), "", "", "session socket: ");
     if (!sockets.ok()) return sockets.status();
     w->sockets_ = *std::move(sockets);
   }

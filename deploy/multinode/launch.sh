@@ -152,6 +152,7 @@ router_args() {
     ARGS+=(--decode "http://$(url_host "${D_IP[$i]}"):$DECODE_PORT")
   done
   [ -z "${ADMIN_KEY:-}" ] || ARGS+=(--admin-key "$ADMIN_KEY")
+  [ -z "${ADMIN_KEY_FILE:-}" ] || ARGS+=(--admin-key-file "$ADMIN_KEY_FILE")
   [ -z "${API_KEY:-}" ] || ARGS+=(--api-key "$API_KEY")
   # shellcheck disable=SC2206
   ARGS+=(${ROUTER_ARGS:-})

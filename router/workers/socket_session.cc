@@ -44,11 +44,13 @@ grpc::Status Unavailable(std::string message) {
 class SocketWorkerSession : public WorkerSession {
  public:
   SocketWorkerSession(std::string host, int port, std::string url, std::string secret,
+                      std::string audience,
                       std::function<void(const grpc::Status&)> on_connect_failed)
       : WorkerSession(std::move(url), /*hold_writes=*/true),
         host_(std::move(host)),
         port_(port),
         secret_(std::move(secret)),
+        audience_(std::move(audience)),
         on_connect_failed_(std::move(on_connect_failed)),
         resolver_(SessionIo()),
         socket_(SessionIo()),
@@ -187,8 +189,10 @@ class SocketWorkerSession : public WorkerSession {
         }
         greeted_ = true;
         proto::SessionUp hello;
-        if (!secret_.empty()) {
-          hello.set_auth(MakeClusterToken(secret_, down_.challenge(), absl::Now()));
+        // No token for a worker that has not proven the secret (no audience): the worker
+        // refuses the session, and a stranger learns nothing it could replay.
+        if (!secret_.empty() && !audience_.empty()) {
+          hello.set_auth(MakeClusterToken(secret_, down_.challenge(), audience_, absl::Now()));
         }
         std::string frame_bytes;
         AppendFrame(&frame_bytes, hello.SerializeAsString());
@@ -239,6 +243,7 @@ class SocketWorkerSession : public WorkerSession {
   const std::string host_;
   const int port_;
   const std::string secret_;
+  const std::string audience_;  // the worker's instance id, from its proof
   const std::function<void(const grpc::Status&)> on_connect_failed_;
   // I/O thread:
   tcp::resolver resolver_;
@@ -260,8 +265,8 @@ class SocketWorkerSession : public WorkerSession {
 
 std::shared_ptr<WorkerSession> OpenSocketSession(
     const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
-    std::function<void(const grpc::Status&)> on_connect_failed) {
-  auto session = std::make_shared<SocketWorkerSession>(host, port, url, cluster_secret,
+    const std::string& audience, std::function<void(const grpc::Status&)> on_connect_failed) {
+  auto session = std::make_shared<SocketWorkerSession>(host, port, url, cluster_secret, audience,
                                                        std::move(on_connect_failed));
   asio::post(SessionIo(), [session] { session->Start(); });
   return session;

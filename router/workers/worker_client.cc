@@ -74,6 +74,23 @@ class UnaryCall : public CallHandle, public std::enable_shared_from_this<UnaryCa
   std::atomic<bool> cancelled_{false};
 };
 
+// The handle of a call that was never sent.
+class NoCall : public CallHandle {
+ public:
+  void Cancel() override {}
+};
+
+// Fails a call that must not reach the worker; `done` runs on the timer thread, never inside
+// the caller's own frame (callers may hold locks their callbacks take).
+template <typename Resp>
+std::shared_ptr<CallHandle> FailSoon(std::function<void(grpc::Status, Resp)> done,
+                                     grpc::Status status) {
+  SessionTimers().RunAt(absl::InfinitePast(), [done = std::move(done), status = std::move(status)] {
+    done(status, Resp());
+  });
+  return std::make_shared<NoCall>();
+}
+
 absl::Status BadUrl(const std::string& url, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("bad worker url \"", url, "\": ", why));
 }
@@ -158,23 +175,123 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClient::Create(
   // limits stay, which is why GRPC_ARG_MINIMAL_STACK is not used: it drops both.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
-  auto channel = CreateWorkerChannel(address->target, cluster_secret, args);
-  return std::shared_ptr<WorkerClient>(
-      new WorkerClient(url, *std::move(address), std::move(channel), cluster_secret));
+  auto audience = std::make_shared<ClusterAudience>();
+  auto channel = CreateWorkerChannel(address->target, cluster_secret, audience, args);
+  return std::shared_ptr<WorkerClient>(new WorkerClient(
+      url, *std::move(address), std::move(channel), cluster_secret, std::move(audience)));
 }
 
 WorkerClient::WorkerClient(std::string url, WorkerAddress address,
-                           std::shared_ptr<grpc::Channel> channel, std::string cluster_secret)
+                           std::shared_ptr<grpc::Channel> channel, std::string cluster_secret,
+                           std::shared_ptr<ClusterAudience> audience)
     : url_(std::move(url)),
       address_(std::move(address)),
       channel_(std::move(channel)),
       stub_(proto::Worker::NewStub(channel_)),
-      cluster_secret_(std::move(cluster_secret)) {}
+      proof_stub_(proto::ClusterProof::NewStub(channel_)),
+      cluster_secret_(std::move(cluster_secret)),
+      audience_(std::move(audience)),
+      verified_(cluster_secret_.empty()) {}
+
+bool WorkerClient::verified() const { return verified_.load(std::memory_order_acquire); }
+
+grpc::Status WorkerClient::Unverified() const {
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("worker ", url_, " is unverified: it did not prove the cluster secret"));
+}
+
+void WorkerClient::SetAudience(std::string instance_id) {
+  std::shared_ptr<WorkerSession> retired;
+  {
+    std::lock_guard<std::mutex> lock(session_mu_);
+    if (audience_->Get() == instance_id) return;
+    audience_->Set(instance_id);
+    verified_.store(cluster_secret_.empty() || !instance_id.empty(), std::memory_order_release);
+    // A session socket's token was made for the previous instance (or none).
+    retired = std::move(session_);
+  }
+  if (retired != nullptr) retired->Retire();
+}
+
+void WorkerClient::ForgetProof() {
+  if (!cluster_secret_.empty()) SetAudience(std::string());
+}
+
+std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
+                                                std::function<void(absl::Status)> done) {
+  if (cluster_secret_.empty()) {
+    SessionTimers().RunAt(absl::InfinitePast(),
+                          [done = std::move(done)] { done(absl::OkStatus()); });
+    return std::make_shared<NoCall>();
+  }
+  proto::ProveRequest request = NewProveRequest(address_.target);
+  std::weak_ptr<WorkerClient> weak = weak_from_this();
+  auto check = [weak, request, secret = cluster_secret_, done = std::move(done)](
+                   grpc::Status status, proto::ProveResponse response) {
+    absl::Status result;
+    std::string instance_id;
+    if (!status.ok()) {
+      // A transport failure keeps its code (the worker may not be up yet); any other refusal,
+      // UNIMPLEMENTED from a stranger included, is a failed proof.
+      const bool transport = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                             status.error_code() == grpc::StatusCode::CANCELLED;
+      result = absl::Status(
+          transport ? static_cast<absl::StatusCode>(status.error_code())
+                    : absl::StatusCode::kUnauthenticated,
+          absl::StrCat("the worker did not prove the cluster secret: grpc code ",
+                       static_cast<int>(status.error_code()), ": ", status.error_message()));
+    } else if (absl::StatusOr<std::string> id = CheckProveResponse(secret, request, response);
+               id.ok()) {
+      instance_id = *std::move(id);
+    } else {
+      result = id.status();
+    }
+    // On the timer thread: were this the client's last reference, its channel must not be
+    // destroyed on a gRPC thread (see UnaryCall). The audience is set before `done` runs.
+    SessionTimers().RunAt(absl::InfinitePast(), [weak, result, instance_id, done] {
+      if (result.ok()) {
+        if (auto client = weak.lock()) client->SetAudience(instance_id);
+      }
+      done(result);
+    });
+  };
+  auto call = std::make_shared<UnaryCall<proto::ProveRequest, proto::ProveResponse>>(
+      std::move(request), std::move(check));
+  return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
+    proof_stub_->async()->Prove(ctx, req, resp, std::move(cb));
+  });
+}
+
+std::function<grpc::Status(grpc::Status)> WorkerClient::LegStatusFilter() {
+  if (cluster_secret_.empty()) return [](grpc::Status status) { return status; };
+  // Holds no reference to the client: a leg may end after the client was dropped, and the
+  // client must not be destroyed on the thread that delivers it (see UnaryCall).
+  return [weak = weak_from_this(), url = url_](grpc::Status status) {
+    if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return status;
+    // A proven worker refused our token: it restarted (a new instance id) or changed its
+    // secret. Stop trusting it at once and report UNAVAILABLE, which the dispatcher retries
+    // elsewhere and reports to the registry, whose next probe is then a new proof. Posted: this
+    // runs inside the session's delivery, and ForgetProof retires the session.
+    SessionTimers().RunAt(absl::InfinitePast(), [weak] {
+      if (auto client = weak.lock()) client->ForgetProof();
+    });
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("worker ", url, " refused this router's cluster token (it ",
+                     "restarted, or its secret changed): ", status.error_message()));
+  };
+}
 
 std::shared_ptr<CallHandle> WorkerClient::Prefill(
     proto::PrefillRequest request, absl::Time deadline,
     std::function<void(grpc::Status, proto::PrefillResponse)> done) {
-  std::shared_ptr<SessionCall> call = NewPrefillCall(std::move(done));
+  std::shared_ptr<SessionCall> call =
+      NewPrefillCall([filter = LegStatusFilter(), done = std::move(done)](
+                         grpc::Status status, proto::PrefillResponse response) {
+        done(filter(std::move(status)), std::move(response));
+      });
   proto::SessionCall message;
   *message.mutable_prefill() = std::move(request);
   SendLeg(call, &message, deadline);
@@ -185,7 +302,9 @@ std::shared_ptr<CallHandle> WorkerClient::Decode(
     proto::DecodeRequest request, absl::Time deadline,
     std::function<void(const proto::DecodeEvent&)> on_event,
     std::function<void(grpc::Status)> done) {
-  std::shared_ptr<SessionCall> call = NewDecodeCall(std::move(on_event), std::move(done));
+  std::shared_ptr<SessionCall> call = NewDecodeCall(
+      std::move(on_event), [filter = LegStatusFilter(), done = std::move(done)](
+                               grpc::Status status) { done(filter(std::move(status))); });
   proto::SessionCall message;
   *message.mutable_decode() = std::move(request);
   SendLeg(call, &message, deadline);
@@ -194,6 +313,11 @@ std::shared_ptr<CallHandle> WorkerClient::Decode(
 
 void WorkerClient::SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
                            absl::Time deadline) {
+  if (!verified()) {
+    // The registry never routes to an unverified worker; this keeps prompts from one anyway.
+    SessionCall::FailLater(call, Unverified());
+    return;
+  }
   const size_t bytes = message->ByteSizeLong();  // once: it walks the whole prompt
   if (bytes > kMaxSessionCallBytes) {
     SessionCall::FailLater(
@@ -220,21 +344,23 @@ std::shared_ptr<WorkerSession> WorkerClient::OpenSessionLocked() {
   }
   // The failure callback may outlive this client (the connection runs on its own thread).
   std::weak_ptr<WorkerClient> weak = weak_from_this();
-  return OpenSocketSession(
-      address_.host, session_port_, url_, cluster_secret_, [weak](const grpc::Status& status) {
-        auto client = weak.lock();
-        if (client == nullptr) return;
-        spdlog::warn("{}; its legs go over gRPC for up to {} s", status.error_message(),
-                     absl::ToInt64Seconds(kSocketRetry));
-        {
-          std::lock_guard<std::mutex> lock(client->session_mu_);
-          client->socket_retry_after_ = absl::Now() + kSocketRetry;
-        }
-        // A worker restarted on the same gRPC port listens on a new ephemeral session port: ask
-        // now rather than at the next health check, so its legs are back on the socket at once.
-        client->Health(false, absl::Now() + kRelearnDeadline,
-                       [](grpc::Status, proto::HealthResponse) {});
-      });
+  return OpenSocketSession(address_.host, session_port_, url_, cluster_secret_, audience_->Get(),
+                           [weak](const grpc::Status& status) {
+                             auto client = weak.lock();
+                             if (client == nullptr) return;
+                             spdlog::warn("{}; its legs go over gRPC for up to {} s",
+                                          status.error_message(),
+                                          absl::ToInt64Seconds(kSocketRetry));
+                             {
+                               std::lock_guard<std::mutex> lock(client->session_mu_);
+                               client->socket_retry_after_ = absl::Now() + kSocketRetry;
+                             }
+                             // A worker restarted on the same gRPC port listens on a new ephemeral
+                             // session port: ask now rather than at the next health check, so its
+                             // legs are back on the socket at once.
+                             client->Health(false, absl::Now() + kRelearnDeadline,
+                                            [](grpc::Status, proto::HealthResponse) {});
+                           });
 }
 
 int WorkerClient::session_port() {
@@ -262,6 +388,7 @@ WorkerClient::~WorkerClient() {
 std::shared_ptr<CallHandle> WorkerClient::Abort(
     proto::AbortRequest request, absl::Time deadline,
     std::function<void(grpc::Status, proto::AbortResponse)> done) {
+  if (!verified()) return FailSoon(std::move(done), Unverified());
   auto call = std::make_shared<UnaryCall<proto::AbortRequest, proto::AbortResponse>>(
       std::move(request), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -272,6 +399,7 @@ std::shared_ptr<CallHandle> WorkerClient::Abort(
 std::shared_ptr<CallHandle> WorkerClient::Health(
     bool generate, absl::Time deadline,
     std::function<void(grpc::Status, proto::HealthResponse)> done) {
+  if (!verified()) return FailSoon(std::move(done), Unverified());
   proto::HealthRequest request;
   request.set_generate(generate);
   std::weak_ptr<WorkerClient> weak = weak_from_this();
@@ -294,6 +422,7 @@ std::shared_ptr<CallHandle> WorkerClient::Health(
 
 std::shared_ptr<CallHandle> WorkerClient::GetLoad(
     absl::Time deadline, std::function<void(grpc::Status, proto::LoadReport)> done) {
+  if (!verified()) return FailSoon(std::move(done), Unverified());
   auto call = std::make_shared<UnaryCall<proto::LoadRequest, proto::LoadReport>>(
       proto::LoadRequest(), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -303,6 +432,7 @@ std::shared_ptr<CallHandle> WorkerClient::GetLoad(
 
 std::shared_ptr<CallHandle> WorkerClient::FlushCache(
     absl::Time deadline, std::function<void(grpc::Status, proto::FlushCacheResponse)> done) {
+  if (!verified()) return FailSoon(std::move(done), Unverified());
   auto call = std::make_shared<UnaryCall<proto::FlushCacheRequest, proto::FlushCacheResponse>>(
       proto::FlushCacheRequest(), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -312,6 +442,7 @@ std::shared_ptr<CallHandle> WorkerClient::FlushCache(
 
 std::shared_ptr<CallHandle> WorkerClient::GetServerInfo(
     absl::Time deadline, std::function<void(grpc::Status, proto::ServerInfo)> done) {
+  if (!verified()) return FailSoon(std::move(done), Unverified());
   auto call = std::make_shared<UnaryCall<proto::ServerInfoRequest, proto::ServerInfo>>(
       proto::ServerInfoRequest(), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {

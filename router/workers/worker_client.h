@@ -19,6 +19,16 @@
 // next 30 s or until a Health answer (asked for at once) advertises another port, sessions go
 // over gRPC again.
 //
+// With a cluster secret, the client trusts the worker only once it proved the secret (Prove,
+// proto/cluster_proof.proto): until then every call but Prove fails at once with UNAVAILABLE
+// "unverified: ..." without reaching the worker, and the channel attaches no token to anything,
+// so a stranger added as a worker sees neither tokens nor prompts. Afterwards every token names
+// the worker's instance id from its proof (common/cluster_token.h), so a token it receives opens
+// nothing elsewhere. A leg the worker refuses as UNAUTHENTICATED (it restarted, so it has a new
+// instance id) ends UNAVAILABLE instead, so the dispatcher retries it elsewhere and reports the
+// worker, and the client is unverified again until the next Prove. Without a secret the client
+// is verified from the start.
+//
 // Thread-safety: thread-safe. Ownership: shared (std::shared_ptr); a call in flight keeps what it
 // needs alive itself, so the client may be dropped while calls are running.
 #ifndef TANDEM_ROUTER_WORKERS_WORKER_CLIENT_H_
@@ -26,6 +36,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -33,6 +44,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/cluster_proof.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "proto/worker.pb.h"
 
@@ -60,6 +72,7 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
 
 class WorkerSession;
 class SessionCall;
+class ClusterAudience;
 
 class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
  public:
@@ -79,6 +92,18 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
   // The session socket port the worker's last Health answer advertised (0: none, legs go on
   // rpc Session).
   int session_port();
+
+  // True once the worker proved the cluster secret (always, without a secret).
+  bool verified() const;
+  // Asks the worker to prove the cluster secret (a fresh nonce, no token). `done` runs exactly
+  // once on a gRPC or timer thread: OK once verified (tokens from now on name the instance id
+  // the worker reported), otherwise why not, keeping the status code of a transport failure
+  // (UNAVAILABLE, DEADLINE_EXCEEDED) and Unauthenticated "the worker did not prove the cluster
+  // secret: ..." for any answer that is not a proof. Without a secret: OK at once.
+  std::shared_ptr<CallHandle> Prove(absl::Time deadline, std::function<void(absl::Status)> done);
+  // The worker refused a token made for its proven instance id (it restarted or changed its
+  // secret): unverified again until the next Prove; the current session is retired.
+  void ForgetProof();
 
   // The prefill leg. `done` runs exactly once on a gRPC thread. The handle's Cancel() cancels.
   std::shared_ptr<CallHandle> Prefill(
@@ -106,7 +131,14 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
 
  private:
   WorkerClient(std::string url, WorkerAddress address, std::shared_ptr<grpc::Channel> channel,
-               std::string cluster_secret);
+               std::string cluster_secret, std::shared_ptr<ClusterAudience> audience);
+  // The status of every call to a worker that has not proven the secret.
+  grpc::Status Unverified() const;
+  // Maps a leg's final status: UNAUTHENTICATED from a proven worker becomes UNAVAILABLE and
+  // makes the worker unverified (see the .cc).
+  std::function<grpc::Status(grpc::Status)> LegStatusFilter();
+  // Sets the proven instance id, or clears it (""); retires the session opened under another.
+  void SetAudience(std::string instance_id);
   // Sends a leg on the current session (opening one when there is none or it is closing).
   void SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
                absl::Time deadline);
@@ -121,7 +153,11 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
   const WorkerAddress address_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::Worker::Stub> stub_;
+  std::unique_ptr<proto::ClusterProof::Stub> proof_stub_;
   const std::string cluster_secret_;
+  // The instance id tokens name; shared with the channel's interceptor. "" until proven.
+  const std::shared_ptr<ClusterAudience> audience_;
+  std::atomic<bool> verified_{false};  // mirrors !audience_->Get().empty() for the hot path
   std::mutex session_mu_;
   std::shared_ptr<WorkerSession> session_;  // guarded by session_mu_
   int session_port_ = 0;                    // guarded by session_mu_: 0 = none advertised

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 
 namespace tandem::router {
@@ -74,6 +75,7 @@ Worker::Worker(std::shared_ptr<WorkerClient> client, WorkerType type,
 Worker::~Worker() = default;
 
 bool Worker::Available() const {
+  if (!client_->verified()) return false;
   absl::MutexLock lock(&mu_);
   if (!healthy_ || draining_ || removed_) return false;
   bool allowed = breaker_.CanExecute();
@@ -157,6 +159,28 @@ void Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::s
   }
 }
 
+void Worker::OnProof(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (removed_) return;
+  if (status.ok()) {
+    spdlog::info("worker {} proved the cluster secret", url());
+    proof_failure_logged_ = false;
+    last_error_.clear();
+    return;
+  }
+  healthy_ = false;
+  probe_successes_ = 0;
+  gauges_.healthy->Set(0);
+  // WorkerClient::Prove's messages already say what failed; say it once.
+  absl::string_view why = status.message();
+  absl::ConsumePrefix(&why, "the worker did not prove the cluster secret: ");
+  last_error_ = absl::StrCat("unverified: did not prove the cluster secret: ", why);
+  if (!proof_failure_logged_) {
+    proof_failure_logged_ = true;
+    spdlog::warn("worker {} is {}; the router sends it nothing until it does", url(), last_error_);
+  }
+}
+
 void Worker::MarkFailed(const std::string& why) {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
@@ -203,8 +227,9 @@ WorkerState Worker::Snapshot() const {
   s.bootstrap_port = bootstrap_port_;
   s.inflight = inflight();
   s.session_port = client_->session_port();
+  s.verified = client_->verified();
   absl::MutexLock lock(&mu_);
-  s.healthy = healthy_;
+  s.healthy = healthy_ && s.verified;
   s.draining = draining_;
   s.circuit = CircuitStateName(breaker_.state());
   s.load = load_;
@@ -423,7 +448,7 @@ MonoClock::time_point WorkerRegistry::RunDue() {
       calls_.emplace(id, nullptr);
       probes.emplace_back(worker, id);
     }
-    if (poll_load && !worker->load_in_flight_) {
+    if (poll_load && !worker->load_in_flight_ && worker->client().verified()) {
       worker->load_in_flight_ = true;
       uint64_t id = next_call_id_++;
       calls_.emplace(id, nullptr);
@@ -432,7 +457,13 @@ MonoClock::time_point WorkerRegistry::RunDue() {
   }
   if (!probes.empty() || !polls.empty()) {
     mu_.Unlock();
-    for (auto& [worker, id] : probes) SendProbe(worker, id);
+    for (auto& [worker, id] : probes) {
+      if (worker->client().verified()) {
+        SendProbe(worker, id);
+      } else {
+        SendProof(worker, id);
+      }
+    }
     for (auto& [worker, id] : polls) SendLoadPoll(worker, id);
     mu_.Lock();
   }
@@ -448,6 +479,11 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
           false, deadline, [this, worker, id](grpc::Status status, proto::HealthResponse response) {
             bool ok = status.ok();
             worker->OnProbe(ok, response.status(), ok ? response.message() : StatusText(status));
+            // A token for the proven instance refused: the worker restarted (a new instance id)
+            // or changed its secret. Ask it to prove itself again, now.
+            const bool reprove = status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+                                 !options_.cluster_secret.empty();
+            if (reprove) worker->client().ForgetProof();
             bool serving = ok && response.status() == proto::HealthResponse::SERVING;
             probes_family_->WithLabels({worker->url(), serving ? "ok" : "failed"}).Increment();
             const bool down = !worker->healthy();
@@ -458,6 +494,7 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
               // failed leg (ReportFailure) or a restart must not keep it out of rotation for a
               // whole --health-check-interval-secs (60 s by default) once it answers again.
               if (down) worker->recovery_probe_at_ = MonoNow() + RecoveryProbeInterval();
+              if (reprove) worker->probe_now_ = true;
               if (worker->probe_now_ || down) {  // asked for again while this one ran, or down
                 kick_ = true;
                 wake_.SignalAll();
@@ -465,6 +502,33 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
             }
             CallDone(id);
           }));
+}
+
+void WorkerRegistry::SendProof(const WorkerPtr& worker, uint64_t id) {
+  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  Register(id, worker->client().Prove(deadline, [this, worker, id](absl::Status status) {
+    worker->OnProof(status);
+    probes_family_->WithLabels({worker->url(), status.ok() ? "ok" : "failed"}).Increment();
+    // Unreachable (it may still be starting): ask again soon. Answered without a valid proof:
+    // a stranger, or a member with another secret; ask again at the health-check interval.
+    const bool unreachable = status.code() == absl::StatusCode::kUnavailable ||
+                             status.code() == absl::StatusCode::kDeadlineExceeded;
+    {
+      absl::MutexLock lock(&mu_);
+      worker->probe_in_flight_ = false;
+      if (status.ok()) {
+        worker->probe_now_ = true;  // its first health check, at once
+        worker->recovery_probe_at_.reset();
+      } else if (unreachable) {
+        worker->recovery_probe_at_ = MonoNow() + RecoveryProbeInterval();
+      }
+      if (worker->probe_now_ || unreachable) {
+        kick_ = true;
+        wake_.SignalAll();
+      }
+    }
+    CallDone(id);
+  }));
 }
 
 void WorkerRegistry::SendLoadPoll(const WorkerPtr& worker, uint64_t id) {

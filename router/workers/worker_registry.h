@@ -17,6 +17,15 @@
 // worker that answers again is back within seconds, not a whole interval later.
 // Load: GetLoad every worker_load_check_interval seconds (0 disables the polls).
 //
+// Proof (with a cluster secret): a worker is unverified until it proved the secret
+// (WorkerClient::Prove); until then it gets no other call, no load poll and no request, is
+// unhealthy, and its last_error starts "unverified: did not prove the cluster secret". The proof
+// is asked for in place of its health probes: every kRecoveryProbeInterval while the worker
+// cannot be reached (it may be starting), and every health-check interval once it answered
+// without a valid proof (a stranger). A health probe the worker refuses as UNAUTHENTICATED (it
+// restarted with a new instance id, or its secret changed) makes it unverified again and asks
+// for a new proof at once.
+//
 // Metrics (label worker=url): tandem_router_worker_healthy (0/1),
 // tandem_router_worker_circuit_state (0 closed, 1 open, 2 half_open),
 // tandem_router_worker_inflight, tandem_router_worker_running_requests,
@@ -65,6 +74,7 @@ struct WorkerState {
   WorkerType type = WorkerType::kRegular;
   std::optional<int> bootstrap_port;
   bool healthy = false;
+  bool verified = false;  // proved the cluster secret (always true without one)
   bool draining = false;
   std::string circuit;     // "closed" | "open" | "half_open"
   int session_port = 0;    // the session socket its legs go to (0: none advertised, gRPC)
@@ -135,6 +145,7 @@ class Worker {
 
   // Health probe results and failure reports (from the registry).
   void OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error);
+  void OnProof(const absl::Status& status);
   void MarkFailed(const std::string& why);
   void OnLoad(const proto::LoadReport& load);
   void SetDraining();
@@ -160,6 +171,8 @@ class Worker {
   mutable CircuitBreaker breaker_ ABSL_GUARDED_BY(mu_);
   proto::LoadReport load_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  // The last proof failure was logged; the next one is not (a stranger is asked every interval).
+  bool proof_failure_logged_ ABSL_GUARDED_BY(mu_) = false;
   // Registry bookkeeping (guarded by the registry's mutex, not mu_).
   bool probe_in_flight_ = false;
   bool load_in_flight_ = false;
@@ -208,6 +221,8 @@ class WorkerRegistry {
   MonoClock::duration RecoveryProbeInterval() const;
   // Issue one probe / poll; called without mu_ (a callback may run inline).
   void SendProbe(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // In place of the probe while the worker is unverified.
+  void SendProof(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   void SendLoadPoll(const WorkerPtr& worker, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   void Register(uint64_t id, std::shared_ptr<CallHandle> handle) ABSL_LOCKS_EXCLUDED(mu_);
   void CallDone(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);

@@ -3,7 +3,7 @@
 // SessionCall: one leg on it. Used by WorkerClient, which opens a session on first use and again
 // after one ends:
 //
-//   auto session = OpenSocketSession(host, session_port, url, secret, on_connect_failed);
+//   auto session = OpenSocketSession(host, session_port, url, secret, audience, on_connect_failed);
 //   // or OpenGrpcSession(channel, stub, url)
 //   std::shared_ptr<SessionCall> call = NewDecodeCall(on_event, done);
 //   if (!session->Send(call, &message, deadline)) { /* closing: open another */ }
@@ -166,7 +166,8 @@ std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> ch
                                                proto::Worker::Stub* stub, const std::string& url);
 
 // A session on the worker's session socket (proto/worker.proto) at host:port, answering its
-// challenge with a token made from `cluster_secret` (none when empty). Connects, reads and
+// challenge with a token made from `cluster_secret` for the worker whose instance id is
+// `audience` (no token when either is empty). Connects, reads and
 // completes partial writes on one process-wide I/O thread, so replies (and the callbacks they
 // run) arrive there; a batch is written from the thread that queued it when the socket takes it
 // whole. A connection not established within 5 s, or refused, fails the session's calls
@@ -174,7 +175,7 @@ std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> ch
 // A peer whose host vanished fails the calls within about 25 s (SetUpClusterSocket).
 std::shared_ptr<WorkerSession> OpenSocketSession(
     const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
-    std::function<void(const grpc::Status&)> on_connect_failed);
+    const std::string& audience, std::function<void(const grpc::Status&)> on_connect_failed);
 
 }  // namespace tandem::router
 

@@ -79,11 +79,12 @@ int ConnectLoopback(int port, int timeout_secs) {
 }
 
 HttpReply Post(int port, const std::string& method, const std::string& target,
-               const std::string& body) {
+               const std::string& body, const std::string& extra_headers = "") {
   TestClient c(static_cast<uint16_t>(port), 30);
   HttpReply reply;
-  if (!c.connected() || !c.SendRequest(method, target, body,
-                                       "Content-Type: application/json\r\nConnection: close\r\n")) {
+  if (!c.connected() ||
+      !c.SendRequest(method, target, body,
+                     "Content-Type: application/json\r\nConnection: close\r\n" + extra_headers)) {
     return reply;
   }
   std::optional<testing::ClientResponse> r = c.ReadResponse();
@@ -230,7 +231,8 @@ std::vector<json> ReferenceOutputs(int router_port, const std::vector<json>& bod
 
 HttpReply RouterAdmin(int router_port, const std::string& method, const std::string& target,
                       const std::string& body) {
-  return Post(router_port, method, target, body);
+  return Post(router_port, method, target, body,
+              std::string("Authorization: Bearer ") + kTestAdminKey + "\r\n");
 }
 
 bool BlocksFreeEqualTotal(int router_port, const WorkerProcess& w, std::string* why) {

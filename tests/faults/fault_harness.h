@@ -66,7 +66,7 @@ struct Tally {
 std::vector<nlohmann::json> ReferenceOutputs(int router_port,
                                              const std::vector<nlohmann::json>& bodies);
 
-// One admin call on the router (no admin key is configured in these tests).
+// One admin call on the router, with the admin key StartRouter gives it (kTestAdminKey).
 HttpReply RouterAdmin(int router_port, const std::string& method, const std::string& target,
                       const std::string& body = "");
 

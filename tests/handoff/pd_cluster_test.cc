@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -355,8 +356,10 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    auto pinging = proto::Worker::NewStub(
-        router::CreateWorkerChannel(d->grpc_address(), kTestClusterSecret, args));
+    auto channel = router::ConnectProvenWorker(d->grpc_address(), kTestClusterSecret,
+                                               absl::Now() + absl::Seconds(10), args);
+    ASSERT_TRUE(channel.ok()) << channel.status();
+    auto pinging = proto::Worker::NewStub(*channel);
     const auto t0 = std::chrono::steady_clock::now();
     DecodeResult r = Decode(pinging.get(), dr);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, seconds(30));

@@ -46,6 +46,11 @@ std::unique_ptr<RouterProcess> StartRouter(const std::vector<std::string>& extra
           "60",
           "--policy",
           "round_robin"};
+  // The admin API is closed without a key; tests that exercise other admin setups say so.
+  const bool own_admin = std::find_if(extra.begin(), extra.end(), [](const std::string& a) {
+                           return a == "--admin-key-file" || a == "--disable-admin-auth";
+                         }) != extra.end();
+  if (!own_admin) argv.insert(argv.end(), {"--admin-key", kTestAdminKey});
   // Only a default is replaced: repeated flags (--prefill, --decode) are all kept.
   const size_t defaults = argv.size();
   for (size_t i = 0; i < extra.size(); ++i) {

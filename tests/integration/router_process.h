@@ -13,6 +13,9 @@
 
 namespace tandem::itest {
 
+// The admin key StartRouter gives the router unless a test passes its own admin flags.
+inline constexpr char kTestAdminKey[] = "tandem-test-admin-key-0123";
+
 struct RouterProcess {
   int port = 0;
   std::vector<std::string> argv;  // as started, for Launch()
@@ -28,8 +31,9 @@ struct RouterProcess {
 // Starts tandem-router on a free loopback port with the shipped model's tokenizer and waits (up
 // to 60 s) for /health 200; a test failure is recorded if it does not come up. Defaults: health
 // checks every second with thresholds of 1, load polls every second, 20 ms first retry backoff,
-// a 60 s request timeout, round_robin. A "--flag value" pair in `extra` replaces the value of a
-// default flag; anything else is appended as given.
+// a 60 s request timeout, round_robin, --admin-key kTestAdminKey (dropped when `extra` gives
+// --admin-key-file or --disable-admin-auth). A "--flag value" pair in `extra` replaces the value
+// of a default flag; anything else is appended as given.
 std::unique_ptr<RouterProcess> StartRouter(const std::vector<std::string>& extra = {});
 
 // The value of the first sample of `metric` in Prometheus text `text` whose name and labels

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "router/workers/cluster_credentials.h"
@@ -25,9 +27,29 @@ bool WaitHealthy(WorkerProcess* w) {
   std::string secret;
   auto flag = std::find(w->argv.begin(), w->argv.end(), "--cluster-secret");
   if (flag != w->argv.end() && flag + 1 != w->argv.end()) secret = *(flag + 1);
-  auto channel = router::CreateWorkerChannel(w->grpc_address(), secret);
+  auto audience = std::make_shared<router::ClusterAudience>();
+  auto channel = router::CreateWorkerChannel(w->grpc_address(), secret, audience);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
     return false;
+  }
+  w->instance_id.clear();
+  if (!secret.empty()) {
+    // Tokens name the worker's instance id, which its proof reports (new at every start).
+    // A few attempts: right after a restart on the same port the first connection may still
+    // break ("Socket closed").
+    absl::StatusOr<std::string> id;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      id =
+          router::ProveWorker(*channel, w->grpc_address(), secret, absl::Now() + absl::Seconds(10));
+      if (id.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    if (!id.ok()) {
+      ADD_FAILURE() << w->role << " on " << w->grpc_address() << ": " << id.status();
+      return false;
+    }
+    w->instance_id = *id;
+    audience->Set(*id);
   }
   w->stub = proto::Worker::NewStub(channel);
   return true;

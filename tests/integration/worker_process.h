@@ -24,6 +24,7 @@ struct WorkerProcess {
   std::vector<std::string> argv;  // as started, for Restart()
   std::unique_ptr<Process> process;
   std::unique_ptr<proto::Worker::Stub> stub;  // proves the worker's --cluster-secret, if any
+  std::string instance_id;  // from the worker's proof (empty without a secret); tokens name it
 
   std::string grpc_address() const { return "127.0.0.1:" + std::to_string(grpc_port); }
   std::string url() const { return "http://" + grpc_address(); }  // as the router takes it

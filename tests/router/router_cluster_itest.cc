@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/worker.grpc.pb.h"
@@ -74,9 +75,17 @@ std::vector<json> SseEvents(const std::string& body, bool* done) {
   return events;
 }
 
+// A stub authenticated for `w` (proven at once).
+std::unique_ptr<proto::Worker::Stub> ProvenStub(const Worker& w) {
+  auto channel = router::ConnectProvenWorker(w.grpc_address(), kTestClusterSecret,
+                                             absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(channel.ok()) << channel.status();
+  return proto::Worker::NewStub(
+      channel.ok() ? *channel : router::CreateWorkerChannel(w.grpc_address(), "", nullptr));
+}
+
 proto::LoadReport Load(const Worker& w) {
-  auto stub =
-      proto::Worker::NewStub(router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
+  auto stub = ProvenStub(w);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + seconds(10));
   proto::LoadReport load;
@@ -86,8 +95,7 @@ proto::LoadReport Load(const Worker& w) {
 
 // Flushes the radix cache until every block of `w` is free (bounded wait).
 bool AllBlocksFree(const Worker& w) {
-  auto stub =
-      proto::Worker::NewStub(router::CreateWorkerChannel(w.grpc_address(), kTestClusterSecret));
+  auto stub = ProvenStub(w);
   const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     grpc::ClientContext ctx;
@@ -115,8 +123,9 @@ json GenerateBody(int max_new, bool stream) {
 class RouterClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    colocated_ = StartWorker("colocated").release();
-    colocated2_ = StartWorker("colocated").release();
+    // With the secret the router holds: a router with a secret trusts only workers that prove it.
+    colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
+    colocated2_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
     prefill_ = StartWorker("prefill").release();
     decode_ = StartWorker("decode").release();
   }
@@ -444,7 +453,7 @@ TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
   // Health converges: the dead worker is reported unhealthy.
   bool converged = false;
   for (int i = 0; i < 200 && !converged; ++i) {
-    ClientResponse w = Request(plain->port, "GET", "/workers");
+    ClientResponse w = Request(plain->port, "GET", "/workers", "", Auth(kTestAdminKey));
     const json states = json::parse(w.body);
     for (const json& s : states["workers"]) {
       if (s["url"] == colocated2_->url() && s["healthy"] == false) converged = true;

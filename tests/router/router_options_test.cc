@@ -111,6 +111,39 @@ TEST(RouterOptionsTest, CrossFlagErrorsNameTheFlags) {
   EXPECT_NE(s.message().find("--admin-key must differ"), std::string::npos) << s.message();
 }
 
+TEST(RouterOptionsTest, AdminKeyFromAFileOrAnExplicitOptOut) {
+  const std::string path = ::testing::TempDir() + "/router-options-admin-key";
+  std::ofstream(path) << "  admin-from-file-123 \nsecond line\n";
+  Parsed p = Parse({"--worker-urls", "http://w:1", "--admin-key-file", path});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_EQ(p.options.admin_key, "admin-from-file-123");
+  EXPECT_FALSE(p.options.disable_admin_auth);
+
+  p = Parse({"--worker-urls", "http://w:1", "--disable-admin-auth"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_TRUE(p.options.disable_admin_auth);
+  EXPECT_TRUE(p.options.admin_key.empty());
+
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--admin-key", "k", "--admin-key-file", path},
+                                             {"--admin-key", "k", "--disable-admin-auth"},
+                                             {"--admin-key-file", path, "--disable-admin-auth"},
+                                             {"--admin-key-file", path + ".missing"}}) {
+    std::vector<std::string> args = {"--worker-urls", "http://w:1"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    p = Parse(args);
+    ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+    const absl::Status s = ValidateRouterOptions(&p.options);
+    EXPECT_FALSE(s.ok()) << args.back();
+    EXPECT_NE(s.message().find("--admin-key"), std::string::npos) << s.message();
+  }
+  std::ofstream(path) << "\n";
+  p = Parse({"--worker-urls", "http://w:1", "--admin-key-file", path});
+  EXPECT_NE(ValidateRouterOptions(&p.options).message().find("holds no key"), std::string::npos);
+}
+
 TEST(RouterOptionsTest, HttpLimitsAndTlsFlags) {
   Parsed p = Parse({"--worker-urls", "http://w:1"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;

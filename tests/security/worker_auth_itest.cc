@@ -86,19 +86,13 @@ DecodeOutcome RunDecode(proto::Worker::Stub* stub, const proto::DecodeRequest& r
 }
 
 std::unique_ptr<Process> StartRouter(int port, std::vector<std::string> extra) {
-  std::vector<std::string> argv = {BinaryPath("tandem-router"),
-                                   "--port",
-                                   std::to_string(port),
-                                   "--model-path",
-                                   SourcePath("models/tandem-tiny-fortunes"),
-                                   "--health-check-interval-secs",
-                                   "1",
-                                   "--health-success-threshold",
-                                   "1",
-                                   "--health-failure-threshold",
-                                   "1",
-                                   "--policy",
-                                   "round_robin"};
+  std::vector<std::string> argv = {BinaryPath("tandem-router"), "--port", std::to_string(port),
+                                   "--model-path", SourcePath("models/tandem-tiny-fortunes"),
+                                   "--health-check-interval-secs", "1",
+                                   "--health-success-threshold", "1", "--health-failure-threshold",
+                                   "1", "--policy", "round_robin",
+                                   // These tests read /workers; the admin key is not their topic.
+                                   "--disable-admin-auth"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<Process>(argv);
 }
@@ -147,8 +141,10 @@ TEST_F(WorkerAuthTest, CallsWithoutValidCredentialsAreRefused) {
       ExpectRefused(GetLoad(PlainStub(*w).get(), &ctx), "no x-tandem-auth");
     }
     {
-      auto wrong =
-          proto::Worker::NewStub(router::CreateWorkerChannel(w->grpc_address(), kWrongSecret));
+      auto audience = std::make_shared<router::ClusterAudience>();
+      audience->Set(w->instance_id);
+      auto wrong = proto::Worker::NewStub(
+          router::CreateWorkerChannel(w->grpc_address(), kWrongSecret, audience));
       grpc::ClientContext ctx;
       ExpectRefused(GetLoad(wrong.get(), &ctx), "HMAC does not match");
     }
@@ -157,15 +153,15 @@ TEST_F(WorkerAuthTest, CallsWithoutValidCredentialsAreRefused) {
       grpc::ClientContext ctx;
       ctx.AddMetadata(kClusterAuthMetadata,
                       MakeClusterToken(kTestClusterSecret, "/tandem.proto.Worker/GetLoad",
-                                       absl::Now() - absl::Minutes(10)));
+                                       w->instance_id, absl::Now() - absl::Minutes(10)));
       ExpectRefused(GetLoad(PlainStub(*w).get(), &ctx), "away from this worker's clock");
     }
     {
       // A valid token for another method does not open this one.
       grpc::ClientContext ctx;
-      ctx.AddMetadata(
-          kClusterAuthMetadata,
-          MakeClusterToken(kTestClusterSecret, "/tandem.proto.Worker/Health", absl::Now()));
+      ctx.AddMetadata(kClusterAuthMetadata,
+                      MakeClusterToken(kTestClusterSecret, "/tandem.proto.Worker/Health",
+                                       w->instance_id, absl::Now()));
       ExpectRefused(GetLoad(PlainStub(*w).get(), &ctx), "HMAC does not match");
     }
     grpc::ClientContext ctx;

@@ -177,11 +177,13 @@ std::string Frame(const proto::SessionUp& up) {
 // A session that answered the challenge with the cluster token, as the router's does.
 class AuthedSession {
  public:
-  AuthedSession(int port, const std::string& source) : conn_(port, source) {
+  // `audience`: the worker's instance id (WorkerProcess::instance_id), which tokens name.
+  AuthedSession(int port, const std::string& source, const std::string& audience)
+      : conn_(port, source) {
     std::optional<proto::SessionDown> hello = conn_.Read();
     if (!hello || hello->challenge().empty()) return;
     proto::SessionUp up;
-    up.set_auth(MakeClusterToken(kTestClusterSecret, hello->challenge(), absl::Now()));
+    up.set_auth(MakeClusterToken(kTestClusterSecret, hello->challenge(), audience, absl::Now()));
     ok_ = conn_.Send(Frame(up));
   }
   bool ok() const { return ok_; }
@@ -341,7 +343,7 @@ TEST_F(WorkerPreauthTest, SessionSocketRefusesLargeFramesBeforeAuthentication) {
   ASSERT_NE(colocated_->stub, nullptr);
   const int port = SessionPort(*colocated_);
   ASSERT_GT(port, 0);
-  AuthedSession session(port, "127.0.0.1");
+  AuthedSession session(port, "127.0.0.1", colocated_->instance_id);
   ASSERT_TRUE(session.ok());
   ASSERT_TRUE(session.RunLeg(1));
   const int64_t before = Rss(*colocated_);
@@ -386,7 +388,7 @@ TEST_F(WorkerPreauthTest, SessionSocketRefusesLargeFramesBeforeAuthentication) {
   EXPECT_LT(peak - before, kRssGrowthBound);
   // ...and after it.
   EXPECT_TRUE(session.RunLeg(3));
-  AuthedSession fresh(port, "127.0.0.1");
+  AuthedSession fresh(port, "127.0.0.1", colocated_->instance_id);
   ASSERT_TRUE(fresh.ok());
   EXPECT_TRUE(fresh.RunLeg(4));
 }
@@ -395,7 +397,7 @@ TEST_F(WorkerPreauthTest, UnauthenticatedConnectionsAreCappedAndTimedOut) {
   ASSERT_NE(colocated_->stub, nullptr);
   const int port = SessionPort(*colocated_);
   ASSERT_GT(port, 0);
-  AuthedSession session(port, "127.0.0.1");
+  AuthedSession session(port, "127.0.0.1", colocated_->instance_id);
   ASSERT_TRUE(session.ok());
 
   // One address fills its share: the next connection from it is closed before the challenge.
@@ -414,7 +416,7 @@ TEST_F(WorkerPreauthTest, UnauthenticatedConnectionsAreCappedAndTimedOut) {
   }
   // Another address still gets in, and an authenticated session keeps working.
   {
-    AuthedSession other(port, "127.0.0.20");
+    AuthedSession other(port, "127.0.0.20", colocated_->instance_id);
     ASSERT_TRUE(other.ok());
     EXPECT_TRUE(other.RunLeg(10));
   }

@@ -109,6 +109,20 @@ TEST_F(LocalClusterTest, TandemctlDrivesALocalCluster) {
   // The secret is private to the operator.
   EXPECT_EQ(fs::status(run_dir_ + "/cluster-secret").permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
+  // So is the admin key, which tandemctl finds in the run directory or the environment: the
+  // admin API is closed without one.
+  EXPECT_EQ(fs::status(run_dir_ + "/admin-key").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  r = Ctl({"--run-dir", run_dir_, "workers", "list"}, /*with_key=*/false);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = RunToExit({"/usr/bin/env", "TANDEM_RUN_DIR=" + run_dir_, BinaryPath("tandemctl"), "--router",
+                 router_, "workers", "list"},
+                std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = RunToExit({"/usr/bin/env", std::string("TANDEM_ADMIN_KEY=") + kAdminKey,
+                 BinaryPath("tandemctl"), "--router", router_, "workers", "list"},
+                std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
   // A second start is refused while the first cluster runs.
   r = Cluster({"start", "--base-port", std::to_string(base_port_)});
   EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -14,32 +14,38 @@ namespace {
 
 constexpr char kSecret[] = "0123456789abcdef-preauth-secret";
 constexpr char kChallenge[] = "tandem-session-v1 00112233445566778899aabbccddeeff";
+constexpr char kAudience[] = "preauth-test-instance";
 
 TEST(SessionPreauthTest, TheFirstMessageMustCarryATokenForThisChallenge) {
   proto::SessionUp up;
-  up.set_auth(MakeClusterToken(kSecret, kChallenge, absl::Now()));
+  up.set_auth(MakeClusterToken(kSecret, kChallenge, kAudience, absl::Now()));
   proto::SessionUp got;
-  EXPECT_TRUE(
-      OpenFirstSessionMessage(kSecret, kChallenge, up.SerializeAsString(), absl::Now(), &got).ok());
+  EXPECT_TRUE(OpenFirstSessionMessage(kSecret, kChallenge, kAudience, up.SerializeAsString(),
+                                      absl::Now(), &got)
+                  .ok());
   EXPECT_EQ(got.auth(), up.auth());
 
-  const absl::Status other = OpenFirstSessionMessage(kSecret, "tandem-session-v1 ffff",
+  const absl::Status other = OpenFirstSessionMessage(kSecret, "tandem-session-v1 ffff", kAudience,
                                                      up.SerializeAsString(), absl::Now(), &got);
   EXPECT_EQ(other.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(other.message().rfind("missing or wrong cluster secret", 0), 0u) << other;
+  // A token for this challenge but another worker (relayed by a stranger) is refused too.
+  const absl::Status elsewhere = OpenFirstSessionMessage(kSecret, kChallenge, "another-instance",
+                                                         up.SerializeAsString(), absl::Now(), &got);
+  EXPECT_EQ(elsewhere.code(), absl::StatusCode::kUnauthenticated);
 
   const absl::Status junk =
-      OpenFirstSessionMessage(kSecret, kChallenge, "\xff\xff\xff", absl::Now(), &got);
+      OpenFirstSessionMessage(kSecret, kChallenge, kAudience, "\xff\xff\xff", absl::Now(), &got);
   EXPECT_EQ(junk.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(junk.message(), "a 3-byte message on the session socket is not a SessionUp");
 
   // Without a secret any SessionUp opens the session.
-  EXPECT_TRUE(OpenFirstSessionMessage("", kChallenge, "", absl::Now(), &got).ok());
+  EXPECT_TRUE(OpenFirstSessionMessage("", kChallenge, "", "", absl::Now(), &got).ok());
 }
 
 TEST(SessionPreauthTest, TheRoutersFirstMessageFitsThePreAuthLimit) {
   proto::SessionUp up;
-  up.set_auth(MakeClusterToken(kSecret, kChallenge, absl::Now()));
+  up.set_auth(MakeClusterToken(kSecret, kChallenge, kAudience, absl::Now()));
   EXPECT_LT(up.ByteSizeLong() + kFrameHeaderBytes, kMaxPreAuthFrameBytes / 8);
 }
 

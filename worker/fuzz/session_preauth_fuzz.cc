@@ -41,6 +41,7 @@ namespace {
 const std::string kSecret = "tandem-fuzz-cluster-secret-0001";
 const std::string kOtherSecret = "tandem-fuzz-cluster-secret-0002";
 const std::string kChallenge = "tandem-session-v1 00112233445566778899aabbccddeeff";
+const std::string kAudience = "tandem-fuzz-worker-instance";
 
 void Check(bool ok, const char* what) {
   if (!ok) {
@@ -71,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t half = rest.size() / 2;
     tandem::proto::SessionUp up;
     if (!up.ParseFromArray(rest.data(), static_cast<int>(half))) return 0;
-    up.set_auth(tandem::MakeClusterToken(kSecret, kChallenge, now));
+    up.set_auth(tandem::MakeClusterToken(kSecret, kChallenge, kAudience, now));
     const std::string payload = up.SerializeAsString();
     tandem::AppendFrame(&stream, payload);
     expect_accept = payload.size() <= tandem::worker::kMaxPreAuthFrameBytes;
@@ -107,8 +108,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         continue;
       }
       first_seen = true;
-      const absl::Status s =
-          tandem::worker::OpenFirstSessionMessage(kSecret, kChallenge, **frame, now, &up);
+      const absl::Status s = tandem::worker::OpenFirstSessionMessage(kSecret, kChallenge, kAudience,
+                                                                     **frame, now, &up);
       if (!s.ok()) {
         Check(s.code() == absl::StatusCode::kInvalidArgument ||
                   s.code() == absl::StatusCode::kUnauthenticated,
@@ -117,11 +118,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         Check(!expect_accept, "a sealed first message within the limit was refused");
         return 0;
       }
-      Check(tandem::VerifyClusterToken(kSecret, kChallenge, up.auth(), now).ok(),
+      Check(tandem::VerifyClusterToken(kSecret, kChallenge, kAudience, up.auth(), now).ok(),
             "an accepted first message whose token does not verify");
-      Check(!tandem::VerifyClusterToken(kOtherSecret, kChallenge, up.auth(), now).ok(),
+      Check(!tandem::VerifyClusterToken(kOtherSecret, kChallenge, kAudience, up.auth(), now).ok(),
             "an accepted token verifies under another secret");
-      Check(!tandem::VerifyClusterToken(kSecret, "tandem-session-v1 ff", up.auth(), now).ok(),
+      Check(!tandem::VerifyClusterToken(kSecret, "tandem-session-v1 ff", kAudience, up.auth(), now)
+                 .ok(),
             "an accepted token verifies for another challenge");
       authed = true;
       reader.set_max_frame(tandem::kMaxSessionFrameBytes);

@@ -29,11 +29,14 @@
 #include "proto/worker.grpc.pb.h"
 #include "router/workers/worker_client.h"
 #include "tests/router/workers/session_test_support.h"
+#include "worker/cluster_proof_service.h"
 
 namespace tandem::router {
 namespace {
 
 constexpr char kSecret[] = "0123456789abcdef-session-secret";
+// The stand-in worker's instance id: tokens for its session socket must name it.
+constexpr char kInstanceId[] = "session-socket-test-instance";
 
 // gRPC Health advertising `session_port`, and rpc Session (counted, to show it is not used).
 class AdvertisingService : public proto::Worker::CallbackService {
@@ -70,16 +73,19 @@ class AdvertisingService : public proto::Worker::CallbackService {
 class SocketWorker {
  public:
   explicit SocketWorker(std::string secret = "", int advertise = -1) {
-    auto sockets =
-        worker::SessionSocketServer::Start("127.0.0.1", 0, &legs_, secret, "--session-port: ");
+    auto sockets = worker::SessionSocketServer::Start("127.0.0.1", 0, &legs_, secret, kInstanceId,
+                                                      "--session-port: ");
     EXPECT_TRUE(sockets.ok()) << sockets.status();
     if (sockets.ok()) sockets_ = *std::move(sockets);
     service_ = std::make_unique<AdvertisingService>(
         &legs_, advertise >= 0 ? advertise : (sockets_ ? sockets_->port() : 0));
+    proof_ = std::make_unique<worker::ClusterProofService>(secret, kInstanceId);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &grpc_port_);
     builder.RegisterService(service_.get());
+    builder.RegisterService(proof_.get());
     server_ = builder.BuildAndStart();
+    proof_->SetGrpcPort(grpc_port_);
   }
   ~SocketWorker() {
     if (sockets_) sockets_->CloseAll();
@@ -98,15 +104,25 @@ class SocketWorker {
   ScriptedLegs legs_;
   std::unique_ptr<worker::SessionSocketServer> sockets_;
   std::unique_ptr<AdvertisingService> service_;
+  std::unique_ptr<worker::ClusterProofService> proof_;
   int grpc_port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
 
-// A client that has heard the worker's Health (so its legs go to port `expect`).
+// The client's proof exchange with its worker, waited for.
+absl::Status Prove(WorkerClient& client) {
+  std::promise<absl::Status> proved;
+  client.Prove(absl::Now() + kWait, [&proved](absl::Status s) { proved.set_value(std::move(s)); });
+  return proved.get_future().get();
+}
+
+// A client that has heard the worker's Health (so its legs go to port `expect`), after the
+// worker proved the secret when there is one.
 std::shared_ptr<WorkerClient> Connect(const std::string& url, int expect,
                                       const std::string& secret = "") {
   auto client = WorkerClient::Create(url, secret);
   EXPECT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE(Prove(**client).ok());
   std::promise<grpc::Status> health;
   (*client)->Health(false, absl::Now() + kWait, [&health](grpc::Status s, proto::HealthResponse) {
     health.set_value(std::move(s));
@@ -174,14 +190,23 @@ TEST(SessionSocketTest, TheClusterSecretAnswersTheChallenge) {
   StartDecode(*good, "ok:2", absl::Now() + kWait, watch);
   EXPECT_TRUE(Wait(watch).status.ok());
 
-  auto bad = Connect(w.url(), w.session_port(), "another-secret-of-16+-bytes");
+  // A router with another secret: the worker's proof does not check out, so the client stays
+  // unverified and its leg fails without reaching the worker.
+  const int accepted = w.sockets().accepted();
+  auto bad = WorkerClient::Create(w.url(), "another-secret-of-16+-bytes");
+  ASSERT_TRUE(bad.ok());
+  const absl::Status proof = Prove(**bad);
+  EXPECT_EQ(proof.code(), absl::StatusCode::kUnauthenticated) << proof;
+  EXPECT_TRUE(absl::StrContains(proof.message(), "did not prove the cluster secret")) << proof;
+  EXPECT_FALSE((*bad)->verified());
   auto refused = std::make_shared<DecodeWatch>();
-  StartDecode(*bad, "ok:2", absl::Now() + kWait, refused);
+  StartDecode(**bad, "ok:2", absl::Now() + kWait, refused);
   DecodeResult r = Wait(refused);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "missing or wrong cluster secret"))
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "unverified"))
       << r.status.error_message();
   EXPECT_TRUE(r.events.empty());
+  EXPECT_EQ(w.sockets().accepted(), accepted);
   EXPECT_EQ(w.legs().held_count(), 0);
 }
 
@@ -356,6 +381,19 @@ TEST(SessionSocketTest, TheWorkerRefusesWhatIsNotTheProtocol) {
     EXPECT_TRUE(absl::StrContains(e.message(), "larger than the limit of 4096 bytes"))
         << e.message();
   }
+  {  // a token for this challenge but made for another worker (relayed by a stranger)
+    RawPeer peer(w.session_port());
+    auto hello = peer.Read();
+    ASSERT_TRUE(hello.has_value());
+    proto::SessionUp up;
+    up.set_auth(MakeClusterToken(kSecret, hello->challenge(), "another-instance", absl::Now()));
+    up.add_calls()->set_call_id(1);
+    up.mutable_calls(0)->mutable_decode()->set_rid("ok:1");
+    ASSERT_TRUE(peer.Send(Frame(up)));
+    const proto::CallError e = EndedWith(peer);
+    EXPECT_EQ(e.code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(absl::StrContains(e.message(), "another worker")) << e.message();
+  }
   {  // a token made for another connection's challenge: no replay
     RawPeer first(w.session_port());
     auto first_hello = first.Read();
@@ -363,7 +401,7 @@ TEST(SessionSocketTest, TheWorkerRefusesWhatIsNotTheProtocol) {
     RawPeer second(w.session_port());
     ASSERT_TRUE(second.Read().has_value());
     proto::SessionUp up;
-    up.set_auth(MakeClusterToken(kSecret, first_hello->challenge(), absl::Now()));
+    up.set_auth(MakeClusterToken(kSecret, first_hello->challenge(), kInstanceId, absl::Now()));
     up.add_calls()->set_call_id(1);
     up.mutable_calls(0)->mutable_decode()->set_rid("ok:1");
     ASSERT_TRUE(second.Send(Frame(up)));

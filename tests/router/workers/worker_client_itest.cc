@@ -258,6 +258,15 @@ TEST(WorkerClientItest, PrefillAndDecodeLegs) {
   auto decode = StartDaemon("decode");
   auto p = *WorkerClient::Create(prefill->url(), itest::kTestClusterSecret);
   auto d = *WorkerClient::Create(decode->url(), itest::kTestClusterSecret);
+  // Nothing but Prove reaches a worker before it proved the secret.
+  for (WorkerClient* client : {p.get(), d.get()}) {
+    EXPECT_FALSE(client->verified());
+    std::promise<absl::Status> proved;
+    client->Prove(In(20), [&proved](absl::Status s) { proved.set_value(std::move(s)); });
+    const absl::Status status = proved.get_future().get();
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(client->verified());
+  }
   for (uint64_t room : {101u, 102u}) {
     proto::PrefillRequest pr;
     pr.set_rid("pd-" + std::to_string(room));
