@@ -62,6 +62,9 @@ in_ns() { # in_ns NAMESPACE CMD...: CMD inside NAMESPACE
 }
 
 (umask 077 && head -c 32 /dev/urandom | base64 > "$work/secret")
+# The router's admin API (workers, flush_cache) is closed without a key.
+(umask 077 && head -c 32 /dev/urandom | base64 > "$work/admin-key")
+admin_auth="Authorization: Bearer $(cat "$work/admin-key")"
 # Timeouts: a room that cannot pair fails after 3 s, one whose KV cannot land after 8 s; the
 # router tries a request 3 times at most and gives up on it after 25 s; clients wait 35 s.
 request_timeout=25
@@ -85,7 +88,8 @@ wait_http() { # wait_http NAMESPACE URL: up to 60 s for a 200
 wait_http "$ns_prefill" "http://$b.1:9000/health" || fail "the prefill worker did not come up"
 wait_http "$ns_decode" "http://$a.3:9001/health" || fail "the decode worker did not come up"
 in_ns "$ns_router" "$bin/tandem-router" --model-path "$model" --host "$a.1" --port 30000 \
-  --cluster-secret-file "$work/secret" --pd-disaggregation --policy round_robin \
+  --cluster-secret-file "$work/secret" --admin-key-file "$work/admin-key" \
+  --pd-disaggregation --policy round_robin \
   --prefill "http://$b.1:8000" 8998 --decode "http://$a.3:8001" \
   --health-check-interval-secs 1 --health-success-threshold 1 --health-failure-threshold 1 \
   --retry-max-retries 2 --retry-initial-backoff-ms 50 --request-timeout-secs "$request_timeout" \
@@ -199,7 +203,8 @@ fi
 blocks_free() { # blocks_free NAMESPACE METRICS_URL
   local i m free total
   for i in $(seq 1 300); do
-    in_ns "$ns_router" curl -s -o /dev/null --max-time 5 -X POST "$router/flush_cache" || true
+    in_ns "$ns_router" curl -s -o /dev/null --max-time 5 -X POST -H "$admin_auth" \
+      "$router/flush_cache" || true
     m=$(in_ns "$1" curl -s --max-time 5 "$2" || true)
     free=$(awk '$1 == "tandem_engine_kv_free_blocks" {print $2}' <<< "$m")
     total=$(awk '$1 == "tandem_engine_kv_total_blocks" {print $2}' <<< "$m")
@@ -215,7 +220,7 @@ blocks_free "$ns_prefill" "http://$b.1:9000/metrics"
 blocks_free "$ns_decode" "http://$a.3:9001/metrics"
 healthy=""
 for i in $(seq 1 300); do
-  healthy=$(in_ns "$ns_router" curl -s --max-time 5 "$router/workers" |
+  healthy=$(in_ns "$ns_router" curl -s --max-time 5 -H "$admin_auth" "$router/workers" |
     jq -c '[.workers[] | .healthy]' 2> /dev/null || true)
   [ "$healthy" = "[true,true]" ] && break
   sleep 0.2
