@@ -577,5 +577,42 @@ TEST(HostilePeers, StrangersAreRefusedWhileTheClusterServes) {
   std::printf("hostile cases in all: %d\n", total);
 }
 
+// A worker's refusal reaches the client naming the role that failed, never where the worker is:
+// workers started with a shorter context than the model's refuse a prompt the router let through.
+TEST(HostilePeers, ClientErrorsNameTheRoleNotTheWorker) {
+  const std::vector<std::string> short_context = {"--context-length", "32"};
+  std::unique_ptr<WorkerProcess> prefill = StartWorker("prefill", short_context);
+  std::unique_ptr<WorkerProcess> decode = StartWorker("decode", short_context);
+  const std::string secret_file = ::testing::TempDir() + "hostile_errors_cluster_secret";
+  std::ofstream(secret_file) << kTestClusterSecret << "\n";
+  std::unique_ptr<RouterProcess> router = StartRouter(
+      {"--pd-disaggregation", "--prefill", prefill->url(), std::to_string(prefill->bootstrap_port),
+       "--decode", decode->url(), "--cluster-secret-file", secret_file});
+  ASSERT_FALSE(::testing::Test::HasFailure()) << "the cluster did not come up";
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "Tell me a fortune. ";
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    testing::TestClient c(static_cast<uint16_t>(router->port), 60);
+    c.SendRequest("POST", "/generate",
+                  std::string(R"({"text":")") + prompt +
+                      R"(","sampling_params":{"max_new_tokens":4},"stream":)" +
+                      (stream ? "true" : "false") + "}",
+                  "Content-Type: application/json\r\nConnection: close\r\n");
+    const std::optional<testing::ClientResponse> r = c.ReadResponse();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find("worker failed"), std::string::npos) << r->body;
+    for (const WorkerProcess* w : {prefill.get(), decode.get()}) {
+      for (int port : {w->grpc_port, w->http_port, w->bootstrap_port}) {
+        if (port == 0) continue;
+        EXPECT_EQ(r->body.find(std::to_string(port)), std::string::npos) << r->body;
+      }
+    }
+    EXPECT_EQ(r->body.find("127.0.0.1"), std::string::npos) << r->body;
+  }
+  std::remove(secret_file.c_str());
+}
+
 }  // namespace
 }  // namespace tandem::itest
