@@ -77,20 +77,6 @@ void ReplaceAll(std::string* s, const std::string& from, const std::string& to) 
   }
 }
 
-// Connects a plain socket to the loopback port; -1 on failure.
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Waits up to `limit` for the server to close `fd` (EOF or reset). Bytes that arrive instead are
 // appended to `received`. True when it closed.
 bool WaitForClose(int fd, std::chrono::milliseconds limit, std::string* received) {
@@ -168,21 +154,11 @@ void Check(int port, const BodyCase& c) {
   }
 }
 
-// Flushes every worker's prefix cache through the router's admin API until the worker's
-// /metrics shows every KV block free (bounded wait). False with the last figures in `why`.
+// Every KV block of `w` free once the caches are flushed through `router` (bounded wait).
 bool AllBlocksFree(const RouterProcess& router, const WorkerProcess& w, std::string* why) {
-  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    Post(router.port, "/flush_cache", "", Auth(kAdminKey));
-    const std::string metrics = HttpGet(w.http_port, "/metrics").body;
-    const std::optional<double> free = MetricValue(metrics, "tandem_engine_kv_free_blocks");
-    const std::optional<double> total = MetricValue(metrics, "tandem_engine_kv_total_blocks");
-    *why = w.role + ": free " + (free ? std::to_string(*free) : "?") + " of " +
-           (total ? std::to_string(*total) : "?");
-    if (free && total && *total > 0 && *free == *total) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return false;
+  const bool free = WaitForAllKvBlocksFree(router.port, kAdminKey, w.http_port, why);
+  *why = w.role + ": " + *why;
+  return free;
 }
 
 void BodiesGetTheDocumentedStatusAndNameTheProblem(const Cluster& cluster) {
@@ -318,7 +294,7 @@ void Http10AndPipelinedRequests(const Cluster& cluster) {
 
 void SlowlorisIsCutOffAfterTheReadTimeout(const Cluster& cluster) {
   ++bad_inputs_tried;
-  const int fd = Connect(cluster.plain->port);
+  const int fd = ConnectLoopback(cluster.plain->port);
   ASSERT_GE(fd, 0);
   // Headers one byte per 100 ms, never finished: the router must close the connection (after
   // --http-read-timeout-secs) instead of waiting forever. The bound is generous on purpose.
@@ -342,7 +318,7 @@ void SlowlorisIsCutOffAfterTheReadTimeout(const Cluster& cluster) {
 void IdleAndHalfSentConnectionsAreClosed(const Cluster& cluster) {
   {  // Connected, never sends a byte.
     ++bad_inputs_tried;
-    const int fd = Connect(cluster.plain->port);
+    const int fd = ConnectLoopback(cluster.plain->port);
     ASSERT_GE(fd, 0);
     std::string received;
     EXPECT_TRUE(WaitForClose(fd, seconds(60), &received));
@@ -351,7 +327,7 @@ void IdleAndHalfSentConnectionsAreClosed(const Cluster& cluster) {
   }
   {  // Headers announcing a body that never comes.
     ++bad_inputs_tried;
-    const int fd = Connect(cluster.pd->port);
+    const int fd = ConnectLoopback(cluster.pd->port);
     ASSERT_GE(fd, 0);
     const std::string half =
         "POST /generate HTTP/1.1\r\nHost: t\r\n" + Auth() + "Content-Length: 100\r\n\r\n{\"text\":";

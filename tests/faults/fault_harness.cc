@@ -59,25 +59,6 @@ void ReadEvents(const std::string& chunk, CallResult* r, bool* saw_token) {
   }
 }
 
-// A TCP connection to 127.0.0.1:port whose reads and writes give up after `timeout_secs`; -1 if
-// nothing listens.
-int ConnectLoopback(int port, int timeout_secs) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  timeval tv{timeout_secs, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 HttpReply Post(int port, const std::string& method, const std::string& target,
                const std::string& body, const std::string& extra_headers = "") {
   TestClient c(static_cast<uint16_t>(port), 30);

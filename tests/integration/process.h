@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,13 @@ struct HttpReply {
 HttpReply HttpGet(int port, const std::string& path);
 // Polls `path` until it answers with `status` or the deadline passes.
 bool WaitForHttp(int port, const std::string& path, int status, std::chrono::milliseconds timeout);
+// A TCP connection to 127.0.0.1:port whose reads and writes give up after `timeout_secs`; -1 if
+// nothing listens. The caller closes it.
+int ConnectLoopback(int port, int timeout_secs = 30);
+// /proc/<pid>/status's `field` ("VmRSS", "VmHWM") in bytes; -1 if unreadable.
+int64_t ProcStatusBytes(pid_t pid, const std::string& field);
+// How many descriptors process `pid` has open (/proc/<pid>/fd); -1 if unreadable.
+int OpenFds(pid_t pid);
 // A TCP port free on 127.0.0.1 and kept for this process: it lies below the kernel's ephemeral
 // range (no outgoing connection takes it) and no other test process is handed it. 0 if none.
 int FreePort();

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 #include "gtest/gtest.h"
+#include "tests/common/http_test_client.h"
 
 namespace tandem::itest {
 
@@ -84,6 +86,25 @@ std::optional<double> MetricValue(const std::string& text, const std::string& me
     return v;
   }
   return std::nullopt;
+}
+
+bool WaitForAllKvBlocksFree(int router_port, const std::string& admin_key, int worker_http_port,
+                            std::string* why) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    testing::TestClient flush(static_cast<uint16_t>(router_port), 30);
+    flush.SendRequest("POST", "/flush_cache", "",
+                      "Authorization: Bearer " + admin_key + "\r\nConnection: close\r\n");
+    flush.ReadResponse();
+    const std::string metrics = HttpGet(worker_http_port, "/metrics").body;
+    const std::optional<double> free = MetricValue(metrics, "tandem_engine_kv_free_blocks");
+    const std::optional<double> total = MetricValue(metrics, "tandem_engine_kv_total_blocks");
+    *why = "free " + (free ? std::to_string(*free) : "?") + " of " +
+           (total ? std::to_string(*total) : "?");
+    if (free && total && *total > 0 && *free == *total) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
 }
 
 }  // namespace tandem::itest

@@ -41,6 +41,12 @@ std::unique_ptr<RouterProcess> StartRouter(const std::vector<std::string>& extra
 // `tandem_router_worker_healthy{worker="http://..."`); nullopt if absent or unparsable.
 std::optional<double> MetricValue(const std::string& text, const std::string& metric);
 
+// Flushes every worker's prefix cache through the router's admin API (POST /flush_cache with
+// `admin_key`) until the /metrics of the worker on `worker_http_port` shows every KV block free,
+// for up to 60 s. False when they never were, with the last figures in `why`.
+bool WaitForAllKvBlocksFree(int router_port, const std::string& admin_key, int worker_http_port,
+                            std::string* why);
+
 }  // namespace tandem::itest
 
 #endif  // TANDEM_TESTS_INTEGRATION_ROUTER_PROCESS_H_

@@ -50,24 +50,10 @@ const char kAdminKey[] = "hostile-admin-key-4567";
 // bound covers connections the router opens on its own (health checks, a re-dialled session);
 // the memory bound covers allocator growth from the background traffic itself.
 constexpr int kFdSlack = 24;
-constexpr long kRssSlackKib = 96 << 10;  // 96 MiB
+constexpr int64_t kRssSlackBytes = int64_t{96} << 20;
 
 // Cases tried, per surface; printed at the end.
 std::map<std::string, int> cases_tried;
-
-// Connects a plain TCP socket to 127.0.0.1:port with a receive timeout; -1 on failure.
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // Sends `bytes` (as far as the peer takes them within `limit`) and waits up to `limit` for the
 // peer to close. True when it closed (EOF or reset); bytes that arrived go to `received`.
@@ -204,25 +190,6 @@ struct Cluster {
   std::vector<const WorkerProcess*> workers() const { return {prefill.get(), decode.get()}; }
 };
 
-long VmRssKib(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-int OpenFds(pid_t pid) {
-  int n = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return n;
-}
-
 bool Alive(const WorkerProcess& w) { return HttpGet(w.http_port, "/health").status == 200; }
 
 // Every raw case against every port at once (a ZMQ port hangs up on a connection that never
@@ -247,7 +214,7 @@ void RawBytesAreRefused(const Cluster& cluster) {
       o.must_close = cases[j].must_close;
       ++cases_tried[surfaces[i].name];
       threads.emplace_back([&o, port = surfaces[i].port, &c = cases[j]] {
-        const int fd = Connect(port);
+        const int fd = ConnectLoopback(port);
         o.connected = fd >= 0;
         if (fd < 0) return;
         o.closed = SendAndWaitForClose(fd, c.bytes, seconds(c.must_close ? 20 : 1), &o.received);
@@ -436,7 +403,7 @@ void HalfOpenConnectionFloods(const Cluster& cluster) {
   std::vector<int> held;
   for (const Surface& s : cluster.Surfaces()) {
     for (int i = 0; i < kPerPort; ++i) {
-      const int fd = Connect(s.port);
+      const int fd = ConnectLoopback(s.port);
       if (fd >= 0) held.push_back(fd);
     }
     ++cases_tried[s.name];
@@ -496,24 +463,6 @@ void HelloFloodLeavesTheAuthenticatedPairWorking(const Cluster& cluster) {
       << "requests stopped finishing after a Hello flood";
 }
 
-bool AllBlocksFree(const Cluster& cluster, const WorkerProcess& w, std::string* why) {
-  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    testing::TestClient c(static_cast<uint16_t>(cluster.router->port), 30);
-    c.SendRequest("POST", "/flush_cache", "",
-                  std::string("Authorization: Bearer ") + kAdminKey + "\r\nConnection: close\r\n");
-    c.ReadResponse();
-    const std::string metrics = HttpGet(w.http_port, "/metrics").body;
-    const std::optional<double> free = MetricValue(metrics, "tandem_engine_kv_free_blocks");
-    const std::optional<double> total = MetricValue(metrics, "tandem_engine_kv_total_blocks");
-    *why = w.role + ": free " + (free ? std::to_string(*free) : "?") + " of " +
-           (total ? std::to_string(*total) : "?");
-    if (free && total && *total > 0 && *free == *total) return true;
-    std::this_thread::sleep_for(milliseconds(200));
-  }
-  return false;
-}
-
 // One test, so the background clients run through every section and the daemons start once.
 TEST(HostilePeers, StrangersAreRefusedWhileTheClusterServes) {
   Cluster cluster;
@@ -523,9 +472,9 @@ TEST(HostilePeers, StrangersAreRefusedWhileTheClusterServes) {
   while (cluster.load->succeeded() < 4 && std::chrono::steady_clock::now() < warm) {
     std::this_thread::sleep_for(milliseconds(100));
   }
-  std::map<std::string, std::pair<long, int>> start;  // role -> (RSS KiB, fds)
+  std::map<std::string, std::pair<int64_t, int>> start;  // role -> (RSS bytes, fds)
   for (const WorkerProcess* w : cluster.workers()) {
-    start[w->role] = {VmRssKib(w->process->pid()), OpenFds(w->process->pid())};
+    start[w->role] = {ProcStatusBytes(w->process->pid(), "VmRSS"), OpenFds(w->process->pid())};
   }
   using Section = void (*)(const Cluster&);
   const std::vector<std::pair<const char*, Section>> sections = {
@@ -553,7 +502,8 @@ TEST(HostilePeers, StrangersAreRefusedWhileTheClusterServes) {
   EXPECT_EQ(HttpGet(cluster.router->port, "/health").status, 200);
   for (const WorkerProcess* w : cluster.workers()) {
     std::string why;
-    EXPECT_TRUE(AllBlocksFree(cluster, *w, &why)) << why;
+    EXPECT_TRUE(WaitForAllKvBlocksFree(cluster.router->port, kAdminKey, w->http_port, &why))
+        << w->role << ": " << why;
     // Descriptors of the strangers' connections are closed once they are gone (the servers
     // notice a peer's close at their next read: allow them a moment).
     const pid_t pid = w->process->pid();
@@ -562,12 +512,13 @@ TEST(HostilePeers, StrangersAreRefusedWhileTheClusterServes) {
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(milliseconds(200));
     }
-    const long rss = VmRssKib(pid);
+    const int64_t rss = ProcStatusBytes(pid, "VmRSS");
     const int fds = OpenFds(pid);
-    std::printf("%s: RSS %ld -> %ld KiB, open fds %d -> %d\n", w->role.c_str(),
-                start[w->role].first, rss, start[w->role].second, fds);
+    std::printf("%s: RSS %lld -> %lld KiB, open fds %d -> %d\n", w->role.c_str(),
+                static_cast<long long>(start[w->role].first >> 10),
+                static_cast<long long>(rss >> 10), start[w->role].second, fds);
     EXPECT_LE(fds, start[w->role].second + kFdSlack) << w->role;
-    EXPECT_LE(rss, start[w->role].first + kRssSlackKib) << w->role;
+    EXPECT_LE(rss, start[w->role].first + kRssSlackBytes) << w->role;
   }
   int total = 0;
   for (const auto& [surface, n] : cases_tried) {

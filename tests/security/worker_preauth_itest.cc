@@ -53,18 +53,6 @@ std::chrono::system_clock::time_point In(int s) {
   return std::chrono::system_clock::now() + seconds(s);
 }
 
-// /proc/<pid>/status's `field` ("VmRSS", "VmHWM") in bytes; -1 if unreadable.
-int64_t ProcStatusBytes(pid_t pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, field + ":")) {
-      return std::stoll(line.substr(field.size() + 1)) * 1024;  // "VmRSS:   12345 kB"
-    }
-  }
-  return -1;
-}
-
 int64_t Rss(const WorkerProcess& w) { return ProcStatusBytes(w.process->pid(), "VmRSS"); }
 
 // Lines of the worker's output containing `needle`.
