@@ -1,5 +1,7 @@
 #include "router/client_errors.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,14 @@ constexpr char kRedacted[] = "<address>";
 bool IsHostChar(char c) {
   return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
          c == ':' || c == '[' || c == ']' || c == '%';
+}
+
+// Where an optional ":port" that starts at `at` in `text` ends (`at` when there is none).
+size_t SkipPort(absl::string_view text, size_t at) {
+  if (at + 1 >= text.size() || text[at] != ':' || !absl::ascii_isdigit(text[at + 1])) return at;
+  ++at;
+  while (at < text.size() && absl::ascii_isdigit(text[at])) ++at;
+  return at;
 }
 
 // The length of a dotted-quad IPv4 address (with an optional ":port") at the start of `text`,
@@ -28,11 +38,7 @@ size_t Ipv4Length(absl::string_view text) {
     if (i == start) return 0;
   }
   if (i < text.size() && absl::ascii_isdigit(text[i])) return 0;  // a 4-digit group: no address
-  if (i + 1 < text.size() && text[i] == ':' && absl::ascii_isdigit(text[i + 1])) {
-    ++i;
-    while (i < text.size() && absl::ascii_isdigit(text[i])) ++i;
-  }
-  return i;
+  return SkipPort(text, i);
 }
 
 }  // namespace
@@ -74,26 +80,19 @@ std::string RedactAddresses(absl::string_view text) {
       const size_t close = rest.find(']');
       if (close != absl::string_view::npos && close > 1 && close < 48 &&
           rest.substr(1, close - 1).find(':') != absl::string_view::npos) {
-        size_t j = close + 1;
-        if (j + 1 < rest.size() && rest[j] == ':' && absl::ascii_isdigit(rest[j + 1])) {
-          ++j;
-          while (j < rest.size() && absl::ascii_isdigit(rest[j])) ++j;
-        }
+        const size_t j = SkipPort(rest, close + 1);
         out.append(kRedacted);
         i += j;
         continue;
       }
     }
     if (at_word_start && absl::StartsWithIgnoreCase(rest, "localhost")) {
-      size_t j = 9;
-      if (j < rest.size() && IsHostChar(rest[j]) && rest[j] != ':') {
+      constexpr size_t kLocalhost = 9;
+      if (kLocalhost < rest.size() && IsHostChar(rest[kLocalhost]) && rest[kLocalhost] != ':') {
         out.push_back(text[i++]);  // part of a longer word
         continue;
       }
-      if (j + 1 < rest.size() && rest[j] == ':' && absl::ascii_isdigit(rest[j + 1])) {
-        ++j;
-        while (j < rest.size() && absl::ascii_isdigit(rest[j])) ++j;
-      }
+      const size_t j = SkipPort(rest, kLocalhost);
       out.append(kRedacted);
       i += j;
       continue;
@@ -114,9 +113,7 @@ size_t LegBytesUpperBound(const RoutedRequest& request) {
   constexpr size_t kFixedAllowance = 4 << 10;
   size_t bytes = kFixedAllowance + request.sampling.ByteSizeLong();
   for (const int32_t id : request.input_ids) {
-    // A non-negative int32 varint: 7 bits per byte.
-    const auto v = static_cast<uint32_t>(id);
-    bytes += v < (1u << 7) ? 1 : v < (1u << 14) ? 2 : v < (1u << 21) ? 3 : v < (1u << 28) ? 4 : 5;
+    bytes += google::protobuf::io::CodedOutputStream::VarintSize32SignExtended(id);
   }
   return bytes;
 }

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -15,6 +14,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/version.h"
+#include "engine/model_config.h"
 #include "nlohmann/json.hpp"
 #include "router/api/response.h"
 #include "router/request_headers.h"
@@ -50,35 +50,18 @@ std::string ErrorKind(const absl::Status& s) {
   }
 }
 
-// The model's context length from config.json in `dir` (max_position_embeddings, or that of
-// text_config for multimodal configs); 0 with a warning when it cannot be read, and the router
-// then leaves the check to the workers.
+// The model's context length (max_position_embeddings of its config.json in `dir`); 0 with a
+// warning when the config cannot be read, and the router then leaves the check to the workers.
 int ReadContextLength(const std::string& dir) {
-  const std::filesystem::path path = std::filesystem::path(dir) / "config.json";
-  std::ifstream in(path);
-  if (!in) {
-    spdlog::warn(
-        "{}: cannot read; prompts are checked against the context length by the "
-        "workers only",
-        path.string());
+  absl::StatusOr<engine::ModelConfig> config =
+      engine::ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string());
+  if (!config.ok()) {
+    spdlog::warn("{}; prompts are checked against the context length by the workers only",
+                 std::string(config.status().message()));
     return 0;
   }
-  const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  for (const nlohmann::json* c :
-       {&config,
-        config.is_object() && config.contains("text_config") ? &config["text_config"] : nullptr}) {
-    if (c == nullptr || !c->is_object()) continue;
-    const auto it = c->find("max_position_embeddings");
-    if (it != c->end() && it->is_number_integer() && it->get<int64_t>() > 0 &&
-        it->get<int64_t>() <= std::numeric_limits<int>::max()) {
-      return static_cast<int>(it->get<int64_t>());
-    }
-  }
-  spdlog::warn(
-      "{}: no max_position_embeddings; prompts are checked against the context "
-      "length by the workers only",
-      path.string());
-  return 0;
+  return static_cast<int>(
+      std::min<int64_t>(config->max_position_embeddings, std::numeric_limits<int>::max()));
 }
 
 // Bytes of the longest token `tokenizer` can produce (special tokens included), for the early
