@@ -1,8 +1,5 @@
 #include "common/cluster_token.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include <charconv>
@@ -13,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/hmac.h"
 
 namespace tandem {
 namespace {
@@ -56,14 +54,6 @@ absl::Status Refused(std::string_view why) {
 
 }  // namespace
 
-std::string HmacSha256(std::string_view key, std::string_view message) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int out_len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &out_len);
-  return std::string(reinterpret_cast<const char*>(out), out_len);
-}
-
 std::string MakeClusterToken(std::string_view secret, std::string_view method,
                              std::string_view audience, absl::Time now) {
   const std::string ms = std::to_string(absl::ToUnixMillis(now));
@@ -97,7 +87,7 @@ absl::Status VerifyClusterToken(std::string_view secret, std::string_view method
   // Check the proof before the clock, so a stranger learns nothing about our clock.
   const std::string expected = TokenHmac(secret, method, audience, ms_text);
   const std::string_view given = token.substr(second + 1);
-  if (CRYPTO_memcmp(expected.data(), given.data(), kHexHmacSize) != 0) {
+  if (!ConstantTimeEquals(expected, given)) {
     return Refused(
         "the token's HMAC does not match this worker's secret and instance (a token made for "
         "another worker, another method or with another secret)");
@@ -131,7 +121,7 @@ absl::Status VerifyWorkerProof(std::string_view secret, std::string_view nonce,
   }
   if (proof.size() != kHexHmacSize) return refused("its proof is not 64 hex digits");
   const std::string expected = MakeWorkerProof(secret, nonce, target, instance_id);
-  if (CRYPTO_memcmp(expected.data(), proof.data(), kHexHmacSize) != 0) {
+  if (!ConstantTimeEquals(expected, proof)) {
     return refused("its proof's HMAC does not match this router's secret");
   }
   return absl::OkStatus();

@@ -35,9 +35,6 @@ inline constexpr char kClusterAuthMetadata[] = "x-tandem-auth";
 // must cover clock skew between hosts (keep them NTP-synchronised).
 inline constexpr absl::Duration kClusterTokenWindow = absl::Seconds(60);
 
-// HMAC-SHA256 of `message` under `key` (32 raw bytes).
-std::string HmacSha256(std::string_view key, std::string_view message);
-
 // The token for one call of `method` (gRPC's full name, "/tandem.proto.Worker/Decode"; on the
 // session socket, the connection's challenge) at `now`, for the worker whose instance id is
 // `audience`.

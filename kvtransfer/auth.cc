@@ -1,8 +1,5 @@
 #include "kvtransfer/auth.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
@@ -11,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/hmac.h"
 #include "kvtransfer/frame.h"
 
 namespace tandem::kv {
@@ -75,16 +73,9 @@ std::string ComputeProof(const std::string& secret, AuthRole role, const std::st
     msg.append(reinterpret_cast<const char*>(&n), sizeof(n));
     msg.append(*f);
   }
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int out_len = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &out_len);
-  return std::string(reinterpret_cast<char*>(out), out_len);
+  return HmacSha256(secret, msg);
 }
 
-bool ProofEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
+bool ProofEquals(const std::string& a, const std::string& b) { return ConstantTimeEquals(a, b); }
 
 }  // namespace tandem::kv

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hmac.h"
 #include "gtest/gtest.h"
 
 namespace tandem {
@@ -36,6 +37,16 @@ TEST(ClusterTokenTest, HmacSha256MatchesRfc4231) {
     hex += d[c & 0xf];
   }
   EXPECT_EQ(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(mac.size(), kHmacSha256Bytes);
+}
+
+TEST(ClusterTokenTest, ConstantTimeEqualsComparesWholeValues) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "ab")) << "a prefix is not equal";
+  EXPECT_FALSE(ConstantTimeEquals("", "")) << "an empty authenticator never matches";
+  EXPECT_TRUE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0b", 3)));
+  EXPECT_FALSE(ConstantTimeEquals(std::string("a\0b", 3), std::string("a\0c", 3)));
 }
 
 TEST(ClusterTokenTest, AcceptsAFreshTokenForItsMethod) {

@@ -1,10 +1,7 @@
 #include "worker/handoff/control_channel.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include "absl/strings/str_cat.h"
+#include "common/hmac.h"
 
 namespace tandem::worker {
 namespace {
@@ -12,12 +9,7 @@ namespace {
 constexpr char kDomain[] = "tandem-kv-control-v1";
 
 std::string Mac(const std::string& secret, const std::string& payload) {
-  const std::string data = std::string(kDomain) + payload;
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &len);
-  return std::string(reinterpret_cast<const char*>(out), len);
+  return HmacSha256(secret, std::string(kDomain) + payload);
 }
 
 }  // namespace
@@ -41,7 +33,7 @@ absl::StatusOr<proto::ControlMessage> OpenControl(const std::string& secret,
   }
   const std::string payload = bytes.substr(kControlMacBytes);
   const std::string expected = Mac(secret, payload);
-  if (CRYPTO_memcmp(expected.data(), bytes.data(), kControlMacBytes) != 0) {
+  if (!ConstantTimeEquals(expected, std::string_view(bytes).substr(0, kControlMacBytes))) {
     return absl::UnauthenticatedError(
         "control message fails authentication: the peer does not hold this cluster's secret");
   }
