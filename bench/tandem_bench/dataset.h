@@ -23,13 +23,17 @@
 //                           prompt is "<system prompt>\n\n<question>"; all rows shuffled with
 //                           random.shuffle unless --gsp-ordered.
 //
-// Where the datasets still differ from upstream's:
-//   * a prompt is sent as the text its ids decode to, exactly as upstream: the server may count
-//     a different number of tokens than prompt_len (the table counts prompt_len, as upstream).
-//     --tokenize-prompt (sglang backend) sends the ids themselves.
+// Where the datasets differ from upstream's:
+//   * random without --dataset-path: upstream's ids come from the downloaded ShareGPT file,
+//     ours from the random-ids formula; the lengths are the same, and because the offsets are n
+//     more numpy draws, the Poisson gaps of a finite --request-rate come later in numpy's
+//     sequence than upstream's (with a file, both match).
 //   * generated-shared-prefix draws from the vocabulary in id order; upstream draws from
 //     tokenizer.get_vocab().values(), whose order is a Rust hash map's and differs from run to
 //     run, so upstream's own ids are not reproducible; the draws' positions are.
+// Not a difference, but worth knowing: a prompt is sent as the text its ids decode to, as
+// upstream does, and the server may count another number of tokens than prompt_len (the table
+// counts prompt_len, as upstream). --tokenize-prompt (sglang backend) sends the ids themselves.
 //
 // Everything is deterministic for a given seed and tokenizer. Thread-compatible.
 #ifndef TANDEM_BENCH_TANDEM_BENCH_DATASET_H_
