@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::bench {
@@ -165,12 +167,30 @@ absl::StatusOr<std::vector<DatasetRow>> LoadShareGptDataset(const engine::Tokeni
         "downloaded)");
   }
   if (auto s = CheckPositive(options.num_prompts, "--num-prompts"); !s.ok()) return s;
+  if (options.fixed_output_len != 0 && options.fixed_output_len < 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sharegpt-output-len must be >= 4 (as in bench_serving), got ",
+                     options.fixed_output_len));
+  }
   auto pairs = ReadShareGpt(options.path);
   if (!pairs.ok()) return pairs.status();
   rng.python.Shuffle(*pairs);
   std::vector<DatasetRow> rows;
-  for (const auto& [prompt, answer] : *pairs) {
+  for (auto [prompt, answer] : *pairs) {
     if (static_cast<int>(rows.size()) == options.num_prompts) break;
+    if (!options.prompt_suffix.empty()) {
+      const std::string kAssistant = "Assistant:";
+      if (absl::EndsWith(prompt, kAssistant)) prompt.resize(prompt.size() - kAssistant.size());
+      prompt = absl::StrCat(prompt, options.prompt_suffix, kAssistant);
+    }
+    if (options.apply_chat_template) {
+      auto rendered = tokenizer.ApplyChatTemplate({{"user", prompt}}, true);
+      if (!rendered.ok()) return rendered.status();
+      prompt = std::move(*rendered);
+      if (auto bos = tokenizer.bos_token_id(); bos.has_value()) {
+        prompt = absl::StrReplaceAll(prompt, {{tokenizer.Decode({*bos}), ""}});
+      }
+    }
     const int prompt_len = static_cast<int>(tokenizer.Encode(prompt).size());
     const int output_len = options.fixed_output_len > 0
                                ? options.fixed_output_len

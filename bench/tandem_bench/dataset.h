@@ -17,7 +17,10 @@
 //                           (offsets[i] + i + j) % vocab, vocab being Hugging Face's
 //                           tokenizer.vocab_size (the model vocabulary without added tokens).
 //   sharegpt                the first two turns of each conversation, shuffled with Python's
-//                           random.shuffle; prompts or answers under 2 tokens are dropped.
+//                           random.shuffle; --prompt-suffix is put before a trailing
+//                           "Assistant:", --apply-chat-template renders the prompt as a user
+//                           turn (BOS text removed); prompts or answers under 2 tokens are
+//                           dropped; --sharegpt-output-len must be >= 4.
 //   generated-shared-prefix lengths as above with --gsp-range-ratio; each system prompt, then
 //                           each question, is random.choices(vocabulary, k=len) decoded; the
 //                           prompt is "<system prompt>\n\n<question>"; all rows shuffled with
@@ -70,8 +73,10 @@ struct RandomDatasetOptions {
 struct ShareGptOptions {
   std::string path;
   int num_prompts = 1000;
-  int fixed_output_len = 0;  // > 0 overrides the answers' lengths
-  int context_len = 0;       // > 0 drops prompt + output longer than this
+  int fixed_output_len = 0;          // > 0 overrides the answers' lengths
+  int context_len = 0;               // > 0 drops prompt + output longer than this
+  std::string prompt_suffix;         // --prompt-suffix: before a final "Assistant:"
+  bool apply_chat_template = false;  // --apply-chat-template: the prompt as one user turn
 };
 
 struct SharedPrefixOptions {

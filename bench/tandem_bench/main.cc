@@ -42,8 +42,6 @@ struct IgnoredFlag {
   const char* why;
 };
 constexpr IgnoredFlag kIgnoredFlags[] = {
-    {"--apply-chat-template", false,
-     "prompts are sent as drawn (bench_serving applies it to the sharegpt/image datasets only)"},
     {"--profile", false, "Tandem has no torch profiler (/start_profile)"},
     {"--profile-activities", true, "Tandem has no torch profiler"},
     {"--profile-num-steps", true, "Tandem has no torch profiler"},
@@ -59,7 +57,6 @@ constexpr IgnoredFlag kIgnoredFlags[] = {
     {"--return-routed-experts", false, "Tandem serves no mixture-of-experts model"},
     {"--lora-request-distribution", true, "Tandem serves no LoRA adapters"},
     {"--lora-zipf-alpha", true, "Tandem serves no LoRA adapters"},
-    {"--prompt-suffix", true, "the random and generated-shared-prefix datasets do not use it"},
     {"--image-count", true, "only the image dataset uses it, which tandem-bench has not"},
     {"--image-resolution", true, "only the image dataset uses it, which tandem-bench has not"},
     {"--random-image-count", false, "only the image dataset uses it, which tandem-bench has not"},
@@ -105,6 +102,8 @@ struct Args {
   std::vector<std::string> lora_names;
   std::string tag;
   std::vector<std::string> headers;
+  std::string prompt_suffix;
+  bool apply_chat_template = false;
   SharedPrefixOptions gsp;
   int gsp_num_turns = 1;
   std::string plot;
@@ -179,6 +178,16 @@ void FlushCache(const HttpClient& client, const Args& args) {
 }
 
 int Run(const Args& args) {
+  if (args.dataset_name != "sharegpt") {
+    for (auto [given, flag] : {std::pair{!args.prompt_suffix.empty(), "--prompt-suffix"},
+                               std::pair{args.apply_chat_template, "--apply-chat-template"}}) {
+      if (given) {
+        std::cerr << "tandem-bench: note: " << flag
+                  << " does nothing here: only the sharegpt dataset uses it (as in "
+                     "bench_serving)\n";
+      }
+    }
+  }
   for (const auto& [flag, values] : args.ignored) {
     std::cerr << "tandem-bench: note: " << flag << " does nothing here: ";
     for (const auto& ignored : kIgnoredFlags) {
@@ -262,8 +271,9 @@ int Run(const Args& args) {
     }
     rows = GenerateRandomDataset(tok, options, rng);
   } else if (args.dataset_name == "sharegpt") {
-    ShareGptOptions options{args.dataset_path, args.num_prompts, args.sharegpt_output_len,
-                            args.sharegpt_context_len};
+    ShareGptOptions options{args.dataset_path,        args.num_prompts,
+                            args.sharegpt_output_len, args.sharegpt_context_len,
+                            args.prompt_suffix,       args.apply_chat_template};
     rows = LoadShareGptDataset(tok, options, rng);
   } else {
     rows = GenerateSharedPrefixDataset(tok, args.gsp, rng);
@@ -389,6 +399,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sharegpt-output-len", args.sharegpt_output_len);
   app.add_option("--sharegpt-context-len", args.sharegpt_context_len);
+  app.add_option("--prompt-suffix", args.prompt_suffix,
+                 "sharegpt: put before the prompt's trailing \"Assistant:\"");
+  app.add_flag("--apply-chat-template", args.apply_chat_template,
+               "sharegpt: send each prompt rendered as a user turn");
   app.add_option("--random-input-len", args.random_input_len)->capture_default_str();
   app.add_option("--random-output-len", args.random_output_len)->capture_default_str();
   app.add_option("--random-range-ratio", args.random_range_ratio)

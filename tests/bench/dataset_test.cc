@@ -213,6 +213,36 @@ TEST_F(DatasetTest, ShareGptFileIsReadAndFiltered) {
   }
 }
 
+// bench_serving's sharegpt options: a suffix before "Assistant:", the chat template, and no
+// fixed output length under 4.
+TEST_F(DatasetTest, ShareGptSuffixAndChatTemplate) {
+  std::string path = WriteTemp("sharegpt_suffix.json", R"([
+    {"conversations": [{"value": "Tell me a fortune. Assistant:"},
+                       {"value": "You will have a long and lucky life."}]}])");
+  ShareGptOptions options;
+  options.path = path;
+  options.num_prompts = 1;
+  options.prompt_suffix = " Be brief.";
+  BenchRandom rng(1);
+  auto rows = LoadShareGptDataset(*tokenizer_, options, rng);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].prompt, "Tell me a fortune.  Be brief.Assistant:");
+
+  options.prompt_suffix.clear();
+  options.apply_chat_template = true;
+  rows = LoadShareGptDataset(*tokenizer_, options, rng);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ((*rows)[0].prompt,
+            "<|im_start|>user\nTell me a fortune. Assistant:<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ((*rows)[0].prompt_len, static_cast<int>(tokenizer_->Encode((*rows)[0].prompt).size()));
+
+  options.fixed_output_len = 3;
+  rows = LoadShareGptDataset(*tokenizer_, options, rng);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find("--sharegpt-output-len"), std::string::npos);
+}
+
 TEST_F(DatasetTest, BrokenShareGptFilesAreClearErrors) {
   BenchRandom rng(1);
   ShareGptOptions options;
