@@ -6,8 +6,12 @@
 //   lengths                 compute_random_lens: np.random.randint(max(int(len * ratio), 1),
 //                           len + 1, size=n); a length of 0 gives n zeros without a draw
 //                           (--random-output-len 0: zero-token requests). Input lengths first,
-//                           then output lengths. Prompts sent as text leave room for the
-//                           tokens the tokenizer's post-processor adds (e.g. BOS), as upstream.
+//                           then output lengths. Older bench_serving drew output lengths from
+//                           [int(len * ratio), len], so ratio 0 could draw 0 (seed 1, 200 x
+//                           64/16: 14 zeros, 1698 output tokens); the seed-004 report's 1653
+//                           output tokens are this rule's, which never draws 0 for len > 0. Prompts
+//                           sent as text leave room for the tokens the tokenizer's post-processor
+//                           adds (e.g. BOS), as upstream.
 //   random                  the first turns of a ShareGPT file (--dataset-path), shuffled with
 //                           Python's random.shuffle, each encoded and repeated/cut to its length;
 //                           conversations whose prompt encodes to nothing are skipped.
