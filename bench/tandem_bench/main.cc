@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -73,7 +74,7 @@ struct Args {
   std::string backend = "sglang";
   std::string base_url;
   std::string host = "127.0.0.1";
-  int port = 30000;
+  int port = 0;  // 0: the backend's default, as bench_serving picks it
   std::string dataset_name = "sharegpt";
   std::string dataset_path;
   std::string model;
@@ -231,8 +232,14 @@ int Run(const Args& args) {
     settings.headers.emplace_back(header.substr(0, eq), header.substr(eq + 1));
   }
 
+  int port = args.port;
+  if (port == 0) {
+    port = absl::StartsWith(args.backend, "vllm")       ? 8000
+           : absl::StartsWith(args.backend, "lmdeploy") ? 23333
+                                                        : 30000;
+  }
   const std::string base_url =
-      args.base_url.empty() ? absl::StrCat("http://", args.host, ":", args.port) : args.base_url;
+      args.base_url.empty() ? absl::StrCat("http://", args.host, ":", port) : args.base_url;
   auto client = HttpClient::FromUrl(base_url);
   if (!client.ok()) return Fail(client.status());
 
@@ -381,11 +388,14 @@ int main(int argc, char** argv) {
   CLI::App app{
       "tandem-bench: serving benchmark client (flags, datasets and result table of "
       "python -m sglang.bench_serving)"};
-  app.add_option("--backend", args.backend, "sglang | sglang-oai | sglang-oai-chat")
+  app.add_option("--backend", args.backend,
+                 "sglang | sglang-oai | sglang-oai-chat (vllm, lmdeploy and their -chat: the "
+                 "same OpenAI requests)")
       ->capture_default_str();
   app.add_option("--base-url", args.base_url, "server base URL (overrides --host/--port)");
   app.add_option("--host", args.host)->capture_default_str();
-  app.add_option("--port", args.port)->check(CLI::Range(1, 65535))->capture_default_str();
+  app.add_option("--port", args.port, "default: 30000 (vllm: 8000, lmdeploy: 23333)")
+      ->check(CLI::Range(1, 65535));
   app.add_option("--dataset-name", args.dataset_name)
       ->check(CLI::IsMember({"sharegpt", "random", "random-ids", "generated-shared-prefix"}))
       ->capture_default_str();

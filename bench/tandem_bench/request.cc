@@ -71,11 +71,14 @@ std::optional<std::string> ContentOf(Backend backend, const Json& data, bool str
 
 absl::StatusOr<Backend> ParseBackend(std::string_view name) {
   if (name == "sglang" || name == "sglang-native") return Backend::kSglang;
-  if (name == "sglang-oai") return Backend::kSglangOai;
-  if (name == "sglang-oai-chat") return Backend::kSglangOaiChat;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--backend must be one of sglang, sglang-oai, sglang-oai-chat; got '",
-                   std::string(name), "'"));
+  if (name == "sglang-oai" || name == "vllm" || name == "lmdeploy") return Backend::kSglangOai;
+  if (name == "sglang-oai-chat" || name == "vllm-chat" || name == "lmdeploy-chat") {
+    return Backend::kSglangOaiChat;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--backend must be one of sglang, sglang-native, sglang-oai, sglang-oai-chat, vllm, "
+      "vllm-chat, lmdeploy, lmdeploy-chat; got '",
+      std::string(name), "'"));
 }
 
 const char* BackendName(Backend backend) {

@@ -46,8 +46,10 @@ namespace tandem::bench {
 
 enum class Backend { kSglang, kSglangOai, kSglangOaiChat };
 
-// "sglang" (also "sglang-native"), "sglang-oai", "sglang-oai-chat"; anything else is
-// InvalidArgument listing the choices.
+// "sglang" (also "sglang-native"), "sglang-oai", "sglang-oai-chat", and bench_serving's other
+// OpenAI-speaking backends, which send the same requests: "vllm" and "lmdeploy" (completions),
+// "vllm-chat" and "lmdeploy-chat" (chat). Anything else (trt, gserver, truss: other servers'
+// APIs) is InvalidArgument listing the choices.
 absl::StatusOr<Backend> ParseBackend(std::string_view name);
 const char* BackendName(Backend backend);
 const char* ApiPath(Backend backend);  // "/generate", "/v1/completions", "/v1/chat/completions"

@@ -16,9 +16,11 @@ TEST(RequestTest, BackendNames) {
   EXPECT_EQ(*ParseBackend("sglang-native"), Backend::kSglang);
   EXPECT_EQ(*ParseBackend("sglang-oai"), Backend::kSglangOai);
   EXPECT_EQ(*ParseBackend("sglang-oai-chat"), Backend::kSglangOaiChat);
-  auto bad = ParseBackend("vllm");
+  EXPECT_EQ(*ParseBackend("vllm"), Backend::kSglangOai);
+  EXPECT_EQ(*ParseBackend("lmdeploy-chat"), Backend::kSglangOaiChat);
+  auto bad = ParseBackend("trt");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'vllm'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("'trt'"), std::string::npos);
   EXPECT_STREQ(ApiPath(Backend::kSglangOaiChat), "/v1/chat/completions");
 }
 

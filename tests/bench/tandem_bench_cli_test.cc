@@ -147,7 +147,7 @@ TEST(TandemBenchCliTest, ClearErrors) {
   EXPECT_NE(run.err.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << run.err;
 
   // Usage errors exit 2, like every other Tandem binary (and argparse).
-  run = RunBench("--backend vllm " + Common(port));
+  run = RunBench("--backend trt " + Common(port));
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("--backend"), std::string::npos) << run.err;
 
