@@ -100,7 +100,8 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   };
   using AttemptPtr = std::shared_ptr<Attempt>;
 
-  void OnPrefillDone(const AttemptPtr& a, const grpc::Status& s);
+  void OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
+                     const proto::PrefillResponse& response);
   void OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e);
   void OnDecodeDone(const AttemptPtr& a, const grpc::Status& s);
   // A leg callback threw: the request ends with an internal error (not retried: the same
@@ -115,6 +116,8 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   void StopLegs(const AttemptPtr& a, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(absl::Status s) ABSL_LOCKS_EXCLUDED(deliver_mu_);
   bool pd() const { return d_->options_.pd_mode; }
+  // PD mode, max_new_tokens 0: the prefill worker answers the request alone (no decode leg).
+  bool prefill_only() const { return pd() && request_->sampling.max_new_tokens() == 0; }
 
   Dispatcher* const d_;
   const std::shared_ptr<const RoutedRequest> request_;
@@ -162,8 +165,10 @@ void Run::StartAttempt() {
     }
     a->prefill->BeginRequest();
   }
-  if (!decodes.empty()) a->decode = d_->decode_policy_->Select(decodes, policy_request);
-  if (a->decode == nullptr) {
+  if (!decodes.empty() && !prefill_only()) {
+    a->decode = d_->decode_policy_->Select(decodes, policy_request);
+  }
+  if (a->decode == nullptr && !prefill_only()) {
     if (a->prefill) {
       a->prefill->EndRequest(true);
       a->prefill = nullptr;
@@ -174,14 +179,14 @@ void Run::StartAttempt() {
          true);
     return;
   }
-  a->decode->BeginRequest();
+  if (a->decode) a->decode->BeginRequest();
   a->room = pd() ? NewBootstrapRoom() : 0;
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) {
       a->over = true;
       if (a->prefill) a->prefill->EndRequest(true);
-      a->decode->EndRequest(true);
+      if (a->decode) a->decode->EndRequest(true);
       return;
     }
     current_ = a;
@@ -205,11 +210,21 @@ void Run::StartAttempt() {
     *pr.mutable_sampling_params() = request_->sampling;
     pr.set_return_logprob(request_->return_logprob);
     prefill_call = a->prefill->client().Prefill(
-        std::move(pr), deadline_, [self, a](grpc::Status s, proto::PrefillResponse) {
+        std::move(pr), deadline_, [self, a](grpc::Status s, proto::PrefillResponse response) {
           Guarded(
-              "the prefill leg's completion", [&] { self->OnPrefillDone(a, s); },
+              "the prefill leg's completion", [&] { self->OnPrefillDone(a, s, response); },
               [&] { self->FailInternally(a); });
         });
+  }
+  if (a->decode == nullptr) {
+    bool over;
+    {
+      absl::MutexLock lock(&mu_);
+      a->prefill_call = prefill_call;
+      over = a->over;
+    }
+    if (over) prefill_call->Cancel();
+    return;
   }
   std::shared_ptr<CallHandle> decode_call = a->decode->client().Decode(
       std::move(dr), deadline_,
@@ -236,7 +251,9 @@ void Run::StartAttempt() {
   }
 }
 
-void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s) {
+void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
+                        const proto::PrefillResponse& response) {
+  const bool answers_alone = a->decode == nullptr;
   bool over;
   bool delivered;
   {
@@ -244,8 +261,26 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s) {
     a->prefill_done = true;
     over = a->over;
     delivered = delivered_;
+    if (answers_alone && !over && s.ok()) {
+      a->over = true;
+      delivered_ = true;
+      finished_ = true;
+    }
   }
   a->prefill->EndRequest(s.ok() || over || !IsWorkerFault(s.error_code()));
+  if (answers_alone && !over && s.ok()) {
+    if (!response.final_event().finished()) {
+      Finish(absl::InternalError(
+          "the prefill worker answered a request with max_new_tokens 0 without its final event"));
+      return;
+    }
+    {
+      absl::MutexLock lock(&deliver_mu_);
+      if (!done_delivered_ && on_event_) on_event_(response.final_event());
+    }
+    Finish(absl::OkStatus());
+    return;
+  }
   if (s.ok() || over) return;
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     d_->registry_->ReportFailure(a->prefill->url(), s.error_message());

@@ -5,7 +5,9 @@
 // PD mode: a new random 63-bit room, a prefill worker chosen by the prefill policy and a decode
 // worker by the decode policy; both legs are sent at once, the decode leg naming the prefill
 // worker's host and bootstrap port. A request is counted against a worker (BeginRequest) from the
-// moment it is chosen until its leg ends (EndRequest, which feeds the circuit breaker).
+// moment it is chosen until its leg ends (EndRequest, which feeds the circuit breaker). A PD
+// request with max_new_tokens 0 has no decode leg: the prefill worker answers it alone
+// (PrefillResponse.final_event, delivered as the run's one event).
 //
 // Retries: only while no event has been delivered to the caller. When a leg fails, the other leg
 // is cancelled at once (and, in PD mode, the room aborted on both workers), then after a backoff

@@ -48,13 +48,10 @@ Timeline ComputeTimeline(const std::vector<RequestOutput>& outputs) {
   };
   for (const auto& out : outputs) {
     if (!out.success) continue;
-    // Token times: the first at TTFT, then one after each inter-token latency. Without any
-    // gap (one event, or a non-streamed answer where TTFT is the whole latency) all of the
-    // request's tokens land at TTFT.
+    // Token times as bench_serving counts them: one at TTFT, then one after each inter-token
+    // latency (a non-streamed answer or an empty one counts one token).
     double t = out.start_s + out.ttft_s;
-    if (size_t b = bucket_of(t); b < buckets) {
-      timeline.output_tokens[b] += out.itl_s.empty() ? std::max(out.output_len, 1) : 1;
-    }
+    if (size_t b = bucket_of(t); b < buckets) timeline.output_tokens[b] += 1;
     for (double gap : out.itl_s) {
       t += gap;
       if (size_t b = bucket_of(t); b < buckets) timeline.output_tokens[b] += 1;

@@ -71,11 +71,14 @@ std::optional<std::string> ContentOf(Backend backend, const Json& data, bool str
 
 absl::StatusOr<Backend> ParseBackend(std::string_view name) {
   if (name == "sglang" || name == "sglang-native") return Backend::kSglang;
-  if (name == "sglang-oai") return Backend::kSglangOai;
-  if (name == "sglang-oai-chat") return Backend::kSglangOaiChat;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--backend must be one of sglang, sglang-oai, sglang-oai-chat; got '",
-                   std::string(name), "'"));
+  if (name == "sglang-oai" || name == "vllm" || name == "lmdeploy") return Backend::kSglangOai;
+  if (name == "sglang-oai-chat" || name == "vllm-chat" || name == "lmdeploy-chat") {
+    return Backend::kSglangOaiChat;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--backend must be one of sglang, sglang-native, sglang-oai, sglang-oai-chat, vllm, "
+      "vllm-chat, lmdeploy, lmdeploy-chat; got '",
+      std::string(name), "'"));
 }
 
 const char* BackendName(Backend backend) {
@@ -102,27 +105,39 @@ const char* ApiPath(Backend backend) {
   return "/generate";
 }
 
-std::string BuildRequestBody(const RequestSettings& settings, const std::string& prompt,
+std::string BuildRequestBody(const RequestSettings& settings, const DatasetRow& row,
                              int output_len) {
+  const Json& extra = settings.extra_body;
   Json body;
   if (settings.backend == Backend::kSglang) {
-    body["text"] = prompt;
+    if (settings.send_ids) {
+      body["input_ids"] = row.prompt_ids;
+    } else {
+      body["text"] = row.prompt;
+    }
     body["sampling_params"] = {
         {"temperature", 0.0}, {"max_new_tokens", output_len}, {"ignore_eos", settings.ignore_eos}};
     body["stream"] = settings.stream;
+    body["lora_path"] = nullptr;
+    body["return_logprob"] = settings.return_logprob;
+    body["return_routed_experts"] = false;
+    body["logprob_start_len"] = -1;
   } else {
     body["model"] = settings.model;
     if (settings.backend == Backend::kSglangOai) {
-      body["prompt"] = prompt;
+      body["prompt"] = row.prompt;
       body["best_of"] = 1;
+      body["max_tokens"] = output_len;
     } else {
-      body["messages"] = Json::array({{{"role", "user"}, {"content", prompt}}});
+      body["messages"] = Json::array({{{"role", "user"}, {"content", row.prompt}}});
+      body["max_completion_tokens"] = output_len;
     }
-    body["temperature"] = 0.0;
-    body["max_tokens"] = output_len;
     body["stream"] = settings.stream;
+    body["temperature"] = 0.0;
     body["ignore_eos"] = settings.ignore_eos;
-    if (settings.stream) body["stream_options"] = {{"include_usage", true}};
+  }
+  if (extra.is_object()) {
+    for (const auto& [key, value] : extra.items()) body[key] = value;
   }
   // Prompts come from arbitrary text files; never let invalid UTF-8 throw here.
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -188,32 +203,20 @@ absl::Status ResponseAccumulator::OnBody(std::string_view body, double now_s) {
   return status;
 }
 
-RequestOutput ResponseAccumulator::Finish(const TokenCounter& count_tokens) && {
-  if (!got_content_) {
-    out_.success = false;
-    out_.error = "the response carried no generated text";
-    return std::move(out_);
-  }
+RequestOutput ResponseAccumulator::Finish() && {
   out_.success = true;
-  if (reported_tokens_ >= 0) {
-    out_.output_len = reported_tokens_;
-  } else {
-    out_.output_len = count_tokens ? count_tokens(out_.generated_text) : 0;
-  }
+  out_.output_len = reported_tokens_ >= 0 ? reported_tokens_ : requested_tokens_;
   return std::move(out_);
 }
 
 RequestOutput SendRequest(const HttpClient& client, const RequestSettings& settings,
                           const DatasetRow& row, int output_len, double start_s,
-                          HttpClient::Clock::time_point deadline,
-                          const TokenCounter& count_tokens) {
+                          HttpClient::Clock::time_point deadline) {
   using Clock = HttpClient::Clock;
-  const std::string body = BuildRequestBody(settings, row.prompt, output_len);
-  HttpHeaders headers;
-  if (!settings.api_key.empty())
-    headers.emplace_back("Authorization", "Bearer " + settings.api_key);
+  const std::string body = BuildRequestBody(settings, row, output_len);
+  HttpHeaders headers = settings.headers;
 
-  ResponseAccumulator accumulator(settings.backend);
+  ResponseAccumulator accumulator(settings.backend, output_len);
   absl::Status event_error;
   const Clock::time_point sent = Clock::now();
   auto since_sent = [&] { return std::chrono::duration<double>(Clock::now() - sent).count(); };
@@ -241,7 +244,7 @@ RequestOutput SendRequest(const HttpClient& client, const RequestSettings& setti
   } else if (!event_error.ok()) {
     out.error = std::string(event_error.message());
   } else {
-    out = std::move(accumulator).Finish(count_tokens);
+    out = std::move(accumulator).Finish();
   }
   out.prompt_len = row.prompt_len;
   out.start_s = start_s;

@@ -1,21 +1,32 @@
 // One benchmark request against an SGLang-compatible server: the request body per backend, the
-// parsing of its answer (SSE events or one JSON body) and its timing.
+// parsing of its answer (SSE events or one JSON body) and its timing, as bench_serving's request
+// functions do them (the version whose flags the seed reports print):
 //
-//   sglang           POST /generate             {"text", "sampling_params": {temperature 0,
-//                                                max_new_tokens, ignore_eos}, "stream"}
+//   sglang           POST /generate             {"text" (or "input_ids" with --tokenize-prompt),
+//                                                "sampling_params": {"temperature": 0.0,
+//                                                "max_new_tokens", "ignore_eos"}, "stream",
+//                                                "lora_path": null, "return_logprob",
+//                                                "return_routed_experts": false,
+//                                                "logprob_start_len": -1}
 //                    events carry the text so far (or, from servers that stream increments,
 //                    the new piece) and meta_info.completion_tokens so far.
-//   sglang-oai       POST /v1/completions       {"model","prompt","temperature":0,"best_of":1,
-//                                                "max_tokens","stream","ignore_eos"};
+//   sglang-oai       POST /v1/completions       {"model","prompt","best_of":1,"max_tokens",
+//                                                "stream","temperature":0.0,"ignore_eos"};
 //                                                choices[0].text
-//   sglang-oai-chat  POST /v1/chat/completions  {"model","messages":[user prompt],...};
+//   sglang-oai-chat  POST /v1/chat/completions  {"model","messages":[user prompt],
+//                                                "max_completion_tokens","stream",
+//                                                "temperature":0.0,"ignore_eos"};
 //                                                choices[0].delta.content
-// Streams ask for usage (stream_options.include_usage) so output tokens come from the server;
-// without a count from the server the generated text is re-tokenized.
+// --extra-request-body is merged last (its keys win), as upstream. No backend asks for usage
+// (stream_options); the output token count is the server's (meta_info / usage
+// completion_tokens) when it sends one, otherwise the max_new_tokens asked for, as upstream.
 //
-// A request fails (RequestOutput::success false, error set) on a transport error, a non-200
-// status (its body is quoted), an event that is not JSON or carries an "error" object, or a
-// stream that ends without any content.
+// Counting, as upstream: a request succeeds when the server answers 200 and every event is a
+// JSON object of the backend's shape, even when it carries no generated text (an empty answer
+// or a zero-token request is a success). It fails on a transport error, a non-200 status (its
+// body is quoted) or malformed JSON. One deliberate difference: an event carrying an "error"
+// object fails the request (upstream finds no text in it and counts a success for two of the
+// three backends).
 #ifndef TANDEM_BENCH_TANDEM_BENCH_REQUEST_H_
 #define TANDEM_BENCH_TANDEM_BENCH_REQUEST_H_
 
@@ -29,13 +40,16 @@
 #include "bench/tandem_bench/dataset.h"
 #include "bench/tandem_bench/metrics.h"
 #include "common/http_client.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::bench {
 
 enum class Backend { kSglang, kSglangOai, kSglangOaiChat };
 
-// "sglang" (also "sglang-native"), "sglang-oai", "sglang-oai-chat"; anything else is
-// InvalidArgument listing the choices.
+// "sglang" (also "sglang-native"), "sglang-oai", "sglang-oai-chat", and bench_serving's other
+// OpenAI-speaking backends, which send the same requests: "vllm" and "lmdeploy" (completions),
+// "vllm-chat" and "lmdeploy-chat" (chat). Anything else (trt, gserver, truss: other servers'
+// APIs) is InvalidArgument listing the choices.
 absl::StatusOr<Backend> ParseBackend(std::string_view name);
 const char* BackendName(Backend backend);
 const char* ApiPath(Backend backend);  // "/generate", "/v1/completions", "/v1/chat/completions"
@@ -45,17 +59,23 @@ struct RequestSettings {
   std::string model;  // the "model" field of OpenAI requests
   bool stream = true;
   bool ignore_eos = true;
-  std::string api_key;  // sent as "Authorization: Bearer" when not empty
+  bool return_logprob = false;  // --return-logprob (sglang backend)
+  bool send_ids = false;        // --tokenize-prompt: input_ids instead of text (sglang backend)
+  nlohmann::json extra_body = nlohmann::json::object();  // --extra-request-body
+  HttpHeaders headers;  // every request's extra headers (Authorization, --header)
 };
 
-std::string BuildRequestBody(const RequestSettings& settings, const std::string& prompt,
+// The body for one row asking for `output_len` tokens.
+std::string BuildRequestBody(const RequestSettings& settings, const DatasetRow& row,
                              int output_len);
 
 // Folds one answer into a RequestOutput as it arrives. Times are seconds since the request was
 // sent. Not thread-safe; one per request.
 class ResponseAccumulator {
  public:
-  explicit ResponseAccumulator(Backend backend) : backend_(backend) {}
+  // `requested_tokens` is the output length counted when the server reports none.
+  ResponseAccumulator(Backend backend, int requested_tokens)
+      : backend_(backend), requested_tokens_(requested_tokens) {}
 
   // One SSE `data:` payload that arrived at `now_s`. "[DONE]" is accepted. An error (malformed
   // JSON, an "error" object from the server) fails the request.
@@ -63,14 +83,14 @@ class ResponseAccumulator {
   // A whole non-streamed JSON body that arrived at `now_s`.
   absl::Status OnBody(std::string_view body, double now_s);
 
-  // The measured output (success true) or the reason it has none. `count_tokens` gives the
-  // output length when the server reported none.
-  RequestOutput Finish(const TokenCounter& count_tokens) &&;
+  // The measured output (success true).
+  RequestOutput Finish() &&;
 
  private:
   absl::Status HandleJson(std::string_view data, double now_s, bool streamed);
 
   Backend backend_;
+  int requested_tokens_;
   RequestOutput out_;
   bool got_content_ = false;
   double last_content_s_ = 0.0;
@@ -82,7 +102,7 @@ class ResponseAccumulator {
 // `start_s` is stored as RequestOutput::start_s (the send time relative to the run's start).
 RequestOutput SendRequest(const HttpClient& client, const RequestSettings& settings,
                           const DatasetRow& row, int output_len, double start_s,
-                          HttpClient::Clock::time_point deadline, const TokenCounter& count_tokens);
+                          HttpClient::Clock::time_point deadline);
 
 }  // namespace tandem::bench
 

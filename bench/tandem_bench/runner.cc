@@ -80,8 +80,7 @@ class WorkQueue {
 };
 
 absl::Status Warmup(const HttpClient& client, const RequestSettings& settings,
-                    const DatasetRow& row, const RunOptions& options,
-                    const TokenCounter& count_tokens) {
+                    const DatasetRow& row, const RunOptions& options) {
   if (options.log)
     *options.log << "Starting warmup with " << options.warmup_requests << " sequences..."
                  << std::endl;
@@ -91,7 +90,7 @@ absl::Status Warmup(const HttpClient& client, const RequestSettings& settings,
     for (auto& out : outputs) {
       threads.emplace_back([&, out_ptr = &out] {
         *out_ptr = SendRequest(client, settings, row, std::min(row.output_len, 32), 0.0,
-                               Clock::now() + options.request_timeout, count_tokens);
+                               Clock::now() + options.request_timeout);
       });
     }
   }
@@ -108,18 +107,21 @@ absl::Status Warmup(const HttpClient& client, const RequestSettings& settings,
 
 }  // namespace
 
-std::vector<double> PoissonArrivals(int count, double rate, std::mt19937_64& rng) {
+std::vector<double> PoissonArrivals(int count, double rate, NumpyRandomState& numpy) {
   std::vector<double> arrivals(static_cast<size_t>(std::max(count, 0)), 0.0);
   if (std::isinf(rate)) return arrivals;
-  std::exponential_distribution<double> gap(rate);
-  for (size_t i = 1; i < arrivals.size(); ++i) arrivals[i] = arrivals[i - 1] + gap(rng);
+  for (size_t i = 1; i < arrivals.size(); ++i) {
+    arrivals[i] = arrivals[i - 1] + numpy.Exponential(1.0 / rate);
+  }
+  if (!arrivals.empty()) numpy.Exponential(1.0 / rate);  // upstream also draws after the last
   return arrivals;
 }
 
 absl::StatusOr<RunResult> RunBenchmark(const HttpClient& client, const RequestSettings& settings,
                                        const std::vector<DatasetRow>& rows,
-                                       const RunOptions& options, const TokenCounter& count_tokens,
-                                       std::mt19937_64& rng) {
+                                       const RunOptions& options,
+                                       const std::function<void()>& after_warmup,
+                                       NumpyRandomState& numpy) {
   if (rows.empty()) return absl::InvalidArgumentError("the dataset is empty");
   if (!(options.request_rate > 0)) {
     return absl::InvalidArgumentError(
@@ -130,14 +132,15 @@ absl::StatusOr<RunResult> RunBenchmark(const HttpClient& client, const RequestSe
         "--max-concurrency and --warmup-requests must not be negative");
   }
   if (options.warmup_requests > 0) {
-    if (auto status = Warmup(client, settings, rows[0], options, count_tokens); !status.ok()) {
+    if (auto status = Warmup(client, settings, rows[0], options); !status.ok()) {
       return status;
     }
   }
+  if (after_warmup) after_warmup();
   std::this_thread::sleep_for(options.settle_after_warmup);
 
   const std::vector<double> arrivals =
-      PoissonArrivals(static_cast<int>(rows.size()), options.request_rate, rng);
+      PoissonArrivals(static_cast<int>(rows.size()), options.request_rate, numpy);
   const int pool_size =
       std::min<int>(options.max_concurrency > 0 ? options.max_concurrency : options.max_threads,
                     static_cast<int>(rows.size()));
@@ -155,9 +158,8 @@ absl::StatusOr<RunResult> RunBenchmark(const HttpClient& client, const RequestSe
         size_t index;
         while (queue.Pop(&index)) {
           const double sent_s = SecondsSince(start);
-          result.outputs[index] =
-              SendRequest(client, settings, rows[index], rows[index].output_len, sent_s,
-                          Clock::now() + options.request_timeout, count_tokens);
+          result.outputs[index] = SendRequest(client, settings, rows[index], rows[index].output_len,
+                                              sent_s, Clock::now() + options.request_timeout);
           absl::MutexLock lock(&progress_mu);
           ++done;
         }

@@ -14,15 +14,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <ostream>
-#include <random>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "bench/tandem_bench/dataset.h"
 #include "bench/tandem_bench/metrics.h"
 #include "bench/tandem_bench/request.h"
+#include "bench/tandem_bench/upstream_random.h"
 #include "common/http_client.h"
 
 namespace tandem::bench {
@@ -44,16 +45,19 @@ struct RunResult {
   double duration_s = 0.0;             // first send to last answer
 };
 
-// Arrival times in seconds from the start: 0 for the first request, then exponential gaps of
-// mean 1/rate (all 0 for an infinite rate). Deterministic for a given rng state.
-std::vector<double> PoissonArrivals(int count, double rate, std::mt19937_64& rng);
+// Arrival times in seconds from the start: 0 for the first request, then gaps drawn as
+// bench_serving draws them, np.random.exponential(1 / rate) after each request (all 0 for an
+// infinite rate, with no draw). Deterministic for a given generator state.
+std::vector<double> PoissonArrivals(int count, double rate, NumpyRandomState& numpy);
 
-// Runs the warm-up and the timed benchmark. FailedPrecondition when every warm-up request
-// failed (with the first one's error); InvalidArgument for bad options or an empty dataset.
+// Runs the warm-up, calls `after_warmup` (e.g. --flush-cache; may be empty), then the timed
+// benchmark. FailedPrecondition when every warm-up request failed (with the first one's error);
+// InvalidArgument for bad options or an empty dataset.
 absl::StatusOr<RunResult> RunBenchmark(const HttpClient& client, const RequestSettings& settings,
                                        const std::vector<DatasetRow>& rows,
-                                       const RunOptions& options, const TokenCounter& count_tokens,
-                                       std::mt19937_64& rng);
+                                       const RunOptions& options,
+                                       const std::function<void()>& after_warmup,
+                                       NumpyRandomState& numpy);
 
 }  // namespace tandem::bench
 

@@ -1,5 +1,6 @@
-// Dataset generation with the shipped model's tokenizer: exact token counts, reproducible seeds,
-// shared prefixes, and clear errors for bad options and files.
+// Dataset generation with the shipped model's tokenizer: lengths in range, reproducible seeds,
+// shared prefixes, and clear errors for bad options and files. (Equality with bench_serving's
+// draws is bench_serving_golden_test.cc's.)
 #include "bench/tandem_bench/dataset.h"
 
 #include <cstdio>
@@ -32,19 +33,25 @@ class DatasetTest : public ::testing::Test {
 };
 engine::Tokenizer* DatasetTest::tokenizer_ = nullptr;
 
-TEST_F(DatasetTest, RandomPromptsHaveExactTokenCounts) {
+RandomDatasetOptions Random(int n, int in, int out, double ratio) {
+  RandomDatasetOptions options;
+  options.num_prompts = n;
+  options.input_len = in;
+  options.output_len = out;
+  options.range_ratio = ratio;
+  options.vocab_size = 3069;
+  return options;
+}
+
+TEST_F(DatasetTest, RandomLengthsFollowTheRatio) {
   for (double ratio : {0.0, 0.5, 1.0}) {
-    RandomDatasetOptions options;
-    options.num_prompts = 40;
-    options.input_len = 64;
-    options.output_len = 16;
-    options.range_ratio = ratio;
-    std::mt19937_64 rng(1);
-    auto rows = GenerateRandomDataset(*tokenizer_, options, rng);
+    BenchRandom rng(1);
+    auto rows = GenerateRandomDataset(*tokenizer_, Random(40, 64, 16, ratio), rng);
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(rows->size(), 40u);
     for (const auto& row : *rows) {
-      EXPECT_EQ(Count(row.prompt), row.prompt_len) << row.prompt;
+      EXPECT_EQ(row.prompt_ids.size(), static_cast<size_t>(row.prompt_len));
+      EXPECT_EQ(row.prompt, tokenizer_->Decode(row.prompt_ids));
       EXPECT_GE(row.prompt_len, std::max(static_cast<int>(64 * ratio), 1));
       EXPECT_LE(row.prompt_len, 64);
       EXPECT_GE(row.output_len, std::max(static_cast<int>(16 * ratio), 1));
@@ -56,30 +63,33 @@ TEST_F(DatasetTest, RandomPromptsHaveExactTokenCounts) {
   }
 }
 
-TEST_F(DatasetTest, RandomIdsHaveExactTokenCounts) {
-  RandomDatasetOptions options;
-  options.num_prompts = 20;
-  options.input_len = 100;
-  options.output_len = 8;
-  options.range_ratio = 1.0;
+TEST_F(DatasetTest, ZeroOutputLengthAsksForNoToken) {
+  BenchRandom rng(1);
+  auto rows = GenerateRandomDataset(*tokenizer_, Random(10, 8, 0, 0.0), rng);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (const auto& row : *rows) EXPECT_EQ(row.output_len, 0);
+}
+
+TEST_F(DatasetTest, TokenizedPromptsCarryIdsOnly) {
+  RandomDatasetOptions options = Random(5, 12, 3, 1.0);
   options.ids = true;
-  std::mt19937_64 rng(7);
+  options.tokenize_prompt = true;
+  BenchRandom rng(2);
   auto rows = GenerateRandomDataset(*tokenizer_, options, rng);
   ASSERT_TRUE(rows.ok()) << rows.status();
   for (const auto& row : *rows) {
-    EXPECT_EQ(row.prompt_len, 100);
-    EXPECT_EQ(Count(row.prompt), 100);
-    EXPECT_EQ(row.output_len, 8);
+    EXPECT_TRUE(row.prompt.empty());
+    ASSERT_EQ(row.prompt_ids.size(), 12u);
+    for (size_t j = 1; j < row.prompt_ids.size(); ++j) {
+      EXPECT_EQ(row.prompt_ids[j], (row.prompt_ids[j - 1] + 1) % 3069);
+    }
   }
 }
 
 TEST_F(DatasetTest, SameSeedSameDatasetOtherSeedOther) {
-  RandomDatasetOptions options;
-  options.num_prompts = 10;
-  options.input_len = 32;
-  options.output_len = 8;
-  auto make = [&](uint64_t seed) {
-    std::mt19937_64 rng(seed);
+  RandomDatasetOptions options = Random(10, 32, 8, 0.0);
+  auto make = [&](uint32_t seed) {
+    BenchRandom rng(seed);
     auto rows = GenerateRandomDataset(*tokenizer_, options, rng);
     EXPECT_TRUE(rows.ok());
     std::vector<std::string> prompts;
@@ -91,6 +101,12 @@ TEST_F(DatasetTest, SameSeedSameDatasetOtherSeedOther) {
   EXPECT_NE(make(3), make(4));
 }
 
+size_t CommonPrefix(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 TEST_F(DatasetTest, SharedPrefixGroupsShareTheirSystemPrompt) {
   SharedPrefixOptions options;
   options.num_groups = 4;
@@ -98,52 +114,51 @@ TEST_F(DatasetTest, SharedPrefixGroupsShareTheirSystemPrompt) {
   options.system_prompt_len = 50;
   options.question_len = 10;
   options.output_len = 7;
-  std::mt19937_64 rng(1);
-  auto rows = GenerateSharedPrefixDataset(*tokenizer_, options, rng);
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  ASSERT_EQ(rows->size(), 20u);
-  // Group prompts by their text before the last "\n\n" (the system prompt).
-  std::map<std::string, int> groups;
-  for (const auto& row : *rows) {
-    EXPECT_EQ(row.output_len, 7);
-    EXPECT_EQ(Count(row.prompt), row.prompt_len);
-    size_t cut = row.prompt.rfind("\n\n");
-    ASSERT_NE(cut, std::string::npos);
-    std::string system_prompt = row.prompt.substr(0, cut);
-    std::string question = row.prompt.substr(cut + 2);
-    EXPECT_EQ(Count(system_prompt), 50) << system_prompt;
-    ++groups[system_prompt];
+  options.ordered = true;  // rows g * 5 + p
+  BenchRandom rng(1);
+  auto ordered = GenerateSharedPrefixDataset(*tokenizer_, options, rng);
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  ASSERT_EQ(ordered->size(), 20u);
+  for (int g = 0; g < 4; ++g) {
+    const std::string& first = (*ordered)[static_cast<size_t>(g * 5)].prompt;
+    for (int p = 0; p < 5; ++p) {
+      const DatasetRow& row = (*ordered)[static_cast<size_t>(g * 5 + p)];
+      EXPECT_EQ(row.output_len, 7);
+      EXPECT_EQ(Count(row.prompt), row.prompt_len);
+      // 50 random tokens in common (their text is far longer than 40 bytes) ...
+      EXPECT_GT(CommonPrefix(first, row.prompt), 40u);
+    }
+    // ... and not with the next group's.
+    if (g < 3) {
+      EXPECT_LT(CommonPrefix(first, (*ordered)[static_cast<size_t>(g * 5 + 5)].prompt), 40u);
+    }
   }
-  ASSERT_EQ(groups.size(), 4u);
-  for (const auto& [prefix, count] : groups) EXPECT_EQ(count, 5);
-  // Shuffled: the first five rows are not all one group.
-  std::set<std::string> first_five;
-  for (int i = 0; i < 5; ++i)
-    first_five.insert((*rows)[i].prompt.substr(0, (*rows)[i].prompt.rfind("\n\n")));
-  EXPECT_GT(first_five.size(), 1u);
-}
-
-TEST_F(DatasetTest, TextOfExactLengthRepairsDrift) {
-  // Ids that merge when re-encoded (single characters of a common word) still give the count.
-  std::vector<int32_t> ids = tokenizer_->Encode("t h e t h e", false);
-  std::vector<int32_t> pool = OrdinaryTokenIds(*tokenizer_);
-  ASSERT_FALSE(pool.empty());
-  std::mt19937_64 rng(1);
-  for (int n : {1, 3, 17}) {
-    auto text = TextOfExactLength(*tokenizer_, ids, n, pool, rng);
-    ASSERT_TRUE(text.ok()) << text.status();
-    EXPECT_EQ(Count(*text), n);
-  }
+  // Without --gsp-ordered the same rows come shuffled.
+  options.ordered = false;
+  BenchRandom again(1);
+  auto shuffled = GenerateSharedPrefixDataset(*tokenizer_, options, again);
+  ASSERT_TRUE(shuffled.ok());
+  std::multiset<std::string> a, b;
+  for (const auto& row : *ordered) a.insert(row.prompt);
+  for (const auto& row : *shuffled) b.insert(row.prompt);
+  EXPECT_EQ(a, b);
+  bool moved = false;
+  for (size_t i = 0; i < 20; ++i) moved |= (*ordered)[i].prompt != (*shuffled)[i].prompt;
+  EXPECT_TRUE(moved);
 }
 
 TEST_F(DatasetTest, BadOptionsNameTheFlag) {
-  RandomDatasetOptions options;
-  options.input_len = 0;
-  std::mt19937_64 rng(1);
+  RandomDatasetOptions options = Random(4, 0, 4, 0.0);
+  BenchRandom rng(1);
   auto rows = GenerateRandomDataset(*tokenizer_, options, rng);
   ASSERT_FALSE(rows.ok());
   EXPECT_NE(rows.status().message().find("--random-input-len"), std::string::npos);
   options.input_len = 8;
+  options.output_len = -1;
+  rows = GenerateRandomDataset(*tokenizer_, options, rng);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find("--random-output-len"), std::string::npos);
+  options.output_len = 0;
   options.range_ratio = 1.5;
   rows = GenerateRandomDataset(*tokenizer_, options, rng);
   ASSERT_FALSE(rows.ok());
@@ -173,7 +188,7 @@ TEST_F(DatasetTest, ShareGptFileIsReadAndFiltered) {
   ShareGptOptions options;
   options.path = path;
   options.num_prompts = 10;
-  std::mt19937_64 rng(1);
+  BenchRandom rng(1);
   auto rows = LoadShareGptDataset(*tokenizer_, options, rng);
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 2u);  // the one-turn and the too-short ones are dropped
@@ -186,20 +201,50 @@ TEST_F(DatasetTest, ShareGptFileIsReadAndFiltered) {
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ((*rows)[0].output_len, 33);
 
-  // The random set can take its text from the file too.
-  RandomDatasetOptions random;
-  random.num_prompts = 5;
-  random.input_len = 40;
-  random.output_len = 4;
-  random.range_ratio = 1.0;
+  // The random set takes its tokens from the file's first turns, repeated to the length.
+  RandomDatasetOptions random = Random(5, 40, 4, 1.0);
   random.sharegpt_path = path;
   auto random_rows = GenerateRandomDataset(*tokenizer_, random, rng);
   ASSERT_TRUE(random_rows.ok()) << random_rows.status();
-  for (const auto& row : *random_rows) EXPECT_EQ(Count(row.prompt), 40);
+  ASSERT_EQ(random_rows->size(), 3u);  // three conversations with two turns
+  for (const auto& row : *random_rows) {
+    EXPECT_EQ(row.prompt_len, 40);
+    EXPECT_EQ(row.prompt_ids.size(), 40u);
+  }
+}
+
+// bench_serving's sharegpt options: a suffix before "Assistant:", the chat template, and no
+// fixed output length under 4.
+TEST_F(DatasetTest, ShareGptSuffixAndChatTemplate) {
+  std::string path = WriteTemp("sharegpt_suffix.json", R"([
+    {"conversations": [{"value": "Tell me a fortune. Assistant:"},
+                       {"value": "You will have a long and lucky life."}]}])");
+  ShareGptOptions options;
+  options.path = path;
+  options.num_prompts = 1;
+  options.prompt_suffix = " Be brief.";
+  BenchRandom rng(1);
+  auto rows = LoadShareGptDataset(*tokenizer_, options, rng);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].prompt, "Tell me a fortune.  Be brief.Assistant:");
+
+  options.prompt_suffix.clear();
+  options.apply_chat_template = true;
+  rows = LoadShareGptDataset(*tokenizer_, options, rng);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ((*rows)[0].prompt,
+            "<|im_start|>user\nTell me a fortune. Assistant:<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ((*rows)[0].prompt_len, static_cast<int>(tokenizer_->Encode((*rows)[0].prompt).size()));
+
+  options.fixed_output_len = 3;
+  rows = LoadShareGptDataset(*tokenizer_, options, rng);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_NE(rows.status().message().find("--sharegpt-output-len"), std::string::npos);
 }
 
 TEST_F(DatasetTest, BrokenShareGptFilesAreClearErrors) {
-  std::mt19937_64 rng(1);
+  BenchRandom rng(1);
   ShareGptOptions options;
   auto rows = LoadShareGptDataset(*tokenizer_, options, rng);
   ASSERT_FALSE(rows.ok());

@@ -1,9 +1,9 @@
 // A test double of an SGLang server for tandem-bench's tests: POST /generate (SGLang-native,
 // cumulative "text" + meta_info.completion_tokens per event, then "data: [DONE]"),
 // POST /v1/completions and /v1/chat/completions (OpenAI chunks, a usage chunk when asked), and
-// GET /v1/models. Each answer is produced by its own thread that writes one token per
-// `token_interval`, so timings look like a real stream. It counts what it served, so tests can
-// compare the benchmark's table with the server's own numbers.
+// GET /v1/models, POST /flush_cache (counted). Each answer is produced by its own thread that
+// writes one token per `token_interval`, so timings look like a real stream. It counts what it
+// served, so tests can compare the benchmark's table with the server's own numbers.
 //
 // Thread-safe. Stop() (or the destructor) stops the HTTP server and joins the producers.
 #ifndef TANDEM_TESTS_BENCH_FAKE_SGLANG_SERVER_H_
@@ -43,6 +43,13 @@ class FakeSglangServer {
     server_.Handle("POST", "/v1/chat/completions", [this](HttpRequest r, HttpResponder w) {
       Serve(std::move(r), std::move(w), Kind::kChat);
     });
+    server_.Handle("POST", "/flush_cache", [this](HttpRequest, HttpResponder w) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++flushes_;
+      }
+      w.Send(HttpResponse::Json(200, "{}"));
+    });
     server_.Handle("GET", "/v1/models", [](HttpRequest, HttpResponder w) {
       w.Send(HttpResponse::Json(200, R"({"object":"list","data":[{"id":"fake-model"}]})"));
     });
@@ -79,6 +86,15 @@ class FakeSglangServer {
     absl::MutexLock lock(&mu_);
     return prompts_;
   }
+  // The last request body received, and the number of /flush_cache calls.
+  nlohmann::json last_body() const {
+    absl::MutexLock lock(&mu_);
+    return last_body_;
+  }
+  int flushes() const {
+    absl::MutexLock lock(&mu_);
+    return flushes_;
+  }
 
  private:
   enum class Kind { kGenerate, kCompletions, kChat };
@@ -97,7 +113,9 @@ class FakeSglangServer {
       return;
     }
     int max_tokens = kind == Kind::kGenerate ? body["sampling_params"].value("max_new_tokens", 16)
-                                             : body.value("max_tokens", 16);
+                     : body.contains("max_completion_tokens")
+                         ? body.value("max_completion_tokens", 16)
+                         : body.value("max_tokens", 16);
     bool stream = body.value("stream", false);
     bool usage =
         body.contains("stream_options") && body["stream_options"].value("include_usage", false);
@@ -109,6 +127,7 @@ class FakeSglangServer {
       absl::MutexLock lock(&mu_);
       number = ++requests_;
       prompts_.push_back(prompt);
+      last_body_ = body;
       ++in_flight_;
       max_in_flight_ = std::max(max_in_flight_, in_flight_);
       producers_.emplace_back([this, kind, max_tokens, stream, usage, number,
@@ -188,6 +207,8 @@ class FakeSglangServer {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   int max_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   long long tokens_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  nlohmann::json last_body_ ABSL_GUARDED_BY(mu_);
+  int flushes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::bench::testing

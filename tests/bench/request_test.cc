@@ -11,70 +11,76 @@ namespace {
 
 using Json = nlohmann::json;
 
-int CountWords(const std::string& text) {
-  int words = 0;
-  bool in_word = false;
-  for (char c : text) {
-    if (c != ' ' && !in_word) ++words;
-    in_word = c != ' ';
-  }
-  return words;
-}
-
 TEST(RequestTest, BackendNames) {
   EXPECT_EQ(*ParseBackend("sglang"), Backend::kSglang);
   EXPECT_EQ(*ParseBackend("sglang-native"), Backend::kSglang);
   EXPECT_EQ(*ParseBackend("sglang-oai"), Backend::kSglangOai);
   EXPECT_EQ(*ParseBackend("sglang-oai-chat"), Backend::kSglangOaiChat);
-  auto bad = ParseBackend("vllm");
+  EXPECT_EQ(*ParseBackend("vllm"), Backend::kSglangOai);
+  EXPECT_EQ(*ParseBackend("lmdeploy-chat"), Backend::kSglangOaiChat);
+  auto bad = ParseBackend("trt");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'vllm'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("'trt'"), std::string::npos);
   EXPECT_STREQ(ApiPath(Backend::kSglangOaiChat), "/v1/chat/completions");
 }
 
+DatasetRow Row(const std::string& prompt) { return DatasetRow{prompt, {11, 12}, 2, 16}; }
+
+// The bodies bench_serving sends per backend (key for key, values as it sets them).
 TEST(RequestTest, BodiesPerBackend) {
   RequestSettings settings;
-  Json body = Json::parse(BuildRequestBody(settings, "Love is", 16));
-  EXPECT_EQ(body["text"], "Love is");
-  EXPECT_EQ(body["sampling_params"]["max_new_tokens"], 16);
-  EXPECT_EQ(body["sampling_params"]["ignore_eos"], true);
-  EXPECT_EQ(body["sampling_params"]["temperature"], 0.0);
-  EXPECT_EQ(body["stream"], true);
+  Json body = Json::parse(BuildRequestBody(settings, Row("Love is"), 16));
+  EXPECT_EQ(body, Json::parse(R"({"text": "Love is", "sampling_params": {"temperature": 0.0,
+      "max_new_tokens": 16, "ignore_eos": true}, "stream": true, "lora_path": null,
+      "return_logprob": false, "return_routed_experts": false, "logprob_start_len": -1})"));
+  settings.send_ids = true;
+  settings.return_logprob = true;
+  body = Json::parse(BuildRequestBody(settings, Row("Love is"), 0));
+  EXPECT_EQ(body["input_ids"], Json::parse("[11, 12]"));
+  EXPECT_FALSE(body.contains("text"));
+  EXPECT_EQ(body["sampling_params"]["max_new_tokens"], 0);
+  EXPECT_EQ(body["return_logprob"], true);
 
+  settings = RequestSettings{};
   settings.backend = Backend::kSglangOai;
   settings.model = "fake-model";
   settings.ignore_eos = false;
-  body = Json::parse(BuildRequestBody(settings, "Love is", 8));
-  EXPECT_EQ(body["prompt"], "Love is");
-  EXPECT_EQ(body["model"], "fake-model");
-  EXPECT_EQ(body["max_tokens"], 8);
-  EXPECT_EQ(body["ignore_eos"], false);
-  EXPECT_EQ(body["stream_options"]["include_usage"], true);
+  body = Json::parse(BuildRequestBody(settings, Row("Love is"), 8));
+  EXPECT_EQ(body, Json::parse(R"({"model": "fake-model", "prompt": "Love is", "best_of": 1,
+      "max_tokens": 8, "stream": true, "temperature": 0.0, "ignore_eos": false})"));
 
+  // The chat backend asks with max_completion_tokens and ignore_eos, and no usage.
   settings.backend = Backend::kSglangOaiChat;
   settings.stream = false;
-  body = Json::parse(BuildRequestBody(settings, "Hi", 4));
-  EXPECT_EQ(body["messages"][0]["role"], "user");
-  EXPECT_EQ(body["messages"][0]["content"], "Hi");
-  EXPECT_EQ(body["stream"], false);
-  EXPECT_FALSE(body.contains("stream_options"));
+  settings.ignore_eos = true;
+  body = Json::parse(BuildRequestBody(settings, Row("Hi"), 4));
+  EXPECT_EQ(body, Json::parse(R"({"model": "fake-model", "messages": [{"role": "user",
+      "content": "Hi"}], "max_completion_tokens": 4, "stream": false, "temperature": 0.0,
+      "ignore_eos": true})"));
+
+  // --extra-request-body is merged last: its keys win.
+  settings.extra_body = Json::parse(R"({"temperature": 0.7, "top_p": 0.9, "ignore_eos": false})");
+  body = Json::parse(BuildRequestBody(settings, Row("Hi"), 4));
+  EXPECT_EQ(body["temperature"], 0.7);
+  EXPECT_EQ(body["top_p"], 0.9);
+  EXPECT_EQ(body["ignore_eos"], false);
 
   // Invalid UTF-8 in a prompt does not throw; it is replaced.
-  settings.backend = Backend::kSglang;
+  settings = RequestSettings{};
   EXPECT_NO_THROW(Json::parse(BuildRequestBody(settings,
-                                               std::string("a\xff"
-                                                           "b"),
+                                               Row(std::string("a\xff"
+                                                               "b")),
                                                1)));
 }
 
 TEST(RequestTest, SglangCumulativeEventsSpreadMultiTokenGaps) {
-  ResponseAccumulator acc(Backend::kSglang);
+  ResponseAccumulator acc(Backend::kSglang, 16);
   ASSERT_TRUE(acc.OnEvent(R"({"text":" a","meta_info":{"completion_tokens":1}})", 0.10).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"text":" a b","meta_info":{"completion_tokens":2}})", 0.15).ok());
   // Two tokens in one event 0.10 s later: two gaps of 0.05 s.
   ASSERT_TRUE(acc.OnEvent(R"({"text":" a b c d","meta_info":{"completion_tokens":4}})", 0.25).ok());
   ASSERT_TRUE(acc.OnEvent("[DONE]", 0.26).ok());
-  RequestOutput out = std::move(acc).Finish(CountWords);
+  RequestOutput out = std::move(acc).Finish();
   ASSERT_TRUE(out.success) << out.error;
   EXPECT_EQ(out.generated_text, " a b c d");
   EXPECT_EQ(out.output_len, 4);
@@ -87,21 +93,21 @@ TEST(RequestTest, SglangCumulativeEventsSpreadMultiTokenGaps) {
 }
 
 TEST(RequestTest, SglangIncrementalEventsAreAppended) {
-  ResponseAccumulator acc(Backend::kSglang);
+  ResponseAccumulator acc(Backend::kSglang, 16);
   ASSERT_TRUE(acc.OnEvent(R"({"text":"x","meta_info":{"completion_tokens":1}})", 0.1).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"text":"y","meta_info":{"completion_tokens":2}})", 0.2).ok());
-  RequestOutput out = std::move(acc).Finish(CountWords);
+  RequestOutput out = std::move(acc).Finish();
   EXPECT_EQ(out.generated_text, "xy");
 }
 
 TEST(RequestTest, OpenAiUsageChunkGivesTheTokenCount) {
-  ResponseAccumulator acc(Backend::kSglangOai);
+  ResponseAccumulator acc(Backend::kSglangOai, 16);
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"index":0,"text":" one"}]})", 0.2).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"index":0,"text":" two"}]})", 0.3).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"index":0,"text":""}]})", 0.35).ok());  // no content
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[],"usage":{"completion_tokens":5}})", 0.4).ok());
   ASSERT_TRUE(acc.OnEvent("[DONE]", 0.41).ok());
-  RequestOutput out = std::move(acc).Finish(CountWords);
+  RequestOutput out = std::move(acc).Finish();
   ASSERT_TRUE(out.success);
   EXPECT_EQ(out.generated_text, " one two");
   EXPECT_EQ(out.output_len, 5);  // the server's count wins over re-tokenizing
@@ -111,26 +117,26 @@ TEST(RequestTest, OpenAiUsageChunkGivesTheTokenCount) {
   EXPECT_DOUBLE_EQ(out.latency_s, 0.41);
 }
 
-TEST(RequestTest, ChatDeltasWithoutUsageAreRetokenized) {
-  ResponseAccumulator acc(Backend::kSglangOaiChat);
+TEST(RequestTest, ChatDeltasWithoutUsageCountWhatWasAskedFor) {
+  ResponseAccumulator acc(Backend::kSglangOaiChat, 7);
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"delta":{"role":"assistant"}}]})", 0.1).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"delta":{"content":"good"}}]})", 0.2).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"delta":{"content":" luck"}}]})", 0.3).ok());
   ASSERT_TRUE(acc.OnEvent(R"({"choices":[{"delta":{},"finish_reason":"length"}]})", 0.3).ok());
-  RequestOutput out = std::move(acc).Finish(CountWords);
+  RequestOutput out = std::move(acc).Finish();
   ASSERT_TRUE(out.success);
   EXPECT_EQ(out.generated_text, "good luck");
-  EXPECT_EQ(out.output_len, 2);
+  EXPECT_EQ(out.output_len, 7);       // no usage from the server: max_tokens, as bench_serving
   EXPECT_DOUBLE_EQ(out.ttft_s, 0.2);  // the role-only chunk is not the first token
 }
 
 TEST(RequestTest, NonStreamedBody) {
-  ResponseAccumulator acc(Backend::kSglangOaiChat);
+  ResponseAccumulator acc(Backend::kSglangOaiChat, 7);
   ASSERT_TRUE(acc.OnBody(R"({"choices":[{"message":{"content":"a b c"}}],
                              "usage":{"completion_tokens":3}})",
                          0.5)
                   .ok());
-  RequestOutput out = std::move(acc).Finish(CountWords);
+  RequestOutput out = std::move(acc).Finish();
   ASSERT_TRUE(out.success);
   EXPECT_EQ(out.output_len, 3);
   EXPECT_DOUBLE_EQ(out.ttft_s, 0.5);
@@ -139,29 +145,49 @@ TEST(RequestTest, NonStreamedBody) {
 }
 
 TEST(RequestTest, BadEventsFailTheRequest) {
-  ResponseAccumulator acc(Backend::kSglang);
+  ResponseAccumulator acc(Backend::kSglang, 16);
   absl::Status status = acc.OnEvent("{\"text\": \"trunc", 0.1);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("malformed JSON"), std::string::npos);
 
-  ResponseAccumulator error_acc(Backend::kSglangOai);
+  ResponseAccumulator error_acc(Backend::kSglangOai, 1);
   status = error_acc.OnEvent(R"({"error":{"message":"decode worker d0 gone"}})", 0.1);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("decode worker d0 gone"), std::string::npos);
 
-  ResponseAccumulator shape_acc(Backend::kSglangOai);
+  ResponseAccumulator shape_acc(Backend::kSglangOai, 1);
   status = shape_acc.OnEvent(R"({"choices":"nope"})", 0.1);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("unexpected response shape"), std::string::npos);
 
   status = shape_acc.OnEvent("[1,2]", 0.1);
   ASSERT_FALSE(status.ok());
+}
 
-  ResponseAccumulator empty_acc(Backend::kSglang);
-  ASSERT_TRUE(empty_acc.OnEvent("[DONE]", 0.1).ok());
-  RequestOutput out = std::move(empty_acc).Finish(CountWords);
-  EXPECT_FALSE(out.success);
-  EXPECT_NE(out.error.find("no generated text"), std::string::npos);
+// An answer without generated text (a zero-token request, an immediate EOS) is a success, as
+// bench_serving counts it; its output length is the server's count or what was asked for.
+TEST(RequestTest, EmptyAnswersSucceed) {
+  ResponseAccumulator zero(Backend::kSglang, 0);
+  ASSERT_TRUE(
+      zero.OnEvent(
+              R"({"text":"","meta_info":{"completion_tokens":0,"finish_reason":{"type":"length"}}})",
+              0.1)
+          .ok());
+  ASSERT_TRUE(zero.OnEvent("[DONE]", 0.12).ok());
+  RequestOutput out = std::move(zero).Finish();
+  EXPECT_TRUE(out.success);
+  EXPECT_EQ(out.output_len, 0);
+  EXPECT_EQ(out.generated_text, "");
+  EXPECT_DOUBLE_EQ(out.ttft_s, 0.0);
+  EXPECT_DOUBLE_EQ(out.latency_s, 0.12);
+
+  ResponseAccumulator eos(Backend::kSglangOaiChat, 5);
+  ASSERT_TRUE(
+      eos.OnBody(R"({"choices":[{"message":{"content":""}}],"usage":{"completion_tokens":1}})", 0.2)
+          .ok());
+  out = std::move(eos).Finish();
+  EXPECT_TRUE(out.success);
+  EXPECT_EQ(out.output_len, 1);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ using testing::FakeSglangServer;
 
 std::vector<DatasetRow> Rows(int n, int output_len) {
   std::vector<DatasetRow> rows;
-  for (int i = 0; i < n; ++i) rows.push_back({"prompt " + std::to_string(i), 2, output_len});
+  for (int i = 0; i < n; ++i) rows.push_back({"prompt " + std::to_string(i), {}, 2, output_len});
   return rows;
 }
 
@@ -39,7 +39,7 @@ RunOptions QuickOptions() {
 }
 
 TEST(PoissonArrivalsTest, MeanGapWithinStatisticalBound) {
-  std::mt19937_64 rng(1);
+  NumpyRandomState rng(1);
   const int n = 4001;
   const double rate = 10.0;
   std::vector<double> arrivals = PoissonArrivals(n, rate, rng);
@@ -50,12 +50,12 @@ TEST(PoissonArrivalsTest, MeanGapWithinStatisticalBound) {
   const double mean_gap = arrivals.back() / (n - 1);
   EXPECT_NEAR(mean_gap, 1.0 / rate, 5 * 0.1 / std::sqrt(4000.0));
   // Reproducible for a seed.
-  std::mt19937_64 again(1);
+  NumpyRandomState again(1);
   EXPECT_EQ(PoissonArrivals(n, rate, again), arrivals);
 }
 
 TEST(PoissonArrivalsTest, InfiniteRateSendsAllAtOnce) {
-  std::mt19937_64 rng(1);
+  NumpyRandomState rng(1);
   EXPECT_EQ(PoissonArrivals(3, std::numeric_limits<double>::infinity(), rng),
             (std::vector<double>{0, 0, 0}));
 }
@@ -70,8 +70,8 @@ TEST(RunnerTest, MaxConcurrencyIsExactlyTheNumberInFlight) {
   HttpClient client("127.0.0.1", server.port());
   RunOptions options = QuickOptions();
   options.max_concurrency = 3;
-  std::mt19937_64 rng(1);
-  auto result = RunBenchmark(client, RequestSettings{}, Rows(12, 4), options, CountWords, rng);
+  NumpyRandomState rng(1);
+  auto result = RunBenchmark(client, RequestSettings{}, Rows(12, 4), options, nullptr, rng);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(server.max_in_flight(), 3);
   EXPECT_EQ(server.requests(), 12);
@@ -92,9 +92,8 @@ TEST(RunnerTest, FailuresAreCountedWithTheirErrors) {
   FakeSglangServer server(server_options);
   ASSERT_TRUE(server.Start().ok());
   HttpClient client("127.0.0.1", server.port());
-  std::mt19937_64 rng(1);
-  auto result =
-      RunBenchmark(client, RequestSettings{}, Rows(8, 2), QuickOptions(), CountWords, rng);
+  NumpyRandomState rng(1);
+  auto result = RunBenchmark(client, RequestSettings{}, Rows(8, 2), QuickOptions(), nullptr, rng);
   ASSERT_TRUE(result.ok()) << result.status();
   int failed = 0;
   for (const auto& out : result->outputs) {
@@ -116,8 +115,8 @@ TEST(RunnerTest, WarmupFailureStopsTheRun) {
   options.warmup_requests = 2;
   std::ostringstream log;
   options.log = &log;
-  std::mt19937_64 rng(1);
-  auto result = RunBenchmark(client, RequestSettings{}, Rows(4, 2), options, CountWords, rng);
+  NumpyRandomState rng(1);
+  auto result = RunBenchmark(client, RequestSettings{}, Rows(4, 2), options, nullptr, rng);
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(result.status().message().find("Warmup failed"), std::string::npos);
@@ -135,8 +134,8 @@ TEST(RunnerTest, OpenAiBackendsThroughTheLoop) {
       settings.backend = backend;
       settings.model = "fake-model";
       settings.stream = stream;
-      std::mt19937_64 rng(1);
-      auto result = RunBenchmark(client, settings, Rows(3, 5), QuickOptions(), CountWords, rng);
+      NumpyRandomState rng(1);
+      auto result = RunBenchmark(client, settings, Rows(3, 5), QuickOptions(), nullptr, rng);
       ASSERT_TRUE(result.ok()) << result.status();
       for (const auto& out : result->outputs) {
         ASSERT_TRUE(out.success) << BackendName(backend) << ": " << out.error;
@@ -149,11 +148,11 @@ TEST(RunnerTest, OpenAiBackendsThroughTheLoop) {
 
 TEST(RunnerTest, BadOptions) {
   HttpClient client("127.0.0.1", 1);
-  std::mt19937_64 rng(1);
+  NumpyRandomState rng(1);
   RunOptions options = QuickOptions();
-  EXPECT_FALSE(RunBenchmark(client, RequestSettings{}, {}, options, CountWords, rng).ok());
+  EXPECT_FALSE(RunBenchmark(client, RequestSettings{}, {}, options, nullptr, rng).ok());
   options.request_rate = 0;
-  EXPECT_FALSE(RunBenchmark(client, RequestSettings{}, Rows(1, 1), options, CountWords, rng).ok());
+  EXPECT_FALSE(RunBenchmark(client, RequestSettings{}, Rows(1, 1), options, nullptr, rng).ok());
 }
 
 }  // namespace

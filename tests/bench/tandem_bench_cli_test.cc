@@ -71,13 +71,9 @@ TEST(TandemBenchCliTest, TableCountsMatchTheServer) {
                                " --warmup-requests 0 --output-file " + record_path);
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
 
-  // The server saw 20 prompts; their token counts add up to the table's input total.
-  auto tokenizer = engine::Tokenizer::FromModelDir(kModel);
-  ASSERT_TRUE(tokenizer.ok());
-  long long input_tokens = 0;
-  for (const auto& prompt : server.prompts()) {
-    input_tokens += static_cast<long long>((*tokenizer)->Encode(prompt, false).size());
-  }
+  // The server saw 20 prompts; the input total is the dataset's lengths, as bench_serving
+  // counts it (the seed-1 draw of 20 lengths in [1, 32], bench_serving_golden_test's).
+  const long long input_tokens = 273;
   EXPECT_EQ(server.requests(), 20);
   EXPECT_EQ(Row(run.out, "Backend:"), "sglang");
   EXPECT_EQ(Row(run.out, "Traffic request rate:"), "inf");
@@ -150,21 +146,94 @@ TEST(TandemBenchCliTest, ClearErrors) {
   EXPECT_NE(run.err.find("Warmup failed"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << run.err;
 
-  run = RunBench("--backend vllm " + Common(port));
-  EXPECT_NE(run.exit_code, 0);
+  // Usage errors exit 2, like every other Tandem binary (and argparse).
+  run = RunBench("--backend trt " + Common(port));
+  EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("--backend"), std::string::npos) << run.err;
 
   run = RunBench("--backend sglang --port 1 --dataset-name random --num-prompts 2");
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("--model or --tokenizer"), std::string::npos) << run.err;
 
   run = RunBench("--request-rate fast " + Common(port));
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("--request-rate"), std::string::npos) << run.err;
+
+  run = RunBench("--no-such-flag " + Common(port));
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunBench("--num-prompts 0 " + Common(port));
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunBench("--random-range-ratio 2 " + Common(port));
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunBench(Common(port) + " --random-input-len 0");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--random-input-len"), std::string::npos) << run.err;
+  run = RunBench(Common(port) + " --extra-request-body '[1]'");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--extra-request-body"), std::string::npos) << run.err;
+  run = RunBench("--backend sglang-oai --tokenize-prompt " + Common(port));
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--tokenize-prompt"), std::string::npos) << run.err;
+  run = RunBench(Common(port) + " --lora-name a b");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("LoRA"), std::string::npos) << run.err;
+  EXPECT_EQ(RunBench("--help").exit_code, 0);
 
   run = RunBench("--model /nonexistent-model --dataset-name random --num-prompts 2");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("/nonexistent-model"), std::string::npos) << run.err;
+}
+
+// bench_serving's other flags: the cheap ones work, the rest are accepted with a note.
+TEST(TandemBenchCliTest, UpstreamFlagsWorkOrSayTheyDoNothing) {
+  FakeSglangServer server(FakeSglangServer::Options{});
+  ASSERT_TRUE(server.Start().ok());
+  const std::string record_path = ::testing::TempDir() + "/tandem_bench_details.jsonl";
+  std::remove(record_path.c_str());
+  CommandResult run =
+      RunBench("--backend sglang " + Common(server.port()) +
+               " --warmup-requests 1 --flush-cache --extra-request-body '{\"top_p\": 0.5}'"
+               " --tokenize-prompt --return-logprob --output-details --tag nightly --output-file " +
+               record_path +
+               " --profile --profile-activities CPU GPU --apply-chat-template --pd-separated"
+               " --header X-Test=1 --served-model-name served");
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(server.flushes(), 1);
+  EXPECT_EQ(server.requests(), 21);
+  const nlohmann::json body = server.last_body();
+  EXPECT_EQ(body["top_p"], 0.5);
+  EXPECT_TRUE(body["input_ids"].is_array()) << body.dump();
+  EXPECT_FALSE(body.contains("text"));
+  EXPECT_EQ(body["return_logprob"], true);
+  for (const char* flag :
+       {"--profile ", "--profile-activities ", "--apply-chat-template ", "--pd-separated "}) {
+    EXPECT_NE(run.err.find(std::string("note: ") + flag + "does nothing here"), std::string::npos)
+        << flag << "\n"
+        << run.err;
+  }
+  std::ifstream records(record_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(records, line));
+  const nlohmann::json record = nlohmann::json::parse(line);
+  EXPECT_EQ(record["tag"], "nightly");
+  ASSERT_EQ(record["output_lens"].size(), 20u);
+  ASSERT_EQ(record["generated_texts"].size(), 20u);
+  EXPECT_EQ(record["errors"][0], "");
+}
+
+// --random-output-len 0: every request asks for no token; an empty answer is a success.
+TEST(TandemBenchCliTest, ZeroTokenRequestsSucceed) {
+  FakeSglangServer server(FakeSglangServer::Options{});
+  ASSERT_TRUE(server.Start().ok());
+  for (const char* backend : {"sglang", "sglang-oai", "sglang-oai-chat"}) {
+    CommandResult run = RunBench(std::string("--backend ") + backend + " --host 127.0.0.1 --port " +
+                                 std::to_string(server.port()) + " --model " + kModel +
+                                 " --dataset-name random --num-prompts 5 --random-input-len 16"
+                                 " --random-output-len 0");
+    ASSERT_EQ(run.exit_code, 0) << backend << run.out << run.err;
+    EXPECT_EQ(Row(run.out, "Successful requests:"), "5") << backend;
+    EXPECT_EQ(Row(run.out, "Total generated tokens:"), "0") << backend;
+  }
 }
 
 }  // namespace

@@ -50,32 +50,16 @@ TEST(TandemBenchRouterItest, TableAgreesWithTheRouterAndWorkerMetrics) {
   // Counters before the run: the workers' readiness probes ran the model once each.
   const std::string p_before = HttpGet(prefill->http_port, "/metrics").body;
   const std::string d_before = HttpGet(decode->http_port, "/metrics").body;
-  RunResult run = RunToExit({BinaryPath("tandem-bench"),
-                             "--backend",
-                             "sglang",
-                             "--host",
-                             "127.0.0.1",
-                             "--port",
-                             std::to_string(router_port),
-                             "--model",
-                             SourcePath("models/tandem-tiny-fortunes"),
-                             "--dataset-name",
-                             "random",
-                             "--num-prompts",
-                             "24",
-                             "--random-input-len",
-                             "48",
-                             "--random-output-len",
-                             "8",
-                             "--random-range-ratio",
-                             "1",
-                             "--max-concurrency",
-                             "8",
-                             "--warmup-requests",
-                             "0",
-                             "--seed",
-                             "3"},
-                            seconds(240));
+  RunResult run =
+      RunToExit({BinaryPath("tandem-bench"), "--backend", "sglang", "--host", "127.0.0.1", "--port",
+                 std::to_string(router_port), "--model", SourcePath("models/tandem-tiny-fortunes"),
+                 "--dataset-name", "random", "--num-prompts", "24", "--random-input-len", "48",
+                 "--random-output-len", "8", "--random-range-ratio", "1", "--max-concurrency", "8",
+                 "--warmup-requests", "0", "--seed", "3",
+                 // The drawn ids themselves, so the prefill worker counts exactly
+                 // the table's input tokens (text may re-encode to another count).
+                 "--tokenize-prompt"},
+                seconds(240));
   ASSERT_EQ(run.exit_code, 0) << run.out;
   ASSERT_NE(run.out.find("============ Serving Benchmark Result ============"), std::string::npos)
       << run.out;

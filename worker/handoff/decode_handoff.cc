@@ -176,6 +176,11 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
     return absl::InvalidArgumentError(
         "bootstrap_room must be set (non-zero) on a decode leg that names a prefill worker");
   }
+  if (request->sampling.max_new_tokens == 0) {
+    return absl::InvalidArgumentError(
+        "sampling_params.max_new_tokens is 0: such a request has no decode leg (the prefill "
+        "worker answers it alone)");
+  }
   auto peer = GetPeer(leg.bootstrap_host(), leg.bootstrap_port());
   if (!peer.ok()) return peer.status();
   {

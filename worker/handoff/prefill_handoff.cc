@@ -117,12 +117,6 @@ void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDon
     done(sampling.status());
     return;
   }
-  if (sampling->max_new_tokens < 1) {
-    done(absl::InvalidArgumentError(
-        "sampling_params.max_new_tokens must be >= 1 on a disaggregated request (the prefill "
-        "worker samples the first token)"));
-    return;
-  }
   auto leg = std::make_shared<Leg>();
   leg->room = request.bootstrap_room();
   leg->rid = absl::StrCat("p", leg->room);
@@ -130,11 +124,16 @@ void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDon
   leg->sampling = *sampling;
   leg->done = std::move(done);
   leg->bootstrap_deadline = absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s);
+  // max_new_tokens 0: the request ends here, with no decode leg and no room registration.
+  const bool prefill_only = leg->sampling.max_new_tokens == 0;
   bool start = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (legs_.count(leg->room)) {
       leg->finished = true;
+    } else if (prefill_only) {
+      legs_[leg->room] = leg;
+      leg->started = true;
     } else {
       legs_[leg->room] = leg;
       auto it = registrations_.find(leg->room);
@@ -150,7 +149,48 @@ void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDon
         absl::StrCat("bootstrap room ", leg->room, " already has a prefill leg on this worker")));
     return;
   }
-  if (start) StartLeg(leg);
+  if (prefill_only) {
+    StartPrefillOnlyLeg(leg);
+  } else if (start) {
+    StartLeg(leg);
+  }
+}
+
+void PrefillHandoff::StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg) {
+  engine::Request r;
+  r.rid = leg->rid;
+  r.input_ids.assign(leg->req.input_ids().begin(), leg->req.input_ids().end());
+  r.sampling = leg->sampling;
+  r.return_logprob = leg->req.return_logprob();
+  r.mode = engine::RequestMode::kGenerate;  // generates nothing, holds nothing afterwards
+  r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) {
+    if (!out.last) return;
+    if (out.finish && out.finish->kind == engine::FinishReason::Kind::kAbort) {
+      Fail(leg, absl::AbortedError(out.finish->message));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (leg->finished) return;
+      leg->finished = true;
+      auto it = legs_.find(leg->room);
+      if (it != legs_.end() && it->second == leg) legs_.erase(it);
+    }
+    proto::PrefillResponse resp;
+    resp.set_bootstrap_room(leg->room);
+    resp.set_first_token_id(-1);
+    resp.set_prompt_tokens(leg->req.input_ids_size());
+    resp.set_cached_tokens(static_cast<int32_t>(out.cached_tokens));
+    proto::PhaseTimings* t = resp.mutable_timings();
+    t->set_queue_s(out.timings.queue);
+    t->set_prefill_compute_s(out.timings.prefill);
+    t->set_first_token_s(std::chrono::duration<double>(Clock::now() - leg->t_start).count());
+    proto::DecodeEvent* event = resp.mutable_final_event();
+    AppendOutput(out, leg->req.return_logprob(), event);
+    *event->mutable_timings() = *t;
+    leg->done(std::move(resp));
+  };
+  if (absl::Status s = engine_->Submit(std::move(r)); !s.ok()) Fail(leg, s);
 }
 
 void PrefillHandoff::StartLeg(const std::shared_ptr<Leg>& leg) {

@@ -20,6 +20,10 @@
 //    the decode worker's blocks as soon as the layer is computed, and once every write has been
 //    acknowledged sends a CompletionNotice with the first token through the transfer engine
 //    (delivered only after those writes were applied), then releases the blocks and answers.
+//  - A leg with sampling_params.max_new_tokens 0 has no decode leg: it waits for no
+//    registration, runs the prompt as an ordinary engine request that generates nothing (its
+//    blocks go to the radix cache and are released at once) and answers with
+//    PrefillResponse.final_event (finish_reason LENGTH 0).
 //  - On any failure (no registration in time, a write failing or timing out, an abort from the
 //    router or the decode side, the engine aborting) the room's pending writes are cancelled, a
 //    CompletionNotice with ok=false tells the decode worker why, the blocks are released and the
@@ -92,6 +96,9 @@ class PrefillHandoff : public PrefillLegs {
   std::string HandleRoom(const proto::RoomRegistration& m);
   void CheckDeadlines();
   void StartLeg(const std::shared_ptr<Leg>& leg);
+  // A leg with max_new_tokens 0: computes (and caches) the prompt without a room and answers
+  // with PrefillResponse.final_event.
+  void StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg);
   void OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::KvLayerEvent& e);
   void OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out);
   void OnBatchDone(const std::shared_ptr<Leg>& leg, kv::BatchId id, const kv::BatchStatus& st);
