@@ -759,6 +759,17 @@ void RouterServer::AddRoutes() {
                     HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_)));
            }));
 
+  // OpenAI's "retrieve model" for the one model served (any other name is the 404 of an unknown
+  // path): the card /v1/models lists.
+  const std::string model_path = "/v1/models/" + api_.served_model_name;
+  h.Handle(
+      "GET", model_path,
+      Guarded(model_path, api_key, "API key", [this, model_path](HttpRequest, HttpResponder r) {
+        const nlohmann::json list =
+            nlohmann::json::parse(ModelsBody(api_.served_model_name, created_));
+        Answer(model_path, r, HttpResponse::Json(200, list["data"][0].dump()));
+      }));
+
   h.Handle("GET", "/health", [this](HttpRequest, HttpResponder r) {
     absl::Status s = dispatcher_->CanRoute();
     Answer("/health", r,

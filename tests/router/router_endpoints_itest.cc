@@ -117,6 +117,13 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
                            .dump());
   EXPECT_EQ(Request(plain->port, "GET", "/get_model_info").status, 401);
 
+  // OpenAI's retrieve-model for the served name: /v1/models' card.
+  ClientResponse card = Request(plain->port, "GET", "/v1/models/tandem-tiny-fortunes", "", key);
+  ASSERT_EQ(card.status, 200) << card.body;
+  ClientResponse models = Request(plain->port, "GET", "/v1/models", "", key);
+  EXPECT_EQ(json::parse(card.body), json::parse(models.body)["data"][0]);
+  EXPECT_EQ(Request(plain->port, "GET", "/v1/models/other", "", key).status, 404);
+
   // sgl-router's liveness: a plain OK, no key (a probe).
   ClientResponse live = Request(plain->port, "GET", "/liveness");
   EXPECT_EQ(live.status, 200);
