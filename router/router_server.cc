@@ -16,6 +16,7 @@
 #include "common/version.h"
 #include "engine/model_config.h"
 #include "nlohmann/json.hpp"
+#include "router/abort_request.h"
 #include "router/api/response.h"
 #include "router/request_headers.h"
 
@@ -632,35 +633,9 @@ std::vector<std::shared_ptr<ClientCall>> RouterServer::LiveCalls(const std::stri
 
 void RouterServer::HandleAbortRequest(const HttpRequest& request, HttpResponder responder) {
   const std::string route = "/abort_request";
-  const nlohmann::json body =
-      nlohmann::json::parse(request.body.empty() ? "{}" : request.body, nullptr,
-                            /*allow_exceptions=*/false);
-  absl::Status bad;
-  std::string rid;
-  bool abort_all = false;
-  if (body.is_discarded() || !body.is_object()) {
-    bad = absl::InvalidArgumentError(
-        "the body must be a JSON object: {\"rid\": \"...\"} or {\"abort_all\": true}");
-  } else {
-    if (auto it = body.find("abort_all"); it != body.end() && !it->is_null()) {
-      if (!it->is_boolean()) {
-        bad = absl::InvalidArgumentError("abort_all must be a boolean");
-      } else {
-        abort_all = it->get<bool>();
-      }
-    }
-    if (auto it = body.find("rid"); bad.ok() && it != body.end() && !it->is_null()) {
-      if (!it->is_string()) {
-        bad = absl::InvalidArgumentError("rid must be a string");
-      } else {
-        rid = it->get<std::string>();
-      }
-    }
-    if (bad.ok() && !abort_all && rid.empty()) {
-      bad = absl::InvalidArgumentError(
-          "rid is required: the rid of the request to abort (or abort_all: true)");
-    }
-  }
+  const absl::StatusOr<AbortSpec> spec = ParseAbortRequest(request.body);
+  // The key is checked before the body's faults are told; which key depends on the body.
+  const bool abort_all = spec.ok() && spec->abort_all;
   // Aborting every client's request is the operator's call; one rid is its request's own.
   if (abort_all && !options_.disable_admin_auth) {
     if (options_.admin_key.empty()) {
@@ -679,12 +654,12 @@ void RouterServer::HandleAbortRequest(const HttpRequest& request, HttpResponder 
       return;
     }
   }
-  if (!bad.ok()) {
+  if (!spec.ok()) {
     router_metrics_->CountError("bad_request");
-    Answer(route, responder, ErrorResponse(bad));
+    Answer(route, responder, ErrorResponse(spec.status()));
     return;
   }
-  std::vector<std::shared_ptr<ClientCall>> calls = LiveCalls(abort_all ? nullptr : &rid);
+  std::vector<std::shared_ptr<ClientCall>> calls = LiveCalls(abort_all ? nullptr : &spec->rid);
   for (const auto& call : calls) call->Abort();
   if (!calls.empty()) {
     spdlog::info("/abort_request: aborted {} request(s){}", calls.size(),
