@@ -1,6 +1,6 @@
 // RouterServer's info and admin routes: /get_server_info, /get_model_info, /get_load,
-// /get_loads, /flush_cache and the worker admin API (GET/POST/DELETE /workers, POST /workers/drain
-// and SGLang's /add_worker, /remove_worker, /list_workers forms).
+// /get_loads, /abort_request, /flush_cache and the worker admin API (GET/POST/DELETE /workers, POST
+// /workers/drain and SGLang's /add_worker, /remove_worker, /list_workers forms).
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -10,8 +10,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
+#include "router/abort_request.h"
 #include "router/admin_request.h"
 #include "router/api/response.h"
+#include "router/request_headers.h"
 #include "router/router_server.h"
 
 namespace tandem::router {
@@ -265,6 +267,44 @@ void RouterServer::HandleGetLoads(HttpResponder responder) {
     body["decode"] = decode;
   }
   Answer("/get_loads", responder, HttpResponse::Json(200, body.dump()));
+}
+
+void RouterServer::HandleAbortRequest(const HttpRequest& request, HttpResponder responder) {
+  const std::string route = "/abort_request";
+  const absl::StatusOr<AbortSpec> spec = ParseAbortRequest(request.body);
+  // The key is checked before the body's faults are told; which key depends on the body.
+  const bool abort_all = spec.ok() && spec->abort_all;
+  // Aborting every client's request is the operator's call; one rid is its request's own.
+  if (abort_all && !options_.disable_admin_auth) {
+    if (options_.admin_key.empty()) {
+      AdminDisabled(route)(HttpRequest(), std::move(responder));
+      return;
+    }
+    if (absl::Status s = CheckBearer(request, options_.admin_key, "admin key"); !s.ok()) {
+      router_metrics_->CountError("unauthorized");
+      Answer(route, responder, ErrorResponse(s));
+      return;
+    }
+  } else if (!abort_all && !options_.api_key.empty()) {
+    if (absl::Status s = CheckBearer(request, options_.api_key, "API key"); !s.ok()) {
+      router_metrics_->CountError("unauthorized");
+      Answer(route, responder, ErrorResponse(s));
+      return;
+    }
+  }
+  if (!spec.ok()) {
+    router_metrics_->CountError("bad_request");
+    Answer(route, responder, ErrorResponse(spec.status()));
+    return;
+  }
+  const size_t aborted = AbortCalls(abort_all ? nullptr : &spec->rid);
+  if (aborted > 0) {
+    spdlog::info("/abort_request: aborted {} request(s){}", aborted,
+                 abort_all ? " (abort_all)" : "");
+  }
+  // SGLang's answer: 200 with an empty body, whether or not a request had that rid.
+  HttpResponse ok = HttpResponse::Text(200, "");
+  Answer(route, responder, std::move(ok));
 }
 
 void RouterServer::HandleFlushCache(HttpResponder responder) {

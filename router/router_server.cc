@@ -16,7 +16,6 @@
 #include "common/version.h"
 #include "engine/model_config.h"
 #include "nlohmann/json.hpp"
-#include "router/abort_request.h"
 #include "router/api/response.h"
 #include "router/request_headers.h"
 
@@ -615,59 +614,24 @@ void RouterServer::BindRid(const std::string& rid, std::weak_ptr<ClientCall> cal
   if (it != live_rids_.end()) it->second = std::move(call);
 }
 
-std::vector<std::shared_ptr<ClientCall>> RouterServer::LiveCalls(const std::string* rid) {
+size_t RouterServer::AbortCalls(const std::string* rid) {
   std::vector<std::shared_ptr<ClientCall>> calls;
-  absl::MutexLock lock(&rids_mu_);
-  if (rid != nullptr) {
-    auto it = live_rids_.find(*rid);
-    if (it != live_rids_.end()) {
-      if (auto call = it->second.lock()) calls.push_back(std::move(call));
-    }
-    return calls;
-  }
-  for (auto& [id, weak] : live_rids_) {
-    if (auto call = weak.lock()) calls.push_back(std::move(call));
-  }
-  return calls;
-}
-
-void RouterServer::HandleAbortRequest(const HttpRequest& request, HttpResponder responder) {
-  const std::string route = "/abort_request";
-  const absl::StatusOr<AbortSpec> spec = ParseAbortRequest(request.body);
-  // The key is checked before the body's faults are told; which key depends on the body.
-  const bool abort_all = spec.ok() && spec->abort_all;
-  // Aborting every client's request is the operator's call; one rid is its request's own.
-  if (abort_all && !options_.disable_admin_auth) {
-    if (options_.admin_key.empty()) {
-      AdminDisabled(route)(HttpRequest(), std::move(responder));
-      return;
-    }
-    if (absl::Status s = CheckBearer(request, options_.admin_key, "admin key"); !s.ok()) {
-      router_metrics_->CountError("unauthorized");
-      Answer(route, responder, ErrorResponse(s));
-      return;
-    }
-  } else if (!abort_all && !options_.api_key.empty()) {
-    if (absl::Status s = CheckBearer(request, options_.api_key, "API key"); !s.ok()) {
-      router_metrics_->CountError("unauthorized");
-      Answer(route, responder, ErrorResponse(s));
-      return;
+  {
+    absl::MutexLock lock(&rids_mu_);
+    if (rid != nullptr) {
+      auto it = live_rids_.find(*rid);
+      if (it != live_rids_.end()) {
+        if (auto call = it->second.lock()) calls.push_back(std::move(call));
+      }
+    } else {
+      for (auto& [id, weak] : live_rids_) {
+        if (auto call = weak.lock()) calls.push_back(std::move(call));
+      }
     }
   }
-  if (!spec.ok()) {
-    router_metrics_->CountError("bad_request");
-    Answer(route, responder, ErrorResponse(spec.status()));
-    return;
-  }
-  std::vector<std::shared_ptr<ClientCall>> calls = LiveCalls(abort_all ? nullptr : &spec->rid);
+  // Outside rids_mu_: an abort may end the call, which releases its rid.
   for (const auto& call : calls) call->Abort();
-  if (!calls.empty()) {
-    spdlog::info("/abort_request: aborted {} request(s){}", calls.size(),
-                 abort_all ? " (abort_all)" : "");
-  }
-  // SGLang's answer: 200 with an empty body, whether or not a request had that rid.
-  HttpResponse ok = HttpResponse::Text(200, "");
-  Answer(route, responder, std::move(ok));
+  return calls.size();
 }
 
 void RouterServer::ReleaseRid(const std::string& rid) {

@@ -75,13 +75,14 @@ class RouterServer {
   void BindRid(const std::string& rid, std::weak_ptr<ClientCall> call)
       ABSL_LOCKS_EXCLUDED(rids_mu_);
   void ReleaseRid(const std::string& rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
-  // The calls in progress: the one holding `rid`, or every one when `rid` is null.
-  std::vector<std::shared_ptr<ClientCall>> LiveCalls(const std::string* rid)
-      ABSL_LOCKS_EXCLUDED(rids_mu_);
-  // POST /abort_request (SGLang's {"rid","abort_all"}): aborts the request in progress with that
-  // rid as a client disconnect would (both legs cancelled, the room aborted on both workers), but
-  // its client is answered with the abort. An unknown rid is not an error (it may have just
-  // finished; SGLang answers 200 too). abort_all takes the admin key, a rid the client key.
+  // Aborts the call in progress holding `rid`, or every one when `rid` is null (ClientCall::Abort);
+  // returns how many there were.
+  size_t AbortCalls(const std::string* rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
+  // POST /abort_request (SGLang's {"rid","abort_all"}; router_admin.cc): aborts the request in
+  // progress with that rid as a client disconnect would (both legs cancelled, the room aborted on
+  // both workers), but its client is answered with the abort. An unknown rid is not an error (it
+  // may have just finished; SGLang answers 200 too). abort_all takes the admin key, a rid the
+  // client key.
   void HandleAbortRequest(const HttpRequest& request, HttpResponder responder);
   // Info and admin routes (router_admin.cc).
   void HandleServerInfo(HttpResponder responder, const std::string& route);
