@@ -3,8 +3,9 @@
 // /get_model_info, /liveness, /version, /get_load and /abort_request compared with what SGLang's
 // http_server.py and sgl-router answer, PUT /generate and GET /flush_cache as their POST forms,
 // any model name served, and /abort_request really ending a request: the stream ends with
-// finish_reason "abort", a non-streamed one with a 503 saying so, and both workers of the pair
-// have every KV block free afterwards. Bounded waits only.
+// finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with a 503
+// saying so, and both workers of the pair have every KV block free afterwards. Bounded waits
+// only.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -325,6 +326,40 @@ TEST_F(RouterEndpointsTest, AbortRequestEndsChatStreamsAndNonStreamedRequests) {
   EXPECT_NE(answer->body.find("the request was aborted: aborted by /abort_request"),
             std::string::npos)
       << answer->body;
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(plain->port, kTestAdminKey, colocated_->http_port, &why))
+      << why;
+}
+
+// With one admission slot, a request waiting in the queue is withdrawn by its abort (or, if the
+// slot came free first, cancelled while it runs): either way its client hears of the abort.
+TEST_F(RouterEndpointsTest, AbortRequestReachesARequestWaitingForASlot) {
+  auto plain = Plain({"--max-concurrent-requests", "1", "--queue-size", "8"});
+  std::optional<ClientResponse> answer;
+  for (int attempt = 0; attempt < 5 && !answer; ++attempt) {
+    const std::string rid = "abort-queued-" + std::to_string(attempt);
+    ClientResponse first, queued;
+    std::atomic<bool> answered{false};
+    std::thread holder([&] {
+      first = Request(plain->port, "POST", "/generate",
+                      LongGenerate("slot-holder-" + std::to_string(attempt), false).dump());
+    });
+    std::thread client([&] {
+      queued = Request(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
+      answered = true;
+    });
+    for (int i = 0; i < 400 && !answered; ++i) {
+      Request(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    client.join();
+    holder.join();
+    EXPECT_EQ(first.status, 200) << first.body;  // only the named request is aborted
+    if (queued.status != 200) answer = queued;
+  }
+  ASSERT_TRUE(answer.has_value()) << "every request finished before its abort";
+  EXPECT_EQ(answer->status, 503) << answer->body;
+  EXPECT_NE(answer->body.find("aborted by /abort_request"), std::string::npos) << answer->body;
   std::string why;
   EXPECT_TRUE(WaitForAllKvBlocksFree(plain->port, kTestAdminKey, colocated_->http_port, &why))
       << why;
