@@ -16,9 +16,9 @@
 // While unhealthy it is probed every kRecoveryProbeInterval (or the interval, if shorter), so a
 // worker that answers again is back within seconds, not a whole interval later.
 // Load: GetLoad every worker_load_check_interval seconds (0 disables the polls), and right
-// away when a worker turns healthy, so its KV blocks show from the start. last_error keeps the
-// reason of the last failure only while the worker is unhealthy: it is cleared when a probe finds
-// it healthy.
+// away when a worker turns healthy, so its KV blocks show from the start. last_error is the last
+// failure seen (a probe, the proof, a failed leg); the next probe that finds the worker healthy
+// clears it.
 //
 // Proof (with a cluster secret): a worker is unverified until it proved the secret
 // (WorkerClient::Prove); until then it gets no other call, no load poll and no request, is
