@@ -112,6 +112,9 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   void OnDone(absl::Status status);
   // Sends an error before anything was sent; counts it.
   void SendError(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An aborted call still waiting for its admission slot: withdraws it and answers the abort.
+  // False when it was admitted meanwhile (its run is then cancelled instead).
+  bool WithdrawAborted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // The answer to an Abort(): nothing sent yet, or the stream still open.
   void FinishAborted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Count(int status, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,8 +155,14 @@ void ClientCall::Begin() {
   const uint64_t ticket =
       server_->admission_->Acquire([self](absl::Status s) { self->Admitted(std::move(s)); });
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-  absl::MutexLock lock(&mu_);
-  if (!admitted_ && !done_) ticket_ = ticket;
+  bool aborted_while_queuing = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!admitted_ && !done_) ticket_ = ticket;
+    aborted_while_queuing = aborted_ && ticket_ != 0;
+  }
+  // An Abort() between Acquire and here found no ticket to withdraw.
+  if (aborted_while_queuing) WithdrawAborted(ticket);
 }
 
 void ClientCall::Admitted(absl::Status status) {
@@ -235,17 +244,20 @@ void ClientCall::Abort() {
     run = run_;
     ticket = ticket_;
   }
-  if (ticket != 0 && server_->admission_->Cancel(ticket)) {
-    ReleaseRid();
-    server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-    absl::MutexLock lock(&mu_);
-    done_ = true;
-    FinishAborted();
-    return;
-  }
+  if (ticket != 0 && WithdrawAborted(ticket)) return;
   // Admitted: the run ends Cancelled and OnDone answers. (Between admission and the run's start
   // Admitted() sees aborted_ and cancels it.)
   if (run) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+}
+
+bool ClientCall::WithdrawAborted(uint64_t ticket) {
+  if (!server_->admission_->Cancel(ticket)) return false;  // admitted meanwhile
+  ReleaseRid();
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+  FinishAborted();
+  return true;
 }
 
 void ClientCall::FinishAborted() {
