@@ -289,6 +289,11 @@ void Engine::ExportMetrics(MetricsRegistry* r) {
                                     "KV blocks evicted from the prefix cache")
                           .Get();
   std::lock_guard<std::mutex> lock(mu_);
+  // The loop publishes after each step; until the first one the gauges must already show the
+  // pool as it is (all blocks free), not 0 of 0.
+  m->free_blocks->Set(static_cast<double>(load_.free_blocks));
+  m->total_blocks->Set(static_cast<double>(load_.total_blocks));
+  m->cached_blocks->Set(static_cast<double>(load_.cached_blocks));
   metrics_ = std::move(m);
 }
 

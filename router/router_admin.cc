@@ -1,6 +1,7 @@
-// RouterServer's info and admin routes: /get_server_info, /get_loads, /flush_cache and the worker
-// admin API (GET/POST/DELETE /workers, POST /workers/drain and SGLang's /add_worker,
-// /remove_worker, /list_workers forms).
+// RouterServer's info and admin routes: /get_server_info, /get_model_info, /get_load,
+// /get_loads, /abort_request, /flush_cache and the worker admin API (GET/POST/DELETE /workers, POST
+// /workers/drain and SGLang's /add_worker, /remove_worker, /list_workers forms).
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -9,8 +10,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "nlohmann/json.hpp"
+#include "router/abort_request.h"
 #include "router/admin_request.h"
 #include "router/api/response.h"
+#include "router/request_headers.h"
 #include "router/router_server.h"
 
 namespace tandem::router {
@@ -109,7 +112,11 @@ nlohmann::json WorkerInfoJson(const WorkerPtr& w, const grpc::Status& s,
   }
   j["version"] = info.version();
   nlohmann::json state;
-  state["avg_spec_accept_length"] = info.avg_spec_accept_length();
+  // Only with speculative decoding, as SGLang: sglang.bench_serving prints an "Accept length"
+  // row whenever the field is there.
+  if (info.avg_spec_accept_length() > 0) {
+    state["avg_spec_accept_length"] = info.avg_spec_accept_length();
+  }
   state["cache_hit_tokens"] = info.cache_hit_tokens();
   state["cache_query_tokens"] = info.cache_query_tokens();
   state["cache_hit_rate"] = info.cache_query_tokens() > 0
@@ -160,13 +167,13 @@ absl::StatusOr<WorkerType> TypeFromName(const std::string& name, bool pd_mode) {
 
 }  // namespace
 
-void RouterServer::HandleServerInfo(HttpResponder responder) {
+void RouterServer::HandleServerInfo(HttpResponder responder, const std::string& route) {
   auto holder = std::make_shared<HttpResponder>(std::move(responder));
   const bool pd = options_.pd_disaggregation;
   const std::string served = api_.served_model_name;
   auto fan = std::make_shared<FanOut<proto::ServerInfo>>(
       AllWorkers(*registry_),
-      [this, holder, pd, served](std::vector<FanOut<proto::ServerInfo>::Result> results) {
+      [this, holder, pd, served, route](std::vector<FanOut<proto::ServerInfo>::Result> results) {
         nlohmann::json prefill = nlohmann::json::array(), decode = nlohmann::json::array(),
                        regular = nlohmann::json::array();
         for (const auto& r : results) {
@@ -201,11 +208,42 @@ void RouterServer::HandleServerInfo(HttpResponder responder) {
         }
         if (states.empty()) states.push_back(nlohmann::json::object());
         body["internal_states"] = states;
-        Answer("/get_server_info", *holder, HttpResponse::Json(200, body.dump()));
+        Answer(route, *holder, HttpResponse::Json(200, body.dump()));
       });
   fan->Run([](const WorkerPtr& w, auto done) {
     w->client().GetServerInfo(absl::Now() + kAdminCallTimeout, std::move(done));
   });
+}
+
+void RouterServer::HandleModelInfo(HttpResponder responder) {
+  // SGLang's fields; the SGLang frontend (RuntimeEndpoint) reads them when it connects.
+  const std::string model_path =
+      !options_.model_path.empty() ? options_.model_path : options_.tokenizer_path;
+  nlohmann::json body = {
+      {"model_path", model_path},
+      {"tokenizer_path", !options_.tokenizer_path.empty() ? options_.tokenizer_path : model_path},
+      {"is_generation", true},
+      {"preferred_sampling_params", nullptr},
+      {"weight_version", "default"}};
+  Answer("/get_model_info", responder, HttpResponse::Json(200, body.dump()));
+}
+
+void RouterServer::HandleGetLoad(HttpResponder responder) {
+  // SGLang's shape (one object per data-parallel rank: here per worker, from the registry's
+  // polls), with the worker's url and role added.
+  nlohmann::json body = nlohmann::json::array();
+  int rank = 0;
+  for (const WorkerState& w : registry_->Snapshot()) {
+    const proto::LoadReport& l = w.load;
+    const int64_t used_blocks = std::max<int64_t>(0, l.total_kv_blocks() - l.free_kv_blocks());
+    body.push_back({{"dp_rank", rank++},
+                    {"num_reqs", l.running_requests() + l.queued_requests()},
+                    {"num_waiting_reqs", l.queued_requests()},
+                    {"num_tokens", used_blocks * l.kv_block_size()},
+                    {"url", w.url},
+                    {"worker_type", WorkerTypeName(w.type)}});
+  }
+  Answer("/get_load", responder, HttpResponse::Json(200, body.dump()));
 }
 
 void RouterServer::HandleGetLoads(HttpResponder responder) {
@@ -229,6 +267,44 @@ void RouterServer::HandleGetLoads(HttpResponder responder) {
     body["decode"] = decode;
   }
   Answer("/get_loads", responder, HttpResponse::Json(200, body.dump()));
+}
+
+void RouterServer::HandleAbortRequest(const HttpRequest& request, HttpResponder responder) {
+  const std::string route = "/abort_request";
+  const absl::StatusOr<AbortSpec> spec = ParseAbortRequest(request.body);
+  // The key is checked before the body's faults are told; which key depends on the body.
+  const bool abort_all = spec.ok() && spec->abort_all;
+  // Aborting every client's request is the operator's call; one rid is its request's own.
+  if (abort_all && !options_.disable_admin_auth) {
+    if (options_.admin_key.empty()) {
+      AdminDisabled(route)(HttpRequest(), std::move(responder));
+      return;
+    }
+    if (absl::Status s = CheckBearer(request, options_.admin_key, "admin key"); !s.ok()) {
+      router_metrics_->CountError("unauthorized");
+      Answer(route, responder, ErrorResponse(s));
+      return;
+    }
+  } else if (!abort_all && !options_.api_key.empty()) {
+    if (absl::Status s = CheckBearer(request, options_.api_key, "API key"); !s.ok()) {
+      router_metrics_->CountError("unauthorized");
+      Answer(route, responder, ErrorResponse(s));
+      return;
+    }
+  }
+  if (!spec.ok()) {
+    router_metrics_->CountError("bad_request");
+    Answer(route, responder, ErrorResponse(spec.status()));
+    return;
+  }
+  const size_t aborted = AbortCalls(abort_all ? nullptr : &spec->rid);
+  if (aborted > 0) {
+    spdlog::info("/abort_request: aborted {} request(s){}", aborted,
+                 abort_all ? " (abort_all)" : "");
+  }
+  // SGLang's answer: 200 with an empty body, whether or not a request had that rid.
+  HttpResponse ok = HttpResponse::Text(200, "");
+  Answer(route, responder, std::move(ok));
 }
 
 void RouterServer::HandleFlushCache(HttpResponder responder) {

@@ -94,6 +94,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   ~ClientCall() { ReleaseRid(); }
 
   void Begin();
+  // /abort_request: cancels the legs as ClientGone does (the room aborted on both workers) and
+  // answers the client with the abort: a last stream chunk with finish_reason "abort", or a 503
+  // saying so. Nothing happens once the call has finished. Not from inside an event delivery.
+  void Abort();
 
  private:
   // Frees the rid for a new request. Called before the final answer goes out (a client may
@@ -108,6 +112,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   void OnDone(absl::Status status);
   // Sends an error before anything was sent; counts it.
   void SendError(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An aborted call still waiting for its admission slot: withdraws it and answers the abort.
+  // False when it was admitted meanwhile (its run is then cancelled instead).
+  bool WithdrawAborted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // The answer to an Abort(): nothing sent yet, or the stream still open.
+  void FinishAborted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Count(int status, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RouterServer* const server_;
@@ -124,6 +133,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool admitted_ ABSL_GUARDED_BY(mu_) = false;
   bool gone_ ABSL_GUARDED_BY(mu_) = false;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;  // by /abort_request
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> first_token_ ABSL_GUARDED_BY(mu_);
   int64_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
@@ -145,8 +155,14 @@ void ClientCall::Begin() {
   const uint64_t ticket =
       server_->admission_->Acquire([self](absl::Status s) { self->Admitted(std::move(s)); });
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-  absl::MutexLock lock(&mu_);
-  if (!admitted_ && !done_) ticket_ = ticket;
+  bool aborted_while_queuing = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!admitted_ && !done_) ticket_ = ticket;
+    aborted_while_queuing = aborted_ && ticket_ != 0;
+  }
+  // An Abort() between Acquire and here found no ticket to withdraw.
+  if (aborted_while_queuing) WithdrawAborted(ticket);
 }
 
 void ClientCall::Admitted(absl::Status status) {
@@ -192,7 +208,7 @@ void ClientCall::Admitted(absl::Status status) {
   {
     absl::MutexLock lock(&mu_);
     if (!done_) run_ = run;
-    cancel = gone_ && !done_;
+    cancel = (gone_ || aborted_) && !done_;
   }
   if (cancel) run->Cancel();
 }
@@ -216,6 +232,60 @@ void ClientCall::ClientGone() {
   }
   // Never cancel on the calling thread: it may be inside the run's own event delivery.
   if (run) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+}
+
+void ClientCall::Abort() {
+  std::shared_ptr<DispatchRun> run;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_ || aborted_) return;
+    aborted_ = true;
+    run = run_;
+    ticket = ticket_;
+  }
+  if (ticket != 0 && WithdrawAborted(ticket)) return;
+  // Admitted: the run ends Cancelled and OnDone answers. (Between admission and the run's start
+  // Admitted() sees aborted_ and cancels it.)
+  if (run) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+}
+
+bool ClientCall::WithdrawAborted(uint64_t ticket) {
+  if (!server_->admission_->Cancel(ticket)) return false;  // admitted meanwhile
+  ReleaseRid();
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+  FinishAborted();
+  return true;
+}
+
+void ClientCall::FinishAborted() {
+  proto::DecodeEvent abort;
+  abort.set_finished(true);
+  abort.mutable_finish_reason()->set_type(proto::FinishReason::ABORT);
+  abort.mutable_finish_reason()->set_message("aborted by /abort_request");
+  int code = 200;
+  if (request_->stream) {
+    if (!stream_ && responder_) {
+      stream_ = responder_->StartStream(200, "text/event-stream", headers_);
+      responder_.reset();
+    }
+    if (stream_) {
+      stream_->Write(shaper_.StreamEvent(abort));
+      stream_->Write(shaper_.StreamDone());
+      stream_->Finish();
+    }
+  } else if (responder_) {
+    shaper_.Accumulate(abort);
+    HttpResponse r = ErrorResponse(shaper_.FinalStatus());
+    r.headers.insert(r.headers.end(), headers_.begin(), headers_.end());
+    code = r.status;
+    responder_->Send(std::move(r));
+    responder_.reset();
+  }
+  // Not an error of the router's or a worker's: counted by status only.
+  server_->router_metrics_->CountRequest(route_, code);
 }
 
 void ClientCall::OnEvent(const proto::DecodeEvent& e) {
@@ -268,7 +338,10 @@ void ClientCall::OnDone(absl::Status status) {
   {
     absl::MutexLock lock(&mu_);
     run_ = nullptr;
-    if (!done_) {
+    if (!done_ && aborted_ && status.code() == absl::StatusCode::kCancelled && !gone_) {
+      done_ = true;
+      FinishAborted();
+    } else if (!done_) {
       done_ = true;
       const absl::Time now = absl::Now();
       if (status.ok()) {
@@ -536,13 +609,41 @@ void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpR
     Answer(route, responder, ErrorResponse(duplicate));
     return;
   }
+  const std::string rid = routed->rid;
   auto call = std::make_shared<ClientCall>(this, route, std::move(routed), std::move(responder));
+  BindRid(rid, call);
   call->Begin();
 }
 
 bool RouterServer::ClaimRid(const std::string& rid) {
   absl::MutexLock lock(&rids_mu_);
-  return live_rids_.insert(rid).second;
+  return live_rids_.try_emplace(rid).second;
+}
+
+void RouterServer::BindRid(const std::string& rid, std::weak_ptr<ClientCall> call) {
+  absl::MutexLock lock(&rids_mu_);
+  auto it = live_rids_.find(rid);
+  if (it != live_rids_.end()) it->second = std::move(call);
+}
+
+size_t RouterServer::AbortCalls(const std::string* rid) {
+  std::vector<std::shared_ptr<ClientCall>> calls;
+  {
+    absl::MutexLock lock(&rids_mu_);
+    if (rid != nullptr) {
+      auto it = live_rids_.find(*rid);
+      if (it != live_rids_.end()) {
+        if (auto call = it->second.lock()) calls.push_back(std::move(call));
+      }
+    } else {
+      for (auto& [id, weak] : live_rids_) {
+        if (auto call = weak.lock()) calls.push_back(std::move(call));
+      }
+    }
+  }
+  // Outside rids_mu_: an abort may end the call, which releases its rid.
+  for (const auto& call : calls) call->Abort();
+  return calls.size();
 }
 
 void RouterServer::ReleaseRid(const std::string& rid) {
@@ -588,27 +689,47 @@ void RouterServer::AddRoutes() {
   HttpServer& h = *http_;
   const std::string* api_key = options_.api_key.empty() ? nullptr : &options_.api_key;
   const std::string* admin_key = options_.admin_key.empty() ? nullptr : &options_.admin_key;
-  auto inference = [this, api_key](const std::string& path, ApiKind kind) {
-    http_->Handle("POST", path,
+  auto inference = [this, api_key](const std::string& method, const std::string& path,
+                                   ApiKind kind) {
+    http_->Handle(method, path,
                   Guarded(path, api_key, "API key",
                           [this, path, kind](HttpRequest r, HttpResponder responder) {
                             HandleInference(path, kind, std::move(r), std::move(responder));
                           }));
   };
-  inference("/generate", ApiKind::kGenerate);
-  inference("/v1/completions", ApiKind::kCompletions);
-  inference("/v1/chat/completions", ApiKind::kChatCompletions);
+  // SGLang serves /generate on PUT as well as POST.
+  inference("POST", "/generate", ApiKind::kGenerate);
+  inference("PUT", "/generate", ApiKind::kGenerate);
+  inference("POST", "/v1/completions", ApiKind::kCompletions);
+  inference("POST", "/v1/chat/completions", ApiKind::kChatCompletions);
+  h.Handle("POST", "/abort_request",
+           [this](HttpRequest q, HttpResponder r) { HandleAbortRequest(q, std::move(r)); });
   h.Handle("GET", "/v1/models",
            Guarded("/v1/models", api_key, "API key", [this](HttpRequest, HttpResponder r) {
              Answer("/v1/models", r,
                     HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_)));
            }));
 
+  // OpenAI's "retrieve model" for the one model served (any other name is the 404 of an unknown
+  // path): the card /v1/models lists.
+  const std::string model_path = "/v1/models/" + api_.served_model_name;
+  h.Handle(
+      "GET", model_path,
+      Guarded(model_path, api_key, "API key", [this, model_path](HttpRequest, HttpResponder r) {
+        const nlohmann::json list =
+            nlohmann::json::parse(ModelsBody(api_.served_model_name, created_));
+        Answer(model_path, r, HttpResponse::Json(200, list["data"][0].dump()));
+      }));
+
   h.Handle("GET", "/health", [this](HttpRequest, HttpResponder r) {
     absl::Status s = dispatcher_->CanRoute();
     Answer("/health", r,
            s.ok() ? HttpResponse::Json(200, R"({"status":"ok"})")
                   : HttpResponse::Error(503, std::string(s.message())));
+  });
+  // sgl-router's liveness: the process answers; says nothing about the workers (/health does).
+  h.Handle("GET", "/liveness", [this](HttpRequest, HttpResponder r) {
+    Answer("/liveness", r, HttpResponse::Text(200, "OK"));
   });
   h.Handle("GET", "/readiness", [this](HttpRequest, HttpResponder r) {
     absl::Status s = dispatcher_->CanRoute();
@@ -633,9 +754,25 @@ void RouterServer::AddRoutes() {
     r.Send(std::move(resp));
   });
 
-  h.Handle("GET", "/get_server_info",
-           Guarded("/get_server_info", api_key, "API key",
-                   [this](HttpRequest, HttpResponder r) { HandleServerInfo(std::move(r)); }));
+  // /server_info is the newer SGLang's name for it.
+  for (const char* path : {"/get_server_info", "/server_info"}) {
+    const std::string route = path;
+    h.Handle("GET", route,
+             Guarded(route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
+               HandleServerInfo(std::move(r), route);
+             }));
+  }
+  h.Handle("GET", "/get_model_info",
+           Guarded("/get_model_info", api_key, "API key",
+                   [this](HttpRequest, HttpResponder r) { HandleModelInfo(std::move(r)); }));
+  h.Handle("GET", "/get_load",
+           Guarded("/get_load", api_key, "API key",
+                   [this](HttpRequest, HttpResponder r) { HandleGetLoad(std::move(r)); }));
+  h.Handle("GET", "/version",
+           Guarded("/version", api_key, "API key", [this](HttpRequest, HttpResponder r) {
+             Answer("/version", r,
+                    HttpResponse::Json(200, nlohmann::json({{"version", kTandemVersion}}).dump()));
+           }));
   h.Handle("GET", "/get_loads",
            Guarded("/get_loads", api_key, "API key",
                    [this](HttpRequest, HttpResponder r) { HandleGetLoads(std::move(r)); }));
@@ -647,7 +784,10 @@ void RouterServer::AddRoutes() {
                   admin_closed ? AdminDisabled(path)
                                : Guarded(path, admin_key, "admin key", std::move(handler)));
   };
+  // SGLang serves GET too; both keep the admin key (a flush reaches every worker).
   admin("POST", "/flush_cache",
+        [this](HttpRequest, HttpResponder r) { HandleFlushCache(std::move(r)); });
+  admin("GET", "/flush_cache",
         [this](HttpRequest, HttpResponder r) { HandleFlushCache(std::move(r)); });
   admin("GET", "/workers",
         [this](HttpRequest, HttpResponder r) { HandleListWorkers(std::move(r), false); });

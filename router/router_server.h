@@ -3,11 +3,13 @@
 // admission queue (--max-concurrent-requests / --queue-size) and the HTTP front door with every
 // route (DESIGN.md "Router"):
 //
-//   client (--api-key):  POST /generate, /v1/completions, /v1/chat/completions; GET /v1/models
-//   probes (no key):     GET /health, /readiness, /metrics
-//   info (--api-key):    GET /get_server_info, /get_loads, /health_generate (a model leg: keyed
-//                        and admitted like any request)
-//   admin (--admin-key): GET/POST/DELETE /workers, POST /workers/drain, POST /flush_cache,
+//   client (--api-key):  POST|PUT /generate, POST /v1/completions, /v1/chat/completions;
+//                        GET /v1/models; POST /abort_request {"rid"} (abort_all: admin key)
+//   probes (no key):     GET /health, /liveness, /readiness, /metrics
+//   info (--api-key):    GET /get_model_info, /get_server_info (also /server_info), /get_load,
+//                        /get_loads, /version, /health_generate (a model leg: keyed and
+//                        admitted like any request)
+//   admin (--admin-key): GET/POST/DELETE /workers, POST /workers/drain, GET|POST /flush_cache,
 //                        POST /add_worker?url=, POST /remove_worker?url=, GET /list_workers
 //
 // The admin routes are closed by default: without --admin-key / --admin-key-file they answer
@@ -22,9 +24,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/http_server.h"
@@ -67,11 +70,24 @@ class RouterServer {
   void StartHealthGenerate(const std::shared_ptr<HttpResponder>& holder);
   // The table of rids of client requests in progress: a second live request with a rid is a 409
   // (workers key their state by rid). Claim fails when `rid` is live; Release is idempotent per
-  // successful Claim.
+  // successful Claim. Bind names the call that holds a claimed rid, for /abort_request.
   bool ClaimRid(const std::string& rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
+  void BindRid(const std::string& rid, std::weak_ptr<ClientCall> call)
+      ABSL_LOCKS_EXCLUDED(rids_mu_);
   void ReleaseRid(const std::string& rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
+  // Aborts the call in progress holding `rid`, or every one when `rid` is null (ClientCall::Abort);
+  // returns how many there were.
+  size_t AbortCalls(const std::string* rid) ABSL_LOCKS_EXCLUDED(rids_mu_);
+  // POST /abort_request (SGLang's {"rid","abort_all"}; router_admin.cc): aborts the request in
+  // progress with that rid as a client disconnect would (both legs cancelled, the room aborted on
+  // both workers), but its client is answered with the abort. An unknown rid is not an error (it
+  // may have just finished; SGLang answers 200 too). abort_all takes the admin key, a rid the
+  // client key.
+  void HandleAbortRequest(const HttpRequest& request, HttpResponder responder);
   // Info and admin routes (router_admin.cc).
-  void HandleServerInfo(HttpResponder responder);
+  void HandleServerInfo(HttpResponder responder, const std::string& route);
+  void HandleModelInfo(HttpResponder responder);
+  void HandleGetLoad(HttpResponder responder);
   void HandleGetLoads(HttpResponder responder);
   void HandleFlushCache(HttpResponder responder);
   void HandleListWorkers(HttpResponder responder, bool sglang_form);
@@ -103,7 +119,8 @@ class RouterServer {
   std::unique_ptr<HttpServer> http_;
 
   absl::Mutex rids_mu_;
-  absl::flat_hash_set<std::string> live_rids_ ABSL_GUARDED_BY(rids_mu_);
+  // rid -> its call (unset between ClaimRid and BindRid).
+  absl::flat_hash_map<std::string, std::weak_ptr<ClientCall>> live_rids_ ABSL_GUARDED_BY(rids_mu_);
 };
 
 }  // namespace tandem::router

@@ -383,7 +383,7 @@ proto::ServerInfo WorkerCore::GetServerInfo() const {
   info.set_transfer_backend(options_.transfer_backend);
   info.set_bootstrap_port(options_.bootstrap_port);
   info.set_version(kTandemVersion);
-  info.set_avg_spec_accept_length(1.0);  // no speculative decoding: one token per step
+  // avg_spec_accept_length stays 0: there is no speculative decoding.
   info.set_cache_hit_tokens(cache_hit_tokens_.load());
   info.set_cache_query_tokens(cache_query_tokens_.load());
   return info;

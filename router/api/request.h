@@ -89,8 +89,8 @@ struct RoutedRequest {
 
 struct ApiContext {
   const engine::Tokenizer* tokenizer = nullptr;  // required for text prompts and chat
-  std::string served_model_name;                 // /v1/models id; "model" must match it
-                                                 // (or be empty/absent) else 404-shaped error
+  std::string served_model_name;                 // /v1/models id; the "model" of a request
+                                                 // that names none (any name is accepted)
   int context_length = 0;                        // prompt + max_new_tokens must fit; 0 = unchecked
   // Bytes of the longest token of the vocabulary (special tokens included); with
   // context_length, text prompts certainly over the context are refused before tokenizing.

@@ -120,11 +120,8 @@ absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* r
     ASSIGN_OR_RETURN(model, ToString(*value, "model"));
     RETURN_IF_ERROR(CheckName(model, "model"));
   }
-  if (!model.empty() && !ctx.served_model_name.empty() && model != ctx.served_model_name) {
-    return absl::NotFoundError(absl::StrCat("The model `", Excerpt(model),
-                                            "` does not exist; this server serves `",
-                                            ctx.served_model_name, "`"));
-  }
+  // Any name is served, as SGLang (which does not check it, and whose clients send "default")
+  // and sgl-router with one model do: the router serves one model, so there is nothing to choose.
   request->model = model.empty() ? ctx.served_model_name : model;
   return absl::OkStatus();
 }

@@ -22,8 +22,9 @@ RoutedRequest NewRequest(ApiKind kind);
 // Reads "rid" (a string; an array is a batched request, rejected) or generates one.
 absl::Status ReadRid(const Json& body, RoutedRequest* request);
 
-// Reads "model": absent/empty or the served name is fine (request->model = the served name),
-// anything else is NotFound. With no served name configured, any model is accepted.
+// Reads "model" (a string of at most 256 bytes without control characters): any name is
+// accepted, as SGLang does; request->model (echoed in the response) is that name, or the served
+// name when absent or empty.
 absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* request);
 
 // The OpenAI fields completions and chat share: stream, stream_options, the sampling names

@@ -125,9 +125,9 @@ void Worker::PublishCircuitLocked() const {
   if (!removed_) gauges_.circuit->Set(CircuitValue(breaker_.state()));
 }
 
-void Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error) {
+bool Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error) {
   absl::MutexLock lock(&mu_);
-  if (removed_) return;
+  if (removed_) return false;
   bool was_healthy = healthy_;
   if (ok && status == proto::HealthResponse::SERVING) {
     probe_failures_ = 0;
@@ -136,6 +136,9 @@ void Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::s
       healthy_ = true;
       ever_healthy_ = true;
     }
+    // What made it unhealthy (e.g. "Connection refused" while it was starting) is over: an
+    // operator reading /workers must not take a healthy worker for a failing one.
+    if (healthy_) last_error_.clear();
   } else if (ok) {
     // The worker itself says it takes nothing new: unhealthy at once.
     probe_successes_ = 0;
@@ -157,6 +160,7 @@ void Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::s
       spdlog::warn("worker {} is unhealthy: {}", url(), last_error_);
     }
   }
+  return healthy_ && !was_healthy;
 }
 
 void Worker::OnProof(const absl::Status& status) {
@@ -448,7 +452,10 @@ MonoClock::time_point WorkerRegistry::RunDue() {
       calls_.emplace(id, nullptr);
       probes.emplace_back(worker, id);
     }
-    if (poll_load && !worker->load_in_flight_ && worker->client().verified()) {
+    const bool load_due =
+        poll_load || (options_.worker_load_check_interval > 0 && worker->load_now_);
+    if (load_due && !worker->load_in_flight_ && worker->client().verified()) {
+      worker->load_now_ = false;
       worker->load_in_flight_ = true;
       uint64_t id = next_call_id_++;
       calls_.emplace(id, nullptr);
@@ -478,7 +485,8 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
       worker->client().Health(
           false, deadline, [this, worker, id](grpc::Status status, proto::HealthResponse response) {
             bool ok = status.ok();
-            worker->OnProbe(ok, response.status(), ok ? response.message() : StatusText(status));
+            const bool turned_healthy = worker->OnProbe(
+                ok, response.status(), ok ? response.message() : StatusText(status));
             // A token for the proven instance refused: the worker restarted (a new instance id)
             // or changed its secret. Ask it to prove itself again, now.
             const bool reprove = status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
@@ -495,7 +503,10 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
               // whole --health-check-interval-secs (60 s by default) once it answers again.
               if (down) worker->recovery_probe_at_ = MonoNow() + RecoveryProbeInterval();
               if (reprove) worker->probe_now_ = true;
-              if (worker->probe_now_ || down) {  // asked for again while this one ran, or down
+              // Its load at once, not at the next poll round (up to the poll interval later):
+              // until then /workers and tandemctl would show its KV blocks as 0/0.
+              if (turned_healthy) worker->load_now_ = true;
+              if (worker->probe_now_ || down || turned_healthy) {
                 kick_ = true;
                 wake_.SignalAll();
               }

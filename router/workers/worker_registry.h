@@ -15,7 +15,10 @@
 // once); it turns healthy again after health_success_threshold consecutive successful probes.
 // While unhealthy it is probed every kRecoveryProbeInterval (or the interval, if shorter), so a
 // worker that answers again is back within seconds, not a whole interval later.
-// Load: GetLoad every worker_load_check_interval seconds (0 disables the polls).
+// Load: GetLoad every worker_load_check_interval seconds (0 disables the polls), and right
+// away when a worker turns healthy, so its KV blocks show from the start. last_error is the last
+// failure seen (a probe, the proof, a failed leg); the next probe that finds the worker healthy
+// clears it.
 //
 // Proof (with a cluster secret): a worker is unverified until it proved the secret
 // (WorkerClient::Prove); until then it gets no other call, no load poll and no request, is
@@ -143,8 +146,9 @@ class Worker {
   Worker(std::shared_ptr<WorkerClient> client, WorkerType type, std::optional<int> bootstrap_port,
          const RegistryOptions& options, Gauges gauges);
 
-  // Health probe results and failure reports (from the registry).
-  void OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error);
+  // Health probe results and failure reports (from the registry). OnProbe returns true when
+  // this probe made the worker healthy.
+  bool OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error);
   void OnProof(const absl::Status& status);
   void MarkFailed(const std::string& why);
   void OnLoad(const proto::LoadReport& load);
@@ -176,6 +180,7 @@ class Worker {
   // Registry bookkeeping (guarded by the registry's mutex, not mu_).
   bool probe_in_flight_ = false;
   bool load_in_flight_ = false;
+  bool load_now_ = false;  // poll its load at the next round (it just turned healthy)
   bool probe_now_ = false;
   // While unhealthy: when the next probe goes out, ahead of the regular interval (RunDue).
   std::optional<MonoClock::time_point> recovery_probe_at_;

@@ -142,6 +142,10 @@ TEST(EngineTest, MetricsFollowTheWork) {
   auto e = NewEngine();
   MetricsRegistry registry;
   e->ExportMetrics(&registry);
+  // Before any request the pool shows as it is (every block free), not as 0 of 0.
+  const std::string idle = registry.Render();
+  EXPECT_NE(idle.find("tandem_engine_kv_total_blocks 256"), std::string::npos) << idle;
+  EXPECT_NE(idle.find("tandem_engine_kv_free_blocks 256"), std::string::npos) << idle;
   Sink sink;
   std::vector<int32_t> prompt(40, 11);
   ASSERT_TRUE(e->Submit(Make("m1", prompt, 5, &sink)).ok());

@@ -1,6 +1,7 @@
 // WorkerRegistry against an in-process Worker service on loopback whose Health/GetLoad answers
 // the test controls: registration errors, health thresholds, NOT_SERVING, ReportFailure, load
-// polls, the circuit breaker, metrics, and Stop() with probes that never answer.
+// polls (also right when a worker turns healthy), last_error cleared once healthy, the circuit
+// breaker, metrics, and Stop() with probes that never answer.
 #include "router/workers/worker_registry.h"
 
 #include <grpcpp/grpcpp.h>
@@ -30,9 +31,11 @@ bool WaitFor(const std::function<bool()>& cond,
 
 class FakeWorker : public proto::Worker::CallbackService {
  public:
-  FakeWorker() {
+  // On `port` (0: any free one).
+  explicit FakeWorker(int port = 0) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+                             &port_);
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
   }
@@ -73,6 +76,7 @@ class FakeWorker : public proto::Worker::CallbackService {
   }
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
   void set_status(proto::HealthResponse::Status s) {
     absl::MutexLock lock(&mu_);
     status_ = s;
@@ -257,6 +261,37 @@ TEST(WorkerRegistryTest, LoadPollsFeedTheSnapshotAndMetrics) {
       Contains(text, "tandem_router_worker_running_requests{worker=\"" + fake.url() + "\"} 3"));
   EXPECT_TRUE(
       Contains(text, "tandem_router_worker_free_kv_blocks{worker=\"" + fake.url() + "\"} 7"));
+}
+
+// A worker that comes up after the router: while it is down its last_error says why; once it is
+// healthy the error is gone (an operator must not read a healthy worker as failing) and its load
+// is polled at once, not at the next poll round (60 s here), so its KV blocks show from the start.
+TEST(WorkerRegistryTest, StartupErrorClearsAndLoadIsPolledWhenTheWorkerTurnsHealthy) {
+  int port = 0;
+  {
+    FakeWorker placeholder;  // a free port, then nothing listening on it
+    port = placeholder.port();
+  }
+  RegistryOptions o = FastOptions();
+  o.health_check_interval_secs = 60;
+  o.worker_load_check_interval = 60;
+  WorkerRegistry registry(o, nullptr);
+  WorkerPtr w =
+      *registry.Add("http://127.0.0.1:" + std::to_string(port), WorkerType::kDecode, std::nullopt);
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return !w->Snapshot().last_error.empty(); }));
+  EXPECT_FALSE(w->healthy());
+
+  FakeWorker fake(port);
+  ASSERT_EQ(fake.port(), port);
+  fake.set_load(0, 0, 100);
+  ASSERT_TRUE(WaitFor([&] { return w->healthy(); }, std::chrono::seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return w->load().total_kv_blocks() == 100; }, std::chrono::seconds(20)))
+      << "the load was not polled when the worker turned healthy";
+  WorkerState s = w->Snapshot();
+  EXPECT_EQ(s.load.free_kv_blocks(), 100);
+  EXPECT_EQ(s.last_error, "");
+  registry.Stop();
 }
 
 TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {

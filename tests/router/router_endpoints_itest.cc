@@ -1,0 +1,369 @@
+// tandem-router's SGLang endpoints end to end, against a tandem-decode --local-prefill worker
+// (plain mode) and a tandem-prefill + tandem-decode pair (PD mode) on loopback: the bodies of
+// /get_model_info, /liveness, /version, /get_load and /abort_request compared with what SGLang's
+// http_server.py and sgl-router answer, PUT /generate and GET /flush_cache as their POST forms,
+// any model name served, and /abort_request really ending a request: the stream ends with
+// finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with a 503
+// saying so, and both workers of the pair have every KV block free afterwards. Bounded waits
+// only.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/version.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/http_test_client.h"
+#include "tests/integration/process.h"
+#include "tests/integration/router_process.h"
+#include "tests/integration/worker_process.h"
+
+namespace tandem::itest {
+namespace {
+
+using nlohmann::json;
+using testing::ClientResponse;
+using testing::TestClient;
+
+const char kApiKey[] = "client-key-7";
+
+std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
+
+ClientResponse Request(int port, const std::string& method, const std::string& target,
+                       const std::string& body = "", const std::string& headers = "") {
+  TestClient c(static_cast<uint16_t>(port), 60);
+  EXPECT_TRUE(c.connected());
+  EXPECT_TRUE(c.SendRequest(method, target, body,
+                            "Content-Type: application/json\r\nConnection: close\r\n" + headers));
+  std::optional<ClientResponse> r = c.ReadResponse();
+  EXPECT_TRUE(r.has_value()) << method << " " << target;
+  return r.value_or(ClientResponse{});
+}
+
+// The JSON objects of an SSE body's "data: {...}" lines; `done` set when [DONE] ended it.
+std::vector<json> SseEvents(const std::string& body, bool* done) {
+  std::vector<json> events;
+  *done = false;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    events.push_back(json::parse(data));
+  }
+  return events;
+}
+
+// As long as the context allows (the shipped model's is 512 tokens), so an abort sent after the
+// first token usually finds it running; the tests retry when the request won the race.
+json LongGenerate(const std::string& rid, bool stream) {
+  return {{"text", "Tell me a fortune about the sea."},
+          {"rid", rid},
+          {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 480}, {"ignore_eos", true}}},
+          {"stream", stream}};
+}
+
+class RouterEndpointsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
+    prefill_ = StartWorker("prefill").release();
+    decode_ = StartWorker("decode").release();
+  }
+  static void TearDownTestSuite() {
+    for (WorkerProcess* w : {colocated_, prefill_, decode_}) delete w;
+  }
+  static std::unique_ptr<RouterProcess> Plain(std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(),
+                 {"--cluster-secret", kTestClusterSecret, "--worker-urls", colocated_->url()});
+    return StartRouter(extra);
+  }
+  static std::unique_ptr<RouterProcess> Pd(std::vector<std::string> extra = {}) {
+    extra.insert(
+        extra.begin(),
+        {"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
+         prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode", decode_->url()});
+    return StartRouter(extra);
+  }
+
+  static WorkerProcess* colocated_;
+  static WorkerProcess* prefill_;
+  static WorkerProcess* decode_;
+};
+WorkerProcess* RouterEndpointsTest::colocated_ = nullptr;
+WorkerProcess* RouterEndpointsTest::prefill_ = nullptr;
+WorkerProcess* RouterEndpointsTest::decode_ = nullptr;
+
+TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
+  auto plain = Plain({"--api-key", kApiKey});
+  const std::string key = Auth(kApiKey);
+  const std::string model_dir = SourcePath("models/tandem-tiny-fortunes");
+
+  // SGLang's get_model_info fields (http_server.py), keys in nlohmann's (sorted) order.
+  ClientResponse info = Request(plain->port, "GET", "/get_model_info", "", key);
+  ASSERT_EQ(info.status, 200) << info.body;
+  EXPECT_EQ(info.body, json({{"is_generation", true},
+                             {"model_path", model_dir},
+                             {"preferred_sampling_params", nullptr},
+                             {"tokenizer_path", model_dir},
+                             {"weight_version", "default"}})
+                           .dump());
+  EXPECT_EQ(Request(plain->port, "GET", "/get_model_info").status, 401);
+
+  // OpenAI's retrieve-model for the served name: /v1/models' card.
+  ClientResponse card = Request(plain->port, "GET", "/v1/models/tandem-tiny-fortunes", "", key);
+  ASSERT_EQ(card.status, 200) << card.body;
+  ClientResponse models = Request(plain->port, "GET", "/v1/models", "", key);
+  EXPECT_EQ(json::parse(card.body), json::parse(models.body)["data"][0]);
+  EXPECT_EQ(Request(plain->port, "GET", "/v1/models/other", "", key).status, 404);
+
+  // sgl-router's liveness: a plain OK, no key (a probe).
+  ClientResponse live = Request(plain->port, "GET", "/liveness");
+  EXPECT_EQ(live.status, 200);
+  EXPECT_EQ(live.body, "OK");
+
+  ClientResponse version = Request(plain->port, "GET", "/version", "", key);
+  ASSERT_EQ(version.status, 200);
+  EXPECT_EQ(version.body, std::string(R"({"version":")") + kTandemVersion + "\"}");
+
+  // /server_info is the newer SGLang's name for /get_server_info.
+  ClientResponse server_info = Request(plain->port, "GET", "/server_info", "", key);
+  ASSERT_EQ(server_info.status, 200) << server_info.body;
+  EXPECT_TRUE(json::parse(server_info.body)["internal_states"].is_array());
+
+  // get_load: SGLang's per-rank objects (here one per worker) with the worker's KV in use.
+  ClientResponse load = Request(plain->port, "GET", "/get_load", "", key);
+  ASSERT_EQ(load.status, 200) << load.body;
+  json jl = json::parse(load.body);
+  ASSERT_TRUE(jl.is_array()) << load.body;
+  ASSERT_EQ(jl.size(), 1u) << load.body;
+  for (const char* field : {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"}) {
+    EXPECT_TRUE(jl[0][field].is_number_integer()) << field << ": " << load.body;
+  }
+  EXPECT_EQ(jl[0]["url"], colocated_->url());
+
+  // PD mode: one entry per worker of the pair.
+  auto pd = Pd();
+  load = Request(pd->port, "GET", "/get_load");
+  ASSERT_EQ(load.status, 200) << load.body;
+  EXPECT_EQ(json::parse(load.body).size(), 2u) << load.body;
+  info = Request(pd->port, "GET", "/get_model_info");
+  EXPECT_EQ(info.status, 200) << info.body;
+}
+
+TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
+  auto pd = Pd();
+  const json body = {{"text", "Tell me a fortune."},
+                     {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 4}}}};
+  ClientResponse posted = Request(pd->port, "POST", "/generate", body.dump());
+  ClientResponse put = Request(pd->port, "PUT", "/generate", body.dump());
+  ASSERT_EQ(posted.status, 200) << posted.body;
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(json::parse(put.body)["output_ids"], json::parse(posted.body)["output_ids"]);
+
+  // GET /flush_cache is POST's twin, with the admin key.
+  EXPECT_EQ(Request(pd->port, "GET", "/flush_cache").status, 401);
+  // The prefill worker lets go of a finished request's blocks a moment after the answer, and a
+  // worker with a request refuses the flush (503): ask again, bounded.
+  ClientResponse flushed;
+  for (int i = 0; i < 200; ++i) {
+    flushed = Request(pd->port, "GET", "/flush_cache", "", Auth(kTestAdminKey));
+    if (flushed.status != 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(flushed.status, 200) << flushed.body;
+  EXPECT_EQ(json::parse(flushed.body)["flushed"], true) << flushed.body;
+
+  // "default" (SGLang's protocol default) and any other name are served and echoed.
+  for (const char* model : {"default", "gpt-3.5-turbo"}) {
+    ClientResponse c =
+        Request(pd->port, "POST", "/v1/completions",
+                json({{"model", model}, {"prompt", "Hi"}, {"max_tokens", 2}}).dump());
+    ASSERT_EQ(c.status, 200) << model << ": " << c.body;
+    EXPECT_EQ(json::parse(c.body)["model"], model);
+  }
+}
+
+TEST_F(RouterEndpointsTest, AbortRequestBadBodiesAndKeys) {
+  auto plain = Plain({"--api-key", kApiKey});
+  const std::string key = Auth(kApiKey);
+  struct Case {
+    std::string body;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"not json", "the body must be a JSON object"},
+           {"[1]", "the body must be a JSON object"},
+           {"{}", "rid is required"},
+           {R"({"rid":""})", "rid is required"},
+           {R"({"rid":5})", "rid must be a string"},
+           {R"({"rid":"a","abort_all":"yes"})", "abort_all must be a boolean"},
+       }) {
+    ClientResponse r = Request(plain->port, "POST", "/abort_request", c.body, key);
+    EXPECT_EQ(r.status, 400) << c.body << ": " << r.body;
+    EXPECT_NE(r.body.find(c.message), std::string::npos) << c.body << ": " << r.body;
+  }
+  // A rid that is not running: 200 and an empty body, as SGLang answers.
+  ClientResponse unknown =
+      Request(plain->port, "POST", "/abort_request", R"({"rid":"no-such-rid"})", key);
+  EXPECT_EQ(unknown.status, 200);
+  EXPECT_EQ(unknown.body, "");
+  EXPECT_EQ(Request(plain->port, "POST", "/abort_request", R"({"rid":"x"})").status, 401);
+  // abort_all takes the admin key: the client's is not enough.
+  EXPECT_EQ(Request(plain->port, "POST", "/abort_request", R"({"abort_all":true})", key).status,
+            401);
+  EXPECT_EQ(
+      Request(plain->port, "POST", "/abort_request", R"({"abort_all":true})", Auth(kTestAdminKey))
+          .status,
+      200);
+}
+
+// Streams `rid` and aborts it after its first event; the stream's SSE body. nullopt when the
+// request finished before the abort reached it (the caller tries again).
+std::optional<std::string> StreamAndAbort(int port, const std::string& target, const json& body,
+                                          const std::string& rid, const std::string& headers) {
+  TestClient c(static_cast<uint16_t>(port), 60);
+  EXPECT_TRUE(
+      c.SendRequest("POST", target, body.dump(), "Content-Type: application/json\r\n" + headers));
+  std::optional<ClientResponse> head = c.ReadHead();
+  EXPECT_TRUE(head.has_value());
+  if (!head) return std::string();
+  EXPECT_EQ(head->status, 200);
+  std::string sse;
+  std::optional<std::string> chunk = c.ReadChunk();
+  EXPECT_TRUE(chunk.has_value());
+  if (!chunk) return std::string();
+  sse += *chunk;
+  ClientResponse aborted =
+      Request(port, "POST", "/abort_request", json({{"rid", rid}}).dump(), headers);
+  EXPECT_EQ(aborted.status, 200) << aborted.body;
+  // The rest of the stream, to its last (empty) chunk; bounded by the socket timeout.
+  while ((chunk = c.ReadChunk()) && !chunk->empty()) sse += *chunk;
+  EXPECT_TRUE(chunk.has_value()) << "the stream did not end";
+  if (sse.find("abort") == std::string::npos) return std::nullopt;
+  return sse;
+}
+
+TEST_F(RouterEndpointsTest, AbortRequestEndsAStreamInPdModeAndFreesBothWorkersBlocks) {
+  auto pd = Pd();
+  std::optional<std::string> sse;
+  for (int attempt = 0; attempt < 5 && !sse; ++attempt) {
+    const std::string rid = "abort-pd-" + std::to_string(attempt);
+    sse = StreamAndAbort(pd->port, "/generate", LongGenerate(rid, true), rid, "");
+  }
+  ASSERT_TRUE(sse.has_value()) << "every request finished before its abort";
+  bool done = false;
+  std::vector<json> events = SseEvents(*sse, &done);
+  EXPECT_TRUE(done) << *sse;
+  ASSERT_FALSE(events.empty());
+  const json& last = events.back()["meta_info"]["finish_reason"];
+  EXPECT_EQ(last["type"], "abort") << *sse;
+  EXPECT_EQ(last["message"], "aborted by /abort_request") << *sse;
+  EXPECT_LT(events.back()["output_ids"].size(), 480u);
+
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, decode_->http_port, &why)) << why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, prefill_->http_port, &why)) << why;
+  // The rid is free again and the pair still serves.
+  ClientResponse again = Request(
+      pd->port, "POST", "/generate",
+      json({{"text", "Hi"}, {"rid", "abort-pd-0"}, {"sampling_params", {{"max_new_tokens", 2}}}})
+          .dump());
+  EXPECT_EQ(again.status, 200) << again.body;
+}
+
+TEST_F(RouterEndpointsTest, AbortRequestEndsChatStreamsAndNonStreamedRequests) {
+  auto plain = Plain();
+  // OpenAI chat, the rid given as x-request-id: the last chunk's finish_reason is "abort".
+  std::optional<std::string> sse;
+  for (int attempt = 0; attempt < 5 && !sse; ++attempt) {
+    const std::string rid = "abort-chat-" + std::to_string(attempt);
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a fortune."}}}},
+                       {"max_tokens", 480},
+                       {"temperature", 0},
+                       {"ignore_eos", true},
+                       {"stream", true}};
+    sse = StreamAndAbort(plain->port, "/v1/chat/completions", chat, rid,
+                         "x-request-id: " + rid + "\r\n");
+  }
+  ASSERT_TRUE(sse.has_value()) << "every request finished before its abort";
+  bool done = false;
+  std::vector<json> events = SseEvents(*sse, &done);
+  EXPECT_TRUE(done) << *sse;
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "abort") << *sse;
+
+  // Not streamed: a 503 saying so (an aborted request never looks like a success).
+  std::optional<ClientResponse> answer;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::string rid = "abort-whole-" + std::to_string(attempt);
+    ClientResponse r;
+    std::atomic<bool> answered{false};
+    std::thread client([&] {
+      r = Request(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
+      answered = true;
+    });
+    for (int i = 0; i < 400 && !answered; ++i) {
+      Request(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    client.join();
+    if (r.status != 200) {
+      answer = r;
+      break;
+    }
+  }
+  ASSERT_TRUE(answer.has_value()) << "every request finished before its abort";
+  EXPECT_EQ(answer->status, 503) << answer->body;
+  EXPECT_NE(answer->body.find("the request was aborted: aborted by /abort_request"),
+            std::string::npos)
+      << answer->body;
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(plain->port, kTestAdminKey, colocated_->http_port, &why))
+      << why;
+}
+
+// With one admission slot, a request waiting in the queue is withdrawn by its abort (or, if the
+// slot came free first, cancelled while it runs): either way its client hears of the abort.
+TEST_F(RouterEndpointsTest, AbortRequestReachesARequestWaitingForASlot) {
+  auto plain = Plain({"--max-concurrent-requests", "1", "--queue-size", "8"});
+  std::optional<ClientResponse> answer;
+  for (int attempt = 0; attempt < 5 && !answer; ++attempt) {
+    const std::string rid = "abort-queued-" + std::to_string(attempt);
+    ClientResponse first, queued;
+    std::atomic<bool> answered{false};
+    std::thread holder([&] {
+      first = Request(plain->port, "POST", "/generate",
+                      LongGenerate("slot-holder-" + std::to_string(attempt), false).dump());
+    });
+    std::thread client([&] {
+      queued = Request(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
+      answered = true;
+    });
+    for (int i = 0; i < 400 && !answered; ++i) {
+      Request(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    client.join();
+    holder.join();
+    EXPECT_EQ(first.status, 200) << first.body;  // only the named request is aborted
+    if (queued.status != 200) answer = queued;
+  }
+  ASSERT_TRUE(answer.has_value()) << "every request finished before its abort";
+  EXPECT_EQ(answer->status, 503) << answer->body;
+  EXPECT_NE(answer->body.find("aborted by /abort_request"), std::string::npos) << answer->body;
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(plain->port, kTestAdminKey, colocated_->http_port, &why))
+      << why;
+}
+
+}  // namespace
+}  // namespace tandem::itest
