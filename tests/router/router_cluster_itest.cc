@@ -353,6 +353,20 @@ TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
   }
   EXPECT_TRUE(saw_429) << "a request beyond --max-concurrent-requests 1 with --queue-size 0 "
                           "was never refused";
+  // A batch takes a slot per choice: n = 2 with one slot and no queue is refused whole, and the
+  // choice that was running gives its slot back (the next request is served).
+  json batch = GenerateBody(100, false);
+  batch["sampling_params"]["n"] = 2;
+  bool batch_429 = false;
+  for (int attempt = 0; attempt < 5 && !batch_429; ++attempt) {
+    ClientResponse r = Request(plain->port, "POST", "/generate", batch.dump(), Auth(kApiKey));
+    // 200 only if the first choice ended before the second asked for the slot.
+    if (r.status != 429) {
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+    batch_429 = r.status == 429;
+  }
+  EXPECT_TRUE(batch_429) << "a batch of 2 was served with one slot and no queue";
   EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
                 .status,
             200);
