@@ -141,9 +141,12 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   // Ends the request with `status` unless it already ended: the error goes to the client (in the
   // stream once one started; a 499 count when the client is gone), and every other item is
   // stopped (CancelOthers, after mu_ is released). `from_admission`: the admission queue's
-  // answer (its timeout is a 408).
+  // answer (its timeout is a 408). A whole error answer waits until every item ended, so the
+  // slots of the cancelled ones are free before it goes out (as a success's are).
   void FailLocked(const absl::Status& status, bool from_admission = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the error FailLocked held once every item ended.
+  void SendHeldErrorLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every item succeeded: the merged answer.
   void CompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Withdraws the queued items and cancels the running ones of a request that ended.
@@ -167,6 +170,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   HttpStreamPtr stream_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;  // answered, failed or the client is gone
   size_t succeeded_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::Status> held_error_ ABSL_GUARDED_BY(mu_);
+  bool held_from_admission_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> first_token_ ABSL_GUARDED_BY(mu_);
   int64_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> rids_held_{true};
@@ -192,6 +197,7 @@ void ClientCall::Begin() {
       if (done_) {
         // Failed or gone before this item asked for a slot: it never runs.
         for (size_t k = i; k < count; ++k) items_[k].ended = true;
+        SendHeldErrorLocked();
         break;
       }
     }
@@ -219,6 +225,7 @@ void ClientCall::Admitted(size_t i, absl::Status status) {
     if (!status.ok()) {
       item.ended = true;
       FailLocked(status, /*from_admission=*/true);
+      SendHeldErrorLocked();  // the request had failed already and waited for this item
     } else {
       server_->router_metrics_->inflight.Increment();
       if (done_) {
@@ -235,6 +242,8 @@ void ClientCall::Admitted(size_t i, absl::Status status) {
   }
   if (!start) {
     ReleaseSlot();
+    absl::MutexLock lock(&mu_);
+    SendHeldErrorLocked();
     return;
   }
   std::shared_ptr<const RoutedRequest> request;
@@ -281,6 +290,7 @@ void ClientCall::CancelOthers() {
       absl::MutexLock lock(&mu_);
       items_[i].ticket = 0;
       items_[i].ended = true;
+      SendHeldErrorLocked();
     }
   }
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
@@ -329,7 +339,10 @@ void ClientCall::OnDone(size_t i, absl::Status status) {
     Item& item = items_[i];
     item.run = nullptr;
     item.ended = true;
-    if (done_) return;
+    if (done_) {
+      SendHeldErrorLocked();
+      return;
+    }
     if (status.ok() && !stream_requested_) status = item.shaper->FinalStatus();
     if (!status.ok()) {
       FailLocked(status);
@@ -351,7 +364,21 @@ void ClientCall::FailLocked(const absl::Status& status, bool from_admission) {
     stream_->Finish();
   } else if (status.code() == absl::StatusCode::kCancelled) {
     Count(499, status);
-  } else if (from_admission && status.code() == absl::StatusCode::kDeadlineExceeded) {
+  } else {
+    held_error_ = status;
+    held_from_admission_ = from_admission;
+    SendHeldErrorLocked();
+  }
+}
+
+void ClientCall::SendHeldErrorLocked() {
+  if (!held_error_) return;
+  for (const Item& item : items_) {
+    if (!item.ended) return;
+  }
+  const absl::Status status = *std::move(held_error_);
+  held_error_.reset();
+  if (held_from_admission_ && status.code() == absl::StatusCode::kDeadlineExceeded) {
     // The admission queue's timeout: the client's 408, not a gateway timeout.
     HttpResponse r = HttpResponse::Error(408, std::string(status.message()));
     r.headers = headers_;
