@@ -76,22 +76,33 @@ int LongestTokenBytes(const engine::Tokenizer& tokenizer) {
 
 }  // namespace
 
-// One client inference request from admission to its last byte. Shared by the HTTP callbacks
-// and the dispatcher's callbacks; `mu` guards the answer side.
+// One client inference request from admission to its last byte: one item per choice
+// (RoutedBatch; one for most requests), each admitted (one slot each) and dispatched on its own,
+// their answers merged into the one response. The first item that fails fails the request and
+// cancels the others (queued or running); every item's slot is given back when its run ends.
+// Shared by the HTTP callbacks and the dispatcher's callbacks; `mu_` guards the answer side.
 class ClientCall : public std::enable_shared_from_this<ClientCall> {
  public:
-  // The caller has claimed request->rid (RouterServer::ClaimRid); the call releases it.
-  ClientCall(RouterServer* server, std::string route, std::shared_ptr<RoutedRequest> request,
-             HttpResponder responder)
+  // The caller has claimed every item's rid (RouterServer::ClaimRid); the call releases them.
+  ClientCall(RouterServer* server, std::string route, RoutedBatch batch, HttpResponder responder)
       : server_(server),
         route_(std::move(route)),
         received_(absl::Now()),
-        request_(std::move(request)),
-        shaper_(*request_),
+        n_(batch.n),
+        single_(batch.single()),
+        stream_requested_(!batch.items.empty() && batch.items.front().stream),
+        rids_(RidsOf(batch)),
         responder_(std::move(responder)) {
-    headers_.emplace_back("x-request-id", request_->rid);
+    headers_.emplace_back("x-request-id", batch.rid);
+    items_.reserve(batch.items.size());
+    for (RoutedRequest& request : batch.items) {
+      Item item;
+      item.request = std::make_shared<RoutedRequest>(std::move(request));
+      item.shaper = std::make_unique<ResponseShaper>(*item.request);
+      items_.push_back(std::move(item));
+    }
   }
-  ~ClientCall() { ReleaseRid(); }
+  ~ClientCall() { ReleaseRids(); }
 
   void Begin();
   // /abort_request: cancels the legs as ClientGone does (the room aborted on both workers) and
@@ -100,164 +111,191 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   void Abort();
 
  private:
-  // Frees the rid for a new request. Called before the final answer goes out (a client may
-  // reuse the rid the moment it has read the answer); idempotent.
-  void ReleaseRid() {
-    if (rid_held_.exchange(false)) server_->ReleaseRid(request_->rid);
+  struct Item {
+    std::shared_ptr<const RoutedRequest> request;
+    std::unique_ptr<ResponseShaper> shaper;
+    std::shared_ptr<DispatchRun> run;
+    uint64_t ticket = 0;    // while it waits for admission
+    bool ended = false;     // its run ended, or it will never run
+    bool finished = false;  // its final event reached the shaper
+  };
+
+  static std::vector<std::string> RidsOf(const RoutedBatch& batch) {
+    std::vector<std::string> rids;
+    for (const RoutedRequest& item : batch.items) rids.push_back(item.rid);
+    return rids;
   }
 
-  void Admitted(absl::Status status);
+  // Frees the rids for new requests. Called before the final answer goes out (a client may
+  // reuse a rid the moment it has read the answer); idempotent.
+  void ReleaseRids() {
+    if (!rids_held_.exchange(false)) return;
+    for (const std::string& rid : rids_) server_->ReleaseRid(rid);
+  }
+  // Gives back an admitted item's slot.
+  void ReleaseSlot() {
+    server_->router_metrics_->inflight.Decrement();
+    server_->admission_->Release();
+    server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  }
+
+  void Admitted(size_t i, absl::Status status);
   void ClientGone();
-  void OnEvent(const proto::DecodeEvent& e);
-  void OnDone(absl::Status status);
+  void OnEvent(size_t i, const proto::DecodeEvent& e);
+  void OnDone(size_t i, absl::Status status);
+  // Ends the request with `status` unless it already ended: the error goes to the client (in the
+  // stream once one started; a 499 count when the client is gone), and every other item is
+  // stopped (CancelOthers, after mu_ is released). `from_admission`: the admission queue's
+  // answer (its timeout is a 408). A whole error answer waits until every item ended, so the
+  // slots of the cancelled ones are free before it goes out (as a success's are).
+  void FailLocked(const absl::Status& status, bool from_admission = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the error FailLocked held, or Abort's answer, once every item ended.
+  void SendHeldErrorLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every item succeeded: the merged answer.
+  void CompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Withdraws the queued items and cancels the running ones of a request that ended.
+  void CancelOthers() ABSL_LOCKS_EXCLUDED(mu_);
   // Sends an error before anything was sent; counts it.
   void SendError(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An aborted call still waiting for its admission slot: withdraws it and answers the abort.
-  // False when it was admitted meanwhile (its run is then cancelled instead).
-  bool WithdrawAborted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
-  // The answer to an Abort(): nothing sent yet, or the stream still open.
+  // The answer to an Abort(): an error answer when nothing was sent yet, else every open
+  // choice's last chunk with finish_reason "abort" and the stream's end.
   void FinishAborted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Count(int status, const absl::Status& error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RouterServer* const server_;
   const std::string route_;
   const absl::Time received_;
-  const std::shared_ptr<RoutedRequest> request_;
+  const int n_;
+  const bool single_;
+  const bool stream_requested_;
+  const std::vector<std::string> rids_;
   HttpHeaders headers_;  // echoed on the response
 
   absl::Mutex mu_;
-  ResponseShaper shaper_ ABSL_GUARDED_BY(mu_);
+  std::vector<Item> items_ ABSL_GUARDED_BY(mu_);  // its size never changes after construction
   std::optional<HttpResponder> responder_ ABSL_GUARDED_BY(mu_);  // until answered
   HttpStreamPtr stream_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<DispatchRun> run_ ABSL_GUARDED_BY(mu_);
-  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
-  bool admitted_ ABSL_GUARDED_BY(mu_) = false;
-  bool gone_ ABSL_GUARDED_BY(mu_) = false;
-  bool aborted_ ABSL_GUARDED_BY(mu_) = false;  // by /abort_request
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // answered, failed or the client is gone
+  size_t succeeded_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::Status> held_error_ ABSL_GUARDED_BY(mu_);
+  bool held_from_admission_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_abort_ ABSL_GUARDED_BY(mu_) = false;  // /abort_request's answer, sent as an error is
   std::optional<absl::Time> first_token_ ABSL_GUARDED_BY(mu_);
   int64_t completion_tokens_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<bool> rid_held_{true};
+  std::atomic<bool> rids_held_{true};
 };
 
 void ClientCall::Begin() {
   std::weak_ptr<ClientCall> weak = weak_from_this();
   // May run at once on this thread when the client is already gone: no lock held here.
   HttpResponder* responder;
+  size_t count;
   {
     absl::MutexLock lock(&mu_);
     responder = &*responder_;
+    count = items_.size();
   }
   responder->OnClientGone([weak] {
     if (auto self = weak.lock()) self->ClientGone();
   });
   auto self = shared_from_this();
-  const uint64_t ticket =
-      server_->admission_->Acquire([self](absl::Status s) { self->Admitted(std::move(s)); });
+  for (size_t i = 0; i < count; ++i) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_) {
+        // Failed or gone before this item asked for a slot: it never runs.
+        for (size_t k = i; k < count; ++k) items_[k].ended = true;
+        SendHeldErrorLocked();
+        break;
+      }
+    }
+    const uint64_t ticket = server_->admission_->Acquire(
+        [self, i](absl::Status s) { self->Admitted(i, std::move(s)); });
+    absl::MutexLock lock(&mu_);
+    if (!items_[i].ended && items_[i].run == nullptr) items_[i].ticket = ticket;
+  }
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-  bool aborted_while_queuing = false;
+  bool cancel;
   {
     absl::MutexLock lock(&mu_);
-    if (!admitted_ && !done_) ticket_ = ticket;
-    aborted_while_queuing = aborted_ && ticket_ != 0;
+    cancel = done_;
   }
-  // An Abort() between Acquire and here found no ticket to withdraw.
-  if (aborted_while_queuing) WithdrawAborted(ticket);
+  // A failure while later items were still asking for slots left their tickets behind.
+  if (cancel) CancelOthers();
 }
 
-void ClientCall::Admitted(absl::Status status) {
-  if (!status.ok()) ReleaseRid();
+void ClientCall::Admitted(size_t i, absl::Status status) {
+  bool start = false;
   {
     absl::MutexLock lock(&mu_);
+    Item& item = items_[i];
+    item.ticket = 0;
     if (!status.ok()) {
-      done_ = true;
-      if (status.code() == absl::StatusCode::kDeadlineExceeded) {
-        responder_->Send(HttpResponse::Error(408, std::string(status.message())));
-        Count(408, status);
+      item.ended = true;
+      FailLocked(status, /*from_admission=*/true);
+      SendHeldErrorLocked();  // the request had failed already and waited for this item
+    } else {
+      server_->router_metrics_->inflight.Increment();
+      if (done_) {
+        item.ended = true;  // the request ended while it waited: give the slot back at once
       } else {
-        SendError(status);
+        start = true;
       }
-      return;
-    }
-    admitted_ = true;
-    ticket_ = 0;
-    server_->router_metrics_->inflight.Increment();
-    if (gone_) {
-      // Gone while it waited: give the slot back at once.
-      done_ = true;
-      Count(499, absl::CancelledError("client gone"));
     }
   }
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-  bool gone_now;
+  if (!status.ok()) {
+    CancelOthers();
+    return;
+  }
+  if (!start) {
+    ReleaseSlot();
+    absl::MutexLock lock(&mu_);
+    SendHeldErrorLocked();
+    return;
+  }
+  std::shared_ptr<const RoutedRequest> request;
   {
     absl::MutexLock lock(&mu_);
-    gone_now = done_;
-  }
-  if (gone_now) {
-    ReleaseRid();
-    server_->router_metrics_->inflight.Decrement();
-    server_->admission_->Release();
-    return;
+    request = items_[i].request;
   }
   auto self = shared_from_this();
   std::shared_ptr<DispatchRun> run = server_->dispatcher_->Start(
-      request_, [self](const proto::DecodeEvent& e) { self->OnEvent(e); },
-      [self](absl::Status s) { self->OnDone(std::move(s)); });
+      request, [self, i](const proto::DecodeEvent& e) { self->OnEvent(i, e); },
+      [self, i](absl::Status s) { self->OnDone(i, std::move(s)); });
   bool cancel = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!done_) run_ = run;
-    cancel = (gone_ || aborted_) && !done_;
+    if (!items_[i].ended) items_[i].run = run;
+    cancel = done_ && !items_[i].ended;
   }
-  if (cancel) run->Cancel();
+  // Never cancel on a thread that may be inside a run's own callbacks.
+  if (cancel) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
 }
 
 void ClientCall::ClientGone() {
-  std::shared_ptr<DispatchRun> run;
-  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    gone_ = true;
-    run = run_;
-    ticket = ticket_;
+    FailLocked(absl::CancelledError("client gone"));
   }
-  if (ticket != 0 && server_->admission_->Cancel(ticket)) {
-    ReleaseRid();
-    absl::MutexLock lock(&mu_);
-    done_ = true;
-    Count(499, absl::CancelledError("client gone"));
-    server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-    return;
-  }
-  // Never cancel on the calling thread: it may be inside the run's own event delivery.
-  if (run) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+  CancelOthers();
 }
 
 void ClientCall::Abort() {
-  std::shared_ptr<DispatchRun> run;
-  uint64_t ticket = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (done_ || aborted_) return;
-    aborted_ = true;
-    run = run_;
-    ticket = ticket_;
+    if (done_) return;
+    done_ = true;
+    ReleaseRids();
+    if (stream_) {
+      FinishAborted();  // the client reads the abort now; the legs end behind it
+    } else {
+      held_abort_ = true;  // answered once every item ended, as a held error is
+      SendHeldErrorLocked();
+    }
   }
-  if (ticket != 0 && WithdrawAborted(ticket)) return;
-  // Admitted: the run ends Cancelled and OnDone answers. (Between admission and the run's start
-  // Admitted() sees aborted_ and cancels it.)
-  if (run) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
-}
-
-bool ClientCall::WithdrawAborted(uint64_t ticket) {
-  if (!server_->admission_->Cancel(ticket)) return false;  // admitted meanwhile
-  ReleaseRid();
-  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
-  absl::MutexLock lock(&mu_);
-  done_ = true;
-  FinishAborted();
-  return true;
+  CancelOthers();
 }
 
 void ClientCall::FinishAborted() {
@@ -266,19 +304,23 @@ void ClientCall::FinishAborted() {
   abort.mutable_finish_reason()->set_type(proto::FinishReason::ABORT);
   abort.mutable_finish_reason()->set_message("aborted by /abort_request");
   int code = 200;
-  if (request_->stream) {
+  if (stream_requested_) {
     if (!stream_ && responder_) {
       stream_ = responder_->StartStream(200, "text/event-stream", headers_);
       responder_.reset();
     }
     if (stream_) {
-      stream_->Write(shaper_.StreamEvent(abort));
-      stream_->Write(shaper_.StreamDone());
+      // Every choice still open ends with the abort.
+      for (Item& item : items_) {
+        if (!item.finished) stream_->Write(item.shaper->StreamEvent(abort));
+      }
+      stream_->Write(items_.front().shaper->StreamDone());
       stream_->Finish();
     }
   } else if (responder_) {
-    shaper_.Accumulate(abort);
-    HttpResponse r = ErrorResponse(shaper_.FinalStatus());
+    ResponseShaper& shaper = *items_.front().shaper;
+    shaper.Accumulate(abort);
+    HttpResponse r = ErrorResponse(shaper.FinalStatus());
     r.headers.insert(r.headers.end(), headers_.begin(), headers_.end());
     code = r.status;
     responder_->Send(std::move(r));
@@ -288,7 +330,32 @@ void ClientCall::FinishAborted() {
   server_->router_metrics_->CountRequest(route_, code);
 }
 
-void ClientCall::OnEvent(const proto::DecodeEvent& e) {
+void ClientCall::CancelOthers() {
+  std::vector<std::shared_ptr<DispatchRun>> runs;
+  std::vector<std::pair<size_t, uint64_t>> tickets;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < items_.size(); ++i) {
+      Item& item = items_[i];
+      if (item.ended) continue;
+      if (item.run) runs.push_back(item.run);
+      if (item.ticket != 0) tickets.emplace_back(i, item.ticket);
+    }
+  }
+  for (const auto& [i, ticket] : tickets) {
+    if (server_->admission_->Cancel(ticket)) {
+      absl::MutexLock lock(&mu_);
+      items_[i].ticket = 0;
+      items_[i].ended = true;
+      SendHeldErrorLocked();
+    }
+  }
+  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  // Never cancel on the calling thread: it may be inside a run's own event delivery.
+  for (const auto& run : runs) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+}
+
+void ClientCall::OnEvent(size_t i, const proto::DecodeEvent& e) {
   HttpStreamPtr started;  // set when this event starts the stream
   {
     absl::MutexLock lock(&mu_);
@@ -298,8 +365,10 @@ void ClientCall::OnEvent(const proto::DecodeEvent& e) {
       first_token_ = absl::Now();
       server_->router_metrics_->ttft.Observe(ToSec(*first_token_ - received_));
     }
-    if (!request_->stream) {
-      shaper_.Accumulate(e);
+    ResponseShaper& shaper = *items_[i].shaper;
+    if (e.finished()) items_[i].finished = true;
+    if (!stream_requested_) {
+      shaper.Accumulate(e);
       return;
     }
     if (!stream_) {
@@ -307,87 +376,116 @@ void ClientCall::OnEvent(const proto::DecodeEvent& e) {
       responder_.reset();
       started = stream_;
     }
-    stream_->Write(shaper_.StreamEvent(e));
+    stream_->Write(shaper.StreamEvent(e));
   }
   if (started) {
-    // Registered outside mu_: it runs at once when the client is already gone. It only posts
-    // the cancel (this thread is inside the run's event delivery).
+    // Registered outside mu_: it runs at once when the client is already gone.
     std::weak_ptr<ClientCall> weak = weak_from_this();
-    Dispatcher* dispatcher = server_->dispatcher_.get();
-    started->OnClose([weak, dispatcher] {
-      auto self = weak.lock();
-      if (!self) return;
-      std::shared_ptr<DispatchRun> run;
-      {
-        absl::MutexLock lock(&self->mu_);
-        self->gone_ = true;
-        run = self->run_;
-      }
-      if (run) dispatcher->RunAt(absl::Now(), [run] { run->Cancel(); });
+    started->OnClose([weak] {
+      if (auto self = weak.lock()) self->ClientGone();
     });
   }
 }
 
-void ClientCall::OnDone(absl::Status status) {
+void ClientCall::OnDone(size_t i, absl::Status status) {
   // The slot is free before the response's last bytes go out: a client that sends its next
   // request the moment it has read this response's end must find it free (the slot and the rid).
-  ReleaseRid();
-  server_->router_metrics_->inflight.Decrement();
-  server_->admission_->Release();
-  server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
+  ReleaseSlot();
+  bool failed = false;
   {
     absl::MutexLock lock(&mu_);
-    run_ = nullptr;
-    if (!done_ && aborted_ && status.code() == absl::StatusCode::kCancelled && !gone_) {
-      done_ = true;
-      FinishAborted();
-    } else if (!done_) {
-      done_ = true;
-      const absl::Time now = absl::Now();
-      if (status.ok()) {
-        server_->router_metrics_->e2e.Observe(ToSec(now - received_));
-        // A non-streamed response has one event: no per-token timing to report.
-        if (request_->stream && first_token_ && completion_tokens_ > 1) {
-          server_->router_metrics_->tpot.Observe(ToSec(now - *first_token_) /
-                                                 static_cast<double>(completion_tokens_ - 1));
-        }
-      }
-      if (stream_) {
-        if (status.ok()) {
-          stream_->Write(shaper_.StreamDone());
-          Count(200, status);
-        } else {
-          stream_->Write(shaper_.StreamError(status));
-          Count(200, status);  // the status line went out as 200; the error is in the stream
-        }
-        stream_->Finish();
-      } else if (!status.ok()) {
-        if (status.code() == absl::StatusCode::kCancelled) {
-          Count(499, status);
-        } else {
-          SendError(status);
-        }
-      } else if (request_->stream) {
-        // A stream with no event before its end (cannot normally happen): still well-formed.
-        stream_ = responder_->StartStream(200, "text/event-stream", headers_);
-        responder_.reset();
-        stream_->Write(shaper_.StreamDone());
-        stream_->Finish();
-        Count(200, status);
-      } else {
-        absl::Status final_status = shaper_.FinalStatus();
-        if (!final_status.ok()) {
-          SendError(final_status);
-        } else {
-          HttpResponse r = HttpResponse::Json(200, shaper_.Body(ToSec(now - received_)));
-          r.headers = headers_;
-          responder_->Send(std::move(r));
-          responder_.reset();
-          Count(200, status);
-        }
-      }
+    Item& item = items_[i];
+    item.run = nullptr;
+    item.ended = true;
+    if (done_) {
+      SendHeldErrorLocked();
+      return;
+    }
+    if (status.ok() && !stream_requested_) status = item.shaper->FinalStatus();
+    if (!status.ok()) {
+      FailLocked(status);
+      failed = true;
+    } else if (++succeeded_ == items_.size()) {
+      CompleteLocked();
     }
   }
+  if (failed) CancelOthers();
+}
+
+void ClientCall::FailLocked(const absl::Status& status, bool from_admission) {
+  if (done_) return;
+  done_ = true;
+  ReleaseRids();
+  if (stream_) {
+    stream_->Write(items_.front().shaper->StreamError(status));
+    Count(200, status);  // the status line went out as 200; the error is in the stream
+    stream_->Finish();
+  } else if (status.code() == absl::StatusCode::kCancelled) {
+    Count(499, status);
+  } else {
+    held_error_ = status;
+    held_from_admission_ = from_admission;
+    SendHeldErrorLocked();
+  }
+}
+
+void ClientCall::SendHeldErrorLocked() {
+  if (!held_error_ && !held_abort_) return;
+  for (const Item& item : items_) {
+    if (!item.ended) return;
+  }
+  if (held_abort_) {
+    held_abort_ = false;
+    FinishAborted();
+    return;
+  }
+  const absl::Status status = *std::move(held_error_);
+  held_error_.reset();
+  if (held_from_admission_ && status.code() == absl::StatusCode::kDeadlineExceeded) {
+    // The admission queue's timeout: the client's 408, not a gateway timeout.
+    HttpResponse r = HttpResponse::Error(408, std::string(status.message()));
+    r.headers = headers_;
+    if (responder_) {
+      responder_->Send(std::move(r));
+      responder_.reset();
+    }
+    Count(408, status);
+  } else {
+    SendError(status);
+  }
+}
+
+void ClientCall::CompleteLocked() {
+  done_ = true;
+  ReleaseRids();
+  const absl::Time now = absl::Now();
+  server_->router_metrics_->e2e.Observe(ToSec(now - received_));
+  // A non-streamed response has one event: no per-token timing to report.
+  if (stream_requested_ && first_token_ && completion_tokens_ > 1) {
+    server_->router_metrics_->tpot.Observe(ToSec(now - *first_token_) /
+                                           static_cast<double>(completion_tokens_ - 1));
+  }
+  std::vector<const ResponseShaper*> shapers;
+  for (const Item& item : items_) shapers.push_back(item.shaper.get());
+  if (stream_requested_) {
+    // A stream with no event before its end (cannot normally happen): still well-formed.
+    if (!stream_) {
+      stream_ = responder_->StartStream(200, "text/event-stream", headers_);
+      responder_.reset();
+    }
+    if (!single_) stream_->Write(ResponseShaper::BatchStreamUsage(shapers, n_));
+    stream_->Write(items_.front().shaper->StreamDone());
+    stream_->Finish();
+    Count(200, absl::OkStatus());
+    return;
+  }
+  const double e2e = ToSec(now - received_);
+  HttpResponse r = HttpResponse::Json(200, single_ ? items_.front().shaper->Body(e2e)
+                                                   : ResponseShaper::BatchBody(shapers, n_, e2e));
+  r.headers = headers_;
+  responder_->Send(std::move(r));
+  responder_.reset();
+  Count(200, absl::OkStatus());
 }
 
 void ClientCall::SendError(const absl::Status& status) {
@@ -583,14 +681,14 @@ HttpHandler RouterServer::AdminDisabled(const std::string& route) {
 
 void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpRequest request,
                                    HttpResponder responder) {
-  auto parsed = ParseRequest(kind, request.body, api_);
+  auto parsed = ParseBatch(kind, request.body, api_);
   if (!parsed.ok()) {
     router_metrics_->CountError("bad_request");
     HttpResponse r = ErrorResponse(parsed.status());
     Answer(route, responder, std::move(r));
     return;
   }
-  auto routed = std::make_shared<RoutedRequest>(std::move(*parsed));
+  RoutedBatch batch = std::move(*parsed);
   const std::vector<std::string>& id_headers =
       options_.request_id_headers.empty() ? DefaultRequestIdHeaders() : options_.request_id_headers;
   absl::StatusOr<std::optional<std::string>> id = ClientRequestId(request, id_headers);
@@ -599,19 +697,23 @@ void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpR
     Answer(route, responder, ErrorResponse(id.status()));
     return;
   }
-  if (id->has_value()) routed->rid = **id;
-  if (!ClaimRid(routed->rid)) {
+  if (id->has_value()) SetBatchRid(**id, &batch);
+  // Workers key their state by rid: every item's must be free.
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    if (ClaimRid(batch.items[i].rid)) continue;
+    for (size_t k = 0; k < i; ++k) ReleaseRid(batch.items[k].rid);
     const absl::Status duplicate = absl::AlreadyExistsError(absl::StrCat(
-        "rid '", routed->rid,
+        "rid '", batch.items[i].rid,
         "' is already used by a request in progress; give each request its own rid (or "
         "request-id header)"));
     router_metrics_->CountError("bad_request");
     Answer(route, responder, ErrorResponse(duplicate));
     return;
   }
-  const std::string rid = routed->rid;
-  auto call = std::make_shared<ClientCall>(this, route, std::move(routed), std::move(responder));
-  BindRid(rid, call);
+  std::vector<std::string> rids;
+  for (const RoutedRequest& item : batch.items) rids.push_back(item.rid);
+  auto call = std::make_shared<ClientCall>(this, route, std::move(batch), std::move(responder));
+  for (const std::string& rid : rids) BindRid(rid, call);
   call->Begin();
 }
 
@@ -641,6 +743,9 @@ size_t RouterServer::AbortCalls(const std::string* rid) {
       }
     }
   }
+  // A batch holds one rid per choice: each call once.
+  std::sort(calls.begin(), calls.end());
+  calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
   // Outside rids_mu_: an abort may end the call, which releases its rid.
   for (const auto& call : calls) call->Abort();
   return calls.size();

@@ -178,9 +178,10 @@ absl::StatusOr<RoutedRequest> ParseCompletionsJson(const Json& body, const ApiCo
 
 }  // namespace
 
-absl::StatusOr<RoutedRequest> ParseRequest(ApiKind kind, std::string_view body,
-                                           const ApiContext& ctx) {
-  ASSIGN_OR_RETURN(const Json json, api_internal::ParseJsonObject(body));
+namespace api_internal {
+
+absl::StatusOr<RoutedRequest> ParseRequestJson(ApiKind kind, const Json& json,
+                                               const ApiContext& ctx) {
   // Every access above is checked, but a parser bug must still not escape as an exception.
   try {
     switch (kind) {
@@ -189,12 +190,20 @@ absl::StatusOr<RoutedRequest> ParseRequest(ApiKind kind, std::string_view body,
       case ApiKind::kCompletions:
         return ParseCompletionsJson(json, ctx);
       case ApiKind::kChatCompletions:
-        return api_internal::ParseChatCompletionsJson(json, ctx);
+        return ParseChatCompletionsJson(json, ctx);
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.what()));
   }
   return absl::InvalidArgumentError("unknown API kind");
+}
+
+}  // namespace api_internal
+
+absl::StatusOr<RoutedRequest> ParseRequest(ApiKind kind, std::string_view body,
+                                           const ApiContext& ctx) {
+  ASSIGN_OR_RETURN(const Json json, api_internal::ParseJsonObject(body));
+  return api_internal::ParseRequestJson(kind, json, ctx);
 }
 
 absl::StatusOr<RoutedRequest> ParseGenerate(std::string_view body, const ApiContext& ctx) {

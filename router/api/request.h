@@ -7,10 +7,12 @@
 // the Tokenizer it points to are borrowed for the call only.
 //
 // Decisions, where SGLang/OpenAI leave room:
-// - One prompt per request: batched /generate (`text` as an array of strings, `input_ids` as an
-//   array of arrays, `rid` as a list) and several OpenAI prompts are a 400 ("batched requests
-//   are not supported; send one prompt per request"). A one-element batch is accepted.
-// - OpenAI `n` and `best_of` must be 1; completions `echo: true` and `suffix` are 400s.
+// - Parse* read one prompt and one choice: batched /generate (`text` as an array of strings,
+//   `input_ids` as an array of arrays, `rid` as a list), several OpenAI prompts and `n` other
+//   than 1 are a 400 there ("batched requests are not supported; send one prompt per request").
+//   A one-element batch is accepted. ParseBatch (below) is what the router uses: it takes lists
+//   and `n` and gives one RoutedRequest per choice.
+// - OpenAI `n` and `best_of` must be 1 in Parse*; completions `echo: true` and `suffix` are 400s.
 // - Logprobs: completions `logprobs: N` (0..5) sets return_logprob and asks for N alternatives
 //   per position (0: top_logprobs null); chat `logprobs: true` sets return_logprob and
 //   `top_logprobs: N` (0..20) asks for N alternatives, a 400 without `logprobs: true` (as
@@ -85,6 +87,11 @@ struct RoutedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions echo (rejected with 400 when true)
   int64_t created = 0;         // unix seconds, for OpenAI objects
+  // One item of a batch (RoutedBatch): the client's id of the whole request, which OpenAI
+  // response ids are made of, and this item's place in the answer (OpenAI choices[].index,
+  // SGLang's list position and streamed "index"). "" and 0 for a request of one choice.
+  std::string batch_rid;
+  int index = 0;
 };
 
 struct ApiContext {
@@ -110,6 +117,36 @@ absl::StatusOr<RoutedRequest> ParseChatCompletions(std::string_view body, const 
 // The parser for `kind` (for callers that dispatch on ApiKind, e.g. the fuzz target).
 absl::StatusOr<RoutedRequest> ParseRequest(ApiKind kind, std::string_view body,
                                            const ApiContext& ctx);
+
+// The most choices one request may ask for: prompts x n (OpenAI's cap on n).
+inline constexpr int kMaxBatchChoices = 128;
+
+// One client request that asks for several choices: a list of prompts and/or `n` completions
+// per prompt. Items are prompt-major: item i * n + j is prompt i's choice j (OpenAI's and
+// SGLang's order), each a complete RoutedRequest the router dispatches on its own.
+struct RoutedBatch {
+  std::vector<RoutedRequest> items;
+  int n = 1;                   // choices per prompt
+  std::string rid;             // the client's rid (or generated); items derive theirs from it
+  bool rid_list = false;       // /generate gave one rid per prompt
+  bool list_response = false;  // /generate answers a JSON list (list input or n > 1)
+  bool include_usage = false;  // OpenAI stream_options.include_usage
+
+  bool single() const { return items.size() == 1 && !list_response; }
+};
+
+// Parses a body that may hold several prompts and `n` (SGLang `sampling_params.n`, OpenAI `n`;
+// completions `best_of` must equal n when given). Every prompt is checked as Parse* checks one
+// (errors name the prompt, e.g. "text[2]: ..."); a /generate `sampling_params` list must have
+// one object per prompt, all with the same n. With n > 1 and a seed, choice j samples with
+// seed + j, so each choice differs and the request is reproducible. Item rids: the request's
+// rid when it has one choice; else "<rid>_<index>" (SGLang's form), or with a /generate rid
+// list "<rid[i]>" (n = 1) / "<rid[i]>_<j>". More than kMaxBatchChoices choices is a 400.
+absl::StatusOr<RoutedBatch> ParseBatch(ApiKind kind, std::string_view body, const ApiContext& ctx);
+
+// Gives the batch (and its items' rids, as ParseBatch derives them) the id `rid`, e.g. from a
+// request-id header, which wins over a rid list too.
+void SetBatchRid(const std::string& rid, RoutedBatch* batch);
 
 }  // namespace tandem::router
 

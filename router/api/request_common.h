@@ -39,6 +39,10 @@ absl::Status ReadOpenAiCommon(const Json& body, RoutedRequest* request);
 absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
                           bool add_special_tokens, RoutedRequest* request);
 
+// The parser for `kind` (one prompt, one choice) on an already parsed body; never throws.
+absl::StatusOr<RoutedRequest> ParseRequestJson(ApiKind kind, const Json& body,
+                                               const ApiContext& ctx);
+
 // The chat parser on an already parsed body (chat_request.cc).
 absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx);
 

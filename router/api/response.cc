@@ -22,15 +22,16 @@ using api_internal::Json;
 constexpr char kHttpStatusPayload[] = "type.tandem/router.http_status";
 
 std::string ResponseIdFor(const RoutedRequest& request) {
+  const std::string& rid = request.batch_rid.empty() ? request.rid : request.batch_rid;
   switch (request.kind) {
     case ApiKind::kCompletions:
-      return "cmpl-" + request.rid;
+      return "cmpl-" + rid;
     case ApiKind::kChatCompletions:
-      return "chatcmpl-" + request.rid;
+      return "chatcmpl-" + rid;
     case ApiKind::kGenerate:
       break;
   }
-  return request.rid;
+  return request.rid;  // /generate: each item's meta_info.id is its own rid
 }
 
 std::string SseData(const std::string& json) { return absl::StrCat("data: ", json, "\n\n"); }
@@ -43,6 +44,8 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       response_id_(ResponseIdFor(request)),
       model_(request.model),
       created_(request.created),
+      index_(request.index),
+      in_batch_(!request.batch_rid.empty()),
       return_logprob_(request.return_logprob),
       return_top_(request.return_logprob && request.top_logprobs > 0),
       include_usage_(request.include_usage),
@@ -55,7 +58,7 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
         kind_ == ApiKind::kChatCompletions ? "chat.completion.chunk" : "text_completion";
     stream_chunk_head_ = absl::StrCat("{\"id\":", Dump(response_id_), ",\"object\":\"", object,
                                       "\",\"created\":", created_, ",\"model\":", Dump(model_),
-                                      ",\"choices\":[{\"index\":0,");
+                                      ",\"choices\":[{\"index\":", index_, ",");
   }
 }
 
@@ -86,10 +89,12 @@ int64_t ResponseShaper::CompletionTokens() const {
 // once per streamed event). The bytes are those Dump() gives for the same object: nlohmann's
 // object keeps its keys sorted, so they are written here in sorted order; strings and the
 // floating-point latency are still rendered by nlohmann, so escaping and number format match.
-std::string ResponseShaper::GenerateObject(double e2e_latency_s) const {
+std::string ResponseShaper::GenerateObject(double e2e_latency_s, bool with_index) const {
   std::string out;
   out.reserve(160 + text_.size() + 8 * output_ids_.size());
-  absl::StrAppend(&out, "{\"meta_info\":{\"cached_tokens\":", final_.cached_tokens(),
+  out += '{';
+  if (with_index) absl::StrAppend(&out, "\"index\":", index_, ",");
+  absl::StrAppend(&out, "\"meta_info\":{\"cached_tokens\":", final_.cached_tokens(),
                   ",\"completion_tokens\":", CompletionTokens());
   if (finished_) absl::StrAppend(&out, ",\"e2e_latency\":", Dump(Json(e2e_latency_s)));
   out += ",\"finish_reason\":";
@@ -125,7 +130,7 @@ std::string ResponseShaper::StreamEvent(const proto::DecodeEvent& event) {
   Append(event);
   if (kind_ == ApiKind::kGenerate) {
     if (event.token_ids_size() == 0 && event.text().empty() && !event.finished()) return "";
-    return SseData(GenerateObject(absl::ToDoubleSeconds(absl::Now() - start_)));
+    return SseData(GenerateObject(absl::ToDoubleSeconds(absl::Now() - start_), in_batch_));
   }
   return OpenAiStreamChunks(event, first_new_token);
 }
@@ -152,7 +157,7 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
                     include_usage_ ? ",\"usage\":null" : "", "}\n\n");
     return out;
   }
-  Json choice = {{"index", 0}};
+  Json choice = {{"index", index_}};
   if (chat) {
     Json delta = Json::object();
     if (!sent_role_) {
@@ -194,17 +199,24 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
                 {"choices", Json::array({std::move(choice)})}};
   if (include_usage_) chunk["usage"] = nullptr;  // as OpenAI: null on every content chunk
   std::string out = SseData(Dump(chunk));
-  if (event.finished() && include_usage_) {
-    const Json usage_chunk = {{"id", response_id_},
-                              {"object", object},
-                              {"created", created_},
-                              {"model", model_},
-                              {"choices", Json::array()},
-                              {"usage", api_internal::Usage({PromptTokens(), CompletionTokens(),
-                                                             final_.cached_tokens()})}};
-    out += SseData(Dump(usage_chunk));
+  // A batch's usage chunk comes once, after every item finished (BatchStreamUsage).
+  if (event.finished() && include_usage_ && !in_batch_) {
+    out += UsageChunk(PromptTokens(), CompletionTokens(), final_.cached_tokens());
   }
   return out;
+}
+
+std::string ResponseShaper::UsageChunk(int64_t prompt_tokens, int64_t completion_tokens,
+                                       int64_t cached_tokens) const {
+  const bool chat = kind_ == ApiKind::kChatCompletions;
+  const Json usage_chunk = {
+      {"id", response_id_},
+      {"object", chat ? "chat.completion.chunk" : "text_completion"},
+      {"created", created_},
+      {"model", model_},
+      {"choices", Json::array()},
+      {"usage", api_internal::Usage({prompt_tokens, completion_tokens, cached_tokens})}};
+  return SseData(Dump(usage_chunk));
 }
 
 std::string ResponseShaper::StreamDone() { return "data: [DONE]\n\n"; }
@@ -238,7 +250,67 @@ std::string ResponseShaper::Body(double e2e_latency_s) const {
 
 std::string ResponseShaper::OpenAiBody() const {
   const bool chat = kind_ == ApiKind::kChatCompletions;
-  Json choice = {{"index", 0}};
+  const Json body = {
+      {"id", response_id_},
+      {"object", chat ? "chat.completion" : "text_completion"},
+      {"created", created_},
+      {"model", model_},
+      {"choices", Json::array({OpenAiChoice()})},
+      {"usage", api_internal::Usage({PromptTokens(), CompletionTokens(), final_.cached_tokens()})}};
+  return Dump(body);
+}
+
+std::string ResponseShaper::BatchBody(const std::vector<const ResponseShaper*>& items, int n,
+                                      double e2e_latency_s) {
+  if (items.empty()) return "[]";
+  const ResponseShaper& first = *items.front();
+  if (first.kind_ == ApiKind::kGenerate) {
+    std::string out = "[";
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (k > 0) out += ',';
+      out += items[k]->GenerateObject(e2e_latency_s);
+    }
+    out += ']';
+    return out;
+  }
+  Json choices = Json::array();
+  api_internal::UsageCounts usage;
+  for (size_t k = 0; k < items.size(); ++k) {
+    choices.push_back(items[k]->OpenAiChoice());
+    if (n <= 1 || k % static_cast<size_t>(n) == 0) {
+      usage.prompt_tokens += items[k]->PromptTokens();
+      usage.cached_tokens += items[k]->final_.cached_tokens();
+    }
+    usage.completion_tokens += items[k]->CompletionTokens();
+  }
+  const bool chat = first.kind_ == ApiKind::kChatCompletions;
+  const Json body = {
+      {"id", first.response_id_},      {"object", chat ? "chat.completion" : "text_completion"},
+      {"created", first.created_},     {"model", first.model_},
+      {"choices", std::move(choices)}, {"usage", api_internal::Usage(usage)}};
+  return Dump(body);
+}
+
+std::string ResponseShaper::BatchStreamUsage(const std::vector<const ResponseShaper*>& items,
+                                             int n) {
+  if (items.empty() || items.front()->kind_ == ApiKind::kGenerate ||
+      !items.front()->include_usage_) {
+    return "";
+  }
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (n <= 1 || k % static_cast<size_t>(n) == 0) {
+      prompt_tokens += items[k]->PromptTokens();
+      cached_tokens += items[k]->final_.cached_tokens();
+    }
+    completion_tokens += items[k]->CompletionTokens();
+  }
+  return items.front()->UsageChunk(prompt_tokens, completion_tokens, cached_tokens);
+}
+
+nlohmann::json ResponseShaper::OpenAiChoice() const {
+  const bool chat = kind_ == ApiKind::kChatCompletions;
+  Json choice = {{"index", index_}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {
@@ -253,14 +325,7 @@ std::string ResponseShaper::OpenAiBody() const {
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = api_internal::OpenAiFinishReason(final_.finish_reason());
   choice["matched_stop"] = api_internal::MatchedStop(final_.finish_reason());
-  const Json body = {
-      {"id", response_id_},
-      {"object", chat ? "chat.completion" : "text_completion"},
-      {"created", created_},
-      {"model", model_},
-      {"choices", Json::array({std::move(choice)})},
-      {"usage", api_internal::Usage({PromptTokens(), CompletionTokens(), final_.cached_tokens()})}};
-  return Dump(body);
+  return choice;
 }
 
 absl::Status WithHttpStatus(absl::Status status, int http_status) {

@@ -17,6 +17,11 @@
 // error JSON too. In a stream, the abort ends the stream with finish_reason "abort" in the last
 // chunk, as SGLang does.
 //
+// Batches (RoutedBatch: a list of prompts, n > 1): one shaper per item, built from the item's
+// RoutedRequest. An item's OpenAI chunks carry its index as choices[0].index and the response
+// id of the whole request; its streamed /generate objects carry "index" (as SGLang's); its
+// stream leaves the usage chunk to BatchStreamUsage. BatchBody merges the items' answers.
+//
 // Thread-safety: a ResponseShaper is used by one request at a time (not thread-safe); the free
 // functions are pure.
 #ifndef TANDEM_ROUTER_API_RESPONSE_H_
@@ -29,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/http_types.h"
+#include "nlohmann/json.hpp"
 #include "proto/worker.pb.h"
 #include "router/api/request.h"
 
@@ -66,12 +72,26 @@ class ResponseShaper {
   // The id of the response object ("cmpl-<rid>", "chatcmpl-<rid>" or the rid for /generate).
   const std::string& response_id() const { return response_id_; }
 
+  // Non-streaming batch: the one body for all of a batch's items (each accumulated with
+  // FinalStatus OK), in item order. /generate: a JSON list of the items' objects (SGLang's
+  // shape). OpenAI: one object whose choices are the items' choices and whose usage sums
+  // theirs, each prompt's tokens counted once (items k with k % n == 0, as OpenAI counts them).
+  static std::string BatchBody(const std::vector<const ResponseShaper*>& items, int n,
+                               double e2e_latency_s);
+  // Streaming batch: what goes before [DONE] once every item finished: OpenAI's usage chunk
+  // with the summed usage when stream_options.include_usage was set, else "".
+  static std::string BatchStreamUsage(const std::vector<const ResponseShaper*>& items, int n);
+
  private:
   // The events' tokens, logprobs and text appended; the final event kept.
   void Append(const proto::DecodeEvent& event);
-  std::string GenerateObject(double e2e_latency_s) const;
+  // With `with_index`, the object carries the item's "index" (streamed batches).
+  std::string GenerateObject(double e2e_latency_s, bool with_index = false) const;
+  std::string UsageChunk(int64_t prompt_tokens, int64_t completion_tokens,
+                         int64_t cached_tokens) const;
   std::string OpenAiStreamChunks(const proto::DecodeEvent& event, size_t first_new_token);
   std::string OpenAiBody() const;
+  nlohmann::json OpenAiChoice() const;  // choices[] entry of a non-streamed body
   int64_t PromptTokens() const;
   int64_t CompletionTokens() const;
 
@@ -80,6 +100,8 @@ class ResponseShaper {
   const std::string response_id_;
   const std::string model_;
   const int64_t created_;
+  const int index_;      // choices[].index / SGLang "index" of a batch item; 0 otherwise
+  const bool in_batch_;  // an item of a batch (RoutedRequest::batch_rid set)
   const bool return_logprob_;
   const bool return_top_;  // alternatives per position were asked for (top_logprobs > 0)
   const bool include_usage_;

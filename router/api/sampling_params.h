@@ -8,7 +8,9 @@
 // min_new_tokens >= 0 (and <= max_new_tokens); n >= 1. Ours on top: stop a string or up to 64
 // non-empty strings; stop_token_ids up to 1024 ids >= 0; seed in [0, 2^63-1].
 // repetition_penalty has no field in the proto: 1.0 (its identity) is accepted, anything else in
-// range is a 400 saying it is not supported. Parameters we do not serve (min_new_tokens, n, regex,
+// range is a 400 saying it is not supported. n other than 1 is a 400 here: ParseBatch
+// (router/api/request.h) takes n out of the body before a prompt reaches this mapping. Parameters
+// we do not serve (min_new_tokens, regex,
 // json_schema, ebnf, structural_tag, logit_bias, custom_params) are a 400 unless set to their
 // default.
 //

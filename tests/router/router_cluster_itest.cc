@@ -353,6 +353,20 @@ TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
   }
   EXPECT_TRUE(saw_429) << "a request beyond --max-concurrent-requests 1 with --queue-size 0 "
                           "was never refused";
+  // A batch takes a slot per choice: n = 2 with one slot and no queue is refused whole, and the
+  // choice that was running gives its slot back (the next request is served).
+  json batch = GenerateBody(100, false);
+  batch["sampling_params"]["n"] = 2;
+  bool batch_429 = false;
+  for (int attempt = 0; attempt < 5 && !batch_429; ++attempt) {
+    ClientResponse r = Request(plain->port, "POST", "/generate", batch.dump(), Auth(kApiKey));
+    // 200 only if the first choice ended before the second asked for the slot.
+    if (r.status != 429) {
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+    batch_429 = r.status == 429;
+  }
+  EXPECT_TRUE(batch_429) << "a batch of 2 was served with one slot and no queue";
   EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
                 .status,
             200);
@@ -444,6 +458,140 @@ TEST_F(RouterClusterTest, ClientDisconnectMidStreamFreesBothWorkersBlocks) {
   EXPECT_TRUE(AllBlocksFree(*decode_));
   EXPECT_TRUE(AllBlocksFree(*prefill_));
   // The router is still fine.
+  EXPECT_EQ(Request(pd->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
+}
+
+// The texts of an OpenAI stream's chunks by choice index (completions "text", chat
+// delta.content), with the usage chunk's figures in `usage` when one came.
+std::vector<std::string> TextsByIndex(const std::vector<json>& events, size_t choices,
+                                      json* usage) {
+  std::vector<std::string> texts(choices);
+  for (const json& e : events) {
+    if (e.contains("usage") && !e["usage"].is_null()) *usage = e["usage"];
+    for (const json& c : e["choices"]) {
+      const size_t index = c["index"].get<size_t>();
+      EXPECT_LT(index, choices);
+      if (index >= choices) continue;
+      if (c.contains("text")) texts[index] += c["text"].get<std::string>();
+      if (c.contains("delta") && c["delta"].contains("content")) {
+        texts[index] += c["delta"]["content"].get<std::string>();
+      }
+    }
+  }
+  return texts;
+}
+
+// n > 1 and lists of prompts, plain and PD: choices indexed prompt-major, greedy choices equal
+// to the one-choice answer, usage summed with each prompt counted once, SGLang's list answers
+// and streamed "index", a seeded n reproducible; every KV block free after.
+TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
+  auto plain = Plain();
+  auto pd = Pd();
+  for (Router* router : {plain.get(), pd.get()}) {
+    SCOPED_TRACE(router == pd.get() ? "pd" : "plain");
+    const int port = router->port;
+    json one = {{"prompt", kPrompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}};
+    ClientResponse single = Request(port, "POST", "/v1/completions", one.dump());
+    ASSERT_EQ(single.status, 200) << single.body;
+    const json js = json::parse(single.body);
+    const std::string greedy = js["choices"][0]["text"];
+    const int prompt_tokens = js["usage"]["prompt_tokens"];
+
+    json batch = one;
+    batch["prompt"] = {kPrompt, "Hello"};
+    batch["n"] = 2;
+    ClientResponse c = Request(port, "POST", "/v1/completions", batch.dump());
+    ASSERT_EQ(c.status, 200) << c.body;
+    const json jc = json::parse(c.body);
+    ASSERT_EQ(jc["choices"].size(), 4u) << c.body;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(jc["choices"][k]["index"], k);
+    EXPECT_EQ(jc["choices"][0]["text"], greedy);
+    EXPECT_EQ(jc["choices"][1]["text"], greedy);
+    EXPECT_EQ(jc["choices"][2]["text"], jc["choices"][3]["text"]);
+    EXPECT_EQ(jc["usage"]["completion_tokens"], 16);
+    EXPECT_GT(jc["usage"]["prompt_tokens"].get<int>(), prompt_tokens);  // both prompts, once each
+    EXPECT_LT(jc["usage"]["prompt_tokens"].get<int>(), 2 * prompt_tokens + 8);
+
+    json chat = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                 {"max_tokens", 5},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"n", 3},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}};
+    ClientResponse cs = Request(port, "POST", "/v1/chat/completions", chat.dump());
+    ASSERT_EQ(cs.status, 200) << cs.body;
+    bool done = false;
+    const std::vector<json> events = SseEvents(cs.body, &done);
+    EXPECT_TRUE(done);
+    json usage;
+    const std::vector<std::string> texts = TextsByIndex(events, 3, &usage);
+    EXPECT_FALSE(texts[0].empty());
+    EXPECT_EQ(texts[1], texts[0]);
+    EXPECT_EQ(texts[2], texts[0]);
+    EXPECT_EQ(usage["completion_tokens"], 15) << cs.body;
+    EXPECT_TRUE(events.back()["choices"].empty());  // the one usage chunk comes last
+
+    json gen = {
+        {"text", {kPrompt, "Hello"}},
+        {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 3}, {"ignore_eos", true}}}};
+    ClientResponse g = Request(port, "POST", "/generate", gen.dump());
+    ASSERT_EQ(g.status, 200) << g.body;
+    const json jg = json::parse(g.body);
+    ASSERT_TRUE(jg.is_array()) << g.body;
+    ASSERT_EQ(jg.size(), 2u);
+    EXPECT_EQ(jg[0]["output_ids"].size(), 3u);
+    EXPECT_EQ(jg[1]["meta_info"]["completion_tokens"], 3);
+
+    json ids = {
+        {"input_ids", {{5, 6, 7}, {8, 9}}},
+        {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 3}, {"ignore_eos", true}}},
+        {"stream", true}};
+    ClientResponse gs = Request(port, "POST", "/generate", ids.dump());
+    ASSERT_EQ(gs.status, 200) << gs.body;
+    const std::vector<json> objects = SseEvents(gs.body, &done);
+    EXPECT_TRUE(done);
+    int finished[2] = {0, 0};
+    for (const json& o : objects) {
+      ASSERT_TRUE(o.contains("index")) << o.dump();
+      if (!o["meta_info"]["finish_reason"].is_null()) ++finished[o["index"].get<int>()];
+    }
+    EXPECT_EQ(finished[0], 1);
+    EXPECT_EQ(finished[1], 1);
+
+    // Sampled with a seed: each choice its own sample, the same ones again.
+    json seeded = {{"text", kPrompt},
+                   {"sampling_params",
+                    {{"temperature", 1.0}, {"max_new_tokens", 8}, {"n", 3}, {"sampling_seed", 5}}}};
+    ClientResponse s1 = Request(port, "POST", "/generate", seeded.dump());
+    ClientResponse s2 = Request(port, "POST", "/generate", seeded.dump());
+    ASSERT_EQ(s1.status, 200) << s1.body;
+    ASSERT_EQ(s2.status, 200) << s2.body;
+    const json j1 = json::parse(s1.body), j2 = json::parse(s2.body);
+    ASSERT_EQ(j1.size(), 3u);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(j1[k]["output_ids"], j2[k]["output_ids"]);
+  }
+  EXPECT_TRUE(AllBlocksFree(*colocated_));
+  EXPECT_TRUE(AllBlocksFree(*decode_));
+  EXPECT_TRUE(AllBlocksFree(*prefill_));
+}
+
+// A client gone mid-stream with n = 4: every choice's legs are cancelled and both workers free
+// every block.
+TEST_F(RouterClusterTest, DisconnectMidStreamWithNFourFreesEverything) {
+  auto pd = Pd();
+  json body = GenerateBody(200, true);
+  body["sampling_params"]["n"] = 4;
+  {
+    TestClient c(static_cast<uint16_t>(pd->port), 60);
+    ASSERT_TRUE(c.SendRequest("POST", "/generate", body.dump()));
+    std::optional<ClientResponse> head = c.ReadHead();
+    ASSERT_TRUE(head.has_value());
+    ASSERT_EQ(head->status, 200);
+    ASSERT_TRUE(c.ReadChunk().has_value());  // tokens are flowing
+  }                                          // closes the connection mid-stream
+  EXPECT_TRUE(AllBlocksFree(*decode_));
+  EXPECT_TRUE(AllBlocksFree(*prefill_));
   EXPECT_EQ(Request(pd->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
 }
 

@@ -57,9 +57,9 @@ class RouterScoringTest : public ::testing::Test {
     colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
     prefill_ = StartWorker("prefill").release();
     decode_ = StartWorker("decode").release();
-    plain_ = StartRouter({"--cluster-secret", kTestClusterSecret, "--worker-urls",
-                          colocated_->url()})
-                 .release();
+    plain_ =
+        StartRouter({"--cluster-secret", kTestClusterSecret, "--worker-urls", colocated_->url()})
+            .release();
     pd_ = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
                        prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode",
                        decode_->url()})
@@ -75,10 +75,8 @@ class RouterScoringTest : public ::testing::Test {
     std::string why;
     EXPECT_TRUE(WaitForAllKvBlocksFree(plain_->port, kTestAdminKey, colocated_->http_port, &why))
         << why;
-    EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, prefill_->http_port, &why))
-        << why;
-    EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, decode_->http_port, &why))
-        << why;
+    EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, prefill_->http_port, &why)) << why;
+    EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, decode_->http_port, &why)) << why;
   }
 
   static WorkerProcess* colocated_;

@@ -45,6 +45,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  // The router's parser: every item of a batch is a complete request within the cap.
+  const auto batch = tandem::router::ParseBatch(kinds[data[0] % 3], body, ctx);
+  if (!batch.ok() && batch.status().message().empty()) std::abort();
+  if (batch.ok()) {
+    if (batch->items.empty() || batch->items.size() > tandem::router::kMaxBatchChoices) {
+      std::abort();
+    }
+    for (const tandem::router::RoutedRequest& item : batch->items) {
+      if (item.input_ids.empty() || item.rid.empty()) std::abort();
+    }
+  }
   const auto parsed = tandem::router::ParseRequest(kinds[data[0] % 3], body, ctx);
   if (!parsed.ok()) {
     if (parsed.status().message().empty()) std::abort();
