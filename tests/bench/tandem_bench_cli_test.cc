@@ -1,6 +1,7 @@
 // Runs the tandem-bench binary against the in-test SGLang-shaped server (FakeSglangServer) and
 // checks the printed table against what the server itself served.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -28,7 +29,9 @@ struct CommandResult {
 };
 
 CommandResult RunBench(const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/tandem_bench_stderr.txt";
+  // ctest runs each test case as its own process, several at once: one file per process.
+  const std::string err_path =
+      ::testing::TempDir() + "/tandem_bench_stderr." + std::to_string(getpid()) + ".txt";
   const std::string command = kBinary + " " + args + " 2>" + err_path;
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
@@ -42,6 +45,7 @@ CommandResult RunBench(const std::string& args) {
   std::stringstream text;
   text << err.rdbuf();
   result.err = text.str();
+  std::remove(err_path.c_str());
   return result;
 }
 
