@@ -87,7 +87,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
         route_(std::move(route)),
         received_(absl::Now()),
         request_(std::move(request)),
-        shaper_(*request_),
+        shaper_(*request_, server->tokenizer_.get()),
         responder_(std::move(responder)) {
     headers_.emplace_back("x-request-id", request_->rid);
   }

@@ -10,11 +10,14 @@
 // - One prompt per request: batched /generate (`text` as an array of strings, `input_ids` as an
 //   array of arrays, `rid` as a list) and several OpenAI prompts are a 400 ("batched requests
 //   are not supported; send one prompt per request"). A one-element batch is accepted.
-// - OpenAI `n` and `best_of` must be 1; completions `echo: true` and `suffix` are 400s.
+// - OpenAI `n` and `best_of` must be 1. Completions `echo: true` returns the prompt's text
+//   first and, with `logprobs`, scores the prompt (logprob_start_len 0).
 // - Logprobs: completions `logprobs: N` (0..5) sets return_logprob and asks for N alternatives
 //   per position (0: top_logprobs null); chat `logprobs: true` sets return_logprob and
 //   `top_logprobs: N` (0..20) asks for N alternatives, a 400 without `logprobs: true` (as
-//   OpenAI); /generate `top_logprobs_num` (0..20) counts only with return_logprob (as SGLang).
+//   OpenAI); /generate `top_logprobs_num` (0..20) counts only with return_logprob (as SGLang),
+//   and applies to the prompt's positions too; `logprob_start_len` (-1..2^31-1; -1 and values
+//   past the prompt: its last token) and `return_text_in_logprobs` are SGLang's.
 //   The alternatives are the most likely tokens of the distribution the chosen token's logprob
 //   comes from (engine/sampler.h), sent to the workers as sampling.top_logprobs_num.
 // - max_new_tokens when the client gives none: /generate and chat use
@@ -83,8 +86,12 @@ struct RoutedRequest {
   // Alternatives per position (= sampling.top_logprobs_num); 0 without return_logprob.
   int top_logprobs = 0;
   bool include_usage = false;  // stream_options.include_usage
-  bool echo = false;           // completions echo (rejected with 400 when true)
-  int64_t created = 0;         // unix seconds, for OpenAI objects
+  bool echo = false;           // completions echo: the prompt's text (and logprobs) first
+  // With return_logprob: the first prompt position whose logprobs are returned (/generate
+  // logprob_start_len; 0 for completions echo with logprobs); -1: the last prompt token only.
+  int32_t logprob_start_len = -1;
+  bool return_text_in_logprobs = false;  // /generate: token texts in the logprob triples
+  int64_t created = 0;                   // unix seconds, for OpenAI objects
 };
 
 struct ApiContext {
