@@ -428,12 +428,24 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   };
   std::vector<Item> items;
   int64_t budget = config_.max_prefill_tokens;
+  int64_t score_budget = kMaxScoredRowsPerStep;
+  // A scored position must be computed in a step that returns its logits: a chunk of a
+  // sequence being scored ends where the step's score rows run out.
+  auto clamp_to_scores = [&score_budget](const Sequence* seq, int64_t n) {
+    const int64_t from = seq->next_scored();
+    const int64_t rows = std::min(seq->num_computed + n, seq->prompt_len - 1) - from;
+    if (rows <= 0) return n;
+    if (rows > score_budget) n = from - seq->num_computed + score_budget;
+    score_budget -= std::min(rows, score_budget);
+    return n;
+  };
   for (Sequence* seq : running_) {
     const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
     if (remaining <= 0) continue;
     int64_t n = 1;
     if (remaining > 1) {
-      n = std::min<int64_t>({remaining, config_.chunked_prefill_size, budget});
+      n = clamp_to_scores(seq,
+                          std::min<int64_t>({remaining, config_.chunked_prefill_size, budget}));
       if (n <= 0) continue;
       budget -= n;
     }
@@ -461,7 +473,11 @@ absl::StatusOr<StepStats> Scheduler::Step() {
     running_.push_back(seq);
     const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
     int64_t n =
-        remaining == 1 ? 1 : std::min<int64_t>({remaining, config_.chunked_prefill_size, budget});
+        remaining == 1
+            ? 1
+            : clamp_to_scores(seq,
+                              std::min<int64_t>({remaining, config_.chunked_prefill_size, budget}));
+    if (n <= 0) continue;  // admitted; it computes once a step has score rows left
     if (remaining > 1) budget -= n;
     items.push_back({seq, n});
   }

@@ -60,6 +60,10 @@
 
 namespace tandem::engine {
 
+// Prompt positions scored (logits returned besides the sampled rows) per step, over all
+// sequences: bounds the logits buffer of a step that scores prompts (each row is vocab floats).
+inline constexpr int64_t kMaxScoredRowsPerStep = 64;
+
 struct SchedulerConfig {
   int64_t num_blocks = 0;  // KV blocks in the pool (>= 1)
   int32_t block_size = kDefaultKvBlockSize;

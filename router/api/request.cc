@@ -147,6 +147,13 @@ absl::StatusOr<RoutedRequest> ParseGenerateJson(const Json& body, const ApiConte
   RETURN_IF_ERROR(api_internal::ReadRid(body, &request));
   RETURN_IF_ERROR(api_internal::FinishPrompt(ctx, ctx.default_max_new_tokens,
                                              /*add_special_tokens=*/true, &request));
+  // As SGLang: a start past the prompt is the client's mistake, not an empty list.
+  if (request.return_logprob &&
+      request.logprob_start_len >= static_cast<int64_t>(request.input_ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logprob_start_len (", request.logprob_start_len,
+        ") must be less than the number of input tokens (", request.input_ids.size(), ")"));
+  }
   return request;
 }
 

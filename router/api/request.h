@@ -16,8 +16,9 @@
 //   per position (0: top_logprobs null); chat `logprobs: true` sets return_logprob and
 //   `top_logprobs: N` (0..20) asks for N alternatives, a 400 without `logprobs: true` (as
 //   OpenAI); /generate `top_logprobs_num` (0..20) counts only with return_logprob (as SGLang),
-//   and applies to the prompt's positions too; `logprob_start_len` (-1..2^31-1; -1 and values
-//   past the prompt: its last token) and `return_text_in_logprobs` are SGLang's.
+//   and applies to the prompt's positions too; `logprob_start_len` (-1: the last prompt token
+//   only, as SGLang before it dropped that entry; at least the prompt's length: a 400, as
+//   SGLang) and `return_text_in_logprobs` are SGLang's.
 //   The alternatives are the most likely tokens of the distribution the chosen token's logprob
 //   comes from (engine/sampler.h), sent to the workers as sampling.top_logprobs_num.
 // - max_new_tokens when the client gives none: /generate and chat use

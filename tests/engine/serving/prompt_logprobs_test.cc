@@ -1,7 +1,8 @@
 // Prompt logprobs (SGLang's logprob_start_len / input_token_logprobs): the logprob the scheduler
 // reports for a prompt token equals, bit for bit, the logprob it reported when it generated that
 // very token (teacher forcing: the model's kernels are batch-invariant), whatever the prefill
-// chunking, a prefix-cache hit before the scored positions, or the start position.
+// chunking, the per-step bound on scored rows, a prefix-cache hit before the scored positions,
+// or the start position.
 #include <map>
 #include <optional>
 #include <random>
@@ -61,7 +62,8 @@ Scored Score(Scheduler* s, const std::string& rid, const std::vector<int32_t>& p
 
 TEST(PromptLogprobsTest, ScoringAPromptReproducesTheLogprobsItsTokensWereGeneratedWith) {
   std::mt19937 rng(5);
-  const std::vector<int32_t> prompt = RandomTokens(&rng, 45, kVocabLimit);
+  const std::vector<int32_t> prompt =
+      RandomTokens(&rng, 130, kVocabLimit);  // over two steps of score rows
   // Greedy generation: the logprob of each generated token under the model's distribution.
   auto gen = NewScheduler(512);
   std::map<std::string, Collected> out;

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/api/request.h"
 #include "router/api/response.h"
 #include "router/api/shapes.h"
 #include "tests/router/api/test_tokenizer.h"
@@ -192,6 +193,40 @@ TEST(LogprobShapesTest, GenerateInputTokenLogprobsWithText) {
   EXPECT_EQ(meta["input_token_logprobs"][3][2], " world");
   EXPECT_EQ(meta["output_token_logprobs"], Json::array({Json::array({-0.5, out, "!"})}));
   EXPECT_FALSE(meta.contains("input_top_logprobs"));
+}
+
+// The request fields: echo with logprobs scores the prompt from its first token; /generate's
+// logprob_start_len must fall inside the prompt (a 400 otherwise, as SGLang).
+TEST(LogprobShapesTest, PromptLogprobFieldsParse) {
+  ApiContext ctx;
+  ctx.tokenizer = &Tok();
+  ctx.served_model_name = "m";
+  auto echo = ParseCompletions(R"({"prompt":"Hello world","echo":true,"logprobs":1})", ctx);
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  EXPECT_TRUE(echo->echo);
+  EXPECT_EQ(echo->logprob_start_len, 0);
+  auto plain_echo = ParseCompletions(R"({"prompt":"Hello world","echo":true})", ctx);
+  ASSERT_TRUE(plain_echo.ok());
+  EXPECT_EQ(plain_echo->logprob_start_len, -1);  // no logprobs: nothing to score
+
+  auto g = ParseGenerate(
+      R"({"input_ids":[5,6,7],"return_logprob":true,"logprob_start_len":2,
+          "return_text_in_logprobs":true,"sampling_params":{"max_new_tokens":0}})",
+      ctx);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->logprob_start_len, 2);
+  EXPECT_TRUE(g->return_text_in_logprobs);
+  EXPECT_EQ(g->sampling.max_new_tokens(), 0);
+  auto past =
+      ParseGenerate(R"({"input_ids":[5,6,7],"return_logprob":true,"logprob_start_len":3})", ctx);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().message(),
+            "logprob_start_len (3) must be less than the number of input tokens (3)");
+  // Without return_logprob the start means nothing (as SGLang).
+  EXPECT_TRUE(ParseGenerate(R"({"input_ids":[5,6,7],"logprob_start_len":9})", ctx).ok());
+  auto bad = ParseGenerate(R"({"input_ids":[5],"logprob_start_len":-2})", ctx);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("logprob_start_len"), std::string::npos);
 }
 
 }  // namespace
