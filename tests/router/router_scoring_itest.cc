@@ -3,6 +3,7 @@
 // logprob_start_len, completions echo), in plain mode (tandem-decode --local-prefill) and PD mode
 // (tandem-prefill + tandem-decode), streamed and not. After the requests, every KV block of every
 // worker is free again. Bounded waits only.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,12 @@ class RouterScoringTest : public ::testing::Test {
     EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, decode_->http_port, &why)) << why;
   }
 
+  // Legs the decode worker finished (its /metrics).
+  static std::optional<double> DecodeLegs() {
+    return MetricValue(HttpGet(decode_->http_port, "/metrics").body,
+                       "tandem_worker_requests_total{outcome=\"finished\"}");
+  }
+
   static WorkerProcess* colocated_;
   static WorkerProcess* prefill_;
   static WorkerProcess* decode_;
@@ -94,6 +101,8 @@ RouterProcess* RouterScoringTest::pd_ = nullptr;
 // SGLang's answer to max_new_tokens 0: no text, no ids, finish_reason length 0, the prompt
 // counted; the same in plain and PD mode, whole and streamed, on every route.
 TEST_F(RouterScoringTest, ZeroTokenRequestsEndWithLengthZeroInEveryMode) {
+  const std::optional<double> decode_legs_before = DecodeLegs();
+  ASSERT_TRUE(decode_legs_before.has_value());
   for (RouterProcess* router : {plain_, pd_}) {
     const std::string mode = router == plain_ ? "plain" : "pd";
     json generate = {{"text", kPrompt}, {"sampling_params", {{"max_new_tokens", 0}}}};
@@ -136,6 +145,8 @@ TEST_F(RouterScoringTest, ZeroTokenRequestsEndWithLengthZeroInEveryMode) {
     ASSERT_FALSE(events.empty()) << ch.body;
     EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length") << ch.body;
   }
+  // In PD mode the prefill worker answered alone: the decode worker saw no leg.
+  EXPECT_EQ(DecodeLegs(), decode_legs_before);
   ExpectAllBlocksFree();
 }
 
