@@ -115,6 +115,12 @@ absl::Status Model::Validate(const std::vector<SequenceInput>& batch,
     const std::string where = absl::StrCat("batch sequence ", s, ": ");
     if (in.tokens.empty()) return absl::InvalidArgumentError(where + "no tokens");
     if (in.start_pos < 0) return absl::InvalidArgumentError(where + "negative start position");
+    const int64_t size = static_cast<int64_t>(in.tokens.size());
+    if (in.score_begin < 0 || in.score_end > size - (in.want_logits ? 1 : 0) ||
+        (in.score_end < in.score_begin && in.score_end != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "score rows [", in.score_begin, ", ",
+                                                     in.score_end, ") outside the step"));
+    }
     const int64_t end = in.start_pos + static_cast<int64_t>(in.tokens.size());
     if (end > config_.max_position_embeddings) {
       return absl::InvalidArgumentError(absl::StrCat(where, "position ", end - 1,
@@ -153,7 +159,7 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
   int64_t n_tokens = 0, n_rows = 0;
   for (const SequenceInput& in : batch) {
     n_tokens += static_cast<int64_t>(in.tokens.size());
-    n_rows += in.want_logits ? 1 : 0;
+    n_rows += (in.want_logits ? 1 : 0) + std::max<int64_t>(0, in.score_end - in.score_begin);
   }
   rs.Reserve(c, n_tokens, n_rows);
   PhaseTimer timer(profiling_);
@@ -177,6 +183,8 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
       RopeCosSin(rs.positions[t], inv_freq_.data(), half, rs.cos.data() + t * half,
                  rs.sin.data() + t * half);
     }
+    const int64_t first = t - static_cast<int64_t>(in.tokens.size());
+    for (int64_t i = in.score_begin; i < in.score_end; ++i) rs.logit_rows.push_back(first + i);
     if (in.want_logits) rs.logit_rows.push_back(t - 1);
   }
 

@@ -38,6 +38,10 @@ struct SequenceInput {
   int64_t start_pos = 0;               // absolute position of tokens[0]
   std::span<const int32_t> block_ids;  // must cover positions [0, start_pos + tokens.size())
   bool want_logits = false;            // logits of the last token of this step
+  // Also the logits of tokens[i] for i in [score_begin, score_end) (prompt logprobs), before
+  // the last token's row. score_end <= tokens.size(), and < it with want_logits.
+  int64_t score_begin = 0;
+  int64_t score_end = 0;
 };
 
 // Called once per layer, after that layer's K/V for the whole batch is in the cache (before the
@@ -90,9 +94,10 @@ class Model {
                                                                 int64_t block_size) const;
 
   // Runs the batch. On success returns the logits of the sequences with want_logits, in batch
-  // order: [n_wanted, vocab] fp32, valid until the next Forward. Errors (InvalidArgument, nothing
-  // written to the cache): empty batch or sequence, token id out of range, negative start, a
-  // position beyond max_position_embeddings, a block table that does not cover the positions or
+  // order: [n_wanted, vocab] fp32, valid until the next Forward. A sequence's score rows
+  // (score_begin..score_end) come right before its want_logits row. Errors (InvalidArgument,
+  // nothing written to the cache): empty batch or sequence, token id out of range, negative start,
+  // a position beyond max_position_embeddings, a block table that does not cover the positions or
   // names a block outside the cache, a cache shaped for another model.
   absl::StatusOr<std::span<const float>> Forward(const std::vector<SequenceInput>& batch,
                                                  KvCacheStorage* cache,

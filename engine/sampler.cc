@@ -241,6 +241,19 @@ std::vector<TokenLogprob> TopLogprobs(std::span<const float> row, int32_t n, flo
 
 }  // namespace
 
+SampleResult ScoreToken(std::span<const float> logits, int32_t token, int32_t top_n) {
+  thread_local std::vector<float> probs;
+  const int32_t best = Argmax(logits);
+  const float max_logit = logits[static_cast<size_t>(best)];
+  const double log_sum = std::log(ExpShifted(logits, max_logit, 1.0f, &probs));
+  SampleResult result;
+  result.token = token;
+  result.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) -
+                                      max_logit - log_sum);
+  result.top = TopLogprobs(logits, top_n, max_logit, log_sum);
+  return result;
+}
+
 int32_t Argmax(std::span<const float> logits) {
   if (logits.empty()) return -1;
   size_t best = 0;

@@ -144,6 +144,11 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;  // generated token id -> occurrences
 };
 
+// The logprob of `token` under the model's own distribution `logits` [vocab] (log_softmax, no
+// penalties, no temperature: how prompt tokens are scored), with the `top_n` most likely tokens
+// of that distribution, computed as Sample computes its logprobs. `token` must be in range.
+SampleResult ScoreToken(std::span<const float> logits, int32_t token, int32_t top_n);
+
 // Argmax with the lowest index on ties; -1 for an empty row.
 int32_t Argmax(std::span<const float> logits);
 

@@ -38,6 +38,17 @@ struct Scheduler::Sequence {
   BlockTable table;
   std::optional<Sampler> sampler;
   std::optional<OutputProcessor> output;
+  // Prompt logprobs (return_logprob): the logits of positions [score_start, prompt_len - 1)
+  // score the prompt tokens after them. -1: none asked for.
+  int64_t score_start = -1;
+  std::vector<float> input_logprobs;
+  std::vector<std::vector<TokenLogprob>> input_top;
+  bool input_sent = false;
+  // The next position whose logits score a prompt token; prompt_len - 1 when all are in.
+  int64_t next_scored() const {
+    if (score_start < 0 || input_sent) return prompt_len - 1;
+    return score_start + static_cast<int64_t>(input_logprobs.size());
+  }
   Clock::time_point submitted, admitted, first_token;
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
 };
@@ -150,6 +161,10 @@ absl::Status Scheduler::Submit(Request request) {
   seq->sampler.emplace(std::move(*sampler));
   seq->output.emplace(*tokenizer_, sp, eos_ids_);
   seq->tokens = seq->req.input_ids;
+  if (seq->req.return_logprob) {
+    const int64_t start = seq->req.logprob_start_len;
+    seq->score_start = start < 0 ? seq->prompt_len - 1 : std::min(start, seq->prompt_len - 1);
+  }
   seq->submitted = Clock::now();
   Sequence* raw = seq.get();
   seqs_.emplace(raw->req.rid, std::move(seq));
@@ -167,7 +182,8 @@ bool Scheduler::TryAdmit(Sequence* seq, int64_t reserve_blocks) {
   const int64_t known = static_cast<int64_t>(seq->tokens.size());
   int64_t matched = 0;
   if (radix_ && seq->req.mode != RequestMode::kDecodeOnly) {
-    RadixCache::Match m = radix_->MatchAndRef(seq->tokens, known - 1);
+    // Positions still to be scored need their logits: the cache serves only what is before them.
+    RadixCache::Match m = radix_->MatchAndRef(seq->tokens, std::min(known - 1, seq->next_scored()));
     seq->table.block_ids = std::move(m.block_ids);
     seq->table.num_tokens = m.num_tokens;
     matched = m.num_tokens;
@@ -278,6 +294,14 @@ void Scheduler::AcceptToken(Sequence* seq, const SampleResult& sampled, RequestO
   OutputProcessor::Update u = seq->output->Push(token);
   out->text += u.text;
   if (u.finish) out->finish = std::move(u.finish);
+}
+
+void Scheduler::AttachInputLogprobs(Sequence* seq, RequestOutput* out) {
+  if (seq->score_start < 0 || seq->input_sent) return;
+  seq->input_sent = true;
+  out->input_logprob_start = seq->score_start;
+  out->input_logprobs = std::move(seq->input_logprobs);
+  out->input_top_logprobs = std::move(seq->input_top);
 }
 
 absl::Status Scheduler::Abort(const std::string& rid, const std::string& message) {
@@ -404,12 +428,24 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   };
   std::vector<Item> items;
   int64_t budget = config_.max_prefill_tokens;
+  int64_t score_budget = kMaxScoredRowsPerStep;
+  // A scored position must be computed in a step that returns its logits: a chunk of a
+  // sequence being scored ends where the step's score rows run out.
+  auto clamp_to_scores = [&score_budget](const Sequence* seq, int64_t n) {
+    const int64_t from = seq->next_scored();
+    const int64_t rows = std::min(seq->num_computed + n, seq->prompt_len - 1) - from;
+    if (rows <= 0) return n;
+    if (rows > score_budget) n = from - seq->num_computed + score_budget;
+    score_budget -= std::min(rows, score_budget);
+    return n;
+  };
   for (Sequence* seq : running_) {
     const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
     if (remaining <= 0) continue;
     int64_t n = 1;
     if (remaining > 1) {
-      n = std::min<int64_t>({remaining, config_.chunked_prefill_size, budget});
+      n = clamp_to_scores(seq,
+                          std::min<int64_t>({remaining, config_.chunked_prefill_size, budget}));
       if (n <= 0) continue;
       budget -= n;
     }
@@ -437,7 +473,11 @@ absl::StatusOr<StepStats> Scheduler::Step() {
     running_.push_back(seq);
     const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
     int64_t n =
-        remaining == 1 ? 1 : std::min<int64_t>({remaining, config_.chunked_prefill_size, budget});
+        remaining == 1
+            ? 1
+            : clamp_to_scores(seq,
+                              std::min<int64_t>({remaining, config_.chunked_prefill_size, budget}));
+    if (n <= 0) continue;  // admitted; it computes once a step has score rows left
     if (remaining > 1) budget -= n;
     items.push_back({seq, n});
   }
@@ -450,9 +490,17 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   for (const Item& it : items) {
     Sequence* seq = it.seq;
     const bool last = seq->num_computed + it.n == static_cast<int64_t>(seq->tokens.size());
-    batch.push_back({std::span<const int32_t>(seq->tokens.data() + seq->num_computed,
-                                              static_cast<size_t>(it.n)),
-                     seq->num_computed, seq->table.block_ids, last});
+    SequenceInput in{
+        std::span<const int32_t>(seq->tokens.data() + seq->num_computed, static_cast<size_t>(it.n)),
+        seq->num_computed, seq->table.block_ids, last};
+    // Prompt positions of this chunk whose logits score the next prompt token.
+    const int64_t lo = std::max(seq->num_computed, seq->next_scored());
+    const int64_t hi = std::min(seq->num_computed + it.n, seq->prompt_len - 1);
+    if (hi > lo) {
+      in.score_begin = lo - seq->num_computed;
+      in.score_end = hi - seq->num_computed;
+    }
+    batch.push_back(in);
     if (it.n > 1) {
       st.prefill_tokens += it.n;
     } else {
@@ -485,8 +533,17 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   // 5. Bookkeeping, sampling and outputs.
   const int64_t vocab = model_->config().vocab_size;
   int64_t row = 0;
-  for (const Item& it : items) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
     Sequence* seq = it.seq;
+    for (int64_t k = batch[i].score_begin; k < batch[i].score_end; ++k, ++row) {
+      const int64_t pos = seq->num_computed + k;
+      SampleResult scored =
+          ScoreToken(logits->subspan(static_cast<size_t>(row * vocab), static_cast<size_t>(vocab)),
+                     seq->tokens[static_cast<size_t>(pos + 1)], seq->req.sampling.top_logprobs_num);
+      seq->input_logprobs.push_back(scored.logprob);
+      if (seq->req.sampling.top_logprobs_num > 0) seq->input_top.push_back(std::move(scored.top));
+    }
     seq->num_computed += it.n;
     seq->kv_reported = seq->num_computed;
     if (seq->num_computed < static_cast<int64_t>(seq->tokens.size())) {
@@ -498,6 +555,7 @@ absl::StatusOr<StepStats> Scheduler::Step() {
     ++row;
     if (seq->generated() == 0) CacheComputed(seq);
     RequestOutput out;
+    if (seq->generated() == 0) AttachInputLogprobs(seq, &out);
     if (seq->req.sampling.max_new_tokens == 0) {
       ++st.finished;
       Finish(seq, FinishReason::Length(0), std::move(out));

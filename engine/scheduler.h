@@ -60,6 +60,10 @@
 
 namespace tandem::engine {
 
+// Prompt positions scored (logits returned besides the sampled rows) per step, over all
+// sequences: bounds the logits buffer of a step that scores prompts (each row is vocab floats).
+inline constexpr int64_t kMaxScoredRowsPerStep = 64;
+
 struct SchedulerConfig {
   int64_t num_blocks = 0;  // KV blocks in the pool (>= 1)
   int32_t block_size = kDefaultKvBlockSize;
@@ -91,6 +95,15 @@ struct RequestOutput {
   // One per token_ids entry when sampling.top_logprobs_num > 0 (and return_logprob): the most
   // likely tokens at that position.
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // With return_logprob, on the output that carries the first token (or, when nothing is
+  // generated, on the last one): the prompt's logprobs from position input_logprob_start on
+  // (SGLang's logprob_start_len). input_logprobs[i] is the logprob of prompt token
+  // input_logprob_start + 1 + i given the tokens before it (the token at input_logprob_start
+  // itself has none: its logits were not computed); input_top_logprobs in step with it when
+  // sampling.top_logprobs_num > 0. input_logprob_start is -1 on every other output.
+  int64_t input_logprob_start = -1;
+  std::vector<float> input_logprobs;
+  std::vector<std::vector<TokenLogprob>> input_top_logprobs;
   std::string text;      // text that became final since the previous output
   bool last = false;     // no further output for this request
   bool kv_held = false;  // kPrefillOnly: blocks kept until ReleaseHeld/Abort
@@ -124,6 +137,11 @@ struct Request {
   std::vector<int32_t> input_ids;
   SamplingParams sampling;
   bool return_logprob = false;
+  // With return_logprob: the first prompt position whose logprobs are reported (SGLang's
+  // logprob_start_len); -1 or beyond the prompt: the last prompt token only, which costs
+  // nothing. Positions from it on are computed, never served from the prefix cache (a cached
+  // block has K/V but no logits), so the cache is matched only up to it.
+  int64_t logprob_start_len = -1;
   RequestMode mode = RequestMode::kGenerate;
   RequestCallbacks callbacks;
 };
@@ -221,6 +239,8 @@ class Scheduler {
   void Finish(Sequence* seq, FinishReason reason, RequestOutput out);
   void Remove(const std::string& rid);
   void AcceptToken(Sequence* seq, const SampleResult& sampled, RequestOutput* out);
+  // Moves the prompt logprobs gathered so far into `out` (once per request).
+  void AttachInputLogprobs(Sequence* seq, RequestOutput* out);
 
   SchedulerConfig config_;
   Model* model_;

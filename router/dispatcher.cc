@@ -1,5 +1,6 @@
 #include "router/dispatcher.h"
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -97,6 +98,13 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     bool prefill_done = false;
     bool decode_done = false;
     bool over = false;  // failed, cancelled or finished: later callbacks change nothing
+    // PD with prompt logprobs: the decode leg's events wait here until the prefill leg's answer
+    // (which carries the prompt logprobs) arrived; the first one delivered carries them.
+    bool hold_for_prefill = false;
+    std::vector<proto::DecodeEvent> held;
+    bool decode_finished = false;  // the decode leg ended OK while its events were held
+    // The prefill leg answered before any decode event: the next event carries these.
+    std::optional<proto::PromptLogprobs> pending_prompt_logprobs;
   };
   using AttemptPtr = std::shared_ptr<Attempt>;
 
@@ -118,6 +126,15 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   bool pd() const { return d_->options_.pd_mode; }
   // PD mode, max_new_tokens 0: the prefill worker answers the request alone (no decode leg).
   bool prefill_only() const { return pd() && request_->sampling.max_new_tokens() == 0; }
+  // Prompt logprobs beyond the last prompt token were asked for: the worker that prefills
+  // computes them.
+  bool scores_prompt() const {
+    return request_->return_logprob && request_->logprob_start_len >= 0 &&
+           request_->logprob_start_len + 1 < static_cast<int64_t>(request_->input_ids.size());
+  }
+  // Delivers the events held for the prefill leg's answer, the first with `prompt_logprobs`,
+  // then any that arrived meanwhile; finishes the run if the decode leg already ended.
+  void ReleaseHeld(const AttemptPtr& a, const proto::PromptLogprobs& prompt_logprobs);
 
   Dispatcher* const d_;
   const std::shared_ptr<const RoutedRequest> request_;
@@ -199,6 +216,8 @@ void Run::StartAttempt() {
   *dr.mutable_sampling_params() = request_->sampling;
   dr.set_return_logprob(request_->return_logprob);
   dr.set_stream(request_->stream);
+  if (request_->return_logprob && !pd()) dr.set_logprob_start_len(request_->logprob_start_len);
+  a->hold_for_prefill = pd() && scores_prompt();
   std::shared_ptr<CallHandle> prefill_call;
   if (pd()) {
     dr.set_bootstrap_host(a->prefill->client().host());
@@ -209,6 +228,7 @@ void Run::StartAttempt() {
     pr.mutable_input_ids()->Add(request_->input_ids.begin(), request_->input_ids.end());
     *pr.mutable_sampling_params() = request_->sampling;
     pr.set_return_logprob(request_->return_logprob);
+    if (request_->return_logprob) pr.set_logprob_start_len(request_->logprob_start_len);
     prefill_call = a->prefill->client().Prefill(
         std::move(pr), deadline_, [self, a](grpc::Status s, proto::PrefillResponse response) {
           Guarded(
@@ -281,6 +301,10 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
     Finish(absl::OkStatus());
     return;
   }
+  if (s.ok() && !over && a->hold_for_prefill) {
+    ReleaseHeld(a, response.prompt_logprobs());
+    return;
+  }
   if (s.ok() || over) return;
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     d_->registry_->ReportFailure(a->prefill->url(), s.error_message());
@@ -294,29 +318,81 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
   Fail(a, FromGrpc(s, a->rid, "prefill", a->prefill->url()), !IsCallerError(s.error_code()));
 }
 
+void Run::ReleaseHeld(const AttemptPtr& a, const proto::PromptLogprobs& prompt_logprobs) {
+  bool first = true;
+  for (;;) {
+    std::vector<proto::DecodeEvent> batch;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (a->over || finished_) return;
+      if (a->held.empty()) {
+        a->hold_for_prefill = false;
+        if (first) a->pending_prompt_logprobs = prompt_logprobs;
+        if (a->decode_finished) {
+          a->over = true;
+          finished_ = true;
+          finish = true;
+        }
+      } else {
+        batch.swap(a->held);
+        delivered_ = true;
+      }
+    }
+    if (finish) {
+      Finish(absl::OkStatus());
+      return;
+    }
+    if (batch.empty()) return;
+    if (first) *batch.front().mutable_prompt_logprobs() = prompt_logprobs;
+    first = false;
+    absl::MutexLock lock(&deliver_mu_);
+    for (const proto::DecodeEvent& e : batch) {
+      if (!done_delivered_ && on_event_) on_event_(e);
+    }
+  }
+}
+
 void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
+  std::optional<proto::PromptLogprobs> pending;
   {
     absl::MutexLock lock(&mu_);
     if (a->over || finished_) return;
+    if (a->hold_for_prefill) {
+      a->held.push_back(e);
+      return;
+    }
     delivered_ = true;
+    pending.swap(a->pending_prompt_logprobs);
   }
   absl::MutexLock lock(&deliver_mu_);
-  if (!done_delivered_ && on_event_) on_event_(e);  // a throw: Guarded around this call fails it
+  if (done_delivered_ || !on_event_) return;
+  if (!pending) {
+    on_event_(e);  // a throw: Guarded around this call fails it
+    return;
+  }
+  proto::DecodeEvent with_prompt = e;
+  *with_prompt.mutable_prompt_logprobs() = *std::move(pending);
+  on_event_(with_prompt);
 }
 
 void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
   bool over;
+  bool held = false;
   {
     absl::MutexLock lock(&mu_);
     a->decode_done = true;
     over = a->over;
-    if (!over && s.ok()) {
+    if (!over && s.ok() && a->hold_for_prefill) {
+      a->decode_finished = true;  // ReleaseHeld finishes the run
+      held = true;
+    } else if (!over && s.ok()) {
       a->over = true;
       finished_ = true;
     }
   }
   a->decode->EndRequest(s.ok() || over || !IsWorkerFault(s.error_code()));
-  if (over) return;
+  if (over || held) return;
   if (s.ok()) {
     Finish(absl::OkStatus());
     return;

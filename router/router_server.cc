@@ -98,7 +98,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     for (RoutedRequest& request : batch.items) {
       Item item;
       item.request = std::make_shared<RoutedRequest>(std::move(request));
-      item.shaper = std::make_unique<ResponseShaper>(*item.request);
+      item.shaper = std::make_unique<ResponseShaper>(*item.request, server->tokenizer_.get());
       items_.push_back(std::move(item));
     }
   }

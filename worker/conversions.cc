@@ -77,6 +77,18 @@ proto::PhaseTimings PhaseTimingsToProto(const LegTimings& t) {
   return out;
 }
 
+void PromptLogprobsToProto(const engine::RequestOutput& out, proto::PromptLogprobs* lps) {
+  lps->set_start(static_cast<int32_t>(out.input_logprob_start));
+  lps->mutable_logprobs()->Add(out.input_logprobs.begin(), out.input_logprobs.end());
+  for (const std::vector<engine::TokenLogprob>& position : out.input_top_logprobs) {
+    proto::TopLogprobs* top = lps->add_top_logprobs();
+    for (const engine::TokenLogprob& t : position) {
+      top->add_token_ids(t.token);
+      top->add_logprobs(t.logprob);
+    }
+  }
+}
+
 void AppendOutput(const engine::RequestOutput& out, bool return_logprob,
                   proto::DecodeEvent* event) {
   event->mutable_token_ids()->Add(out.token_ids.begin(), out.token_ids.end());
@@ -89,6 +101,9 @@ void AppendOutput(const engine::RequestOutput& out, bool return_logprob,
         top->add_logprobs(t.logprob);
       }
     }
+  }
+  if (return_logprob && out.input_logprob_start >= 0) {
+    PromptLogprobsToProto(out, event->mutable_prompt_logprobs());
   }
   event->mutable_text()->append(out.text);
   event->set_prompt_tokens(static_cast<int32_t>(out.prompt_tokens));

@@ -43,10 +43,13 @@ struct LegTimings {
 };
 proto::PhaseTimings PhaseTimingsToProto(const LegTimings& t);
 
-// Appends `out` (tokens, logprobs when `return_logprob`, text) to `event`; on out.last also sets
-// finished, the finish reason and the counters. Appending lets a non-streaming leg accumulate all
-// of a request's outputs into its one event. The caller fills event->timings.
+// Appends `out` (tokens, logprobs and prompt logprobs when `return_logprob`, text) to `event`; on
+// out.last also sets finished, the finish reason and the counters. Appending lets a non-streaming
+// leg accumulate all of a request's outputs into its one event. The caller fills event->timings.
 void AppendOutput(const engine::RequestOutput& out, bool return_logprob, proto::DecodeEvent* event);
+
+// out.input_logprob_start and the prompt logprobs of `out` (engine::RequestOutput) into `lps`.
+void PromptLogprobsToProto(const engine::RequestOutput& out, proto::PromptLogprobs* lps);
 
 // The gRPC status with the same code and message (absl and gRPC share the code numbers).
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -157,6 +157,7 @@ absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& reques
   r.input_ids.assign(request.input_ids().begin(), request.input_ids().end());
   r.sampling = *std::move(sampling);
   r.return_logprob = request.return_logprob();
+  if (request.has_logprob_start_len()) r.logprob_start_len = request.logprob_start_len();
   r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) { OnOutput(leg, out); };
   if (remote) {
     if (absl::Status s = handoff_->PrepareDecodeLeg(request, &r); !s.ok()) return reject(s);

@@ -135,17 +135,25 @@ absl::StatusOr<RoutedRequest> ParseGenerateJson(const Json& body, const ApiConte
                      api_internal::ToInt(*v, "top_logprobs_num", 0, engine::kMaxTopLogprobs));
     request.top_logprobs = static_cast<int>(n);  // counts only with return_logprob (FinishPrompt)
   }
-  // Input-token logprobs are never returned, so where they would start does not matter; the
-  // type is still checked.
   if (const Json* v = Find(body, "logprob_start_len"); v != nullptr) {
-    RETURN_IF_ERROR(api_internal::ToInt(*v, "logprob_start_len", -1, kInt32Max).status());
+    ASSIGN_OR_RETURN(const int64_t start,
+                     api_internal::ToInt(*v, "logprob_start_len", -1, kInt32Max));
+    request.logprob_start_len = static_cast<int32_t>(start);
   }
   if (const Json* v = Find(body, "return_text_in_logprobs"); v != nullptr) {
-    RETURN_IF_ERROR(api_internal::ToBool(*v, "return_text_in_logprobs").status());
+    ASSIGN_OR_RETURN(request.return_text_in_logprobs,
+                     api_internal::ToBool(*v, "return_text_in_logprobs"));
   }
   RETURN_IF_ERROR(api_internal::ReadRid(body, &request));
   RETURN_IF_ERROR(api_internal::FinishPrompt(ctx, ctx.default_max_new_tokens,
                                              /*add_special_tokens=*/true, &request));
+  // As SGLang: a start past the prompt is the client's mistake, not an empty list.
+  if (request.return_logprob &&
+      request.logprob_start_len >= static_cast<int64_t>(request.input_ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logprob_start_len (", request.logprob_start_len,
+        ") must be less than the number of input tokens (", request.input_ids.size(), ")"));
+  }
   return request;
 }
 
@@ -164,8 +172,9 @@ absl::StatusOr<RoutedRequest> ParseCompletionsJson(const Json& body, const ApiCo
   }
   if (const Json* v = Find(body, "echo"); v != nullptr) {
     ASSIGN_OR_RETURN(request.echo, api_internal::ToBool(*v, "echo"));
-    if (request.echo) return absl::InvalidArgumentError("echo is not supported");
   }
+  // echo with logprobs: the prompt's tokens are scored too, the first one null (as OpenAI).
+  if (request.echo && request.return_logprob) request.logprob_start_len = 0;
   if (const Json* v = Find(body, "best_of"); v != nullptr) {
     ASSIGN_OR_RETURN(const int64_t n, api_internal::ToInt(*v, "best_of", 1, kInt32Max));
     if (n != 1) return absl::InvalidArgumentError("best_of must be 1");

@@ -12,11 +12,15 @@
 //   than 1 are a 400 there ("batched requests are not supported; send one prompt per request").
 //   A one-element batch is accepted. ParseBatch (below) is what the router uses: it takes lists
 //   and `n` and gives one RoutedRequest per choice.
-// - OpenAI `n` and `best_of` must be 1 in Parse*; completions `echo: true` and `suffix` are 400s.
+// - OpenAI `n` and `best_of` must be 1 in Parse*. Completions `echo: true` returns the prompt's
+//   text first and, with `logprobs`, scores the prompt (logprob_start_len 0).
 // - Logprobs: completions `logprobs: N` (0..5) sets return_logprob and asks for N alternatives
 //   per position (0: top_logprobs null); chat `logprobs: true` sets return_logprob and
 //   `top_logprobs: N` (0..20) asks for N alternatives, a 400 without `logprobs: true` (as
-//   OpenAI); /generate `top_logprobs_num` (0..20) counts only with return_logprob (as SGLang).
+//   OpenAI); /generate `top_logprobs_num` (0..20) counts only with return_logprob (as SGLang),
+//   and applies to the prompt's positions too; `logprob_start_len` (-1: the last prompt token
+//   only, as SGLang before it dropped that entry; at least the prompt's length: a 400, as
+//   SGLang) and `return_text_in_logprobs` are SGLang's.
 //   The alternatives are the most likely tokens of the distribution the chosen token's logprob
 //   comes from (engine/sampler.h), sent to the workers as sampling.top_logprobs_num.
 // - max_new_tokens when the client gives none: /generate and chat use
@@ -85,8 +89,12 @@ struct RoutedRequest {
   // Alternatives per position (= sampling.top_logprobs_num); 0 without return_logprob.
   int top_logprobs = 0;
   bool include_usage = false;  // stream_options.include_usage
-  bool echo = false;           // completions echo (rejected with 400 when true)
-  int64_t created = 0;         // unix seconds, for OpenAI objects
+  bool echo = false;           // completions echo: the prompt's text (and logprobs) first
+  // With return_logprob: the first prompt position whose logprobs are returned (/generate
+  // logprob_start_len; 0 for completions echo with logprobs); -1: the last prompt token only.
+  int32_t logprob_start_len = -1;
+  bool return_text_in_logprobs = false;  // /generate: token texts in the logprob triples
+  int64_t created = 0;                   // unix seconds, for OpenAI objects
   // One item of a batch (RoutedBatch): the client's id of the whole request, which OpenAI
   // response ids are made of, and this item's place in the answer (OpenAI choices[].index,
   // SGLang's list position and streamed "index"). "" and 0 for a request of one choice.

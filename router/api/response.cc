@@ -1,6 +1,7 @@
 #include "router/api/response.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -51,6 +52,12 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       include_usage_(request.include_usage),
       routed_prompt_tokens_(static_cast<int64_t>(request.input_ids.size())),
       tokenizer_(tokenizer),
+      echo_(request.kind == ApiKind::kCompletions && request.echo),
+      return_text_in_logprobs_(request.return_text_in_logprobs),
+      skip_special_tokens_(request.sampling.skip_special_tokens()),
+      logprob_start_len_(request.logprob_start_len),
+      prompt_text_(echo_ ? request.prompt_text : std::string()),
+      input_ids_(request.return_logprob || echo_ ? request.input_ids : std::vector<int32_t>()),
       start_(absl::Now()) {
   if (kind_ == ApiKind::kGenerate) rid_json_ = Dump(Json(rid_));
   if (kind_ != ApiKind::kGenerate) {
@@ -70,10 +77,39 @@ void ResponseShaper::Append(const proto::DecodeEvent& event) {
     top_logprobs_.insert(top_logprobs_.end(), event.top_logprobs().begin(),
                          event.top_logprobs().end());
   }
+  if (event.has_prompt_logprobs() && !has_prompt_logprobs_) {
+    has_prompt_logprobs_ = true;
+    prompt_logprobs_ = event.prompt_logprobs();
+  }
   if (event.finished()) {
     finished_ = true;
     final_ = event;
   }
+}
+
+int64_t ResponseShaper::InputLogprobStart() const {
+  const int64_t n = static_cast<int64_t>(input_ids_.size());
+  if (has_prompt_logprobs_) return std::clamp<int64_t>(prompt_logprobs_.start(), 0, n - 1);
+  return logprob_start_len_ < 0 ? n - 1 : std::min<int64_t>(logprob_start_len_, n - 1);
+}
+
+void ResponseShaper::InputLogprobs(std::vector<int32_t>* ids, std::vector<float>* logprobs,
+                                   std::vector<proto::TopLogprobs>* top) const {
+  if (input_ids_.empty()) return;
+  const int64_t start = InputLogprobStart();
+  ids->assign(input_ids_.begin() + start, input_ids_.end());
+  logprobs->push_back(std::numeric_limits<float>::quiet_NaN());
+  top->emplace_back();
+  if (!has_prompt_logprobs_) return;
+  logprobs->insert(logprobs->end(), prompt_logprobs_.logprobs().begin(),
+                   prompt_logprobs_.logprobs().end());
+  top->insert(top->end(), prompt_logprobs_.top_logprobs().begin(),
+              prompt_logprobs_.top_logprobs().end());
+}
+
+std::string ResponseShaper::EchoText() const {
+  if (!prompt_text_.empty() || tokenizer_ == nullptr) return prompt_text_;
+  return tokenizer_->Decode(input_ids_, skip_special_tokens_);
 }
 
 int64_t ResponseShaper::PromptTokens() const {
@@ -108,11 +144,24 @@ std::string ResponseShaper::GenerateObject(double e2e_latency_s, bool with_index
   }
   absl::StrAppend(&out, ",\"id\":", rid_json_);
   if (return_logprob_) {
-    absl::StrAppend(&out, ",\"output_token_logprobs\":",
-                    Dump(api_internal::SglangTokenLogprobs(output_ids_, logprobs_)));
+    const engine::Tokenizer* texts = return_text_in_logprobs_ ? tokenizer_ : nullptr;
+    std::vector<int32_t> input_ids;
+    std::vector<float> input_logprobs;
+    api_internal::TopLogprobList input_top;
+    InputLogprobs(&input_ids, &input_logprobs, &input_top);
+    absl::StrAppend(&out, ",\"input_token_logprobs\":",
+                    Dump(api_internal::SglangTokenLogprobs(input_ids, input_logprobs, texts)));
     if (return_top_) {
-      absl::StrAppend(
-          &out, ",\"output_top_logprobs\":", Dump(api_internal::SglangTopLogprobs(top_logprobs_)));
+      // The first prompt position has no alternatives: null, as SGLang.
+      if (!input_top.empty()) input_top.erase(input_top.begin());
+      absl::StrAppend(&out, ",\"input_top_logprobs\":",
+                      Dump(api_internal::SglangTopLogprobs(input_top, texts, 1)));
+    }
+    absl::StrAppend(&out, ",\"output_token_logprobs\":",
+                    Dump(api_internal::SglangTokenLogprobs(output_ids_, logprobs_, texts)));
+    if (return_top_) {
+      absl::StrAppend(&out, ",\"output_top_logprobs\":",
+                      Dump(api_internal::SglangTopLogprobs(top_logprobs_, texts)));
     }
   }
   absl::StrAppend(&out, ",\"prompt_tokens\":", PromptTokens(), "},\"output_ids\":[");
@@ -138,11 +187,16 @@ std::string ResponseShaper::StreamEvent(const proto::DecodeEvent& event) {
 std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
                                                size_t first_new_token) {
   const bool has_new_tokens = event.token_ids_size() > 0;
+  // Completions echo: the first chunk carries the prompt (and its logprobs) before the text.
+  const bool echo_now = echo_ && !sent_echo_;
   // Tokens that completed no character yet carry nothing to show unless logprobs were asked for.
-  if (!event.finished() && event.text().empty() && !(return_logprob_ && has_new_tokens)) {
+  if (!event.finished() && event.text().empty() && !(return_logprob_ && has_new_tokens) &&
+      !echo_now) {
     if (kind_ != ApiKind::kChatCompletions || sent_role_) return "";
   }
   const bool chat = kind_ == ApiKind::kChatCompletions;
+  sent_echo_ = true;
+  const std::string text = echo_now ? EchoText() + event.text() : event.text();
   if (!event.finished() && !return_logprob_) {
     // The per-token hot path: the fixed head was rendered once; only the text is escaped here.
     std::string out = absl::StrCat("data: ", stream_chunk_head_);
@@ -151,7 +205,7 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
                       "\"content\":", Dump(event.text()), "}");
       sent_role_ = true;
     } else {
-      absl::StrAppend(&out, "\"text\":", Dump(event.text()));
+      absl::StrAppend(&out, "\"text\":", Dump(text));
     }
     absl::StrAppend(&out, ",\"logprobs\":null,\"finish_reason\":null}]",
                     include_usage_ ? ",\"usage\":null" : "", "}\n\n");
@@ -167,24 +221,32 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
     if (!event.text().empty() || delta.contains("role")) delta["content"] = event.text();
     choice["delta"] = std::move(delta);
   } else {
-    choice["text"] = event.text();
+    choice["text"] = text;
   }
   Json logprobs = nullptr;
   if (return_logprob_) {
-    const std::vector<int32_t> ids(output_ids_.begin() + static_cast<ptrdiff_t>(first_new_token),
-                                   output_ids_.end());
-    const std::vector<float> lps(
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    api_internal::TopLogprobList top;
+    if (echo_now) InputLogprobs(&ids, &lps, &top);
+    const size_t echoed = ids.size();
+    ids.insert(ids.end(), output_ids_.begin() + static_cast<ptrdiff_t>(first_new_token),
+               output_ids_.end());
+    lps.resize(echoed, std::numeric_limits<float>::quiet_NaN());  // short worker lists: null
+    lps.insert(
+        lps.end(),
         logprobs_.begin() + static_cast<ptrdiff_t>(std::min(first_new_token, logprobs_.size())),
         logprobs_.end());
-    api_internal::TopLogprobList top;
+    top.resize(echoed);
     if (return_top_ && first_new_token < top_logprobs_.size()) {
-      top.assign(top_logprobs_.begin() + static_cast<ptrdiff_t>(first_new_token),
+      top.insert(top.end(), top_logprobs_.begin() + static_cast<ptrdiff_t>(first_new_token),
                  top_logprobs_.end());
     }
     const api_internal::TopLogprobList* top_or_null = return_top_ ? &top : nullptr;
-    const int64_t base = static_cast<int64_t>(text_.size() - event.text().size());
     logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, ids, lps, top_or_null)
-                    : api_internal::CompletionLogprobs(tokenizer_, ids, lps, top_or_null, base);
+                    : api_internal::CompletionLogprobs(tokenizer_, ids, lps, top_or_null,
+                                                       skip_special_tokens_, &stream_offsets_);
+    if (echo_now && return_top_ && echoed > 0) logprobs["top_logprobs"][0] = nullptr;
   }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] =
@@ -314,13 +376,27 @@ nlohmann::json ResponseShaper::OpenAiChoice() const {
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
   } else {
-    choice["text"] = text_;
+    choice["text"] = echo_ ? EchoText() + text_ : text_;
   }
   Json logprobs = nullptr;
-  if (return_logprob_) {
+  if (return_logprob_ && chat) {
     const api_internal::TopLogprobList* top = return_top_ ? &top_logprobs_ : nullptr;
-    logprobs = chat ? api_internal::ChatLogprobs(tokenizer_, output_ids_, logprobs_, top)
-                    : api_internal::CompletionLogprobs(tokenizer_, output_ids_, logprobs_, top, 0);
+    logprobs = api_internal::ChatLogprobs(tokenizer_, output_ids_, logprobs_, top);
+  } else if (return_logprob_) {
+    std::vector<int32_t> ids;
+    std::vector<float> lps;
+    api_internal::TopLogprobList top;
+    if (echo_) InputLogprobs(&ids, &lps, &top);
+    const size_t echoed = ids.size();
+    ids.insert(ids.end(), output_ids_.begin(), output_ids_.end());
+    lps.resize(echoed, std::numeric_limits<float>::quiet_NaN());
+    lps.insert(lps.end(), logprobs_.begin(), logprobs_.end());
+    top.resize(echoed);
+    top.insert(top.end(), top_logprobs_.begin(), top_logprobs_.end());
+    api_internal::CharCounter offsets;
+    logprobs = api_internal::CompletionLogprobs(tokenizer_, ids, lps, return_top_ ? &top : nullptr,
+                                                skip_special_tokens_, &offsets);
+    if (echo_ && return_top_ && echoed > 0) logprobs["top_logprobs"][0] = nullptr;
   }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = api_internal::OpenAiFinishReason(final_.finish_reason());

@@ -9,6 +9,14 @@
 //   ({"type":"length","length":N} | {"type":"stop","matched":id|"str"|null} |
 //   {"type":"abort","message":...}). Streaming: the same object per `data:` line with the text
 //   and output_ids CUMULATIVE (as SGLang sends them), finish_reason null until the last one.
+//   With return_logprob, meta_info also has "input_token_logprobs" (the prompt from
+//   logprob_start_len, or its last token by default; the first entry's logprob null, as
+//   SGLang) and, with top_logprobs_num, "input_top_logprobs" (first entry null) and
+//   "output_top_logprobs"; the triples' third element is the token's text with
+//   return_text_in_logprobs, else null.
+// - Completions echo: the prompt's text comes first (in the first chunk when streaming); with
+//   logprobs, the prompt's tokens come first too, the first one's logprob and top_logprobs null
+//   (as OpenAI); text_offset counts characters of the returned text.
 // - OpenAI: finish_reason LENGTH -> "length", STOP -> "stop", ABORT -> "abort" in stream chunks.
 //
 // Aborts: a non-stream request whose final event is an ABORT must not look like a success, so
@@ -37,6 +45,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/worker.pb.h"
 #include "router/api/request.h"
+#include "router/api/shapes.h"
 
 namespace tandem::router {
 
@@ -44,8 +53,8 @@ namespace tandem::router {
 // previous one; the last has finished=true, finish_reason, counters, timings) into the client's
 // response in the shape of the request's ApiKind. One per request; not thread-safe. Copies what
 // it needs from `request`, which need not outlive it. `tokenizer` (optional, borrowed, must
-// outlive the shaper) gives the token texts of OpenAI logprobs; without it they read
-// "token_id:<id>".
+// outlive the shaper; the router always passes its own) gives the token texts of logprobs
+// and echo's text of a prompt sent as ids; without it token texts read "token_id:<id>".
 class ResponseShaper {
  public:
   explicit ResponseShaper(const RoutedRequest& request,
@@ -93,6 +102,14 @@ class ResponseShaper {
   std::string OpenAiBody() const;
   nlohmann::json OpenAiChoice() const;  // choices[] entry of a non-streamed body
   int64_t PromptTokens() const;
+  // The prompt positions scored: [start, prompt length), start's logprob null.
+  int64_t InputLogprobStart() const;
+  // The prompt's ids from InputLogprobStart() on, their logprobs (NaN for the first) and
+  // alternatives (none for the first).
+  void InputLogprobs(std::vector<int32_t>* ids, std::vector<float>* logprobs,
+                     std::vector<proto::TopLogprobs>* top) const;
+  // Completions echo: the prompt's text (decoded when it was sent as ids).
+  std::string EchoText() const;
   int64_t CompletionTokens() const;
 
   const ApiKind kind_;
@@ -107,6 +124,13 @@ class ResponseShaper {
   const bool include_usage_;
   const int64_t routed_prompt_tokens_;  // until the worker reports its own count
   const engine::Tokenizer* const tokenizer_;
+  const bool echo_;                     // completions: the prompt text first
+  const bool return_text_in_logprobs_;  // /generate: token texts in the triples
+  const bool skip_special_tokens_;
+  const int32_t logprob_start_len_;
+  const std::string prompt_text_;  // as the client sent it ("" for token ids)
+  // The prompt (with return_logprob or echo): /generate's input_token_logprobs, echo.
+  const std::vector<int32_t> input_ids_;
   const absl::Time start_;  // for the streamed /generate e2e_latency
   // OpenAI streams: a chunk's JSON up to the choice's fields ({"id":...,"choices":[{"index":0,).
   std::string stream_chunk_head_;
@@ -118,9 +142,13 @@ class ResponseShaper {
   std::vector<int32_t> output_ids_;
   std::vector<float> logprobs_;
   std::vector<proto::TopLogprobs> top_logprobs_;  // with return_top_
-  bool finished_ = false;     // a final event arrived, or the stream ended with an error
-  bool sent_role_ = false;    // chat stream: the first chunk carries the assistant role
-  proto::DecodeEvent final_;  // the final event (counters, finish reason)
+  bool finished_ = false;   // a final event arrived, or the stream ended with an error
+  bool sent_role_ = false;  // chat stream: the first chunk carries the assistant role
+  bool sent_echo_ = false;  // completions stream: the first chunk carries the prompt
+  api_internal::CharCounter stream_offsets_;  // completions stream: text_offset so far
+  bool has_prompt_logprobs_ = false;
+  proto::PromptLogprobs prompt_logprobs_;  // from the worker that prefilled
+  proto::DecodeEvent final_;               // the final event (counters, finish reason)
 };
 
 // `status` carrying an explicit HTTP status for ErrorResponse/HttpStatusFor (e.g. 413 for a

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
@@ -37,28 +38,52 @@ struct UsageCounts {
 // {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}
 Json Usage(const UsageCounts& counts);
 
-// A token's text for logprobs: its decoded text with `tokenizer`, else "token_id:<id>".
+// A token's text for logprobs: its bytes (an added token's content, special tokens included)
+// where they are well-formed UTF-8; a byte that is not part of a whole character (a token
+// holding part of a multi-byte character, as byte-level BPE makes for emoji and CJK) is written
+// as the four characters `\xNN` (lowercase hex), as OpenAI does; the raw bytes are in
+// TokenBytes. Without a tokenizer: "token_id:<id>".
 std::string TokenText(const engine::Tokenizer* tokenizer, int32_t id);
+
+// Counts the characters (Unicode code points, as OpenAI's text_offset and Python's len) of a
+// text that arrives as bytes in pieces: a character counts once its last byte arrived; an
+// ill-formed byte counts as one character (it is shown as U+FFFD).
+class CharCounter {
+ public:
+  explicit CharCounter(int64_t chars = 0) : chars_(chars) {}
+  void Add(std::string_view bytes);
+  int64_t chars() const { return chars_; }
+
+ private:
+  int64_t chars_;
+  int pending_ = 0;  // continuation bytes the current character still needs
+};
 
 // The alternatives of each position, in step with the ids (a position the worker sent none for
 // has none); null when the client asked for none.
 using TopLogprobList = std::vector<proto::TopLogprobs>;
 
 // Completions: {"tokens":[...],"token_logprobs":[...],"top_logprobs":...,"text_offset":[...]};
-// offsets count bytes from `text_offset_base` (the completion text already sent). top_logprobs
-// is null without `top`, else one {"<token text>": logprob, ...} object per position holding the
-// alternatives and, as OpenAI does, the chosen token.
+// each offset is the character position where the token's text starts in the returned text
+// (`offsets` has counted what precedes `ids` and is advanced past them; special tokens count
+// as the text skip_special_tokens leaves). A NaN logprob is null (echo's first prompt token).
+// top_logprobs is null without `top`, else one {"<token text>": logprob, ...} object per position
+// holding the alternatives and, as OpenAI does, the chosen token.
 Json CompletionLogprobs(const engine::Tokenizer* tokenizer, const std::vector<int32_t>& ids,
                         const std::vector<float>& logprobs, const TopLogprobList* top,
-                        int64_t text_offset_base);
+                        bool skip_special_tokens, CharCounter* offsets);
 // Chat: {"content":[{"token","logprob","bytes":[...],"top_logprobs":[...]}, ...]}; each
 // top_logprobs entry is {"token","logprob","bytes"}, empty without `top`.
 Json ChatLogprobs(const engine::Tokenizer* tokenizer, const std::vector<int32_t>& ids,
                   const std::vector<float>& logprobs, const TopLogprobList* top);
-// SGLang /generate: [[logprob, token_id, null], ...].
-Json SglangTokenLogprobs(const std::vector<int32_t>& ids, const std::vector<float>& logprobs);
-// SGLang /generate output_top_logprobs: per position [[logprob, token_id, null], ...].
-Json SglangTopLogprobs(const TopLogprobList& top);
+// SGLang /generate: [[logprob, token_id, text], ...], text null unless `tokenizer` is given
+// (return_text_in_logprobs); a NaN or missing logprob is null.
+Json SglangTokenLogprobs(const std::vector<int32_t>& ids, const std::vector<float>& logprobs,
+                         const engine::Tokenizer* tokenizer);
+// SGLang /generate {input,output}_top_logprobs: per position [[logprob, token_id, text], ...];
+// the first `null_positions` positions are null (the first prompt token's).
+Json SglangTopLogprobs(const TopLogprobList& top, const engine::Tokenizer* tokenizer,
+                       size_t null_positions = 0);
 
 }  // namespace tandem::router::api_internal
 

@@ -34,6 +34,7 @@ struct PrefillHandoff::Leg {
   int32_t first_token = -1;
   float logprob = 0;
   std::vector<engine::TokenLogprob> top;  // the first token's alternatives, when asked for
+  proto::PromptLogprobs prompt_logprobs;  // with return_logprob
   int64_t cached = 0;
   engine::RequestTimings timings;
   Clock::time_point t_start = Clock::now();
@@ -162,6 +163,7 @@ void PrefillHandoff::StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg) {
   r.input_ids.assign(leg->req.input_ids().begin(), leg->req.input_ids().end());
   r.sampling = leg->sampling;
   r.return_logprob = leg->req.return_logprob();
+  if (leg->req.has_logprob_start_len()) r.logprob_start_len = leg->req.logprob_start_len();
   r.mode = engine::RequestMode::kGenerate;  // generates nothing, holds nothing afterwards
   r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) {
     if (!out.last) return;
@@ -211,6 +213,7 @@ void PrefillHandoff::StartLeg(const std::shared_ptr<Leg>& leg) {
   r.input_ids.assign(leg->req.input_ids().begin(), leg->req.input_ids().end());
   r.sampling = leg->sampling;
   r.return_logprob = leg->req.return_logprob();
+  if (leg->req.has_logprob_start_len()) r.logprob_start_len = leg->req.logprob_start_len();
   r.mode = engine::RequestMode::kPrefillOnly;
   r.callbacks.on_kv_layer = [this, leg](const engine::KvLayerEvent& e) { OnKvLayer(leg, e); };
   r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) { OnOutput(leg, out); };
@@ -290,6 +293,9 @@ void PrefillHandoff::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Req
       leg->first_token = out.token_ids[0];
       leg->logprob = out.logprobs.empty() ? 0.0f : out.logprobs[0];
       if (!out.top_logprobs.empty()) leg->top = out.top_logprobs[0];
+      if (leg->req.return_logprob() && out.input_logprob_start >= 0) {
+        PromptLogprobsToProto(out, &leg->prompt_logprobs);
+      }
       leg->cached = out.cached_tokens;
       leg->timings = out.timings;
     }
@@ -352,6 +358,7 @@ void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
     resp.set_first_token_logprob(leg->logprob);
     resp.set_prompt_tokens(leg->req.input_ids_size());
     resp.set_cached_tokens(static_cast<int32_t>(leg->cached));
+    if (leg->req.return_logprob()) *resp.mutable_prompt_logprobs() = leg->prompt_logprobs;
     proto::PhaseTimings* t = resp.mutable_timings();
     t->set_queue_s(leg->timings.queue);
     t->set_prefill_compute_s(leg->timings.prefill);

@@ -312,8 +312,8 @@ TEST(ParseCompletionsTest, Errors) {
             "prompt must be a string or an array of token ids, got object");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","n":3})", ctx)),
             "n must be 1: one completion per request is supported, got 3");
-  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","echo":true})", ctx)),
-            "echo is not supported");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","echo":"yes"})", ctx)),
+            "echo must be a boolean, got string");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":6})", ctx)),
             "logprobs must be an integer in [0, 5], got 6");
   EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","logprobs":true})", ctx)),

@@ -75,6 +75,7 @@ TEST(ResponseShaperTest, GenerateBody) {
   const Json expected = Json::parse(R"({"text":"Hello world","output_ids":[10,11,12],
       "meta_info":{"id":"abc","finish_reason":{"type":"stop","matched":12},"prompt_tokens":3,
       "completion_tokens":3,"cached_tokens":2,"e2e_latency":1.5,
+      "input_token_logprobs":[[null,3,null]],
       "output_token_logprobs":[[-0.5,10,null],[-0.25,11,null],[-1.0,12,null]]}})");
   EXPECT_EQ(Json::parse(shaper.Body(1.5)), expected);
   EXPECT_EQ(shaper.response_id(), "abc");
