@@ -17,6 +17,7 @@
 #include "engine/model_config.h"
 #include "nlohmann/json.hpp"
 #include "router/api/response.h"
+#include "router/api/tokenize.h"
 #include "router/request_headers.h"
 
 namespace tandem::router {
@@ -814,6 +815,23 @@ void RouterServer::AddRoutes() {
              Answer("/v1/models", r,
                     HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_)));
            }));
+
+  // SGLang's tokenizer routes (router/api/tokenize.h): the router's own tokenizer answers.
+  for (const char* path : {"/tokenize", "/v1/tokenize", "/detokenize", "/v1/detokenize"}) {
+    const std::string route = path;
+    const bool detokenize = route.find("detokenize") != std::string::npos;
+    h.Handle("POST", route,
+             Guarded(route, api_key, "API key",
+                     [this, route, detokenize](HttpRequest q, HttpResponder r) {
+                       absl::StatusOr<std::string> body =
+                           detokenize ? DetokenizeBody(q.body, *tokenizer_)
+                                      : TokenizeBody(q.body, *tokenizer_, api_.context_length);
+                       if (!body.ok()) router_metrics_->CountError("bad_request");
+                       Answer(route, r,
+                              body.ok() ? HttpResponse::Json(200, *std::move(body))
+                                        : ErrorResponse(body.status()));
+                     }));
+  }
 
   // OpenAI's "retrieve model" for the one model served (any other name is the 404 of an unknown
   // path): the card /v1/models lists.

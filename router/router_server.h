@@ -4,7 +4,8 @@
 // route (DESIGN.md "Router"):
 //
 //   client (--api-key):  POST|PUT /generate, POST /v1/completions, /v1/chat/completions;
-//                        GET /v1/models; POST /abort_request {"rid"} (abort_all: admin key)
+//                        GET /v1/models; POST /abort_request {"rid"} (abort_all: admin key);
+//                        POST /tokenize, /detokenize (also under /v1/: the router's tokenizer)
 //   probes (no key):     GET /health, /liveness, /readiness, /metrics
 //   info (--api-key):    GET /get_model_info, /get_server_info (also /server_info), /get_load,
 //                        /get_loads, /version, /health_generate (a model leg: keyed and

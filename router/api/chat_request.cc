@@ -80,10 +80,7 @@ absl::StatusOr<engine::ChatMessage> ReadMessage(const Json& message, size_t inde
 
 }  // namespace
 
-absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx) {
-  RoutedRequest request = NewRequest(ApiKind::kChatCompletions);
-  RETURN_IF_ERROR(ReadModel(body, ctx, &request));
-  const Json* messages = Find(body, "messages");
+absl::StatusOr<std::vector<engine::ChatMessage>> ReadConversation(const Json* messages) {
   if (messages == nullptr) return absl::InvalidArgumentError("messages is required");
   if (!messages->is_array()) {
     return absl::InvalidArgumentError(
@@ -100,6 +97,14 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     ASSIGN_OR_RETURN(engine::ChatMessage message, ReadMessage((*messages)[i], i));
     conversation.push_back(std::move(message));
   }
+  return conversation;
+}
+
+absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx) {
+  RoutedRequest request = NewRequest(ApiKind::kChatCompletions);
+  RETURN_IF_ERROR(ReadModel(body, ctx, &request));
+  ASSIGN_OR_RETURN(const std::vector<engine::ChatMessage> conversation,
+                   ReadConversation(Find(body, "messages")));
 
   // max_completion_tokens is OpenAI's current name; max_tokens the deprecated one.
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
@@ -131,6 +136,21 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
       return absl::InvalidArgumentError(
           "response_format is not supported: only {\"type\": \"text\"}");
+    }
+  }
+  // OpenAI's audio output: the models served answer text only, so asking for audio is refused
+  // rather than answered without it.
+  if (const Json* v = Find(body, "audio"); v != nullptr && IsSet(*v)) {
+    return absl::InvalidArgumentError("audio is not supported: the answer is text only");
+  }
+  if (const Json* v = Find(body, "modalities"); v != nullptr) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> modalities,
+                     ToStringOrList(*v, "modalities", 8));
+    for (const std::string& m : modalities) {
+      if (m != "text") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("modalities \"", Excerpt(m), "\" is not supported: only \"text\""));
+      }
     }
   }
   if (const Json* v = Find(body, "continue_final_message"); v != nullptr && IsSet(*v)) {

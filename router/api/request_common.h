@@ -6,8 +6,11 @@
 #define TANDEM_ROUTER_API_REQUEST_COMMON_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "router/api/json_fields.h"
 #include "router/api/request.h"
 
@@ -45,6 +48,11 @@ absl::StatusOr<RoutedRequest> ParseRequestJson(ApiKind kind, const Json& body,
 
 // The chat parser on an already parsed body (chat_request.cc).
 absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx);
+
+// Chat "messages" (null when absent) as the conversation the chat template renders: a non-empty
+// array of at most 4096 messages of the roles and content parts chat completions serve
+// (chat_request.cc). Errors name the message and field.
+absl::StatusOr<std::vector<engine::ChatMessage>> ReadConversation(const Json* messages);
 
 }  // namespace tandem::router::api_internal
 

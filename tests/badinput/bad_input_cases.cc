@@ -180,6 +180,8 @@ std::vector<BodyCase> BodyCases() {
        ChatMessages(R"([{"role":"user","content":[{"type":"text"}]}])"), 400,
        "messages[0].content[0].text is required"},
       {"tools", kChat, Chat(R"("tools":[{"type":"function"}])"), 400, "tools is not supported"},
+      {"audio output", kChat, Chat(R"("modalities":["text","audio"])"), 400,
+       "modalities \"audio\" is not supported"},
       {"response_format json", kChat, Chat(R"("response_format":{"type":"json_object"})"), 400,
        "response_format is not supported"},
       // Unknown and unsupported fields.

@@ -192,6 +192,45 @@ TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
   }
 }
 
+// /tokenize and /detokenize (and their /v1/ names) answer with the router's tokenizer: the ids a
+// text prompt is generated from, behind the client key.
+TEST_F(RouterEndpointsTest, TokenizeAndDetokenizeRoundTripBehindTheClientKey) {
+  auto plain = Plain({"--api-key", kApiKey});
+  const std::string key = Auth(kApiKey);
+  const std::string text = "Tell me a fortune about the sea.";
+  EXPECT_EQ(Request(plain->port, "POST", "/tokenize", json({{"prompt", text}}).dump()).status, 401);
+  ClientResponse tokenized =
+      Request(plain->port, "POST", "/v1/tokenize", json({{"prompt", text}}).dump(), key);
+  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
+  const json t = json::parse(tokenized.body);
+  ASSERT_TRUE(t["tokens"].is_array()) << tokenized.body;
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  EXPECT_EQ(t["max_model_len"], 512);
+
+  // The ids are the prompt a text request is generated from: the same greedy answer.
+  const json sampling = {{"temperature", 0}, {"max_new_tokens", 6}};
+  ClientResponse by_text =
+      Request(plain->port, "POST", "/generate",
+              json({{"text", text}, {"sampling_params", sampling}}).dump(), key);
+  ClientResponse by_ids =
+      Request(plain->port, "POST", "/generate",
+              json({{"input_ids", t["tokens"]}, {"sampling_params", sampling}}).dump(), key);
+  ASSERT_EQ(by_text.status, 200) << by_text.body;
+  ASSERT_EQ(by_ids.status, 200) << by_ids.body;
+  EXPECT_EQ(json::parse(by_ids.body)["output_ids"], json::parse(by_text.body)["output_ids"]);
+  EXPECT_EQ(json::parse(by_ids.body)["meta_info"]["prompt_tokens"], t["count"]);
+
+  ClientResponse detokenized = Request(plain->port, "POST", "/detokenize",
+                                       json({{"tokens", {t["tokens"], t["tokens"]}}}).dump(), key);
+  ASSERT_EQ(detokenized.status, 200) << detokenized.body;
+  EXPECT_EQ(json::parse(detokenized.body)["text"], json::array({text, text}));
+
+  ClientResponse bad =
+      Request(plain->port, "POST", "/v1/detokenize", R"({"tokens":[1,99999999]})", key);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("tokens[1] must be an integer in [0, "), std::string::npos) << bad.body;
+}
+
 TEST_F(RouterEndpointsTest, AbortRequestBadBodiesAndKeys) {
   auto plain = Plain({"--api-key", kApiKey});
   const std::string key = Auth(kApiKey);

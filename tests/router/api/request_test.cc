@@ -407,6 +407,17 @@ TEST(ParseChatCompletionsTest, Errors) {
               HasSubstr("response_format is not supported"));
   EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"max_tokens":"9"})"),
               HasSubstr("max_tokens must be an integer, got string"));
+  // Audio output is refused; text is what every answer is.
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"modalities":["text","audio"],
+      "audio":{"voice":"alloy","format":"wav"}})"),
+            "audio is not supported: the answer is text only");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"modalities":["text","audio"]})"),
+            "modalities \"audio\" is not supported: only \"text\"");
+  EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"modalities":[1]})"),
+              HasSubstr("modalities"));
+  EXPECT_TRUE(ParseChatCompletions(
+                  R"({"messages":[{"role":"user","content":"a"}],"modalities":["text"]})", ctx)
+                  .ok());
   const auto other_model =
       ParseChatCompletions(R"({"model":"m","messages":[{"role":"user","content":"a"}]})", ctx);
   ASSERT_TRUE(other_model.ok()) << other_model.status();
