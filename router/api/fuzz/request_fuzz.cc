@@ -1,8 +1,9 @@
 // libFuzzer entry point: an HTTP body -> RoutedRequest through the parser the first byte picks
 // (0: /generate, 1: /v1/completions, 2: /v1/chat/completions), then, when it parses, the response
-// shaper on a final event. Crashes, exceptions, sanitizer reports and an OK parse with an empty
-// prompt are findings. The tokenizer comes from $TANDEM_MODEL_DIR (default
-// models/tandem-tiny-fortunes relative to the working directory).
+// shaper on a final event; the same body also goes to /tokenize's and /detokenize's parsers.
+// Crashes, exceptions, sanitizer reports and an OK parse with an empty prompt are findings. The
+// tokenizer comes from $TANDEM_MODEL_DIR (default models/tandem-tiny-fortunes relative to the
+// working directory).
 //
 // Build and run from the repo root: scripts/fuzz.sh request_fuzz (fuzz/CMakeLists.txt compiles
 // router/api/*.cc, the tokenizer and the generated messages instrumented). Seeds in
@@ -16,6 +17,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "router/api/request.h"
 #include "router/api/response.h"
+#include "router/api/tokenize.h"
 
 namespace {
 
@@ -55,6 +57,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const tandem::router::RoutedRequest& item : batch->items) {
       if (item.input_ids.empty() || item.rid.empty()) std::abort();
     }
+  }
+  // The same body to /tokenize and /detokenize: an answer or an error that says why.
+  for (const auto& answer : {tandem::router::TokenizeBody(body, GetTokenizer(), 512),
+                             tandem::router::DetokenizeBody(body, GetTokenizer())}) {
+    if (!answer.ok() && answer.status().message().empty()) std::abort();
+    if (answer.ok() && answer->empty()) std::abort();
   }
   const auto parsed = tandem::router::ParseRequest(kinds[data[0] % 3], body, ctx);
   if (!parsed.ok()) {
