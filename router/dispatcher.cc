@@ -64,10 +64,12 @@ void Guarded(const char* what, Fn&& fn, OnThrow&& on_throw) noexcept {
 class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
  public:
   Run(Dispatcher* d, std::shared_ptr<const RoutedRequest> request, Dispatcher::EventFn on_event,
-      Dispatcher::DoneFn on_done)
+      Dispatcher::DoneFn on_done, StartOptions options)
       : d_(d),
         request_(std::move(request)),
         deadline_(absl::Now() + d->options_.request_timeout),
+        on_routed_(std::move(options.on_routed)),
+        share_with_(std::move(options.share_with)),
         on_event_(std::move(on_event)),
         on_done_(std::move(on_done)) {
     d_->live_runs_.fetch_add(1);
@@ -91,8 +93,11 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     int number = 0;
     uint64_t room = 0;
     std::string rid;
-    WorkerPtr prefill;  // null in plain mode
+    WorkerPtr prefill;  // null in plain mode and when pinned
     WorkerPtr decode;
+    // A sibling's plain decode leg to share_with_'s worker, sharing that leg's prompt.
+    bool pinned = false;
+    bool announced = false;  // on_routed_ was told where its leg went
     std::shared_ptr<CallHandle> prefill_call;
     std::shared_ptr<CallHandle> decode_call;
     bool prefill_done = false;
@@ -124,6 +129,11 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   void StopLegs(const AttemptPtr& a, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(absl::Status s) ABSL_LOCKS_EXCLUDED(deliver_mu_);
   bool pd() const { return d_->options_.pd_mode; }
+  // The attempt has a room and a prefill leg (PD mode, not a pinned sibling).
+  bool paired(const Attempt& a) const { return pd() && !a.pinned; }
+  // The first attempt of a sibling whose leader's worker can still take it.
+  bool PinFirstAttempt(const Attempt& a) const;
+  void Announce(const AttemptPtr& a, bool gone);
   // PD mode, max_new_tokens 0: the prefill worker answers the request alone (no decode leg).
   bool prefill_only() const { return pd() && request_->sampling.max_new_tokens() == 0; }
   // Prompt logprobs beyond the last prompt token were asked for: the worker that prefills
@@ -139,11 +149,14 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   Dispatcher* const d_;
   const std::shared_ptr<const RoutedRequest> request_;
   const absl::Time deadline_;
+  const std::function<void(const LegPlace&)> on_routed_;
+  const std::optional<LegPlace> share_with_;
 
   absl::Mutex mu_;
   AttemptPtr current_ ABSL_GUARDED_BY(mu_);
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
-  bool delivered_ ABSL_GUARDED_BY(mu_) = false;  // an event went to the caller: no more retries
+  int pinned_attempts_ ABSL_GUARDED_BY(mu_) = 0;  // not counted against max_retries
+  bool delivered_ ABSL_GUARDED_BY(mu_) = false;   // an event went to the caller: no more retries
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 
@@ -170,10 +183,19 @@ void Run::StartAttempt() {
     return;
   }
   a->rid = a->number == 0 ? request_->rid : absl::StrCat(request_->rid, "-retry", a->number);
+  a->pinned = PinFirstAttempt(*a);
+  if (a->pinned) {
+    absl::MutexLock lock(&mu_);
+    ++pinned_attempts_;
+  }
   const PolicyRequest policy_request{&request_->input_ids, &request_->prompt_text};
-  std::vector<WorkerPtr> decodes =
-      d_->registry_->Available(pd() ? WorkerType::kDecode : WorkerType::kRegular);
-  if (pd()) {
+  std::vector<WorkerPtr> decodes;
+  if (a->pinned) {
+    a->decode = share_with_->worker;
+  } else {
+    decodes = d_->registry_->Available(pd() ? WorkerType::kDecode : WorkerType::kRegular);
+  }
+  if (paired(*a)) {
     std::vector<WorkerPtr> prefills = d_->registry_->Available(WorkerType::kPrefill);
     if (!prefills.empty()) a->prefill = d_->prefill_policy_->Select(prefills, policy_request);
     if (a->prefill == nullptr) {
@@ -182,7 +204,7 @@ void Run::StartAttempt() {
     }
     a->prefill->BeginRequest();
   }
-  if (!decodes.empty() && !prefill_only()) {
+  if (!a->pinned && !decodes.empty() && !prefill_only()) {
     a->decode = d_->decode_policy_->Select(decodes, policy_request);
   }
   if (a->decode == nullptr && !prefill_only()) {
@@ -197,7 +219,7 @@ void Run::StartAttempt() {
     return;
   }
   if (a->decode) a->decode->BeginRequest();
-  a->room = pd() ? NewBootstrapRoom() : 0;
+  a->room = paired(*a) ? NewBootstrapRoom() : 0;
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) {
@@ -216,10 +238,13 @@ void Run::StartAttempt() {
   *dr.mutable_sampling_params() = request_->sampling;
   dr.set_return_logprob(request_->return_logprob);
   dr.set_stream(request_->stream);
-  if (request_->return_logprob && !pd()) dr.set_logprob_start_len(request_->logprob_start_len);
-  a->hold_for_prefill = pd() && scores_prompt();
+  if (request_->return_logprob && !paired(*a)) {
+    dr.set_logprob_start_len(request_->logprob_start_len);
+  }
+  if (a->pinned) dr.set_share_prompt_with(share_with_->rid);
+  a->hold_for_prefill = paired(*a) && scores_prompt();
   std::shared_ptr<CallHandle> prefill_call;
-  if (pd()) {
+  if (paired(*a)) {
     dr.set_bootstrap_host(a->prefill->client().host());
     dr.set_bootstrap_port(a->prefill->bootstrap_port().value_or(0));
     proto::PrefillRequest pr;
@@ -263,12 +288,34 @@ void Run::StartAttempt() {
     a->prefill_call = prefill_call;
     a->decode_call = decode_call;
     over = a->over;
+    if (!over && on_routed_) a->announced = true;
   }
   // A Cancel() or a failed leg while the calls were being sent saw no handles to cancel.
   if (over) {
     if (prefill_call) prefill_call->Cancel();
     decode_call->Cancel();
+    return;
   }
+  if (on_routed_) Announce(a, /*gone=*/false);
+}
+
+bool Run::PinFirstAttempt(const Attempt& a) const {
+  if (a.number != 0 || !share_with_ || share_with_->worker == nullptr || prefill_only()) {
+    return false;
+  }
+  const WorkerPtr& w = share_with_->worker;
+  // Removed (or removed and added again: another Worker object) or not available: the ordinary
+  // way, as any request would go.
+  return w->Available() && d_->registry_->Find(w->url()) == w;
+}
+
+void Run::Announce(const AttemptPtr& a, bool gone) {
+  const LegPlace place{a->number, gone ? nullptr : a->decode, a->rid};
+  Guarded(
+      "the routed callback", [&] { on_routed_(place); },
+      [&] {
+        if (!gone) FailInternally(a);
+      });
 }
 
 void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
@@ -405,10 +452,13 @@ void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
 
 void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
   int retry = 0;
+  bool unpin = false;  // a pinned leg failed: the ordinary way at once
+  bool announced;
   {
     absl::MutexLock lock(&mu_);
     if (finished_ || cancelled_) return;
     a->over = true;
+    announced = a->announced;
     // Only the request's own deadline is the request timeout. A worker's DEADLINE_EXCEEDED well
     // before it (a room's --bootstrap-timeout or --transfer-timeout) is a failed leg: retried.
     const bool timed_out = absl::Now() + kDeadlineSlack >= deadline_;
@@ -417,7 +467,11 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
           absl::StrCat("upstream timeout: the request exceeded --request-timeout-secs (",
                        absl::ToInt64Seconds(d_->options_.request_timeout), " s); ", why.message()));
     }
-    if (delivered_ || !retryable || timed_out || attempts_ > d_->options_.backoff.max_retries) {
+    if (a->pinned && !delivered_ && !timed_out) {
+      unpin = true;
+      retry = attempts_;
+    } else if (delivered_ || !retryable || timed_out ||
+               attempts_ - pinned_attempts_ > d_->options_.backoff.max_retries) {
       finished_ = true;
       if (retryable && !delivered_ && !timed_out && attempts_ > 1) {
         why = absl::UnavailableError(
@@ -428,15 +482,22 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
     }
   }
   StopLegs(a, std::string(why.message()));
+  if (announced) Announce(a, /*gone=*/true);
   if (retry == 0) {
     Finish(why);
+    return;
+  }
+  auto self = shared_from_this();
+  if (unpin) {
+    spdlog::info("rid {}: the leg sharing {}'s prompt failed ({}); sending it on its own",
+                 request_->rid, share_with_->rid, std::string(why.message()));
+    d_->RunAt(absl::Now(), [self] { self->StartAttempt(); });
     return;
   }
   d_->metrics_->retries.Increment();
   const absl::Duration delay = BackoffDelay(d_->options_.backoff, retry);
   spdlog::info("rid {}: attempt {} failed ({}); retrying in {} with a new pair", request_->rid,
                retry, std::string(why.message()), absl::FormatDuration(delay));
-  auto self = shared_from_this();
   d_->RunAt(absl::Now() + delay, [self] { self->StartAttempt(); });
 }
 
@@ -460,7 +521,7 @@ void Run::StopLegs(const AttemptPtr& a, const std::string& reason) {
   // or waiting for its peer (PD: by room on both sides, so neither holds blocks for it).
   auto abort = [&](const WorkerPtr& w) {
     proto::AbortRequest r;
-    if (pd()) {
+    if (paired(*a)) {
       r.set_bootstrap_room(a->room);
     } else {
       r.set_rid(a->rid);
@@ -523,15 +584,16 @@ Dispatcher::~Dispatcher() {
 }
 
 std::shared_ptr<DispatchRun> Dispatcher::Start(std::shared_ptr<const RoutedRequest> request,
-                                               EventFn on_event, DoneFn on_done) {
+                                               EventFn on_event, DoneFn on_done,
+                                               StartOptions options) {
   // A leg over the workers' message limit would be refused by every worker: 413 at once, never
   // sent and never retried.
   const size_t leg_bytes = LegBytesUpperBound(*request);
   if (leg_bytes > kMaxLegBytes) {
     spdlog::warn("rid {}: {} byte leg is over the workers' limit; refused", request->rid,
                  leg_bytes);
-    auto run =
-        std::make_shared<Run>(this, std::move(request), std::move(on_event), std::move(on_done));
+    auto run = std::make_shared<Run>(this, std::move(request), std::move(on_event),
+                                     std::move(on_done), std::move(options));
     run->Refuse(WithHttpStatus(
         absl::ResourceExhaustedError(absl::StrCat(
             "the request is too large to send to a worker: its ", leg_bytes,
@@ -539,10 +601,18 @@ std::shared_ptr<DispatchRun> Dispatcher::Start(std::shared_ptr<const RoutedReque
         413));
     return run;
   }
-  auto run =
-      std::make_shared<Run>(this, std::move(request), std::move(on_event), std::move(on_done));
+  auto run = std::make_shared<Run>(this, std::move(request), std::move(on_event),
+                                   std::move(on_done), std::move(options));
   run->StartAttempt();
   return run;
+}
+
+bool MaySharePrompt(const RoutedRequest& request) {
+  if (request.sampling.max_new_tokens() == 0) return false;
+  const bool scores_prompt =
+      request.return_logprob && request.logprob_start_len >= 0 &&
+      request.logprob_start_len < static_cast<int64_t>(request.input_ids.size());
+  return !scores_prompt;
 }
 
 absl::Status Dispatcher::CanRoute() const {

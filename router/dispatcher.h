@@ -18,6 +18,20 @@
 // the stream; the caller then sees the error. Caller errors reported by a worker
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE) are not retried.
 //
+// Sharing a prompt (n > 1, DESIGN.md "Several choices in one request"): a run started with
+// StartOptions::on_routed reports where each of its attempts sent its decode leg (PD) or plain
+// leg (LegPlace), after the leg was handed to that worker's session, and that the place is gone
+// when the attempt fails. A run started with StartOptions::share_with (a sibling) first sends one
+// plain decode leg (no prefill leg, no room, no bootstrap host) to that worker with
+// share_prompt_with = that leg's rid, if the worker is still registered and available;
+// otherwise, and for every attempt after a pinned one, it is an ordinary request (policy-chosen
+// worker or pair, share_prompt_with clear). A pinned leg that fails before any event was
+// delivered is tried again at once the ordinary way, whatever the error (a worker that does not
+// know share_prompt_with refuses the leg), and that second try does not count against
+// max_retries. Legs to one worker travel in order on its session, so a sibling started from
+// on_routed reaches the worker after the leg it names, unless the session was replaced in
+// between; the worker then computes the sibling's prompt itself.
+//
 // A request whose leg would exceed the workers' message limit (kMaxLegBytes,
 // router/client_errors.h) is never sent: it ends at once with ResourceExhausted carrying HTTP
 // 413 (WithHttpStatus). A callback of a leg that throws is logged and ends the run with Internal.
@@ -36,6 +50,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -65,6 +80,34 @@ class DispatchRun {
   virtual void Cancel() = 0;
 };
 
+// Where one attempt of a run sent its decode leg (PD) or plain leg: the leg siblings share the
+// prompt of (DecodeRequest.share_prompt_with).
+struct LegPlace {
+  int attempt = 0;   // the run's attempt: 0 first, a retry's higher
+  WorkerPtr worker;  // null: that attempt failed and its leg is gone (a retry may follow)
+  std::string rid;   // the leg's rid ("<rid>-retryN" for a retry)
+};
+
+// How one run relates to others that share its prompt. Both empty: an independent request.
+struct StartOptions {
+  // Called with each attempt's LegPlace once its leg was sent, and again with a null worker when
+  // that attempt fails; never while the dispatcher holds a lock, on the thread that started the
+  // attempt (the caller's of Start, or the timer thread) or a leg's callback thread. Calls for
+  // one attempt may arrive in either order: a place with a null worker for attempt k outranks a
+  // place for k. An attempt whose leg failed before its place was reported is not reported at
+  // all. Must not block; may Start other runs.
+  std::function<void(const LegPlace&)> on_routed;
+  // A sibling: the leg it shares the prompt of (worker not null). See the class comment.
+  std::optional<LegPlace> share_with;
+};
+
+// Whether the choices of `request`'s prompt (n > 1) may share its prompt KV: not when the
+// request asks for the prompt's logprobs (logprob_start_len within the prompt, echo with
+// logprobs: the worker that prefills computes them, and a sibling computes only the prompt's
+// tail) and not with max_new_tokens 0 (nothing is decoded; the prefill worker's or colocated
+// worker's radix cache shares the prompt anyway).
+bool MaySharePrompt(const RoutedRequest& request);
+
 class Dispatcher {
  public:
   using EventFn = std::function<void(const proto::DecodeEvent&)>;
@@ -79,7 +122,7 @@ class Dispatcher {
 
   // Starts `request`; see the class comment for the callbacks' contract.
   std::shared_ptr<DispatchRun> Start(std::shared_ptr<const RoutedRequest> request, EventFn on_event,
-                                     DoneFn on_done);
+                                     DoneFn on_done, StartOptions options = {});
 
   // Whether a request could be routed now: in plain mode an available regular worker, in PD mode
   // an available prefill and an available decode worker. Unavailable names what is missing.

@@ -80,7 +80,14 @@ int LongestTokenBytes(const engine::Tokenizer& tokenizer) {
 // One client inference request from admission to its last byte: one item per choice
 // (RoutedBatch; one for most requests), each admitted (one slot each) and dispatched on its own,
 // their answers merged into the one response. The first item that fails fails the request and
-// cancels the others (queued or running); every item's slot is given back when its run ends.
+// cancels the others (queued, waiting for their leader or running); every item's slot is given
+// back when its run ends.
+//
+// Shared prompts (n > 1, MaySharePrompt): a prompt's choice 0 is its leader, dispatched as any
+// item; choices 1..n-1 are its siblings. An admitted sibling starts pinned to where the leader's
+// current attempt sent its leg (StartOptions::share_with), waiting for that while the leader has
+// no routed leg yet (it is queued for admission or between attempts); once the leader's run has
+// ended, siblings still to start go the ordinary way.
 // Shared by the HTTP callbacks and the dispatcher's callbacks; `mu_` guards the answer side.
 class ClientCall : public std::enable_shared_from_this<ClientCall> {
  public:
@@ -102,6 +109,13 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
       item.shaper = std::make_unique<ResponseShaper>(*item.request, server->tokenizer_.get());
       items_.push_back(std::move(item));
     }
+    // Items are prompt-major: prompt p's choices are p * n .. p * n + n - 1.
+    const size_t n = static_cast<size_t>(std::max(n_, 1));
+    for (size_t first = 0; n > 1 && first + n <= items_.size(); first += n) {
+      if (!MaySharePrompt(*items_[first].request)) continue;
+      items_[first].has_siblings = true;
+      for (size_t k = first + 1; k < first + n; ++k) items_[k].leader = static_cast<int>(first);
+    }
   }
   ~ClientCall() { ReleaseRids(); }
 
@@ -119,6 +133,14 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     uint64_t ticket = 0;    // while it waits for admission
     bool ended = false;     // its run ended, or it will never run
     bool finished = false;  // its final event reached the shaper
+    // A sibling: its leader's index; -1 for a leader or an independent item.
+    int leader = -1;
+    bool waits_for_leader = false;  // admitted (holds a slot), not started: no routed leader leg
+    // A leader with siblings: where its latest attempt's leg is (unset while it has none), and
+    // the attempt the latest news was about (LegPlace ordering, dispatcher.h).
+    bool has_siblings = false;
+    std::optional<LegPlace> place;
+    int place_attempt = -1;
   };
 
   static std::vector<std::string> RidsOf(const RoutedBatch& batch) {
@@ -141,6 +163,12 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   }
 
   void Admitted(size_t i, absl::Status status);
+  // Dispatches admitted item `i` (a sibling pinned to `share_with` when set).
+  void StartItem(size_t i, std::optional<LegPlace> share_with);
+  // Leader `i`'s run reported where its leg is (or that it is gone): starts its waiting siblings.
+  void OnLeaderRouted(size_t i, const LegPlace& place);
+  // Under mu_: the siblings of `leader` waiting for it, no longer waiting.
+  std::vector<size_t> TakeWaitingSiblingsLocked(size_t leader) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClientGone();
   void OnEvent(size_t i, const proto::DecodeEvent& e);
   void OnDone(size_t i, absl::Status status);
@@ -256,15 +284,49 @@ void ClientCall::Admitted(size_t i, absl::Status status) {
     SendHeldErrorLocked();
     return;
   }
+  std::optional<LegPlace> share_with;
+  {
+    absl::MutexLock lock(&mu_);
+    Item& item = items_[i];
+    if (item.leader >= 0) {
+      const Item& leader = items_[static_cast<size_t>(item.leader)];
+      if (leader.place) {
+        share_with = leader.place;
+      } else if (done_) {
+        // The request ended since this item was admitted, and CancelOthers may have run
+        // already: it never waits, and never runs.
+        item.ended = true;
+        start = false;
+      } else if (!leader.ended) {
+        item.waits_for_leader = true;  // OnLeaderRouted, OnDone or CancelOthers starts or ends it
+        return;
+      }
+    }
+  }
+  if (!start) {
+    ReleaseSlot();
+    absl::MutexLock lock(&mu_);
+    SendHeldErrorLocked();
+    return;
+  }
+  StartItem(i, std::move(share_with));
+}
+
+void ClientCall::StartItem(size_t i, std::optional<LegPlace> share_with) {
   std::shared_ptr<const RoutedRequest> request;
+  StartOptions options;
+  auto self = shared_from_this();
   {
     absl::MutexLock lock(&mu_);
     request = items_[i].request;
+    if (items_[i].has_siblings) {
+      options.on_routed = [self, i](const LegPlace& place) { self->OnLeaderRouted(i, place); };
+    }
   }
-  auto self = shared_from_this();
+  options.share_with = std::move(share_with);
   std::shared_ptr<DispatchRun> run = server_->dispatcher_->Start(
       request, [self, i](const proto::DecodeEvent& e) { self->OnEvent(i, e); },
-      [self, i](absl::Status s) { self->OnDone(i, std::move(s)); });
+      [self, i](absl::Status s) { self->OnDone(i, std::move(s)); }, std::move(options));
   bool cancel = false;
   {
     absl::MutexLock lock(&mu_);
@@ -273,6 +335,41 @@ void ClientCall::Admitted(size_t i, absl::Status status) {
   }
   // Never cancel on a thread that may be inside a run's own callbacks.
   if (cancel) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+}
+
+void ClientCall::OnLeaderRouted(size_t i, const LegPlace& place) {
+  std::vector<size_t> start;
+  {
+    absl::MutexLock lock(&mu_);
+    Item& leader = items_[i];
+    if (place.worker == nullptr) {
+      // The attempt's leg is gone; news of a later attempt already replaced it.
+      if (place.attempt >= leader.place_attempt) {
+        leader.place_attempt = place.attempt;
+        leader.place.reset();
+      }
+      return;
+    }
+    // A place for an attempt already reported gone (or superseded) is stale.
+    if (place.attempt <= leader.place_attempt || leader.ended) return;
+    leader.place_attempt = place.attempt;
+    leader.place = place;
+    if (done_) return;  // CancelOthers ends the waiting siblings
+    start = TakeWaitingSiblingsLocked(i);
+  }
+  for (size_t k : start) StartItem(k, place);
+}
+
+std::vector<size_t> ClientCall::TakeWaitingSiblingsLocked(size_t leader) {
+  std::vector<size_t> waiting;
+  for (size_t k = 0; k < items_.size(); ++k) {
+    Item& item = items_[k];
+    if (item.leader == static_cast<int>(leader) && item.waits_for_leader) {
+      item.waits_for_leader = false;
+      waiting.push_back(k);
+    }
+  }
+  return waiting;
 }
 
 void ClientCall::ClientGone() {
@@ -334,6 +431,7 @@ void ClientCall::FinishAborted() {
 void ClientCall::CancelOthers() {
   std::vector<std::shared_ptr<DispatchRun>> runs;
   std::vector<std::pair<size_t, uint64_t>> tickets;
+  size_t waiting = 0;  // siblings that held a slot waiting for their leader: they never run
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < items_.size(); ++i) {
@@ -341,7 +439,17 @@ void ClientCall::CancelOthers() {
       if (item.ended) continue;
       if (item.run) runs.push_back(item.run);
       if (item.ticket != 0) tickets.emplace_back(i, item.ticket);
+      if (item.waits_for_leader) {
+        item.waits_for_leader = false;
+        item.ended = true;
+        ++waiting;
+      }
     }
+  }
+  if (waiting > 0) {
+    for (size_t k = 0; k < waiting; ++k) ReleaseSlot();
+    absl::MutexLock lock(&mu_);
+    SendHeldErrorLocked();
   }
   for (const auto& [i, ticket] : tickets) {
     if (server_->admission_->Cancel(ticket)) {
@@ -393,11 +501,13 @@ void ClientCall::OnDone(size_t i, absl::Status status) {
   // request the moment it has read this response's end must find it free (the slot and the rid).
   ReleaseSlot();
   bool failed = false;
+  std::vector<size_t> unpinned;  // siblings that waited for this leader: the ordinary way now
   {
     absl::MutexLock lock(&mu_);
     Item& item = items_[i];
     item.run = nullptr;
     item.ended = true;
+    item.place.reset();
     if (done_) {
       SendHeldErrorLocked();
       return;
@@ -408,9 +518,12 @@ void ClientCall::OnDone(size_t i, absl::Status status) {
       failed = true;
     } else if (++succeeded_ == items_.size()) {
       CompleteLocked();
+    } else if (item.has_siblings) {
+      unpinned = TakeWaitingSiblingsLocked(i);
     }
   }
   if (failed) CancelOthers();
+  for (size_t k : unpinned) StartItem(k, std::nullopt);
 }
 
 void ClientCall::FailLocked(const absl::Status& status, bool from_admission) {

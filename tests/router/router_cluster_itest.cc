@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -576,23 +577,183 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
   EXPECT_TRUE(AllBlocksFree(*prefill_));
 }
 
-// A client gone mid-stream with n = 4: every choice's legs are cancelled and both workers free
-// every block.
-TEST_F(RouterClusterTest, DisconnectMidStreamWithNFourFreesEverything) {
+// Legs a worker has ended, by any outcome (its /metrics tandem_worker_requests_total).
+double LegsEnded(const Worker& w) {
+  const std::string metrics = HttpGet(w.http_port, "/metrics").body;
+  double total = 0;
+  for (const char* outcome : {"finished", "aborted", "cancelled", "rejected"}) {
+    total += MetricValue(metrics,
+                         absl::StrCat("tandem_worker_requests_total{outcome=\"", outcome, "\"}"))
+                 .value_or(0);
+  }
+  return total;
+}
+
+// Waits (bounded) until `w` has ended `legs` legs; returns how many it has.
+double WaitForLegsEnded(const Worker& w, double legs) {
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  double seen = LegsEnded(w);
+  while (seen < legs && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen = LegsEnded(w);
+  }
+  return seen;
+}
+
+// A prompt of several KV blocks no cache has seen (`tag` makes it unique per use).
+std::string LongPrompt(const std::string& tag) {
+  std::string prompt = "Story " + tag + ":";
+  for (int i = 0; i < 8; ++i) {
+    prompt += " The lighthouse keeper counted the ships that passed the cape at night.";
+  }
+  return prompt;
+}
+
+// The prompt tokens a sibling shares: the prompt's whole blocks below its last token.
+int SharedTokens(int prompt_tokens, int block_size) {
+  return block_size <= 0 ? 0 : (prompt_tokens - 1) / block_size * block_size;
+}
+
+// n = 4 shares one prompt: in PD mode the prefill worker runs one prefill leg and the decode
+// worker four legs; in plain mode all four legs run on the leader's colocated worker (of two,
+// round robin). Choices 1..3 report the shared blocks as cached tokens; greedy choices equal the
+// one-choice answer; seeded choices differ from each other and come again. Asking for the
+// prompt's logprobs keeps the choices independent (four prefill legs). Every block free after.
+TEST_F(RouterClusterTest, NChoicesShareOnePrefill) {
   auto pd = Pd();
-  json body = GenerateBody(200, true);
-  body["sampling_params"]["n"] = 4;
+  auto plain = StartClusterRouter({"--worker-urls", colocated_->url(), colocated2_->url()});
+  const int block_size = Load(*decode_).kv_block_size();
+  ASSERT_GT(block_size, 0);
+
+  // PD: one prefill leg, four decode legs.
   {
-    TestClient c(static_cast<uint16_t>(pd->port), 60);
-    ASSERT_TRUE(c.SendRequest("POST", "/generate", body.dump()));
-    std::optional<ClientResponse> head = c.ReadHead();
-    ASSERT_TRUE(head.has_value());
-    ASSERT_EQ(head->status, 200);
-    ASSERT_TRUE(c.ReadChunk().has_value());  // tokens are flowing
-  }                                          // closes the connection mid-stream
+    const double prefill_before = LegsEnded(*prefill_);
+    const double decode_before = LegsEnded(*decode_);
+    json body = {{"text", LongPrompt("pd")},
+                 {"sampling_params",
+                  {{"temperature", 0}, {"max_new_tokens", 6}, {"ignore_eos", true}, {"n", 4}}}};
+    ClientResponse r = Request(pd->port, "POST", "/generate", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    ASSERT_EQ(j.size(), 4u) << r.body;
+    const int prompt_tokens = j[0]["meta_info"]["prompt_tokens"];
+    ASSERT_GE(prompt_tokens, 2 * block_size);
+    for (int k = 1; k < 4; ++k) {
+      EXPECT_GE(j[k]["meta_info"]["cached_tokens"].get<int>(),
+                SharedTokens(prompt_tokens, block_size))
+          << k << ": " << r.body;
+      EXPECT_EQ(j[k]["output_ids"], j[0]["output_ids"]) << k;  // greedy: the same tokens
+    }
+    EXPECT_EQ(WaitForLegsEnded(*decode_, decode_before + 4), decode_before + 4);
+    EXPECT_EQ(LegsEnded(*prefill_), prefill_before + 1) << "one prefill for the four choices";
+  }
+
+  // Plain: the four legs on one colocated worker.
+  {
+    const double before[2] = {LegsEnded(*colocated_), LegsEnded(*colocated2_)};
+    json body = {{"text", LongPrompt("plain")},
+                 {"sampling_params",
+                  {{"temperature", 0}, {"max_new_tokens", 6}, {"ignore_eos", true}, {"n", 4}}}};
+    ClientResponse r = Request(plain->port, "POST", "/generate", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    ASSERT_EQ(j.size(), 4u) << r.body;
+    const int prompt_tokens = j[0]["meta_info"]["prompt_tokens"];
+    // (OpenAI usage counts each prompt once, with choice 0's cached tokens: /generate shows
+    // each choice's.)
+    for (int k = 1; k < 4; ++k) {
+      EXPECT_GE(j[k]["meta_info"]["cached_tokens"].get<int>(),
+                SharedTokens(prompt_tokens, block_size))
+          << k << ": " << r.body;
+      EXPECT_EQ(j[k]["output_ids"], j[0]["output_ids"]) << k;
+    }
+    double served[2] = {0, 0};
+    const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+    for (;;) {
+      served[0] = LegsEnded(*colocated_) - before[0];
+      served[1] = LegsEnded(*colocated2_) - before[1];
+      if (served[0] + served[1] >= 4 || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE((served[0] == 4 && served[1] == 0) || (served[0] == 0 && served[1] == 4))
+        << served[0] << " and " << served[1];
+  }
+
+  // Seeded, through both routers: each choice its own sample (seed + j), the same ones again.
+  for (Router* router : {pd.get(), plain.get()}) {
+    SCOPED_TRACE(router == pd.get() ? "pd" : "plain");
+    json seeded = {{"text", LongPrompt("seeded")},
+                   {"sampling_params",
+                    {{"temperature", 1.0},
+                     {"max_new_tokens", 16},
+                     {"ignore_eos", true},
+                     {"n", 4},
+                     {"sampling_seed", 11}}}};
+    ClientResponse s1 = Request(router->port, "POST", "/generate", seeded.dump());
+    ClientResponse s2 = Request(router->port, "POST", "/generate", seeded.dump());
+    ASSERT_EQ(s1.status, 200) << s1.body;
+    ASSERT_EQ(s2.status, 200) << s2.body;
+    const json j1 = json::parse(s1.body), j2 = json::parse(s2.body);
+    ASSERT_EQ(j1.size(), 4u);
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_EQ(j1[k]["output_ids"], j2[k]["output_ids"]) << k;
+      for (int m = 0; m < k; ++m) EXPECT_NE(j1[k]["output_ids"], j1[m]["output_ids"]) << m << k;
+    }
+  }
+
+  // Prompt logprobs: no sharing, a prefill leg per choice.
+  {
+    const double prefill_before = LegsEnded(*prefill_);
+    json body = {{"text", LongPrompt("scored")},
+                 {"return_logprob", true},
+                 {"logprob_start_len", 0},
+                 {"sampling_params",
+                  {{"temperature", 0}, {"max_new_tokens", 2}, {"ignore_eos", true}, {"n", 4}}}};
+    ClientResponse r = Request(pd->port, "POST", "/generate", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    ASSERT_EQ(j.size(), 4u) << r.body;
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_EQ(j[k]["meta_info"]["input_token_logprobs"].size(),
+                j[k]["meta_info"]["prompt_tokens"].get<size_t>())
+          << k;
+    }
+    EXPECT_EQ(WaitForLegsEnded(*prefill_, prefill_before + 4), prefill_before + 4);
+  }
+  EXPECT_TRUE(AllBlocksFree(*colocated_));
+  EXPECT_TRUE(AllBlocksFree(*colocated2_));
   EXPECT_TRUE(AllBlocksFree(*decode_));
   EXPECT_TRUE(AllBlocksFree(*prefill_));
-  EXPECT_EQ(Request(pd->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
+}
+
+// A client gone mid-stream with n = 4 sharing a prompt of several blocks, in PD and plain mode:
+// every choice's legs are cancelled (the leader's and its siblings') and the workers free every
+// block.
+TEST_F(RouterClusterTest, DisconnectMidStreamWithNFourFreesEverything) {
+  auto pd = Pd();
+  auto plain = Plain();
+  for (Router* router : {pd.get(), plain.get()}) {
+    SCOPED_TRACE(router == pd.get() ? "pd" : "plain");
+    json body = GenerateBody(200, true);
+    body["text"] = LongPrompt(router == pd.get() ? "gone-pd" : "gone-plain");
+    body["sampling_params"]["n"] = 4;
+    {
+      TestClient c(static_cast<uint16_t>(router->port), 60);
+      ASSERT_TRUE(c.SendRequest("POST", "/generate", body.dump()));
+      std::optional<ClientResponse> head = c.ReadHead();
+      ASSERT_TRUE(head.has_value());
+      ASSERT_EQ(head->status, 200);
+      ASSERT_TRUE(c.ReadChunk().has_value());  // tokens are flowing
+    }                                          // closes the connection mid-stream
+    if (router == pd.get()) {
+      EXPECT_TRUE(AllBlocksFree(*decode_));
+      EXPECT_TRUE(AllBlocksFree(*prefill_));
+    } else {
+      EXPECT_TRUE(AllBlocksFree(*colocated_));
+    }
+    EXPECT_EQ(Request(router->port, "POST", "/generate", GenerateBody(3, false).dump()).status,
+              200);
+  }
 }
 
 // Last: kills a worker.

@@ -319,6 +319,41 @@ TEST_F(RouterEndpointsTest, AbortRequestEndsAStreamInPdModeAndFreesBothWorkersBl
   EXPECT_EQ(again.status, 200) << again.body;
 }
 
+// /abort_request on a PD request with n = 4 whose choices share one prompt of several blocks (a
+// leader with a room, three siblings on its decode worker): every choice ends with the abort and
+// both workers free every block.
+TEST_F(RouterEndpointsTest, AbortRequestEndsSharedChoicesAndFreesBothWorkersBlocks) {
+  auto pd = Pd();
+  std::string prompt = "Tell me a fortune about the sea.";
+  for (int i = 0; i < 6; ++i) prompt += " The waves rolled over the harbour wall all night long.";
+  std::optional<std::string> sse;
+  for (int attempt = 0; attempt < 5 && !sse; ++attempt) {
+    // (No "abort" in the rid: StreamAndAbort looks for the word to tell an aborted stream.)
+    const std::string rid = "stop-n4-" + std::to_string(attempt);
+    json body = LongGenerate(rid, true);
+    body["text"] = prompt;
+    body["sampling_params"]["n"] = 4;
+    // A sibling's rid names the whole request.
+    sse = StreamAndAbort(pd->port, "/generate", body, rid + "_2", "");
+  }
+  ASSERT_TRUE(sse.has_value()) << "every request finished before its abort";
+  bool done = false;
+  std::vector<json> events = SseEvents(*sse, &done);
+  EXPECT_TRUE(done) << *sse;
+  int aborted[4] = {0, 0, 0, 0};
+  for (const json& e : events) {
+    const int index = e.value("index", -1);
+    ASSERT_TRUE(index >= 0 && index < 4) << e.dump();
+    const json& reason = e["meta_info"]["finish_reason"];
+    if (reason.is_object() && reason["type"] == "abort") ++aborted[index];
+  }
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(aborted[k], 1) << k << ": " << *sse;
+
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, decode_->http_port, &why)) << why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, prefill_->http_port, &why)) << why;
+}
+
 TEST_F(RouterEndpointsTest, AbortRequestEndsChatStreamsAndNonStreamedRequests) {
   auto plain = Plain();
   // OpenAI chat, the rid given as x-request-id: the last chunk's finish_reason is "abort".
