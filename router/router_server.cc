@@ -23,6 +23,14 @@
 namespace tandem::router {
 namespace {
 
+// Appends `e` to `into`, as one event carrying both: tokens, logprobs and text concatenated, the
+// later event's end and counters.
+void AppendEvent(const proto::DecodeEvent& e, proto::DecodeEvent* into) {
+  std::string text = into->text() + e.text();
+  into->MergeFrom(e);
+  into->set_text(std::move(text));
+}
+
 double ToSec(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 // The error kind label of tandem_router_errors_total for a failed request.
@@ -133,6 +141,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     uint64_t ticket = 0;    // while it waits for admission
     bool ended = false;     // its run ended, or it will never run
     bool finished = false;  // its final event reached the shaper
+    // Streamed with sampling.stream_interval > 1: the events not yet written, merged, and
+    // whether a chunk went out already (the first token goes at once).
+    proto::DecodeEvent pending;
+    int pending_tokens = 0;
+    bool streamed = false;
     // A sibling: its leader's index; -1 for a leader or an independent item.
     int leader = -1;
     bool waits_for_leader = false;  // admitted (holds a slot), not started: no routed leader leg
@@ -408,9 +421,11 @@ void ClientCall::FinishAborted() {
       responder_.reset();
     }
     if (stream_) {
-      // Every choice still open ends with the abort.
+      // Every choice still open ends with the abort, after the tokens it had not sent yet.
       for (Item& item : items_) {
-        if (!item.finished) stream_->Write(item.shaper->StreamEvent(abort));
+        if (item.finished) continue;
+        if (item.pending_tokens > 0) stream_->Write(item.shaper->StreamEvent(item.pending));
+        stream_->Write(item.shaper->StreamEvent(abort));
       }
       stream_->Write(items_.front().shaper->StreamDone());
       stream_->Finish();
@@ -480,12 +495,30 @@ void ClientCall::OnEvent(size_t i, const proto::DecodeEvent& e) {
       shaper.Accumulate(e);
       return;
     }
+    Item& item = items_[i];
+    const proto::DecodeEvent* chunk = &e;
+    if (item.request->sampling.stream_interval() > 1) {
+      // SGLang's stream_interval: the first token at once, then a chunk per stream_interval
+      // tokens, and the end.
+      AppendEvent(e, &item.pending);
+      item.pending_tokens += e.token_ids_size();
+      if (item.streamed && !e.finished() &&
+          item.pending_tokens < item.request->sampling.stream_interval()) {
+        return;
+      }
+      chunk = &item.pending;
+    }
     if (!stream_) {
       stream_ = responder_->StartStream(200, "text/event-stream", headers_);
       responder_.reset();
       started = stream_;
     }
-    stream_->Write(shaper.StreamEvent(e));
+    stream_->Write(shaper.StreamEvent(*chunk));
+    item.streamed = true;
+    if (chunk == &item.pending) {
+      item.pending.Clear();
+      item.pending_tokens = 0;
+    }
   }
   if (started) {
     // Registered outside mu_: it runs at once when the client is already gone.

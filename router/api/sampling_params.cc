@@ -96,6 +96,9 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
       return absl::InvalidArgumentError(
           absl::StrCat(path, " must be 1: one completion per request is supported, got ", v));
     }
+  } else if (key == "stream_interval") {
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 1, kInt32Max));
+    out->set_stream_interval(static_cast<int32_t>(v));
   } else if (key == "min_new_tokens" || key == "min_tokens") {
     ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt32Max));
     if (v != 0) return Unsupported(path, value);

@@ -208,6 +208,8 @@ std::vector<BodyCase> BodyCases() {
       {"top_p above one", kCmp, Cmp(R"("top_p":1.5)"), 400, "top_p must be a number in [0, 1]"},
       {"top_k below -1", kGen, Gen(R"("top_k":-2)"), 400,
        "sampling_params.top_k must be an integer in [-1"},
+      {"stream_interval zero", kGen, Gen(R"("stream_interval":0)"), 400,
+       "sampling_params.stream_interval must be an integer in [1"},
       {"min_p negative", kGen, Gen(R"("min_p":-0.5)"), 400,
        "sampling_params.min_p must be a number in [0, 1]"},
       {"min_p above one", kChat, Chat(R"("min_p":2)"), 400, "min_p must be a number in [0, 1]"},

@@ -192,6 +192,43 @@ TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
   }
 }
 
+// SGLang's stream_interval: the first token at once, then chunks of at least that many tokens,
+// the same tokens as a stream of every step.
+TEST_F(RouterEndpointsTest, StreamIntervalSendsChunksOfThatManyTokens) {
+  auto pd = Pd();
+  auto stream = [&](int interval) {
+    json body = {
+        {"text", "Tell me a fortune about the sea."},
+        {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 10}, {"ignore_eos", true}}},
+        {"stream", true}};
+    if (interval > 0) body["sampling_params"]["stream_interval"] = interval;
+    ClientResponse r = Request(pd->port, "POST", "/generate", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    bool done = false;
+    std::vector<json> events = SseEvents(r.body, &done);
+    EXPECT_TRUE(done) << r.body;
+    return events;
+  };
+  const std::vector<json> every = stream(0);
+  const std::vector<json> chunked = stream(4);
+  ASSERT_FALSE(every.empty());
+  ASSERT_FALSE(chunked.empty());
+  EXPECT_EQ(chunked.back()["output_ids"], every.back()["output_ids"]);
+  EXPECT_EQ(chunked.back()["text"], every.back()["text"]);
+  ASSERT_EQ(chunked.back()["output_ids"].size(), 10u);
+  EXPECT_EQ(chunked.front()["output_ids"].size(), 1u);  // the first token at once
+  // Cumulative ids: every chunk between the first and the last adds at least 4 tokens.
+  for (size_t k = 1; k + 1 < chunked.size(); ++k) {
+    EXPECT_GE(chunked[k]["output_ids"].size(), chunked[k - 1]["output_ids"].size() + 4)
+        << chunked[k].dump();
+  }
+  EXPECT_LE(chunked.size(), 4u);
+  EXPECT_EQ(Request(pd->port, "POST", "/generate",
+                    R"({"text":"hi","sampling_params":{"stream_interval":0}})")
+                .status,
+            400);
+}
+
 // /tokenize and /detokenize (and their /v1/ names) answer with the router's tokenizer: the ids a
 // text prompt is generated from, behind the client key.
 TEST_F(RouterEndpointsTest, TokenizeAndDetokenizeRoundTripBehindTheClientKey) {
