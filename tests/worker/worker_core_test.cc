@@ -163,6 +163,7 @@ TEST_F(WorkerCoreTest, ASiblingLegSharesTheLeadersPromptBlocks) {
     EXPECT_TRUE(core->WaitNoLegs(10));
     ASSERT_TRUE(engine_->WaitIdle(10));  // the rids are free for the next round
   }
+  ASSERT_TRUE(engine_->FlushCache().ok());  // Load() is current once this returns
   const engine::SchedulerLoad load = engine_->Load();
   EXPECT_EQ(load.free_blocks, load.total_blocks);
 }
