@@ -385,6 +385,15 @@ TEST(PdClusterTest, SiblingLegSharesTheLeadersTransferredPrompt) {
   ASSERT_GE(lead_tokens.size(), 10u);
   EXPECT_EQ(sib.tokens, std::vector<int32_t>(lead_tokens.begin(), lead_tokens.begin() + 10));
   EXPECT_EQ(LegsEnded(prefill.get()), 1.0) << "one prefill for both legs";
+  // The decode worker keeps no prefix cache: every block comes back without a flush.
+  proto::LoadReport load;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  do {
+    load = Load(decode->stub.get());
+    if (load.free_kv_blocks() == load.total_kv_blocks()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(load.free_kv_blocks(), load.total_kv_blocks());
   ExpectAllBlocksReturn(prefill.get());
   ExpectAllBlocksReturn(decode.get());
 }

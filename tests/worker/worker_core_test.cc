@@ -116,6 +116,7 @@ TEST_F(WorkerCoreTest, SharingLegsAreServedByDecodeAndColocatedWorkersAndChecked
   // No prefill worker named and no live leg to share with: a decode worker computes the prompt.
   ASSERT_TRUE(decode->StartDecode(LongPrompt("a", 4, "nobody"), alone.Sink()).ok());
   alone.Wait();
+  ASSERT_TRUE(engine_->WaitIdle(10));  // its last callback has returned: `decode` may go
   ASSERT_EQ(alone.events.back().finish_reason().type(), proto::FinishReason::LENGTH);
   EXPECT_EQ(alone.Tokens().size(), 4u);
   auto prefill = Core(WorkerRole::kPrefill);
