@@ -8,7 +8,8 @@
 // gets logits, samples its next token, and so decodes. Prefill and decode tokens share the batch
 // (the model's kernels are batch-invariant, so this changes no sequence's numbers).
 //
-// Admission (first come, first served; the head of the queue waits rather than being overtaken):
+// Admission (first come, first served; the head of the queue waits rather than being overtaken,
+// except that a sibling waiting for its leader's prompt KV is not the head: see Prompt sharing):
 // a waiting request is admitted when fewer than --max-running-requests are running and the blocks
 // for all its known tokens can be reserved while one free block per running sequence stays as
 // decode headroom. The radix prefix cache is consulted first; matched blocks are shared, not
