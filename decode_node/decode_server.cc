@@ -23,7 +23,13 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   RETURN_IF_ERROR(ValidateDecodeOptions(options));
   std::unique_ptr<DecodeServer> server(new DecodeServer(std::move(options)));
   const DecodeOptions& o = server->options_;
-  ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(o.serving));
+  engine::ServingOptions serving = o.serving;
+  // A disaggregated decode worker keeps no prefix cache: its prompts arrive as KV, and the few
+  // prompt tokens it computes (parallel-sampling siblings' tails, or their whole prompts when
+  // they cannot share) would otherwise stay cached, so an idle worker would not show every block
+  // free.
+  if (!o.local_prefill) serving.disable_radix_cache = true;
+  ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(serving));
   server->engine_->ExportMetrics(&server->metrics_);
 
   worker::WorkerCoreOptions core;

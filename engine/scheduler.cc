@@ -36,6 +36,10 @@ struct Scheduler::Sequence {
   int64_t cached_tokens = 0;  // prompt tokens matched at first admission
   bool admitted_once = false;
   BlockTable table;
+  // Prompt sharing: waiting for the leader's prompt KV (share_prompt_with), and the references
+  // taken on the leader's blocks that admission moves into `table` (held while kWaiting).
+  bool share_pending = false;
+  std::vector<int32_t> shared_blocks;
   std::optional<Sampler> sampler;
   std::optional<OutputProcessor> output;
   // Prompt logprobs (return_logprob): the logits of positions [score_start, prompt_len - 1)
@@ -104,6 +108,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, Model* model, const Tokenize
 Scheduler::~Scheduler() {
   for (auto& [rid, seq] : seqs_) {
     if (!seq->table.block_ids.empty()) (void)pool_->Release(&seq->table);
+    if (!seq->shared_blocks.empty()) (void)pool_->ReleaseBlocks(seq->shared_blocks);
   }
   radix_.reset();  // drops the cache's references before the pool goes
 }
@@ -166,6 +171,15 @@ absl::Status Scheduler::Submit(Request request) {
     seq->score_start = start < 0 ? seq->prompt_len - 1 : std::min(start, seq->prompt_len - 1);
   }
   seq->submitted = Clock::now();
+  if (!seq->req.share_prompt_with.empty() && SharableBlocks(*seq) > 0) {
+    if (Sequence* leader = FindLeader(*seq)) {
+      if (leader->state == State::kRunning && leader->num_computed >= leader->prompt_len) {
+        TakeSharedPrefix(seq.get(), *leader);
+      } else if (leader->generated() == 0 && leader->state != State::kHeld) {
+        seq->share_pending = true;  // its prompt KV is still to come
+      }
+    }
+  }
   Sequence* raw = seq.get();
   seqs_.emplace(raw->req.rid, std::move(seq));
   waiting_.push_back(raw);
@@ -178,10 +192,80 @@ bool Scheduler::EnsureFree(int64_t blocks) {
   return pool_->num_free() >= blocks;
 }
 
+Scheduler::Sequence* Scheduler::FindLeader(const Sequence& sibling) {
+  auto it = seqs_.find(sibling.req.share_prompt_with);
+  if (it == seqs_.end() || it->second.get() == &sibling) return nullptr;
+  Sequence* leader = it->second.get();
+  if (leader->req.mode == RequestMode::kPrefillOnly ||
+      leader->req.input_ids != sibling.req.input_ids) {
+    return nullptr;
+  }
+  return leader;
+}
+
+int64_t Scheduler::SharableBlocks(const Sequence& sibling) const {
+  if (sibling.req.mode != RequestMode::kGenerate || sibling.generated() > 0) return 0;
+  // next_scored() <= prompt_len - 1: the last prompt token is always computed for its logits.
+  return sibling.next_scored() / pool_->block_size();
+}
+
+void Scheduler::TakeSharedPrefix(Sequence* sibling, const Sequence& leader) {
+  const int64_t k = SharableBlocks(*sibling);
+  if (k > leader.prompt_len / pool_->block_size() ||
+      k > static_cast<int64_t>(leader.table.block_ids.size())) {
+    CheckBookkeeping(absl::InternalError(absl::StrCat("leader '", leader.req.rid, "' has ",
+                                                      leader.table.block_ids.size(),
+                                                      " blocks, a sibling asks for ", k)),
+                     "prompt sharing");
+  }
+  std::vector<int32_t> blocks(leader.table.block_ids.begin(),
+                              leader.table.block_ids.begin() + static_cast<std::ptrdiff_t>(k));
+  CheckBookkeeping(pool_->AddRef(blocks), "prompt sharing");
+  sibling->shared_blocks = std::move(blocks);
+  sibling->share_pending = false;
+}
+
+void Scheduler::OfferPrompt(const Sequence& leader) {
+  for (Sequence* seq : waiting_) {
+    if (seq->share_pending && seq->req.share_prompt_with == leader.req.rid) {
+      TakeSharedPrefix(seq, leader);
+    }
+  }
+}
+
+void Scheduler::DropSharedPrefix(Sequence* seq) {
+  if (seq->shared_blocks.empty()) return;
+  CheckBookkeeping(pool_->ReleaseBlocks(seq->shared_blocks), "prompt sharing release");
+  seq->shared_blocks.clear();
+}
+
+bool Scheduler::DropWaitingShares() {
+  bool dropped = false;
+  for (Sequence* seq : waiting_) {
+    dropped |= !seq->shared_blocks.empty();
+    DropSharedPrefix(seq);
+  }
+  return dropped;
+}
+
+Scheduler::Sequence* Scheduler::AdmissionHead() const {
+  for (Sequence* seq : waiting_) {
+    if (!seq->share_pending) return seq;
+  }
+  return nullptr;
+}
+
 bool Scheduler::TryAdmit(Sequence* seq, int64_t reserve_blocks) {
   const int64_t known = static_cast<int64_t>(seq->tokens.size());
   int64_t matched = 0;
-  if (radix_ && seq->req.mode != RequestMode::kDecodeOnly) {
+  const bool shared = !seq->shared_blocks.empty();
+  if (shared) {
+    // The leader's full prompt blocks serve as the matched prefix, like a radix hit.
+    seq->table.block_ids = std::move(seq->shared_blocks);
+    seq->shared_blocks.clear();
+    seq->table.num_tokens = static_cast<int64_t>(seq->table.block_ids.size()) * pool_->block_size();
+    matched = seq->table.num_tokens;
+  } else if (radix_ && seq->req.mode != RequestMode::kDecodeOnly) {
     // Positions still to be scored need their logits: the cache serves only what is before them.
     RadixCache::Match m = radix_->MatchAndRef(seq->tokens, std::min(known - 1, seq->next_scored()));
     seq->table.block_ids = std::move(m.block_ids);
@@ -192,7 +276,9 @@ bool Scheduler::TryAdmit(Sequence* seq, int64_t reserve_blocks) {
       pool_->BlocksFor(known) - static_cast<int64_t>(seq->table.block_ids.size());
   const int64_t available = pool_->num_free() + (radix_ ? radix_->evictable_blocks() : 0);
   if (needed + reserve_blocks > available || !EnsureFree(needed)) {
-    if (!seq->table.block_ids.empty()) {
+    if (shared) {
+      seq->shared_blocks = std::move(seq->table.block_ids);  // kept for the next attempt
+    } else if (!seq->table.block_ids.empty()) {
       CheckBookkeeping(pool_->Release(&seq->table), "admission rollback");
     }
     seq->table = BlockTable();
@@ -222,6 +308,7 @@ void Scheduler::ReleaseBlocks(Sequence* seq) {
   seq->num_computed = 0;
   seq->kv_reported = 0;
   seq->cached_upto = 0;
+  DropSharedPrefix(seq);
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -264,7 +351,12 @@ void Scheduler::Emit(Sequence* seq, RequestOutput out) {
   if (seq->req.callbacks.on_output) seq->req.callbacks.on_output(out);
 }
 
-void Scheduler::Remove(const std::string& rid) { seqs_.erase(rid); }
+void Scheduler::Remove(const std::string& rid) {
+  for (Sequence* seq : waiting_) {
+    if (seq->share_pending && seq->req.share_prompt_with == rid) seq->share_pending = false;
+  }
+  seqs_.erase(rid);
+}
 
 void Scheduler::Finish(Sequence* seq, FinishReason reason, RequestOutput out) {
   CacheComputed(seq);
@@ -347,6 +439,7 @@ absl::Status Scheduler::CompleteTransfer(const std::string& rid, const SampleRes
   AcceptToken(seq, first, &out);
   seq->state = State::kRunning;
   running_.push_back(seq);
+  OfferPrompt(*seq);  // before a Finish below can drop the blocks
   if (out.finish || seq->generated() >= seq->req.sampling.max_new_tokens) {
     FinishReason reason = out.finish ? *out.finish : FinishReason::Length(seq->generated());
     out.text += seq->output->Flush();
@@ -389,10 +482,19 @@ bool Scheduler::HasWork() const {
   if (awaiting >= config_.max_running_requests) return false;
   // Something waits and nothing runs: admission can only succeed if blocks can be found, and
   // with nothing running every non-held block is free or evictable. Held and awaiting requests
-  // change through calls that the caller makes anyway.
+  // change through calls that the caller makes anyway, and so does the prompt KV that pending
+  // siblings wait for.
+  const Sequence* front = AdmissionHead();
+  if (front == nullptr) return false;
   const int64_t available = pool_->num_free() + (radix_ ? radix_->evictable_blocks() : 0);
-  const Sequence* front = waiting_.front();
-  return pool_->BlocksFor(static_cast<int64_t>(front->tokens.size())) <= available;
+  const int64_t needed = pool_->BlocksFor(static_cast<int64_t>(front->tokens.size())) -
+                         static_cast<int64_t>(front->shared_blocks.size());
+  if (needed <= available) return true;
+  // A step that cannot admit the head makes waiting siblings give up the blocks they hold.
+  for (const Sequence* seq : waiting_) {
+    if (!seq->shared_blocks.empty()) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<StepStats> Scheduler::Step() {
@@ -455,13 +557,28 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   // 3. Admission.
   int awaiting = 0;
   for (const auto& [rid, s] : seqs_) awaiting += s->state == State::kAwaitingKv;
-  while (!waiting_.empty() &&
-         static_cast<int>(running_.size()) + awaiting < config_.max_running_requests) {
-    Sequence* seq = waiting_.front();
+  // A sibling waiting for its leader's prompt KV is passed over, not waited for.
+  bool shares_dropped = false;
+  for (auto w = waiting_.begin();
+       w != waiting_.end() &&
+       static_cast<int>(running_.size()) + awaiting < config_.max_running_requests;) {
+    Sequence* seq = *w;
+    if (seq->share_pending) {
+      ++w;
+      continue;
+    }
     const bool decode_only = seq->req.mode == RequestMode::kDecodeOnly && seq->generated() == 0;
     if (!decode_only && budget <= 0) break;
-    if (!TryAdmit(seq, static_cast<int64_t>(running_.size()))) break;
-    waiting_.pop_front();
+    if (!TryAdmit(seq, static_cast<int64_t>(running_.size()))) {
+      // Nothing runs, so nothing will free blocks by itself: blocks held for waiting siblings
+      // must not keep the head out (they compute their prompts themselves instead).
+      if (running_.empty() && !shares_dropped && DropWaitingShares()) {
+        shares_dropped = true;
+        continue;
+      }
+      break;
+    }
+    w = waiting_.erase(w);
     ++st.admitted;
     if (decode_only) {
       seq->state = State::kAwaitingKv;
@@ -553,7 +670,10 @@ absl::StatusOr<StepStats> Scheduler::Step() {
     std::span<const float> r =
         logits->subspan(static_cast<size_t>(row * vocab), static_cast<size_t>(vocab));
     ++row;
-    if (seq->generated() == 0) CacheComputed(seq);
+    if (seq->generated() == 0) {
+      CacheComputed(seq);
+      OfferPrompt(*seq);  // its prompt KV is complete; before a Finish below can drop it
+    }
     RequestOutput out;
     if (seq->generated() == 0) AttachInputLogprobs(seq, &out);
     if (seq->req.sampling.max_new_tokens == 0) {
@@ -619,9 +739,14 @@ absl::Status Scheduler::CheckInvariants() const {
   const int32_t n = pool_->num_blocks();
   std::vector<int32_t> listed(static_cast<size_t>(n), 0);
   for (const auto& [rid, s] : seqs_) {
-    for (int32_t b : s->table.block_ids) {
-      if (b < 0 || b >= n) return absl::InternalError(absl::StrCat(rid, " lists block ", b));
-      ++listed[static_cast<size_t>(b)];
+    for (const std::vector<int32_t>* ids : {&s->table.block_ids, &s->shared_blocks}) {
+      for (int32_t b : *ids) {
+        if (b < 0 || b >= n) return absl::InternalError(absl::StrCat(rid, " lists block ", b));
+        ++listed[static_cast<size_t>(b)];
+      }
+    }
+    if (s->state != State::kWaiting && !s->shared_blocks.empty()) {
+      return absl::InternalError(absl::StrCat("admitted request ", rid, " holds shared blocks"));
     }
     if (s->state == State::kWaiting && !s->table.block_ids.empty()) {
       return absl::InternalError(absl::StrCat("waiting request ", rid, " holds blocks"));

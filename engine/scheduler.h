@@ -8,7 +8,8 @@
 // gets logits, samples its next token, and so decodes. Prefill and decode tokens share the batch
 // (the model's kernels are batch-invariant, so this changes no sequence's numbers).
 //
-// Admission (first come, first served; the head of the queue waits rather than being overtaken):
+// Admission (first come, first served; the head of the queue waits rather than being overtaken,
+// except that a sibling waiting for its leader's prompt KV is not the head: see Prompt sharing):
 // a waiting request is admitted when fewer than --max-running-requests are running and the blocks
 // for all its known tokens can be reserved while one free block per running sequence stays as
 // decode headroom. The radix prefix cache is consulted first; matched blocks are shared, not
@@ -25,6 +26,24 @@
 //   kDecodeOnly: reserves blocks for the prompt's K/V when admitted and reports them
 //     (on_reserved); the KV is filled from outside; CompleteTransfer() gives the first token and
 //     the sequence joins the decode batch.
+//
+// Prompt sharing (parallel sampling, n > 1): a request naming a live leader in
+// `share_prompt_with` with the same input_ids shares the leader's first
+// k = next_scored() / block_size full prompt blocks, read-only (k = (prompt_len - 1) / block_size
+// without prompt logprobs; a position to be scored needs its own logits, as with the radix cache):
+// it is admitted with them as its matched prefix (reported as cached_tokens) and computes only
+// the rest, at least the last prompt token, for its own first logits. The leader's prompt KV is
+// complete once a kGenerate leader has computed its prompt (when it samples its first token) or
+// a kDecodeOnly leader's CompleteTransfer arrived; a sibling submitted before that waits without
+// holding up the queue behind it (it is passed over by admission). At that moment every waiting
+// sibling takes its references on the shared blocks, so a leader that finishes in the same step
+// strands nobody; a later sibling takes them at Submit. A sibling whose leader is unknown, has
+// other input_ids, is a prefill-only request, was preempted after its prompt completed, or ends
+// before its prompt KV is complete computes its prompt itself (radix match as usual): sharing
+// never makes a request fail. References taken but not yet admitted (`shared_blocks`) survive an
+// admission that finds no memory, are dropped on abort and shutdown, and are given up (the
+// sibling then computes alone) when nothing runs and the queue cannot admit its head, so blocks
+// held for siblings never stall the queue. A preempted sibling recomputes without sharing.
 //
 // Outputs: every request's on_output is called with new tokens and text as they are produced;
 // the last call has `last` set (and `finish`, except for a prefill-only request whose decode
@@ -143,6 +162,11 @@ struct Request {
   // block has K/V but no logits), so the cache is matched only up to it.
   int64_t logprob_start_len = -1;
   RequestMode mode = RequestMode::kGenerate;
+  // Parallel sampling: the rid of a live request (the leader) with the same input_ids whose full
+  // prompt blocks this one shares instead of computing them (see "Prompt sharing" above). Only
+  // for kGenerate requests; ignored for the others. Empty: no sharing. Naming an unknown or
+  // unsuitable leader (or the request itself) is not an error: the prompt is computed here.
+  std::string share_prompt_with;
   RequestCallbacks callbacks;
 };
 
@@ -237,7 +261,21 @@ class Scheduler {
   void CacheComputed(Sequence* seq);
   void Emit(Sequence* seq, RequestOutput out);
   void Finish(Sequence* seq, FinishReason reason, RequestOutput out);
+  // Removes a finished request; siblings still waiting for its prompt KV compute their own.
   void Remove(const std::string& rid);
+  // Prompt sharing (class comment). The leader `sibling` may share with, or null.
+  Sequence* FindLeader(const Sequence& sibling);
+  // Blocks of the leader's prompt the sibling would share (0: sharing is pointless).
+  int64_t SharableBlocks(const Sequence& sibling) const;
+  // Takes the sibling's references on the leader's first SharableBlocks(sibling) blocks.
+  void TakeSharedPrefix(Sequence* sibling, const Sequence& leader);
+  // The leader's prompt KV just became complete: every sibling waiting on it takes its share.
+  void OfferPrompt(const Sequence& leader);
+  void DropSharedPrefix(Sequence* seq);
+  // Drops every waiting sibling's not yet admitted references; false if there were none.
+  bool DropWaitingShares();
+  // The first waiting request admission would try, or null.
+  Sequence* AdmissionHead() const;
   void AcceptToken(Sequence* seq, const SampleResult& sampled, RequestOutput* out);
   // Moves the prompt logprobs gathered so far into `out` (once per request).
   void AttachInputLogprobs(Sequence* seq, RequestOutput* out);

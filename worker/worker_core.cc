@@ -46,6 +46,33 @@ proto::ServerInfo::Role RoleToProto(WorkerRole role) {
 
 }  // namespace
 
+absl::Status CheckSharePromptWith(const proto::DecodeRequest& request) {
+  const std::string& share = request.share_prompt_with();
+  if (share.size() > kMaxSharePromptWithBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("share_prompt_with must be at most ",
+                                                   kMaxSharePromptWithBytes, " bytes, got ",
+                                                   share.size()));
+  }
+  for (size_t i = 0; i < share.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(share[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("share_prompt_with must be printable ASCII (0x20-0x7e); byte ", i, " is ",
+                       static_cast<int>(c)));
+    }
+  }
+  if (!request.bootstrap_host().empty()) {
+    return absl::InvalidArgumentError(
+        "share_prompt_with and bootstrap_host exclude each other: a leg that shares a live "
+        "leg's prompt KV receives none from a prefill worker");
+  }
+  if (share == request.rid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("share_prompt_with names the leg itself ('", share, "')"));
+  }
+  return absl::OkStatus();
+}
+
 struct WorkerCore::Leg {
   std::string rid;
   uint64_t serial = 0;
@@ -123,7 +150,14 @@ absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& reques
         "draining: this worker is shutting down and admits no new requests"));
   }
   const bool remote = !request.bootstrap_host().empty();
-  if (!remote && options_.role != WorkerRole::kColocated) {
+  const std::string& share = request.share_prompt_with();
+  if (!share.empty()) {
+    if (absl::Status s = CheckSharePromptWith(request); !s.ok()) return reject(s);
+    if (options_.role == WorkerRole::kPrefill) {
+      return reject(absl::FailedPreconditionError(
+          "share_prompt_with is for decode and colocated workers: this is a prefill worker"));
+    }
+  } else if (!remote && options_.role != WorkerRole::kColocated) {
     return reject(absl::FailedPreconditionError(
         "the request names no prefill worker (bootstrap_host is empty) but this worker runs "
         "without --local-prefill and cannot prefill it"));
@@ -158,6 +192,8 @@ absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& reques
   r.sampling = *std::move(sampling);
   r.return_logprob = request.return_logprob();
   if (request.has_logprob_start_len()) r.logprob_start_len = request.logprob_start_len();
+  // The engine shares the named leg's prompt KV when it can and computes the prompt otherwise.
+  r.share_prompt_with = share;
   r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) { OnOutput(leg, out); };
   if (remote) {
     if (absl::Status s = handoff_->PrepareDecodeLeg(request, &r); !s.ok()) return reject(s);

@@ -14,6 +14,14 @@
 // UNIMPLEMENTED. A colocated worker refuses them (FAILED_PRECONDITION): the prefill worker named
 // would hold the KV for a decode side that never comes.
 //
+// Parallel sampling: a leg with share_prompt_with (and no bootstrap_host) is accepted by decode
+// and colocated workers alike. The engine shares the named live leg's full prompt blocks once
+// that leg's prompt KV is complete (computed here, or received from a prefill worker), and this
+// leg computes the rest: at most block_size prompt tokens, or its whole prompt when the named leg
+// is not live here, has other input_ids or ends before its prompt KV is complete (never an error
+// for that reason). A decode worker's engine runs the same model and scheduler, so computing
+// those tokens needs no --local-prefill. CheckSharePromptWith says what is refused.
+//
 // Thread-safe. The Engine, the MetricsRegistry and the KvHandoff are borrowed: they must outlive
 // this object, and the Engine must be shut down before this object is destroyed (its shutdown
 // delivers the last events of live legs, which reach back into this object).
@@ -22,6 +30,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,6 +86,15 @@ class PrefillLegs {
   // Rooms whose KV is being computed or moved.
   virtual int64_t inflight() const = 0;
 };
+
+// The longest share_prompt_with accepted, as the router's longest rid.
+inline constexpr size_t kMaxSharePromptWithBytes = 256;
+
+// INVALID_ARGUMENT for a leg's share_prompt_with (non-empty) that is longer than
+// kMaxSharePromptWithBytes or not printable ASCII, that comes with a bootstrap_host (the leg
+// would receive its prompt KV twice), or that names the leg's own rid (a caller's bug: a leg
+// cannot wait for its own prompt).
+absl::Status CheckSharePromptWith(const proto::DecodeRequest& request);
 
 // Receives one leg's events; see the class comment.
 using DecodeEventSink = std::function<void(proto::DecodeEvent event)>;

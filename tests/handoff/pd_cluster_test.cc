@@ -3,7 +3,8 @@
 // references. 64 concurrent requests through the two gRPC legs give their tokens exactly; failures
 // (a room nobody prefills, a prefill nobody registers, another model, a peer without the secret, a
 // prefill worker killed mid-flight) end with a clear error within the timeouts, and every surviving
-// worker returns to free blocks == total.
+// worker returns to free blocks == total. A parallel-sampling sibling shares its leader's
+// transferred prompt on the decode worker (one prefill leg for both).
 #include <signal.h>
 
 #include <algorithm>
@@ -291,6 +292,108 @@ TEST(PdClusterTest, TopLogprobsMatchTheColocatedWorker) {
       }
     }
   }
+  ExpectAllBlocksReturn(prefill.get());
+  ExpectAllBlocksReturn(decode.get());
+}
+
+// Every leg a worker ended, whatever the outcome (tandem_worker_requests_total summed).
+double LegsEnded(Worker* w) {
+  const std::string body = HttpGet(w->http_port, "/metrics").body;
+  double total = 0;
+  std::istringstream lines(body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("tandem_worker_requests_total{", 0) != 0) continue;
+    total += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return total;
+}
+
+// Parallel sampling in PD mode: the leader is one PD request; its sibling names it and goes to
+// the decode worker alone, shares the received prompt KV and computes only the last partial
+// block. The prefill worker sees one leg, and the sibling's tokens are the leader's (greedy).
+TEST(PdClusterTest, SiblingLegSharesTheLeadersTransferredPrompt) {
+  auto prefill = Start("prefill");
+  auto decode = Start("decode");
+  const std::vector<int32_t> prompt = Prompts(1)[0];  // 91 tokens: 5 whole blocks + 11
+  ASSERT_EQ(prompt.size(), 91u);
+  constexpr uint64_t kRoom = 9300;
+  proto::PrefillRequest pr;
+  pr.set_rid("lead");
+  pr.set_bootstrap_room(kRoom);
+  pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
+  *pr.mutable_sampling_params() = Greedy(400);  // outlives the sibling; aborted below
+  proto::PrefillResponse presp;
+  grpc::Status pst;
+  std::thread prefill_leg([&] { pst = Prefill(prefill->stub.get(), pr, &presp); });
+
+  proto::DecodeRequest dr;
+  dr.set_rid("lead");
+  dr.set_bootstrap_room(kRoom);
+  dr.set_bootstrap_host("127.0.0.1");
+  dr.set_bootstrap_port(prefill->bootstrap_port);
+  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
+  *dr.mutable_sampling_params() = Greedy(400);
+  dr.set_stream(true);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> lead_tokens;
+  bool lead_done = false;
+  grpc::ClientContext lead_ctx;
+  lead_ctx.set_deadline(std::chrono::system_clock::now() + seconds(120));
+  std::thread decode_leg([&] {
+    auto reader = decode->stub->Decode(&lead_ctx, dr);
+    proto::DecodeEvent e;
+    while (reader->Read(&e)) {
+      std::lock_guard<std::mutex> lock(mu);
+      lead_tokens.insert(lead_tokens.end(), e.token_ids().begin(), e.token_ids().end());
+      cv.notify_all();
+    }
+    (void)reader->Finish();
+    std::lock_guard<std::mutex> lock(mu);
+    lead_done = true;
+    cv.notify_all();
+  });
+  {
+    // Its first token means the prompt's KV has landed on the decode worker.
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, seconds(60), [&] { return !lead_tokens.empty() || lead_done; }));
+    ASSERT_FALSE(lead_tokens.empty());
+  }
+  proto::DecodeRequest sr;
+  sr.set_rid("lead_1");
+  sr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
+  *sr.mutable_sampling_params() = Greedy(10);
+  sr.set_stream(true);
+  sr.set_share_prompt_with("lead");
+  DecodeResult sib = Decode(decode->stub.get(), sr);
+  {
+    grpc::ClientContext ctx;
+    proto::AbortRequest abort;
+    abort.set_rid("lead");
+    proto::AbortResponse found;
+    ASSERT_TRUE(decode->stub->Abort(&ctx, abort, &found).ok());
+    EXPECT_TRUE(found.found());
+  }
+  decode_leg.join();
+  prefill_leg.join();
+  ASSERT_TRUE(pst.ok()) << pst.error_message();
+  ASSERT_TRUE(sib.status.ok()) << sib.status.error_message();
+  EXPECT_EQ(sib.last.finish_reason().type(), proto::FinishReason::LENGTH);
+  EXPECT_EQ(sib.last.cached_tokens(), 5 * 16);
+  EXPECT_EQ(sib.last.prompt_tokens(), 91);
+  ASSERT_GE(lead_tokens.size(), 10u);
+  EXPECT_EQ(sib.tokens, std::vector<int32_t>(lead_tokens.begin(), lead_tokens.begin() + 10));
+  EXPECT_EQ(LegsEnded(prefill.get()), 1.0) << "one prefill for both legs";
+  // The decode worker keeps no prefix cache: every block comes back without a flush.
+  proto::LoadReport load;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  do {
+    load = Load(decode->stub.get());
+    if (load.free_kv_blocks() == load.total_kv_blocks()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(load.free_kv_blocks(), load.total_kv_blocks());
   ExpectAllBlocksReturn(prefill.get());
   ExpectAllBlocksReturn(decode.get());
 }

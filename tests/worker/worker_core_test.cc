@@ -11,11 +11,12 @@
 namespace tandem::worker {
 namespace {
 
-std::unique_ptr<engine::Engine> NewEngine() {
+std::unique_ptr<engine::Engine> NewEngine(bool radix_cache = true) {
   engine::ServingOptions o;
   o.model_path = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-fortunes";
   o.kv_cache_memory = "4MiB";
   o.threads = 1;
+  o.disable_radix_cache = !radix_cache;
   auto e = engine::Engine::Create(o);
   EXPECT_TRUE(e.ok()) << e.status();
   return std::move(*e);
@@ -40,7 +41,28 @@ struct Events {
     std::unique_lock<std::mutex> lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [this] { return done; }));
   }
+  std::vector<int32_t> Tokens() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int32_t> out;
+    for (const proto::DecodeEvent& e : events) {
+      out.insert(out.end(), e.token_ids().begin(), e.token_ids().end());
+    }
+    return out;
+  }
 };
+
+// A 40-token prompt: (40 - 1) / 16 = 2 whole blocks a sibling can share.
+proto::DecodeRequest LongPrompt(const std::string& rid, int max_new, const std::string& share) {
+  proto::DecodeRequest r;
+  r.set_rid(rid);
+  for (int32_t t = 0; t < 40; ++t) r.add_input_ids(100 + 7 * t);
+  r.mutable_sampling_params()->set_temperature(0);
+  r.mutable_sampling_params()->set_max_new_tokens(max_new);
+  r.mutable_sampling_params()->set_ignore_eos(true);
+  r.set_stream(true);
+  r.set_share_prompt_with(share);
+  return r;
+}
 
 proto::DecodeRequest Request(const std::string& rid, int max_new, bool stream = true) {
   proto::DecodeRequest r;
@@ -86,6 +108,65 @@ TEST_F(WorkerCoreTest, RolesDecideWhichLegsAreServed) {
   EXPECT_TRUE(unused.events.empty());
   EXPECT_EQ(colocated->GetServerInfo().role(), proto::ServerInfo::COLOCATED);
   EXPECT_EQ(decode->GetServerInfo().role(), proto::ServerInfo::DECODE);
+}
+
+TEST_F(WorkerCoreTest, SharingLegsAreServedByDecodeAndColocatedWorkersAndChecked) {
+  auto decode = Core(WorkerRole::kDecode);
+  Events alone;
+  // No prefill worker named and no live leg to share with: a decode worker computes the prompt.
+  ASSERT_TRUE(decode->StartDecode(LongPrompt("a", 4, "nobody"), alone.Sink()).ok());
+  alone.Wait();
+  ASSERT_TRUE(engine_->WaitIdle(10));  // its last callback has returned: `decode` may go
+  ASSERT_EQ(alone.events.back().finish_reason().type(), proto::FinishReason::LENGTH);
+  EXPECT_EQ(alone.Tokens().size(), 4u);
+  auto prefill = Core(WorkerRole::kPrefill);
+  Events unused;
+  EXPECT_EQ(prefill->StartDecode(LongPrompt("p", 4, "a"), unused.Sink()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  auto colocated = Core(WorkerRole::kColocated);
+  for (const std::string& bad : {std::string(257, 'x'), std::string("a\nb"), std::string("self")}) {
+    auto leg = colocated->StartDecode(LongPrompt("self", 4, bad), unused.Sink());
+    EXPECT_EQ(leg.status().code(), absl::StatusCode::kInvalidArgument) << leg.status();
+    EXPECT_NE(leg.status().message().find("share_prompt_with"), std::string::npos);
+  }
+  proto::DecodeRequest with_host = LongPrompt("h", 4, "a");
+  with_host.set_bootstrap_host("10.0.0.1");
+  with_host.set_bootstrap_port(8998);
+  EXPECT_EQ(decode->StartDecode(with_host, unused.Sink()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(unused.events.empty());
+}
+
+TEST_F(WorkerCoreTest, ASiblingLegSharesTheLeadersPromptBlocks) {
+  engine_->Shutdown();
+  engine_ = NewEngine(/*radix_cache=*/false);  // cached tokens can then only come from sharing
+  for (WorkerRole role : {WorkerRole::kColocated, WorkerRole::kDecode}) {
+    auto core = Core(role);
+    Events leader, sibling;
+    // The leader outlives the sibling: it is cancelled once the sibling is done.
+    const std::string plain = role == WorkerRole::kDecode ? "nobody" : "";
+    auto lead = core->StartDecode(LongPrompt("lead", 400, plain), leader.Sink());
+    ASSERT_TRUE(lead.ok()) << lead.status();
+    auto sib = core->StartDecode(LongPrompt("sib", 6, "lead"), sibling.Sink());
+    ASSERT_TRUE(sib.ok()) << sib.status();
+    sibling.Wait();
+    core->CancelDecode(*lead);
+    leader.Wait();
+    const proto::DecodeEvent& last = sibling.events.back();
+    EXPECT_EQ(last.finish_reason().type(), proto::FinishReason::LENGTH);
+    EXPECT_EQ(last.cached_tokens(), 32);
+    EXPECT_EQ(last.prompt_tokens(), 40);
+    const std::vector<int32_t> lead_tokens = leader.Tokens();
+    ASSERT_GE(lead_tokens.size(), 6u);
+    EXPECT_EQ(sibling.Tokens(), std::vector<int32_t>(lead_tokens.begin(), lead_tokens.begin() + 6))
+        << "greedy: the same prompt gives the same tokens";
+    EXPECT_TRUE(core->WaitNoLegs(10));
+    ASSERT_TRUE(engine_->WaitIdle(10));  // the rids are free for the next round
+  }
+  ASSERT_TRUE(engine_->FlushCache().ok());  // Load() is current once this returns
+  const engine::SchedulerLoad load = engine_->Load();
+  EXPECT_EQ(load.free_blocks, load.total_blocks);
 }
 
 TEST_F(WorkerCoreTest, GeneratedRidAndOneAccumulatedEventWithoutStreaming) {
