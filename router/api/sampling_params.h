@@ -5,8 +5,8 @@
 // Ranges (SGLang's SamplingParams.verify): temperature finite and >= 0; top_p in (0, 1]; top_k
 // -1 (disabled) or >= 1 (0 is a 400, as in SGLang); min_p in [0, 1]; frequency_penalty and
 // presence_penalty in [-2, 2]; repetition_penalty in (0, 2]; max_new_tokens in [0, 2^31-1];
-// min_new_tokens >= 0 (and <= max_new_tokens); n >= 1; stream_interval >= 1. Ours on top: stop a string or up to 64
-// non-empty strings; stop_token_ids up to 1024 ids >= 0; seed in [0, 2^63-1].
+// min_new_tokens >= 0 (and <= max_new_tokens); n >= 1; stream_interval >= 1. Ours on top: stop a
+// string or up to 64 non-empty strings; stop_token_ids up to 1024 ids >= 0; seed in [0, 2^63-1].
 // repetition_penalty has no field in the proto: 1.0 (its identity) is accepted, anything else in
 // range is a 400 saying it is not supported. n other than 1 is a 400 here: ParseBatch
 // (router/api/request.h) takes n out of the body before a prompt reaches this mapping. Parameters

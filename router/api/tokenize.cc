@@ -34,9 +34,8 @@ absl::StatusOr<bool> FlagOr(const Json& body, const char* key, bool fallback) {
 
 absl::Status CheckItems(const Json& list, const char* what) {
   if (list.size() > kMaxTokenizeItems) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " has ", list.size(),
-                                                   " entries; at most ", kMaxTokenizeItems,
-                                                   " are allowed"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", list.size(), " entries; at most ",
+                                                   kMaxTokenizeItems, " are allowed"));
   }
   return absl::OkStatus();
 }
@@ -116,9 +115,9 @@ absl::StatusOr<std::string> DetokenizeBody(std::string_view body,
   RETURN_IF_ERROR(CheckItems(*tokens, "tokens"));
   Json texts = Json::array();
   for (size_t i = 0; i < tokens->size(); ++i) {
-    ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
-                     api_internal::ToIntList((*tokens)[i], absl::StrCat("tokens[", i, "]"), 0,
-                                             last_id));
+    ASSIGN_OR_RETURN(
+        const std::vector<int32_t> ids,
+        api_internal::ToIntList((*tokens)[i], absl::StrCat("tokens[", i, "]"), 0, last_id));
     texts.push_back(tokenizer.Decode(ids, skip_special));
   }
   answer["text"] = std::move(texts);

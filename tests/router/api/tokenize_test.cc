@@ -64,9 +64,9 @@ TEST(TokenizeTest, AListInIsAListOut) {
   ASSERT_TRUE(j["tokens"].is_array());
   ASSERT_EQ(j["tokens"].size(), 3u);
   EXPECT_EQ(j["tokens"][1].get<std::vector<int32_t>>(), tok.Encode("Once upon a time"));
-  EXPECT_EQ(j["count"], Json::array({tok.Encode("Hello").size(),
-                                     tok.Encode("Once upon a time").size(),
-                                     tok.Encode("").size()}));
+  EXPECT_EQ(j["count"],
+            Json::array({tok.Encode("Hello").size(), tok.Encode("Once upon a time").size(),
+                         tok.Encode("").size()}));
   const Json empty = Tokenize(R"({"prompt":[]})");
   EXPECT_EQ(empty["tokens"], Json::array());
   EXPECT_EQ(empty["count"], Json::array());
