@@ -56,4 +56,10 @@ if [ ! -d "$goldens_dir/node_modules" ]; then
   echo "install-deps: npm ci in $goldens_dir"
   (cd "$goldens_dir" && npm ci --no-audit --no-fund)
 fi
+# The official OpenAI Node SDK for the client test (tests/clients/openai_sdk), pinned likewise.
+sdk_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/clients/openai_sdk"
+if [ ! -d "$sdk_dir/node_modules" ]; then
+  echo "install-deps: npm ci in $sdk_dir"
+  (cd "$sdk_dir" && npm ci --no-audit --no-fund)
+fi
 echo "install-deps: done"
