@@ -172,8 +172,14 @@ TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
   ClientResponse b = Request(pd->port, "POST", "/generate", GenerateBody(12, false).dump());
   ASSERT_EQ(b.status, 200) << b.body;
   json jb = json::parse(b.body);
-  EXPECT_EQ(jb["output_ids"], ja["output_ids"]);
-  EXPECT_EQ(jb["text"], ja["text"]);
+  // The whole body is the same in both modes but for what names or times the request, and
+  // cached_tokens, which depends on what the suite's shared workers ran before.
+  const auto modulo_ids_and_timings = [](json body) {
+    EXPECT_TRUE(body["meta_info"]["cached_tokens"].is_number_integer()) << body;
+    for (const char* key : {"id", "e2e_latency", "cached_tokens"}) body["meta_info"].erase(key);
+    return body;
+  };
+  EXPECT_EQ(modulo_ids_and_timings(jb), modulo_ids_and_timings(ja));
 
   // input_ids instead of text, streamed: cumulative text, the same ids, [DONE].
   json ids_body = {
@@ -190,8 +196,8 @@ TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
   ids_body["stream"] = false;
   ClientResponse ns = Request(plain->port, "POST", "/generate", ids_body.dump());
   ASSERT_EQ(ns.status, 200) << ns.body;
-  EXPECT_EQ(events.back()["output_ids"], json::parse(ns.body)["output_ids"]) << s.body;
-  EXPECT_EQ(events.back()["text"], json::parse(ns.body)["text"]) << s.body;
+  EXPECT_EQ(modulo_ids_and_timings(events.back()), modulo_ids_and_timings(json::parse(ns.body)))
+      << s.body;
 }
 
 TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
