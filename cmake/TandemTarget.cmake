@@ -7,7 +7,7 @@ endfunction()
 
 # tandem_test(NAME name SOURCES ... DEPS ... [LABELS ...] [TIMEOUT s]): one GoogleTest binary,
 # registered with ctest per test case. Labels: "unit" (default; also run under the sanitizers),
-# "integration" (starts processes), "needs_rdma_nic" (skipped here, see tests/README.md).
+# "integration" (starts processes), "needs_rdma_nic" (skipped without a device; DESIGN.md "Build and tests").
 function(tandem_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT T_LABELS)

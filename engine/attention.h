@@ -1,4 +1,4 @@
-// Causal grouped-query attention over the paged KV cache (numerics.md).
+// Causal grouped-query attention over the paged KV cache (docs/numerics.md).
 //
 // For token t of a batch at absolute position pos[t], query head h attends over the keys at
 // positions 0..pos[t] of its own sequence, read (bf16 -> fp32) from the layer's cache blocks

@@ -128,7 +128,7 @@ class BlockPool {
 // 2 * block_size * n_kv_heads * head_dim * 2 and layer_bytes() = num_blocks * block_bytes().
 // The KV transfer engine ships layer l of block b as the byte range
 // [LayerOffset(l) + b * block_bytes(), + block_bytes()) as soon as layer l is computed.
-// K is stored after RoPE; both are rounded to bf16 (numerics.md).
+// K is stored after RoPE; both are rounded to bf16 (docs/numerics.md).
 //
 // Thread-safety: the memory is plain; callers coordinate who writes which block.
 // Ownership: owns one zero-initialised anonymous mapping, 2 MiB aligned and backed by huge pages

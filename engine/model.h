@@ -7,7 +7,7 @@
 // whether the logits of its last token are wanted. The new tokens' K/V are written into the cache
 // (K after RoPE, bf16) and every token attends over all cached positions of its sequence.
 //
-// Numerics follow notes/numerics.md; a token's logits are bit-identical whether it is computed
+// Numerics follow docs/numerics.md; a token's logits are bit-identical whether it is computed
 // alone, in any batch, in any prefill chunking, or with any thread count (on one SIMD path).
 //
 // Thread-safety: a Model is not reentrant (one Forward at a time: RunState is shared); it uses its

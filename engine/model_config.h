@@ -58,7 +58,7 @@ struct ModelConfig {
 };
 
 // RoPE inverse frequencies [head_dim / 2], computed in fp32 as Hugging Face does, with the config's
-// rope_scaling applied (numerics.md).
+// rope_scaling applied (docs/numerics.md).
 std::vector<float> RopeInvFrequencies(const ModelConfig& config);
 
 }  // namespace tandem::engine

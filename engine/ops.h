@@ -1,6 +1,6 @@
-// Element-wise and per-row operations of the transformer (numerics.md): RMSNorm, RoPE, SiLU*up,
-// exp. All in fp32; each output row depends only on its own input row, so results never depend
-// on batch composition. Functions are pure and thread-safe; buffers are caller-owned.
+// Element-wise and per-row operations of the transformer (docs/numerics.md): RMSNorm, RoPE,
+// SiLU*up, exp. All in fp32; each output row depends only on its own input row, so results never
+// depend on batch composition. Functions are pure and thread-safe; buffers are caller-owned.
 #ifndef TANDEM_ENGINE_OPS_H_
 #define TANDEM_ENGINE_OPS_H_
 

@@ -8,11 +8,11 @@
 // pages (HugePageBuffer):
 // decode streams every matrix once per step, and streaming a read-only file mapping of 4 KiB
 // pages costs a TLB miss and a prefetcher restart every 4 KiB. bf16 tensors are copied
-// bit for bit; fp16 and fp32 tensors are converted to bf16 (round to nearest even, numerics.md).
-// The buffer holds each layer's q, k, v rows back to back and its gate and up rows back to back,
-// so each group is one matrix (wqkv, w_gate_up) that one matmul call streams in a single pass.
-// Vectors (norm weights, biases) are small and kept as fp32 copies of their bf16 values (exact
-// widening, after the same bf16 rounding for fp16/fp32 sources).
+// bit for bit; fp16 and fp32 tensors are converted to bf16 (round to nearest even,
+// docs/numerics.md). The buffer holds each layer's q, k, v rows back to back and its gate and up
+// rows back to back, so each group is one matrix (wqkv, w_gate_up) that one matmul call streams in
+// a single pass. Vectors (norm weights, biases) are small and kept as fp32 copies of their bf16
+// values (exact widening, after the same bf16 rounding for fp16/fp32 sources).
 //
 // Memory: after Load, what is resident is the buffer (resident_bytes(): all matrices, embedding
 // included, once; a tied lm_head is not stored twice) and the small vectors. The safetensors

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: dependencies (if missing), format check, Release build, every ctest test
+# The whole test suite: dependencies (if missing), format check, references to repository files
+# (scripts/check-refs.py), Release build, every ctest test
 # (unit + integration), then the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
 # then every fuzzer for a bounded time (scripts/fuzz.sh).
 # Exits non-zero on any failure. Usage: scripts/test.sh [--no-sanitize]
@@ -15,8 +16,9 @@ section() { printf '\n=== %s (%ds)\n' "$1" "$(( $(date +%s) - start ))"; }
 section "dependencies"
 bash scripts/install-deps.sh
 
-section "format"
+section "format and references"
 bash scripts/check-format.sh
+python3 scripts/check-refs.py
 
 section "build (Release)"
 bash scripts/build.sh

@@ -60,10 +60,11 @@ double MeasureFp32GemmGflops(int threads, int64_t m, int64_t n, int64_t k,
                              std::string* core = nullptr);
 
 // OpenBLAS picks its kernels from cpuid when the library is loaded, and it mis-detects AVX-512
-// Zen CPUs as Haswell (half the fp32 rate; PERF.md). Call first thing in main(): on a CPU with
-// AVX-512, when OPENBLAS_CORETYPE is unset, it sets OPENBLAS_CORETYPE=SkylakeX and re-executes the
-// program so the library's load-time detection sees it (a setenv after the library is loaded would
-// be too late). Otherwise it returns and does nothing.
+// Zen CPUs as Haswell (half the fp32 rate, as measured on the project's Zen hosts). Call first
+// thing in main(): on a CPU with AVX-512, when OPENBLAS_CORETYPE is unset, it sets
+// OPENBLAS_CORETYPE=SkylakeX and re-executes the program so the library's load-time detection sees
+// it (a setenv after the library is loaded would be too late). Otherwise it returns and does
+// nothing.
 void SetOpenBlasCoreTypeAndReexec(char** argv);
 
 }  // namespace tandem::bench

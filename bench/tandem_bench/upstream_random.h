@@ -9,7 +9,7 @@
 //                     getrandbits(k), shuffle(list) and choices(population, k).
 //
 // Both are MT19937 but seeded differently: numpy seeds an integer with init_genrand, CPython
-// with init_by_array of the integer's 32-bit words. tools/bench/bench_serving_golden.py draws
+// with init_by_array of the integer's 32-bit words. tests/bench/bench_serving_golden.py draws
 // the same sequences with numpy and CPython; tests/bench/upstream_random_test.cc compares.
 //
 // Value types; not thread-safe (one generator per thread).

@@ -2,7 +2,7 @@
 // (tools/reference) for the models under tests/engine/models/ and models/.
 //
 // Tolerance on last-position logits: max |ours - reference| <= 1e-2 * max |reference logit|.
-// Both sides round to bf16 at exactly the same points (numerics.md); the differences come from
+// Both sides round to bf16 at exactly the same points (docs/numerics.md); the differences come from
 // summation order only (the reference accumulates in float64, we in fp32 in a fixed lane order,
 // ~1e-7 relative per sum). But where such a last-bit difference lands on a bf16 rounding
 // boundary (a linear-layer input, a K/V element) it becomes one bf16 ulp (2^-8 relative) on that

@@ -16,7 +16,7 @@ namespace {
 using testing::TinyModelSpec;
 
 // ---- Independent reference: full (unpaged) causal attention, double accumulation, the same
-// bf16 rounding points as numerics.md. ----
+// bf16 rounding points as docs/numerics.md. ----
 class Reference {
  public:
   Reference(const ModelConfig& c, const std::map<std::string, std::vector<float>>& v) : c_(c) {
