@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 #include "common/http_session.h"
 #include "common/http_tls_context.h"
 #include "spdlog/spdlog.h"
@@ -316,11 +317,8 @@ HttpServer::HttpServer(HttpServerOptions options)
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(const std::string& method, const std::string& path, HttpHandler handler) {
-  if (started_) {
-    std::fprintf(stderr, "HttpServer::Handle(%s %s) called after Start()\n", method.c_str(),
-                 path.c_str());
-    std::abort();
-  }
+  TANDEM_CHECK(!started_,
+               absl::StrCat("HttpServer::Handle(", method, " ", path, ") after Start()"));
   core_->Handle(method, path, std::move(handler));
 }
 

@@ -9,14 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 
 namespace tandem {
 namespace {
 
 // Misuse of the metrics API is a bug in the calling code, found at start-up: fail loudly.
 [[noreturn]] void Fatal(const std::string& message) {
-  std::fprintf(stderr, "metrics: %s\n", message.c_str());
-  std::abort();
+  CheckFailure(__FILE__, __LINE__, "metrics API use", message);
 }
 
 bool IsMetricName(const std::string& name) {

@@ -7,15 +7,15 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace tandem::engine {
 
 BlockPool::BlockPool(int32_t num_blocks, int32_t block_size) : block_size_(block_size) {
-  if (num_blocks < 1 || block_size < 1) {  // configuration error, not input: abort loudly
-    std::fprintf(stderr, "BlockPool: num_blocks (%d) and block_size (%d) must be >= 1\n",
-                 num_blocks, block_size);
-    std::abort();
-  }
+  // A configuration error, not input.
+  TANDEM_CHECK(num_blocks >= 1 && block_size >= 1,
+               absl::StrCat("BlockPool: num_blocks (", num_blocks, ") and block_size (", block_size,
+                            ") must be >= 1"));
   ref_counts_.assign(static_cast<size_t>(num_blocks), 0);
   free_list_.reserve(static_cast<size_t>(num_blocks));
   // LIFO: block 0 is handed out first.

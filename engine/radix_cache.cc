@@ -4,16 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/check.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::engine {
 namespace {
 
 BlockPool* CheckedPool(BlockPool* pool) {
-  if (pool == nullptr) {  // programming error: abort loudly
-    std::fprintf(stderr, "RadixCache: null block pool\n");
-    std::abort();
-  }
+  TANDEM_CHECK(pool != nullptr, "RadixCache needs a block pool");
   return pool;
 }
 
@@ -25,10 +23,7 @@ RadixCache::RadixCache(BlockPool* pool)
       root_(pool->num_blocks()),
       tokens_(static_cast<size_t>(pool->num_blocks()) * static_cast<size_t>(pool->block_size())),
       nodes_(static_cast<size_t>(pool->num_blocks()) + 1) {
-  if (absl::Status s = pool_->SetRefObserver(this); !s.ok()) {
-    std::fprintf(stderr, "RadixCache: %s\n", s.ToString().c_str());
-    std::abort();
-  }
+  TANDEM_CHECK_OK(pool_->SetRefObserver(this), "RadixCache observing its block pool");
   nodes_[root_].locked = true;  // the root holds no block and is never evicted
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 
 namespace tandem::engine {
 namespace {
@@ -13,10 +14,7 @@ namespace {
 // Block accounting is the scheduler's own bookkeeping: a failure here is a bug, not bad input,
 // and continuing would corrupt other requests' KV.
 void CheckBookkeeping(const absl::Status& status, const char* what) {
-  if (status.ok()) return;
-  std::fprintf(stderr, "tandem: KV block bookkeeping failed in %s: %s\n", what,
-               std::string(status.message()).c_str());
-  std::abort();
+  TANDEM_CHECK_OK(status, absl::StrCat("KV block bookkeeping in ", what));
 }
 
 double Seconds(std::chrono::steady_clock::duration d) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/hmac.h"
 #include "kvtransfer/frame.h"
 
@@ -47,17 +48,17 @@ absl::StatusOr<std::string> LoadClusterSecretFile(const std::string& path) {
 
 std::string MakeNonce() {
   std::string nonce(kNonceSize, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), kNonceSize) != 1) {
-    // The CSPRNG failing is not recoverable: a predictable nonce would defeat the handshake.
-    std::abort();
-  }
+  // The CSPRNG failing is not recoverable: a predictable nonce would defeat the handshake.
+  TANDEM_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), kNonceSize) == 1,
+               "the CSPRNG failed");
   return nonce;
 }
 
 uint64_t MakeSessionId() {
   uint64_t id = 0;
   while (id == 0) {
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id)) != 1) std::abort();
+    TANDEM_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(&id), sizeof(id)) == 1,
+                 "the CSPRNG failed");
   }
   return id;
 }

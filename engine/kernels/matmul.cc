@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "engine/kernels/matmul_internal.h"
 
 namespace tandem::engine {
@@ -54,11 +56,9 @@ float* ScratchFloats(int64_t n, int slot) {
   if (s.capacity < n) {
     const int64_t capacity = (n + 15) / 16 * 16;
     void* p = std::aligned_alloc(64, static_cast<size_t>(capacity) * sizeof(float));
-    if (p == nullptr) {
-      std::fprintf(stderr, "matmul: cannot allocate %lld bytes of scratch\n",
-                   static_cast<long long>(capacity * sizeof(float)));
-      std::abort();
-    }
+    TANDEM_CHECK(p != nullptr,
+                 absl::StrCat("matmul: cannot allocate ",
+                              capacity * static_cast<int64_t>(sizeof(float)), " bytes of scratch"));
     s.data.reset(static_cast<float*>(p));
     s.capacity = capacity;
   }
@@ -109,12 +109,11 @@ MatmulFn GroupsPathFor(SimdLevel level, int64_t n, int64_t k) {
     case SimdLevel::kScalar:
       break;
   }
-  if (path != nullptr && n % 4 == 0 && k % 16 == 0) return path;
-  std::fprintf(stderr,
-               "MatmulBf16: weights in groups of 4 rows need a vector path and n %% 4 == 0, "
-               "k %% 16 == 0 (path %s, n %lld, k %lld)\n",
-               SimdLevelName(level), static_cast<long long>(n), static_cast<long long>(k));
-  std::abort();
+  TANDEM_CHECK(path != nullptr && n % 4 == 0 && k % 16 == 0,
+               absl::StrCat("MatmulBf16: weights in groups of 4 rows need a vector path and n % 4 "
+                            "== 0, k % 16 == 0 (path ",
+                            SimdLevelName(level), ", n ", n, ", k ", k, ")"));
+  return path;
 }
 
 MatmulFn PathFor(SimdLevel level) {
@@ -149,12 +148,9 @@ void PackWeights(const bf16* w, int64_t n, int64_t k, WeightLayout layout, bf16*
     std::memcpy(dst, w, static_cast<size_t>(n * k) * sizeof(bf16));
     return;
   }
-  if (n % 4 != 0 || k % 16 != 0) {
-    std::fprintf(stderr,
-                 "PackWeights: a [%lld, %lld] matrix cannot be stored in groups of 4 rows\n",
-                 static_cast<long long>(n), static_cast<long long>(k));
-    std::abort();
-  }
+  TANDEM_CHECK(n % 4 == 0 && k % 16 == 0,
+               absl::StrCat("PackWeights: a [", n, ", ", k,
+                            "] matrix cannot be stored in groups of 4 rows"));
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t p = 0; p < k; p += 16) {
       std::memcpy(dst + WeightOffset(j, p, k, layout), w + j * k + p, 16 * sizeof(bf16));
@@ -190,11 +186,9 @@ void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, 
 void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, int64_t k,
                         const bf16* w, int64_t n, float* y, int64_t ldy, ThreadPool* pool,
                         WeightLayout layout) {
-  if (!SimdLevelSupported(level)) {
-    std::fprintf(stderr, "MatmulBf16ForLevel: this CPU cannot run the %s path\n",
-                 SimdLevelName(level));
-    std::abort();
-  }
+  TANDEM_CHECK(
+      SimdLevelSupported(level),
+      absl::StrCat("MatmulBf16ForLevel: this CPU cannot run the ", SimdLevelName(level), " path"));
   const MatmulFn path = layout == WeightLayout::kRows ? PathFor(level) : GroupsPathFor(level, n, k);
   path(x, ldx, m, k, w, n, y, ldy, pool);
 }
