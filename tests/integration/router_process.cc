@@ -107,4 +107,33 @@ bool WaitForAllKvBlocksFree(int router_port, const std::string& admin_key, int w
   return false;
 }
 
+testing::ClientResponse RouterRequest(int port, const std::string& method,
+                                      const std::string& target, const std::string& body,
+                                      const std::string& headers) {
+  testing::TestClient c(static_cast<uint16_t>(port), 60);
+  EXPECT_TRUE(c.connected());
+  EXPECT_TRUE(c.SendRequest(method, target, body,
+                            "Content-Type: application/json\r\nConnection: close\r\n" + headers));
+  std::optional<testing::ClientResponse> r = c.ReadResponse();
+  EXPECT_TRUE(r.has_value()) << method << " " << target;
+  return r.value_or(testing::ClientResponse{});
+}
+
+std::vector<nlohmann::json> SseEvents(const std::string& body, bool* done) {
+  std::vector<nlohmann::json> events;
+  *done = false;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    events.push_back(nlohmann::json::parse(data));
+  }
+  return events;
+}
+
 }  // namespace tandem::itest

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+#include "tests/common/http_test_client.h"
 #include "tests/integration/process.h"
 
 namespace tandem::itest {
@@ -46,6 +48,17 @@ std::optional<double> MetricValue(const std::string& text, const std::string& me
 // for up to 60 s. False when they never were, with the last figures in `why`.
 bool WaitForAllKvBlocksFree(int router_port, const std::string& admin_key, int worker_http_port,
                             std::string* why);
+
+// One HTTP request to a router on loopback (JSON content type, Connection: close, `headers`
+// appended, each ending in CRLF) and its whole response; a test failure and an empty response
+// (status 0) when it does not answer within 60 s.
+testing::ClientResponse RouterRequest(int port, const std::string& method,
+                                      const std::string& target, const std::string& body = "",
+                                      const std::string& headers = "");
+
+// The JSON objects of an SSE body's "data: {...}" events in order; `done` is set when a
+// "data: [DONE]" event ended it.
+std::vector<nlohmann::json> SseEvents(const std::string& body, bool* done);
 
 }  // namespace tandem::itest
 

@@ -47,35 +47,6 @@ std::unique_ptr<Router> StartClusterRouter(std::vector<std::string> extra) {
 
 std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
 
-ClientResponse Request(int port, const std::string& method, const std::string& target,
-                       const std::string& body = "", const std::string& headers = "") {
-  TestClient c(static_cast<uint16_t>(port), 60);
-  EXPECT_TRUE(c.connected());
-  EXPECT_TRUE(c.SendRequest(method, target, body,
-                            "Content-Type: application/json\r\nConnection: close\r\n" + headers));
-  std::optional<ClientResponse> r = c.ReadResponse();
-  EXPECT_TRUE(r.has_value()) << method << " " << target;
-  return r.value_or(ClientResponse{});
-}
-
-// The JSON objects of an SSE body's "data: {...}" lines; `done` set when [DONE] ended it.
-std::vector<json> SseEvents(const std::string& body, bool* done) {
-  std::vector<json> events;
-  *done = false;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    const std::string data = body.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    events.push_back(json::parse(data));
-  }
-  return events;
-}
-
 // A stub authenticated for `w` (proven at once).
 std::unique_ptr<proto::Worker::Stub> ProvenStub(const Worker& w) {
   auto channel = router::ConnectProvenWorker(w.grpc_address(), kTestClusterSecret,
@@ -157,8 +128,8 @@ Worker* RouterClusterTest::decode_ = nullptr;
 TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
   auto plain = Plain();
   auto pd = Pd();
-  ClientResponse a = Request(plain->port, "POST", "/generate", GenerateBody(12, false).dump(),
-                             "x-request-id: my-rid-1\r\n");
+  ClientResponse a = RouterRequest(plain->port, "POST", "/generate", GenerateBody(12, false).dump(),
+                                   "x-request-id: my-rid-1\r\n");
   ASSERT_EQ(a.status, 200) << a.body;
   EXPECT_EQ(a.headers["x-request-id"], "my-rid-1");
   json ja = json::parse(a.body);
@@ -169,7 +140,7 @@ TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
   EXPECT_GT(ja["meta_info"]["prompt_tokens"].get<int>(), 0);
   EXPECT_TRUE(ja["meta_info"]["e2e_latency"].is_number());
 
-  ClientResponse b = Request(pd->port, "POST", "/generate", GenerateBody(12, false).dump());
+  ClientResponse b = RouterRequest(pd->port, "POST", "/generate", GenerateBody(12, false).dump());
   ASSERT_EQ(b.status, 200) << b.body;
   json jb = json::parse(b.body);
   // The whole body is the same in both modes but for what names or times the request, and
@@ -186,7 +157,7 @@ TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
       {"input_ids", json::array({1, 450, 1276, 310, 263})},
       {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 8}, {"ignore_eos", true}}},
       {"stream", true}};
-  ClientResponse s = Request(pd->port, "POST", "/generate", ids_body.dump());
+  ClientResponse s = RouterRequest(pd->port, "POST", "/generate", ids_body.dump());
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_EQ(s.headers["content-type"], "text/event-stream");
   bool done = false;
@@ -194,7 +165,7 @@ TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
   EXPECT_TRUE(done) << s.body;
   ASSERT_FALSE(events.empty());
   ids_body["stream"] = false;
-  ClientResponse ns = Request(plain->port, "POST", "/generate", ids_body.dump());
+  ClientResponse ns = RouterRequest(plain->port, "POST", "/generate", ids_body.dump());
   ASSERT_EQ(ns.status, 200) << ns.body;
   EXPECT_EQ(modulo_ids_and_timings(events.back()), modulo_ids_and_timings(json::parse(ns.body)))
       << s.body;
@@ -207,7 +178,7 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
                      {"max_tokens", 6},
                      {"temperature", 0},
                      {"ignore_eos", true}};
-  ClientResponse c = Request(pd->port, "POST", "/v1/completions", completion.dump());
+  ClientResponse c = RouterRequest(pd->port, "POST", "/v1/completions", completion.dump());
   ASSERT_EQ(c.status, 200) << c.body;
   json jc = json::parse(c.body);
   EXPECT_EQ(jc["object"], "text_completion");
@@ -217,7 +188,7 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
 
   completion["stream"] = true;
   completion["stream_options"] = {{"include_usage", true}};
-  ClientResponse cs = Request(pd->port, "POST", "/v1/completions", completion.dump());
+  ClientResponse cs = RouterRequest(pd->port, "POST", "/v1/completions", completion.dump());
   ASSERT_EQ(cs.status, 200) << cs.body;
   bool done = false;
   std::vector<json> events = SseEvents(cs.body, &done);
@@ -235,14 +206,14 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
                {"max_tokens", 5},
                {"temperature", 0},
                {"ignore_eos", true}};
-  ClientResponse ch = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ClientResponse ch = RouterRequest(pd->port, "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(ch.status, 200) << ch.body;
   json jch = json::parse(ch.body);
   EXPECT_EQ(jch["object"], "chat.completion");
   EXPECT_EQ(jch["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(jch["usage"]["completion_tokens"], 5);
   chat["stream"] = true;
-  ClientResponse chs = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ClientResponse chs = RouterRequest(pd->port, "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(chs.status, 200) << chs.body;
   events = SseEvents(chs.body, &done);
   EXPECT_TRUE(done);
@@ -256,7 +227,7 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
   }
   EXPECT_EQ(content, jch["choices"][0]["message"]["content"].get<std::string>());
 
-  ClientResponse models = Request(pd->port, "GET", "/v1/models");
+  ClientResponse models = RouterRequest(pd->port, "GET", "/v1/models");
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tandem-tiny-fortunes") << models.body;
 }
@@ -272,7 +243,7 @@ TEST_F(RouterClusterTest, ChatTopLogprobsThroughAPair) {
                {"ignore_eos", true},
                {"logprobs", true},
                {"top_logprobs", 3}};
-  ClientResponse whole = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ClientResponse whole = RouterRequest(pd->port, "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(whole.status, 200) << whole.body;
   const json content = json::parse(whole.body)["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 6u) << whole.body;
@@ -284,7 +255,7 @@ TEST_F(RouterClusterTest, ChatTopLogprobsThroughAPair) {
               position["top_logprobs"][2]["logprob"].get<double>());
   }
   chat["stream"] = true;
-  ClientResponse streamed = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ClientResponse streamed = RouterRequest(pd->port, "POST", "/v1/chat/completions", chat.dump());
   ASSERT_EQ(streamed.status, 200) << streamed.body;
   bool done = false;
   json positions = json::array();
@@ -296,7 +267,7 @@ TEST_F(RouterClusterTest, ChatTopLogprobsThroughAPair) {
   EXPECT_EQ(positions, content);
   // Alternatives without logprobs: the client's mistake, named.
   chat["logprobs"] = false;
-  ClientResponse bad = Request(pd->port, "POST", "/v1/chat/completions", chat.dump());
+  ClientResponse bad = RouterRequest(pd->port, "POST", "/v1/chat/completions", chat.dump());
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("top_logprobs requires logprobs: true"), std::string::npos) << bad.body;
 }
@@ -307,12 +278,13 @@ TEST_F(RouterClusterTest, BadBodyIs400NamingTheFieldWhileOthersRun) {
   TestClient streaming(static_cast<uint16_t>(plain->port), 60);
   ASSERT_TRUE(streaming.SendRequest("POST", "/generate", long_body.dump(),
                                     "Content-Type: application/json\r\n"));
-  ClientResponse bad = Request(plain->port, "POST", "/generate",
-                               R"({"text":"hi","sampling_params":{"max_new_tokens":"many"}})");
+  ClientResponse bad =
+      RouterRequest(plain->port, "POST", "/generate",
+                    R"({"text":"hi","sampling_params":{"max_new_tokens":"many"}})");
   EXPECT_EQ(bad.status, 400) << bad.body;
   EXPECT_NE(bad.body.find("max_new_tokens"), std::string::npos) << bad.body;
   EXPECT_EQ(json::parse(bad.body)["error"]["code"], 400);
-  ClientResponse not_json = Request(plain->port, "POST", "/v1/completions", "{nope");
+  ClientResponse not_json = RouterRequest(plain->port, "POST", "/v1/completions", "{nope");
   EXPECT_EQ(not_json.status, 400) << not_json.body;
   std::optional<ClientResponse> ok = streaming.ReadResponse();
   ASSERT_TRUE(ok.has_value());
@@ -325,13 +297,14 @@ TEST_F(RouterClusterTest, BadBodyIs400NamingTheFieldWhileOthersRun) {
 TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
   auto plain = Plain({"--max-concurrent-requests", "1", "--queue-size", "0", "--api-key", kApiKey,
                       "--admin-key", kAdminKey});
-  EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump()).status, 401);
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump()).status,
+            401);
   ClientResponse wrong =
-      Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth("nope"));
+      RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth("nope"));
   EXPECT_EQ(wrong.status, 401);
   EXPECT_EQ(json::parse(wrong.body)["error"]["type"], "authentication_error") << wrong.body;
-  EXPECT_EQ(Request(plain->port, "GET", "/list_workers", "", Auth(kApiKey)).status, 401);
-  EXPECT_EQ(Request(plain->port, "GET", "/health").status, 200);  // probes need no key
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kApiKey)).status, 401);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/health").status, 200);  // probes need no key
 
   // A long stream holds the only slot while the next request arrives. On a loaded machine the
   // stream (about 0.2 s of decoding) can end before that request is admitted, so a 200 there is
@@ -344,8 +317,8 @@ TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
     std::optional<ClientResponse> head = streaming.ReadHead();  // the first one is running
     ASSERT_TRUE(head.has_value());
     ASSERT_EQ(head->status, 200);
-    ClientResponse full =
-        Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey));
+    ClientResponse full = RouterRequest(plain->port, "POST", "/generate",
+                                        GenerateBody(2, false).dump(), Auth(kApiKey));
     if (full.status == 429) {
       saw_429 = true;
       EXPECT_NE(full.body.find("--queue-size"), std::string::npos) << full.body;
@@ -366,7 +339,7 @@ TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
   batch["sampling_params"]["n"] = 2;
   bool batch_429 = false;
   for (int attempt = 0; attempt < 5 && !batch_429; ++attempt) {
-    ClientResponse r = Request(plain->port, "POST", "/generate", batch.dump(), Auth(kApiKey));
+    ClientResponse r = RouterRequest(plain->port, "POST", "/generate", batch.dump(), Auth(kApiKey));
     // 200 only if the first choice ended before the second asked for the slot.
     if (r.status != 429) {
       EXPECT_EQ(r.status, 200) << r.body;
@@ -374,29 +347,31 @@ TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
     batch_429 = r.status == 429;
   }
   EXPECT_TRUE(batch_429) << "a batch of 2 was served with one slot and no queue";
-  EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
-                .status,
-            200);
+  EXPECT_EQ(
+      RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
+          .status,
+      200);
 }
 
 TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
   auto plain = Plain({"--admin-key", kAdminKey});
-  ClientResponse list = Request(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
+  ClientResponse list = RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
   ASSERT_EQ(list.status, 200) << list.body;
   EXPECT_EQ(json::parse(list.body)["urls"], json::array({colocated_->url()}));
-  EXPECT_EQ(Request(plain->port, "POST", "/add_worker?url=" + colocated2_->url()).status, 401);
-  ClientResponse added =
-      Request(plain->port, "POST", "/add_worker?url=" + colocated2_->url(), "", Auth(kAdminKey));
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/add_worker?url=" + colocated2_->url()).status,
+            401);
+  ClientResponse added = RouterRequest(plain->port, "POST", "/add_worker?url=" + colocated2_->url(),
+                                       "", Auth(kAdminKey));
   EXPECT_EQ(added.status, 200) << added.body;
-  ClientResponse dup = Request(plain->port, "POST", "/workers",
-                               json({{"url", colocated2_->url()}}).dump(), Auth(kAdminKey));
+  ClientResponse dup = RouterRequest(plain->port, "POST", "/workers",
+                                     json({{"url", colocated2_->url()}}).dump(), Auth(kAdminKey));
   EXPECT_EQ(dup.status, 409) << dup.body;
   ClientResponse bad =
-      Request(plain->port, "POST", "/workers",
-              R"({"url":"http://127.0.0.1:9","worker_type":"prefill"})", Auth(kAdminKey));
+      RouterRequest(plain->port, "POST", "/workers",
+                    R"({"url":"http://127.0.0.1:9","worker_type":"prefill"})", Auth(kAdminKey));
   EXPECT_EQ(bad.status, 400) << bad.body;
   EXPECT_NE(bad.body.find("worker_type"), std::string::npos) << bad.body;
-  ClientResponse workers = Request(plain->port, "GET", "/workers", "", Auth(kAdminKey));
+  ClientResponse workers = RouterRequest(plain->port, "GET", "/workers", "", Auth(kAdminKey));
   ASSERT_EQ(workers.status, 200);
   EXPECT_EQ(json::parse(workers.body)["workers"].size(), 2u) << workers.body;
   // Every worker advertises its session socket in Health; the router learns the port at the
@@ -404,7 +379,7 @@ TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
   bool all_learned = false;
   for (const auto deadline = std::chrono::steady_clock::now() + seconds(15);
        !all_learned && std::chrono::steady_clock::now() < deadline;) {
-    workers = Request(plain->port, "GET", "/workers", "", Auth(kAdminKey));
+    workers = RouterRequest(plain->port, "GET", "/workers", "", Auth(kAdminKey));
     ASSERT_EQ(workers.status, 200);
     all_learned = true;
     for (const json& w : json::parse(workers.body)["workers"]) {
@@ -414,7 +389,7 @@ TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
   }
   EXPECT_TRUE(all_learned) << workers.body;
 
-  ClientResponse info = Request(plain->port, "GET", "/get_server_info");
+  ClientResponse info = RouterRequest(plain->port, "GET", "/get_server_info");
   ASSERT_EQ(info.status, 200) << info.body;
   json ji = json::parse(info.body);
   ASSERT_TRUE(ji["internal_states"].is_array());
@@ -428,21 +403,22 @@ TEST_F(RouterClusterTest, AdminAddListRemoveAndServerInfo) {
     EXPECT_TRUE(w["internal_states"][0].contains("cache_hit_rate")) << info.body;
     EXPECT_FALSE(w["internal_states"][0].contains("avg_spec_accept_length")) << info.body;
   }
-  ClientResponse loads = Request(plain->port, "GET", "/get_loads");
+  ClientResponse loads = RouterRequest(plain->port, "GET", "/get_loads");
   EXPECT_EQ(loads.status, 200) << loads.body;
 
-  ClientResponse removed = Request(plain->port, "DELETE", "/workers",
-                                   json({{"url", colocated2_->url()}}).dump(), Auth(kAdminKey));
+  ClientResponse removed =
+      RouterRequest(plain->port, "DELETE", "/workers", json({{"url", colocated2_->url()}}).dump(),
+                    Auth(kAdminKey));
   EXPECT_EQ(removed.status, 200) << removed.body;
-  ClientResponse gone =
-      Request(plain->port, "POST", "/remove_worker?url=" + colocated2_->url(), "", Auth(kAdminKey));
+  ClientResponse gone = RouterRequest(
+      plain->port, "POST", "/remove_worker?url=" + colocated2_->url(), "", Auth(kAdminKey));
   EXPECT_EQ(gone.status, 404) << gone.body;
-  list = Request(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
+  list = RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
   EXPECT_EQ(json::parse(list.body)["urls"].size(), 1u);
 
   // PD mode's server info nests per role, as sglang.bench_serving reads it.
   auto pd = Pd();
-  info = Request(pd->port, "GET", "/get_server_info");
+  info = RouterRequest(pd->port, "GET", "/get_server_info");
   ASSERT_EQ(info.status, 200) << info.body;
   ji = json::parse(info.body);
   EXPECT_TRUE(ji["decode"][0]["internal_states"][0].contains("cache_hit_rate")) << info.body;
@@ -465,7 +441,8 @@ TEST_F(RouterClusterTest, ClientDisconnectMidStreamFreesBothWorkersBlocks) {
   EXPECT_TRUE(AllBlocksFree(*decode_));
   EXPECT_TRUE(AllBlocksFree(*prefill_));
   // The router is still fine.
-  EXPECT_EQ(Request(pd->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
+  EXPECT_EQ(RouterRequest(pd->port, "POST", "/generate", GenerateBody(3, false).dump()).status,
+            200);
 }
 
 // The texts of an OpenAI stream's chunks by choice index (completions "text", chat
@@ -498,7 +475,7 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
     SCOPED_TRACE(router == pd.get() ? "pd" : "plain");
     const int port = router->port;
     json one = {{"prompt", kPrompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}};
-    ClientResponse single = Request(port, "POST", "/v1/completions", one.dump());
+    ClientResponse single = RouterRequest(port, "POST", "/v1/completions", one.dump());
     ASSERT_EQ(single.status, 200) << single.body;
     const json js = json::parse(single.body);
     const std::string greedy = js["choices"][0]["text"];
@@ -507,7 +484,7 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
     json batch = one;
     batch["prompt"] = {kPrompt, "Hello"};
     batch["n"] = 2;
-    ClientResponse c = Request(port, "POST", "/v1/completions", batch.dump());
+    ClientResponse c = RouterRequest(port, "POST", "/v1/completions", batch.dump());
     ASSERT_EQ(c.status, 200) << c.body;
     const json jc = json::parse(c.body);
     ASSERT_EQ(jc["choices"].size(), 4u) << c.body;
@@ -526,7 +503,7 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
                  {"n", 3},
                  {"stream", true},
                  {"stream_options", {{"include_usage", true}}}};
-    ClientResponse cs = Request(port, "POST", "/v1/chat/completions", chat.dump());
+    ClientResponse cs = RouterRequest(port, "POST", "/v1/chat/completions", chat.dump());
     ASSERT_EQ(cs.status, 200) << cs.body;
     bool done = false;
     const std::vector<json> events = SseEvents(cs.body, &done);
@@ -542,7 +519,7 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
     json gen = {
         {"text", {kPrompt, "Hello"}},
         {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 3}, {"ignore_eos", true}}}};
-    ClientResponse g = Request(port, "POST", "/generate", gen.dump());
+    ClientResponse g = RouterRequest(port, "POST", "/generate", gen.dump());
     ASSERT_EQ(g.status, 200) << g.body;
     const json jg = json::parse(g.body);
     ASSERT_TRUE(jg.is_array()) << g.body;
@@ -554,7 +531,7 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
         {"input_ids", {{5, 6, 7}, {8, 9}}},
         {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 3}, {"ignore_eos", true}}},
         {"stream", true}};
-    ClientResponse gs = Request(port, "POST", "/generate", ids.dump());
+    ClientResponse gs = RouterRequest(port, "POST", "/generate", ids.dump());
     ASSERT_EQ(gs.status, 200) << gs.body;
     const std::vector<json> objects = SseEvents(gs.body, &done);
     EXPECT_TRUE(done);
@@ -570,8 +547,8 @@ TEST_F(RouterClusterTest, NChoicesAndPromptListsPlainAndPd) {
     json seeded = {{"text", kPrompt},
                    {"sampling_params",
                     {{"temperature", 1.0}, {"max_new_tokens", 8}, {"n", 3}, {"sampling_seed", 5}}}};
-    ClientResponse s1 = Request(port, "POST", "/generate", seeded.dump());
-    ClientResponse s2 = Request(port, "POST", "/generate", seeded.dump());
+    ClientResponse s1 = RouterRequest(port, "POST", "/generate", seeded.dump());
+    ClientResponse s2 = RouterRequest(port, "POST", "/generate", seeded.dump());
     ASSERT_EQ(s1.status, 200) << s1.body;
     ASSERT_EQ(s2.status, 200) << s2.body;
     const json j1 = json::parse(s1.body), j2 = json::parse(s2.body);
@@ -638,7 +615,7 @@ TEST_F(RouterClusterTest, NChoicesShareOnePrefill) {
     json body = {{"text", LongPrompt("pd")},
                  {"sampling_params",
                   {{"temperature", 0}, {"max_new_tokens", 6}, {"ignore_eos", true}, {"n", 4}}}};
-    ClientResponse r = Request(pd->port, "POST", "/generate", body.dump());
+    ClientResponse r = RouterRequest(pd->port, "POST", "/generate", body.dump());
     ASSERT_EQ(r.status, 200) << r.body;
     const json j = json::parse(r.body);
     ASSERT_EQ(j.size(), 4u) << r.body;
@@ -660,7 +637,7 @@ TEST_F(RouterClusterTest, NChoicesShareOnePrefill) {
     json body = {{"text", LongPrompt("plain")},
                  {"sampling_params",
                   {{"temperature", 0}, {"max_new_tokens", 6}, {"ignore_eos", true}, {"n", 4}}}};
-    ClientResponse r = Request(plain->port, "POST", "/generate", body.dump());
+    ClientResponse r = RouterRequest(plain->port, "POST", "/generate", body.dump());
     ASSERT_EQ(r.status, 200) << r.body;
     const json j = json::parse(r.body);
     ASSERT_EQ(j.size(), 4u) << r.body;
@@ -695,8 +672,8 @@ TEST_F(RouterClusterTest, NChoicesShareOnePrefill) {
                      {"ignore_eos", true},
                      {"n", 4},
                      {"sampling_seed", 11}}}};
-    ClientResponse s1 = Request(router->port, "POST", "/generate", seeded.dump());
-    ClientResponse s2 = Request(router->port, "POST", "/generate", seeded.dump());
+    ClientResponse s1 = RouterRequest(router->port, "POST", "/generate", seeded.dump());
+    ClientResponse s2 = RouterRequest(router->port, "POST", "/generate", seeded.dump());
     ASSERT_EQ(s1.status, 200) << s1.body;
     ASSERT_EQ(s2.status, 200) << s2.body;
     const json j1 = json::parse(s1.body), j2 = json::parse(s2.body);
@@ -715,7 +692,7 @@ TEST_F(RouterClusterTest, NChoicesShareOnePrefill) {
                  {"logprob_start_len", 0},
                  {"sampling_params",
                   {{"temperature", 0}, {"max_new_tokens", 2}, {"ignore_eos", true}, {"n", 4}}}};
-    ClientResponse r = Request(pd->port, "POST", "/generate", body.dump());
+    ClientResponse r = RouterRequest(pd->port, "POST", "/generate", body.dump());
     ASSERT_EQ(r.status, 200) << r.body;
     const json j = json::parse(r.body);
     ASSERT_EQ(j.size(), 4u) << r.body;
@@ -757,8 +734,9 @@ TEST_F(RouterClusterTest, DisconnectMidStreamWithNFourFreesEverything) {
     } else {
       EXPECT_TRUE(AllBlocksFree(*colocated_));
     }
-    EXPECT_EQ(Request(router->port, "POST", "/generate", GenerateBody(3, false).dump()).status,
-              200);
+    EXPECT_EQ(
+        RouterRequest(router->port, "POST", "/generate", GenerateBody(3, false).dump()).status,
+        200);
   }
 }
 
@@ -766,18 +744,20 @@ TEST_F(RouterClusterTest, DisconnectMidStreamWithNFourFreesEverything) {
 TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
   auto plain = StartClusterRouter({"--worker-urls", colocated_->url(), colocated2_->url()});
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump()).status, 200);
+    EXPECT_EQ(RouterRequest(plain->port, "POST", "/generate", GenerateBody(3, false).dump()).status,
+              200);
   }
   colocated2_->Kill();
   // Every request succeeds (a leg on the dead worker is retried on the survivor).
   for (int i = 0; i < 6; ++i) {
-    ClientResponse r = Request(plain->port, "POST", "/generate", GenerateBody(3, false).dump());
+    ClientResponse r =
+        RouterRequest(plain->port, "POST", "/generate", GenerateBody(3, false).dump());
     EXPECT_EQ(r.status, 200) << r.body;
   }
   // Health converges: the dead worker is reported unhealthy.
   bool converged = false;
   for (int i = 0; i < 200 && !converged; ++i) {
-    ClientResponse w = Request(plain->port, "GET", "/workers", "", Auth(kTestAdminKey));
+    ClientResponse w = RouterRequest(plain->port, "GET", "/workers", "", Auth(kTestAdminKey));
     const json states = json::parse(w.body);
     for (const json& s : states["workers"]) {
       if (s["url"] == colocated2_->url() && s["healthy"] == false) converged = true;
@@ -785,7 +765,7 @@ TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
     if (!converged) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(converged);
-  EXPECT_EQ(Request(plain->port, "GET", "/health").status, 200);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/health").status, 200);
 }
 
 }  // namespace

@@ -33,35 +33,6 @@ const char kApiKey[] = "client-key-7";
 
 std::string Auth(const std::string& key) { return "Authorization: Bearer " + key + "\r\n"; }
 
-ClientResponse Request(int port, const std::string& method, const std::string& target,
-                       const std::string& body = "", const std::string& headers = "") {
-  TestClient c(static_cast<uint16_t>(port), 60);
-  EXPECT_TRUE(c.connected());
-  EXPECT_TRUE(c.SendRequest(method, target, body,
-                            "Content-Type: application/json\r\nConnection: close\r\n" + headers));
-  std::optional<ClientResponse> r = c.ReadResponse();
-  EXPECT_TRUE(r.has_value()) << method << " " << target;
-  return r.value_or(ClientResponse{});
-}
-
-// The JSON objects of an SSE body's "data: {...}" lines; `done` set when [DONE] ended it.
-std::vector<json> SseEvents(const std::string& body, bool* done) {
-  std::vector<json> events;
-  *done = false;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    const std::string data = body.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    events.push_back(json::parse(data));
-  }
-  return events;
-}
-
 // As long as the context allows (the shipped model's is 512 tokens), so an abort sent after the
 // first token usually finds it running; the tests retry when the request won the race.
 json LongGenerate(const std::string& rid, bool stream) {
@@ -108,7 +79,7 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
   const std::string model_dir = SourcePath("models/tandem-tiny-fortunes");
 
   // SGLang's get_model_info fields (http_server.py), keys in nlohmann's (sorted) order.
-  ClientResponse info = Request(plain->port, "GET", "/get_model_info", "", key);
+  ClientResponse info = RouterRequest(plain->port, "GET", "/get_model_info", "", key);
   ASSERT_EQ(info.status, 200) << info.body;
   EXPECT_EQ(info.body, json({{"is_generation", true},
                              {"model_path", model_dir},
@@ -116,31 +87,32 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
                              {"tokenizer_path", model_dir},
                              {"weight_version", "default"}})
                            .dump());
-  EXPECT_EQ(Request(plain->port, "GET", "/get_model_info").status, 401);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/get_model_info").status, 401);
 
   // OpenAI's retrieve-model for the served name: /v1/models' card.
-  ClientResponse card = Request(plain->port, "GET", "/v1/models/tandem-tiny-fortunes", "", key);
+  ClientResponse card =
+      RouterRequest(plain->port, "GET", "/v1/models/tandem-tiny-fortunes", "", key);
   ASSERT_EQ(card.status, 200) << card.body;
-  ClientResponse models = Request(plain->port, "GET", "/v1/models", "", key);
+  ClientResponse models = RouterRequest(plain->port, "GET", "/v1/models", "", key);
   EXPECT_EQ(json::parse(card.body), json::parse(models.body)["data"][0]);
-  EXPECT_EQ(Request(plain->port, "GET", "/v1/models/other", "", key).status, 404);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/v1/models/other", "", key).status, 404);
 
   // sgl-router's liveness: a plain OK, no key (a probe).
-  ClientResponse live = Request(plain->port, "GET", "/liveness");
+  ClientResponse live = RouterRequest(plain->port, "GET", "/liveness");
   EXPECT_EQ(live.status, 200);
   EXPECT_EQ(live.body, "OK");
 
-  ClientResponse version = Request(plain->port, "GET", "/version", "", key);
+  ClientResponse version = RouterRequest(plain->port, "GET", "/version", "", key);
   ASSERT_EQ(version.status, 200);
   EXPECT_EQ(version.body, std::string(R"({"version":")") + kTandemVersion + "\"}");
 
   // /server_info is the newer SGLang's name for /get_server_info.
-  ClientResponse server_info = Request(plain->port, "GET", "/server_info", "", key);
+  ClientResponse server_info = RouterRequest(plain->port, "GET", "/server_info", "", key);
   ASSERT_EQ(server_info.status, 200) << server_info.body;
   EXPECT_TRUE(json::parse(server_info.body)["internal_states"].is_array());
 
   // get_load: SGLang's per-rank objects (here one per worker) with the worker's KV in use.
-  ClientResponse load = Request(plain->port, "GET", "/get_load", "", key);
+  ClientResponse load = RouterRequest(plain->port, "GET", "/get_load", "", key);
   ASSERT_EQ(load.status, 200) << load.body;
   json jl = json::parse(load.body);
   ASSERT_TRUE(jl.is_array()) << load.body;
@@ -152,10 +124,10 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
 
   // PD mode: one entry per worker of the pair.
   auto pd = Pd();
-  load = Request(pd->port, "GET", "/get_load");
+  load = RouterRequest(pd->port, "GET", "/get_load");
   ASSERT_EQ(load.status, 200) << load.body;
   EXPECT_EQ(json::parse(load.body).size(), 2u) << load.body;
-  info = Request(pd->port, "GET", "/get_model_info");
+  info = RouterRequest(pd->port, "GET", "/get_model_info");
   EXPECT_EQ(info.status, 200) << info.body;
 }
 
@@ -163,19 +135,19 @@ TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
   auto pd = Pd();
   const json body = {{"text", "Tell me a fortune."},
                      {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 4}}}};
-  ClientResponse posted = Request(pd->port, "POST", "/generate", body.dump());
-  ClientResponse put = Request(pd->port, "PUT", "/generate", body.dump());
+  ClientResponse posted = RouterRequest(pd->port, "POST", "/generate", body.dump());
+  ClientResponse put = RouterRequest(pd->port, "PUT", "/generate", body.dump());
   ASSERT_EQ(posted.status, 200) << posted.body;
   ASSERT_EQ(put.status, 200) << put.body;
   EXPECT_EQ(json::parse(put.body)["output_ids"], json::parse(posted.body)["output_ids"]);
 
   // GET /flush_cache is POST's twin, with the admin key.
-  EXPECT_EQ(Request(pd->port, "GET", "/flush_cache").status, 401);
+  EXPECT_EQ(RouterRequest(pd->port, "GET", "/flush_cache").status, 401);
   // The prefill worker lets go of a finished request's blocks a moment after the answer, and a
   // worker with a request refuses the flush (503): ask again, bounded.
   ClientResponse flushed;
   for (int i = 0; i < 200; ++i) {
-    flushed = Request(pd->port, "GET", "/flush_cache", "", Auth(kTestAdminKey));
+    flushed = RouterRequest(pd->port, "GET", "/flush_cache", "", Auth(kTestAdminKey));
     if (flushed.status != 503) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -185,8 +157,8 @@ TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
   // "default" (SGLang's protocol default) and any other name are served and echoed.
   for (const char* model : {"default", "gpt-3.5-turbo"}) {
     ClientResponse c =
-        Request(pd->port, "POST", "/v1/completions",
-                json({{"model", model}, {"prompt", "Hi"}, {"max_tokens", 2}}).dump());
+        RouterRequest(pd->port, "POST", "/v1/completions",
+                      json({{"model", model}, {"prompt", "Hi"}, {"max_tokens", 2}}).dump());
     ASSERT_EQ(c.status, 200) << model << ": " << c.body;
     EXPECT_EQ(json::parse(c.body)["model"], model);
   }
@@ -202,7 +174,7 @@ TEST_F(RouterEndpointsTest, StreamIntervalSendsChunksOfThatManyTokens) {
         {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 10}, {"ignore_eos", true}}},
         {"stream", true}};
     if (interval > 0) body["sampling_params"]["stream_interval"] = interval;
-    ClientResponse r = Request(pd->port, "POST", "/generate", body.dump());
+    ClientResponse r = RouterRequest(pd->port, "POST", "/generate", body.dump());
     EXPECT_EQ(r.status, 200) << r.body;
     bool done = false;
     std::vector<json> events = SseEvents(r.body, &done);
@@ -223,8 +195,8 @@ TEST_F(RouterEndpointsTest, StreamIntervalSendsChunksOfThatManyTokens) {
         << chunked[k].dump();
   }
   EXPECT_LE(chunked.size(), 4u);
-  EXPECT_EQ(Request(pd->port, "POST", "/generate",
-                    R"({"text":"hi","sampling_params":{"stream_interval":0}})")
+  EXPECT_EQ(RouterRequest(pd->port, "POST", "/generate",
+                          R"({"text":"hi","sampling_params":{"stream_interval":0}})")
                 .status,
             400);
 }
@@ -235,9 +207,10 @@ TEST_F(RouterEndpointsTest, TokenizeAndDetokenizeRoundTripBehindTheClientKey) {
   auto plain = Plain({"--api-key", kApiKey});
   const std::string key = Auth(kApiKey);
   const std::string text = "Tell me a fortune about the sea.";
-  EXPECT_EQ(Request(plain->port, "POST", "/tokenize", json({{"prompt", text}}).dump()).status, 401);
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/tokenize", json({{"prompt", text}}).dump()).status,
+            401);
   ClientResponse tokenized =
-      Request(plain->port, "POST", "/v1/tokenize", json({{"prompt", text}}).dump(), key);
+      RouterRequest(plain->port, "POST", "/v1/tokenize", json({{"prompt", text}}).dump(), key);
   ASSERT_EQ(tokenized.status, 200) << tokenized.body;
   const json t = json::parse(tokenized.body);
   ASSERT_TRUE(t["tokens"].is_array()) << tokenized.body;
@@ -247,23 +220,24 @@ TEST_F(RouterEndpointsTest, TokenizeAndDetokenizeRoundTripBehindTheClientKey) {
   // The ids are the prompt a text request is generated from: the same greedy answer.
   const json sampling = {{"temperature", 0}, {"max_new_tokens", 6}};
   ClientResponse by_text =
-      Request(plain->port, "POST", "/generate",
-              json({{"text", text}, {"sampling_params", sampling}}).dump(), key);
+      RouterRequest(plain->port, "POST", "/generate",
+                    json({{"text", text}, {"sampling_params", sampling}}).dump(), key);
   ClientResponse by_ids =
-      Request(plain->port, "POST", "/generate",
-              json({{"input_ids", t["tokens"]}, {"sampling_params", sampling}}).dump(), key);
+      RouterRequest(plain->port, "POST", "/generate",
+                    json({{"input_ids", t["tokens"]}, {"sampling_params", sampling}}).dump(), key);
   ASSERT_EQ(by_text.status, 200) << by_text.body;
   ASSERT_EQ(by_ids.status, 200) << by_ids.body;
   EXPECT_EQ(json::parse(by_ids.body)["output_ids"], json::parse(by_text.body)["output_ids"]);
   EXPECT_EQ(json::parse(by_ids.body)["meta_info"]["prompt_tokens"], t["count"]);
 
-  ClientResponse detokenized = Request(plain->port, "POST", "/detokenize",
-                                       json({{"tokens", {t["tokens"], t["tokens"]}}}).dump(), key);
+  ClientResponse detokenized =
+      RouterRequest(plain->port, "POST", "/detokenize",
+                    json({{"tokens", {t["tokens"], t["tokens"]}}}).dump(), key);
   ASSERT_EQ(detokenized.status, 200) << detokenized.body;
   EXPECT_EQ(json::parse(detokenized.body)["text"], json::array({text, text}));
 
   ClientResponse bad =
-      Request(plain->port, "POST", "/v1/detokenize", R"({"tokens":[1,99999999]})", key);
+      RouterRequest(plain->port, "POST", "/v1/detokenize", R"({"tokens":[1,99999999]})", key);
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("tokens[1] must be an integer in [0, "), std::string::npos) << bad.body;
 }
@@ -283,23 +257,24 @@ TEST_F(RouterEndpointsTest, AbortRequestBadBodiesAndKeys) {
            {R"({"rid":5})", "rid must be a string"},
            {R"({"rid":"a","abort_all":"yes"})", "abort_all must be a boolean"},
        }) {
-    ClientResponse r = Request(plain->port, "POST", "/abort_request", c.body, key);
+    ClientResponse r = RouterRequest(plain->port, "POST", "/abort_request", c.body, key);
     EXPECT_EQ(r.status, 400) << c.body << ": " << r.body;
     EXPECT_NE(r.body.find(c.message), std::string::npos) << c.body << ": " << r.body;
   }
   // A rid that is not running: 200 and an empty body, as SGLang answers.
   ClientResponse unknown =
-      Request(plain->port, "POST", "/abort_request", R"({"rid":"no-such-rid"})", key);
+      RouterRequest(plain->port, "POST", "/abort_request", R"({"rid":"no-such-rid"})", key);
   EXPECT_EQ(unknown.status, 200);
   EXPECT_EQ(unknown.body, "");
-  EXPECT_EQ(Request(plain->port, "POST", "/abort_request", R"({"rid":"x"})").status, 401);
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/abort_request", R"({"rid":"x"})").status, 401);
   // abort_all takes the admin key: the client's is not enough.
-  EXPECT_EQ(Request(plain->port, "POST", "/abort_request", R"({"abort_all":true})", key).status,
-            401);
   EXPECT_EQ(
-      Request(plain->port, "POST", "/abort_request", R"({"abort_all":true})", Auth(kTestAdminKey))
-          .status,
-      200);
+      RouterRequest(plain->port, "POST", "/abort_request", R"({"abort_all":true})", key).status,
+      401);
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/abort_request", R"({"abort_all":true})",
+                          Auth(kTestAdminKey))
+                .status,
+            200);
 }
 
 // Streams `rid` and aborts it after its first event; the stream's SSE body. nullopt when the
@@ -319,7 +294,7 @@ std::optional<std::string> StreamAndAbort(int port, const std::string& target, c
   if (!chunk) return std::string();
   sse += *chunk;
   ClientResponse aborted =
-      Request(port, "POST", "/abort_request", json({{"rid", rid}}).dump(), headers);
+      RouterRequest(port, "POST", "/abort_request", json({{"rid", rid}}).dump(), headers);
   EXPECT_EQ(aborted.status, 200) << aborted.body;
   // The rest of the stream, to its last (empty) chunk; bounded by the socket timeout.
   while ((chunk = c.ReadChunk()) && !chunk->empty()) sse += *chunk;
@@ -349,7 +324,7 @@ TEST_F(RouterEndpointsTest, AbortRequestEndsAStreamInPdModeAndFreesBothWorkersBl
   EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, decode_->http_port, &why)) << why;
   EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, prefill_->http_port, &why)) << why;
   // The rid is free again and the pair still serves.
-  ClientResponse again = Request(
+  ClientResponse again = RouterRequest(
       pd->port, "POST", "/generate",
       json({{"text", "Hi"}, {"rid", "abort-pd-0"}, {"sampling_params", {{"max_new_tokens", 2}}}})
           .dump());
@@ -419,11 +394,11 @@ TEST_F(RouterEndpointsTest, AbortRequestEndsChatStreamsAndNonStreamedRequests) {
     ClientResponse r;
     std::atomic<bool> answered{false};
     std::thread client([&] {
-      r = Request(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
+      r = RouterRequest(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
       answered = true;
     });
     for (int i = 0; i < 400 && !answered; ++i) {
-      Request(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
+      RouterRequest(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     client.join();
@@ -452,15 +427,15 @@ TEST_F(RouterEndpointsTest, AbortRequestReachesARequestWaitingForASlot) {
     ClientResponse first, queued;
     std::atomic<bool> answered{false};
     std::thread holder([&] {
-      first = Request(plain->port, "POST", "/generate",
-                      LongGenerate("slot-holder-" + std::to_string(attempt), false).dump());
+      first = RouterRequest(plain->port, "POST", "/generate",
+                            LongGenerate("slot-holder-" + std::to_string(attempt), false).dump());
     });
     std::thread client([&] {
-      queued = Request(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
+      queued = RouterRequest(plain->port, "POST", "/generate", LongGenerate(rid, false).dump());
       answered = true;
     });
     for (int i = 0; i < 400 && !answered; ++i) {
-      Request(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
+      RouterRequest(plain->port, "POST", "/abort_request", json({{"rid", rid}}).dump());
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     client.join();

@@ -34,24 +34,6 @@ ClientResponse Post(int port, const std::string& target, const json& body) {
   return r.value_or(ClientResponse{});
 }
 
-// The JSON objects of an SSE body's "data: {...}" lines; `done` set when [DONE] ended it.
-std::vector<json> SseEvents(const std::string& body, bool* done) {
-  std::vector<json> events;
-  *done = false;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    const size_t end = body.find("\n\n", at);
-    const std::string data = body.substr(at + 6, end - at - 6);
-    at = end;
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    events.push_back(json::parse(data));
-  }
-  return events;
-}
-
 class RouterScoringTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
