@@ -15,6 +15,7 @@
 namespace tandem::router {
 namespace {
 
+constexpr char kDefaultPdDecodePolicy[] = "power_of_two";
 const std::vector<std::string> kPolicies = {"random", "round_robin", "cache_aware", "power_of_two"};
 
 bool LooksLikeUrl(const std::string& s) {
@@ -73,11 +74,18 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--worker-urls", &o->worker_urls, "Colocated workers (plain mode)");
 
   auto policies = CLI::IsMember(kPolicies);
-  flags.Add("--policy", &o->policy, "Load-balancing policy (prefill and decode unless overridden)")
+  flags
+      .Add("--policy", &o->policy,
+           "Load-balancing policy (plain workers; in PD mode prefill and decode unless overridden, "
+           "but cache_aware applies to prefill only)")
       ->check(policies);
   flags.Add("--prefill-policy", &o->prefill_policy, "Policy for prefill workers in PD mode")
       ->check(policies);
-  flags.Add("--decode-policy", &o->decode_policy, "Policy for decode workers in PD mode")
+  flags
+      .Add("--decode-policy", &o->decode_policy,
+           "Policy for decode workers in PD mode (default: --policy, except power_of_two when "
+           "--policy is cache_aware: decode workers keep no prefix cache, so they are placed by "
+           "in-flight requests and KV use)")
       ->check(policies);
   flags
       .Add("--cache-threshold", &o->cache_threshold,
@@ -99,7 +107,7 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       ->check(CLI::PositiveNumber);
   flags
       .Add("--worker-load-check-interval", &o->worker_load_check_interval,
-           "Seconds between load polls (power_of_two)")
+           "Seconds between load polls (power_of_two's KV-pressure term)")
       ->check(CLI::PositiveNumber);
 
   flags
@@ -248,7 +256,12 @@ absl::Status ValidateRouterOptions(RouterOptions* o) {
     return absl::InvalidArgumentError("--prefill and --decode need --pd-disaggregation");
   }
   if (o->prefill_policy.empty()) o->prefill_policy = o->policy;
-  if (o->decode_policy.empty()) o->decode_policy = o->policy;
+  if (o->decode_policy.empty()) {
+    // A disaggregated decode worker keeps no prefix cache, so cache affinity means nothing for
+    // it; cache_aware's decode side would only pile a shared prefix onto one worker.
+    o->decode_policy =
+        o->pd_disaggregation && o->policy == "cache_aware" ? kDefaultPdDecodePolicy : o->policy;
+  }
   if (o->max_concurrent_requests == 0 || o->max_concurrent_requests < -1) {
     return absl::InvalidArgumentError("--max-concurrent-requests must be -1 or positive");
   }

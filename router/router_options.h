@@ -42,7 +42,9 @@ struct RouterOptions {
   // Policies.
   std::string policy = "cache_aware";
   std::string prefill_policy;  // "" = --policy
-  std::string decode_policy;   // "" = --policy
+  // "" = --policy, except in PD mode with --policy cache_aware: power_of_two (a disaggregated
+  // decode worker has no prefix cache to be affine to; ValidateRouterOptions fills it in).
+  std::string decode_policy;
   double cache_threshold = 0.3;
   int balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;

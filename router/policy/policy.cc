@@ -1,5 +1,6 @@
 #include "router/policy/policy.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -31,9 +32,14 @@ CounterFamily* PolicyDecisions(MetricsRegistry* metrics) {
                               "Workers chosen, by policy and worker", {"policy", "worker"});
 }
 
-int64_t PolledLoad(const Worker& worker) {
-  proto::LoadReport load = worker.load();
-  return worker.inflight() + load.running_requests() + load.queued_requests();
+double LoadScore(int64_t inflight, const proto::LoadReport& load, double kv_pressure_weight) {
+  double score = static_cast<double>(inflight);
+  const int64_t total = load.total_kv_blocks();
+  if (total > 0) {
+    const int64_t used = std::clamp<int64_t>(total - load.free_kv_blocks(), 0, total);
+    score += kv_pressure_weight * static_cast<double>(used) / static_cast<double>(total);
+  }
+  return score;
 }
 
 WorkerPtr RoundRobinPolicy::Select(const std::vector<WorkerPtr>& candidates,
@@ -60,24 +66,38 @@ WorkerPtr RandomPolicy::Select(const std::vector<WorkerPtr>& candidates,
   return candidates[i];
 }
 
-PowerOfTwoPolicy::PowerOfTwoPolicy(uint64_t seed, MetricsRegistry* metrics)
-    : decisions_(PolicyDecisions(metrics)), rng_(SeedOrClock(seed)) {}
+PowerOfTwoPolicy::PowerOfTwoPolicy(uint64_t seed, double kv_pressure_weight,
+                                   MetricsRegistry* metrics)
+    : kv_pressure_weight_(kv_pressure_weight),
+      decisions_(PolicyDecisions(metrics)),
+      rng_(SeedOrClock(seed)) {}
+
+size_t PowerOfTwoPolicy::Choose(const std::vector<WorkerState>& states) {
+  if (states.size() < 2) return 0;
+  size_t a, b;
+  {
+    absl::MutexLock lock(&mu_);
+    a = std::uniform_int_distribution<size_t>(0, states.size() - 1)(rng_);
+    b = std::uniform_int_distribution<size_t>(0, states.size() - 2)(rng_);
+  }
+  if (b >= a) ++b;  // two distinct entries (with two: both, in random order)
+  auto score = [&](size_t i) {
+    return LoadScore(states[i].inflight, states[i].load, kv_pressure_weight_);
+  };
+  return score(b) < score(a) ? b : a;  // a tie goes to the first draw: random
+}
 
 WorkerPtr PowerOfTwoPolicy::Select(const std::vector<WorkerPtr>& candidates,
                                    const PolicyRequest& /*r*/) {
   if (candidates.empty()) return nullptr;
-  WorkerPtr chosen = candidates[0];
+  std::vector<WorkerState> states(candidates.size());
   if (candidates.size() > 1) {
-    size_t a, b;
-    {
-      absl::MutexLock lock(&mu_);
-      a = std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_);
-      b = std::uniform_int_distribution<size_t>(0, candidates.size() - 2)(rng_);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      states[i].inflight = candidates[i]->inflight();
+      states[i].load = candidates[i]->load();
     }
-    if (b >= a) ++b;  // two distinct candidates
-    chosen =
-        PolledLoad(*candidates[b]) < PolledLoad(*candidates[a]) ? candidates[b] : candidates[a];
   }
+  WorkerPtr chosen = candidates[Choose(states)];
   Count(decisions_, name(), chosen);
   return chosen;
 }
@@ -93,7 +113,13 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(const std::string& name,
                                                    MetricsRegistry* metrics) {
   if (name == "round_robin") return std::make_unique<RoundRobinPolicy>(metrics);
   if (name == "random") return std::make_unique<RandomPolicy>(options.seed, metrics);
-  if (name == "power_of_two") return std::make_unique<PowerOfTwoPolicy>(options.seed, metrics);
+  if (name == "power_of_two") {
+    if (options.kv_pressure_weight < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("power_of_two: kv_pressure_weight ",
+                                                     options.kv_pressure_weight, " is negative"));
+    }
+    return std::make_unique<PowerOfTwoPolicy>(options.seed, options.kv_pressure_weight, metrics);
+  }
   if (name == "cache_aware") {
     if (options.cache_threshold < 0 || options.cache_threshold > 1) {
       return absl::InvalidArgumentError(absl::StrCat("cache_aware: cache_threshold ",

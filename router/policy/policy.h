@@ -8,7 +8,11 @@
 // Policies:
 //   round_robin   candidates in turn.
 //   random        uniformly at random (seeded by PolicyOptions::seed).
-//   power_of_two  two random candidates; the one with less inflight + polled running + queued.
+//   power_of_two  two distinct random candidates (with two workers: both); the one with the lower
+//                 LoadScore (simple_policies.h): the router's in-flight legs on it plus a
+//                 KV-pressure term from its last load report. Ties go to a random one of the two.
+//                 The default for decode workers in PD mode under --policy cache_aware
+//                 (router_options.h).
 //   cache_aware   SGLang's cache-aware routing over token ids (policy/cache_aware.h).
 //
 // Metrics: tandem_router_policy_decisions_total{policy,worker}; cache_aware also
@@ -55,6 +59,10 @@ struct PolicyOptions {
   int64_t max_tree_size = int64_t{1} << 26;  // cache_aware: tokens stored per worker
   int eviction_interval_secs = 120;          // 0: evict only on Select when over size
   uint64_t seed = 0;                         // random / power_of_two; 0: seeded from the clock
+  // power_of_two: how many in-flight legs a worker with every KV block in use counts as, on top
+  // of its real ones (scaled by the used share of its blocks). 8 lets a nearly full worker get
+  // about 8 fewer of a burst than an empty one, without starving it while it has room.
+  double kv_pressure_weight = 8.0;
 };
 
 // The policy names MakePolicy accepts.

@@ -21,8 +21,15 @@ namespace tandem::router {
 // tandem_router_policy_decisions_total{policy,worker}; null when `metrics` is null.
 CounterFamily* PolicyDecisions(MetricsRegistry* metrics);
 
-// A worker's load as power_of_two sees it: inflight + polled running + queued.
-int64_t PolledLoad(const Worker& worker);
+// A worker's load as power_of_two scores it (lower is lighter):
+//   inflight + kv_pressure_weight * (total - free) / total
+// `inflight` is the router's own count of legs on the worker: exact, and raised by BeginRequest as
+// each request is placed, so a burst sees every earlier choice of the same burst. The KV term
+// comes from the last polled report (0 before the first one, or when it names no blocks): a
+// worker whose blocks are nearly all in use counts as up to kv_pressure_weight more legs. The
+// polled running / queued counts are left out: they count the router's own legs a second time,
+// up to --worker-load-check-interval late.
+double LoadScore(int64_t inflight, const proto::LoadReport& load, double kv_pressure_weight);
 
 class RoundRobinPolicy : public Policy {
  public:
@@ -49,11 +56,16 @@ class RandomPolicy : public Policy {
 
 class PowerOfTwoPolicy : public Policy {
  public:
-  PowerOfTwoPolicy(uint64_t seed, MetricsRegistry* metrics);
+  PowerOfTwoPolicy(uint64_t seed, double kv_pressure_weight, MetricsRegistry* metrics);
   WorkerPtr Select(const std::vector<WorkerPtr>& candidates, const PolicyRequest& r) override;
   std::string name() const override { return "power_of_two"; }
+  // The choice itself, over snapshots (only `inflight` and `load` are read): the index of the
+  // lower-scoring of two distinct random entries (both when there are two; a tie goes to a random
+  // one of them). `states` must be non-empty. Select runs it on its candidates; tests feed it.
+  size_t Choose(const std::vector<WorkerState>& states);
 
  private:
+  const double kv_pressure_weight_;
   CounterFamily* decisions_;
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

@@ -740,6 +740,71 @@ TEST_F(RouterClusterTest, DisconnectMidStreamWithNFourFreesEverything) {
   }
 }
 
+// The issue this guards: with --policy cache_aware, concurrent streams sharing one prompt all
+// went to one decode worker (cache affinity, within the balance thresholds) while another sat
+// idle. Decode workers keep no prefix cache, so their legs are now placed by load
+// (power_of_two): 16 concurrent streams land on both of two decode workers.
+TEST_F(RouterClusterTest, CacheAwarePdSpreadsConcurrentStreamsOverTwoDecodeWorkers) {
+  std::unique_ptr<Worker> decode2 = StartWorker("decode");
+  ASSERT_NE(decode2, nullptr);
+  auto router = StartClusterRouter({"--pd-disaggregation", "--policy", "cache_aware", "--prefill",
+                                    prefill_->url(), std::to_string(prefill_->bootstrap_port),
+                                    "--decode", decode_->url(), "--decode", decode2->url()});
+  // Both decode workers healthy in the router's eyes before the burst (bounded).
+  auto healthy = [&](const Worker& w) {
+    const std::string m = HttpGet(router->port, "/metrics").body;
+    return MetricValue(m, "tandem_router_worker_healthy{worker=\"" + w.url() + "\"").value_or(0) ==
+           1;
+  };
+  const auto ready_by = std::chrono::steady_clock::now() + seconds(30);
+  while (!(healthy(*decode_) && healthy(*decode2)) && std::chrono::steady_clock::now() < ready_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(healthy(*decode_) && healthy(*decode2));
+
+  const Worker* decodes[2] = {decode_, decode2.get()};
+  const double before[2] = {LegsEnded(*decodes[0]), LegsEnded(*decodes[1])};
+  constexpr int kStreams = 16;
+  std::vector<int> status(kStreams, 0);
+  std::vector<bool> done(kStreams, false);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      ClientResponse r = Request(router->port, "POST", "/generate", GenerateBody(16, true).dump());
+      status[static_cast<size_t>(i)] = r.status;
+      bool finished = false;
+      SseEvents(r.body, &finished);
+      done[static_cast<size_t>(i)] = finished;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_EQ(status[static_cast<size_t>(i)], 200) << i;
+    EXPECT_TRUE(done[static_cast<size_t>(i)]) << i;
+  }
+  double legs[2] = {0, 0};
+  const auto counted_by = std::chrono::steady_clock::now() + seconds(30);
+  for (;;) {
+    for (int k = 0; k < 2; ++k) legs[k] = LegsEnded(*decodes[k]) - before[k];
+    if (legs[0] + legs[1] >= kStreams || std::chrono::steady_clock::now() > counted_by) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(legs[0] + legs[1], kStreams);
+  EXPECT_GT(legs[0], 0) << "decode legs: " << legs[0] << " / " << legs[1];
+  EXPECT_GT(legs[1], 0) << "decode legs: " << legs[0] << " / " << legs[1];
+  const std::string m = HttpGet(router->port, "/metrics").body;
+  for (const Worker* w : decodes) {
+    EXPECT_GT(
+        MetricValue(m, "tandem_router_policy_decisions_total{policy=\"power_of_two\",worker=\"" +
+                           w->url() + "\"")
+            .value_or(0),
+        0)
+        << w->url();
+  }
+  EXPECT_TRUE(AllBlocksFree(*decode2));
+  EXPECT_TRUE(AllBlocksFree(*decode_));
+}
+
 // Last: kills a worker.
 TEST_F(RouterClusterTest, ZKilledWorkerIsRoutedAround) {
   auto plain = StartClusterRouter({"--worker-urls", colocated_->url(), colocated2_->url()});

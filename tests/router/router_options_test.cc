@@ -43,7 +43,37 @@ TEST(RouterOptionsTest, SglangPdCommandLineTranslatesAsIs) {
   EXPECT_EQ(p.options.decode_urls.size(), 2u);
   EXPECT_EQ(p.options.port, 6688);
   EXPECT_EQ(p.options.prefill_policy, "cache_aware");
-  EXPECT_EQ(p.options.decode_policy, "cache_aware");
+  // Decode workers keep no prefix cache: cache affinity is for prefill only.
+  EXPECT_EQ(p.options.decode_policy, "power_of_two");
+}
+
+TEST(RouterOptionsTest, PdDecodePolicyDefaultsToLoadUnderCacheAwareAndHonoursAnExplicitOne) {
+  const std::vector<std::string> pd = {
+      "--pd-disaggregation", "--prefill", "http://10.0.0.1:8000", "8998", "--decode",
+      "http://10.0.0.3:8001"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = pd;
+    args.insert(args.end(), extra.begin(), extra.end());
+    Parsed p = Parse(args);
+    EXPECT_FALSE(p.exit_code.has_value()) << p.error;
+    EXPECT_TRUE(ValidateRouterOptions(&p.options).ok());
+    return p.options;
+  };
+  RouterOptions o = with({});  // --policy defaults to cache_aware
+  EXPECT_EQ(o.prefill_policy, "cache_aware");
+  EXPECT_EQ(o.decode_policy, "power_of_two");
+  o = with({"--policy", "cache_aware", "--decode-policy", "cache_aware"});
+  EXPECT_EQ(o.decode_policy, "cache_aware");
+  o = with({"--policy", "cache_aware", "--decode-policy", "round_robin"});
+  EXPECT_EQ(o.decode_policy, "round_robin");
+  o = with({"--policy", "random"});
+  EXPECT_EQ(o.prefill_policy, "random");
+  EXPECT_EQ(o.decode_policy, "random");
+  // Plain mode: colocated workers have a real prefix cache; --policy is used as given.
+  Parsed plain = Parse({"--worker-urls", "http://127.0.0.1:8001", "--policy", "cache_aware"});
+  ASSERT_TRUE(ValidateRouterOptions(&plain.options).ok());
+  EXPECT_EQ(plain.options.policy, "cache_aware");
+  EXPECT_EQ(plain.options.decode_policy, "cache_aware");
 }
 
 TEST(RouterOptionsTest, PrefillListFromYamlMatchesTheCommandLine) {

@@ -1,13 +1,18 @@
-// The policies: round robin order, seeded random spread, power_of_two preferring the lighter,
+// The policies: round robin order, seeded random spread, power_of_two preferring the lighter
+// (in-flight legs and KV pressure; a burst spreads), cache_aware affinity / balance (a burst with
+// one prefix spreads once over the thresholds) / eviction / removal, thread-safety, and
+// MakePolicy errors.
 // cache_aware affinity / balance / eviction / removal, thread-safety, and MakePolicy errors.
 #include "router/policy/policy.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <thread>
 
 #include "router/policy/cache_aware.h"
+#include "router/policy/simple_policies.h"
 
 namespace tandem::router {
 namespace {
@@ -103,6 +108,95 @@ TEST_F(PolicyTest, PowerOfTwoPrefersTheLighter) {
   EXPECT_EQ(p->Select({workers[0]}, {}), workers[0]);
 }
 
+proto::LoadReport KvReport(int64_t free, int64_t total) {
+  proto::LoadReport load;
+  load.set_free_kv_blocks(free);
+  load.set_total_kv_blocks(total);
+  return load;
+}
+
+TEST(LoadScoreTest, InflightPlusTheUsedShareOfKvTimesTheWeight) {
+  EXPECT_DOUBLE_EQ(LoadScore(3, proto::LoadReport(), 8), 3);  // no report yet: in-flight only
+  EXPECT_DOUBLE_EQ(LoadScore(3, KvReport(100, 100), 8), 3);   // all free
+  EXPECT_DOUBLE_EQ(LoadScore(3, KvReport(25, 100), 8), 9);    // 3/4 used: +6
+  EXPECT_DOUBLE_EQ(LoadScore(0, KvReport(0, 100), 8), 8);     // full
+  EXPECT_DOUBLE_EQ(LoadScore(0, KvReport(150, 100), 8), 0);   // a bad report is clamped
+  EXPECT_DOUBLE_EQ(LoadScore(2, KvReport(0, 100), 0), 2);     // weight 0: in-flight only
+}
+
+// A burst: every choice is counted at once (the dispatcher's BeginRequest), the polled reports
+// stay as they were. Returns how many of `n` choices each state got.
+std::vector<int> Burst(PowerOfTwoPolicy& p, std::vector<WorkerState> states, int n) {
+  std::vector<int> got(states.size(), 0);
+  for (int i = 0; i < n; ++i) {
+    size_t c = p.Choose(states);
+    ++states[c].inflight;
+    ++got[c];
+  }
+  return got;
+}
+
+TEST(PowerOfTwoChooseTest, ABurstOf48SplitsEvenlyOverTwoEqualWorkers) {
+  PowerOfTwoPolicy p(/*seed=*/7, /*kv_pressure_weight=*/8, nullptr);
+  std::vector<WorkerState> states(2);
+  for (WorkerState& s : states) s.load = KvReport(90, 100);
+  std::vector<int> got = Burst(p, states, 48);
+  EXPECT_EQ(got[0], 24);
+  EXPECT_EQ(got[1], 24);
+  // Unequal in-flight counts at the start: the burst first evens them out.
+  states[0].inflight = 10;
+  got = Burst(p, states, 48);
+  EXPECT_EQ(got[0], 19);
+  EXPECT_EQ(got[1], 29);
+}
+
+TEST(PowerOfTwoChooseTest, AWorkerWithLittleFreeKvGetsFewer) {
+  PowerOfTwoPolicy p(/*seed=*/7, /*kv_pressure_weight=*/8, nullptr);
+  std::vector<WorkerState> states(2);
+  states[0].load = KvReport(10, 100);  // 90% used: counts as 7.2 more legs
+  states[1].load = KvReport(100, 100);
+  std::vector<int> got = Burst(p, states, 48);
+  EXPECT_EQ(got[0] + got[1], 48);
+  EXPECT_GE(got[0], 19);  // 48 = 2k + 7.2 +- 1
+  EXPECT_LE(got[0], 21);
+  // A full worker is still chosen once the other's real legs outweigh its pressure.
+  states[0].load = KvReport(0, 100);
+  got = Burst(p, states, 4);
+  EXPECT_EQ(got[0], 0);
+  got = Burst(p, states, 48);
+  EXPECT_GT(got[0], 0);
+}
+
+TEST(PowerOfTwoChooseTest, ManyWorkersStayWithinAFewLegsOfEachOther) {
+  PowerOfTwoPolicy p(/*seed=*/11, /*kv_pressure_weight=*/8, nullptr);
+  std::vector<int> got = Burst(p, std::vector<WorkerState>(8), 800);
+  auto [lo, hi] = std::minmax_element(got.begin(), got.end());
+  EXPECT_LE(*hi - *lo, 10) << "power of two choices keeps the spread small";
+  EXPECT_EQ(p.Choose(std::vector<WorkerState>(1)), 0u);
+}
+
+TEST_F(PolicyTest, PowerOfTwoSpreadsABurstAndPicksOnlyAmongCandidates) {
+  auto workers = Workers(3);
+  // Unprobed workers are not healthy, so the registry offers none of them to a policy.
+  EXPECT_TRUE(registry_.Available(WorkerType::kRegular).empty());
+  auto p = Make("power_of_two");
+  EXPECT_EQ(p->Select({}, {}), nullptr);
+  // The third worker stands for one that is unhealthy: idle, but never a candidate.
+  std::vector<WorkerPtr> candidates = {workers[0], workers[1]};
+  std::map<WorkerPtr, int> got;
+  for (int i = 0; i < 48; ++i) {
+    WorkerPtr w = p->Select(candidates, {});
+    w->BeginRequest();
+    ++got[w];
+  }
+  EXPECT_EQ(got[workers[0]], 24);
+  EXPECT_EQ(got[workers[1]], 24);
+  EXPECT_EQ(got.count(workers[2]), 0u);
+  for (const WorkerPtr& w : candidates) {
+    while (w->inflight() > 0) w->EndRequest(true);
+  }
+}
+
 TEST_F(PolicyTest, CacheAwareSendsARepeatedPrefixToTheSameWorker) {
   auto workers = Workers(3);
   auto p = Make("cache_aware");
@@ -141,6 +235,29 @@ TEST_F(PolicyTest, CacheAwareImbalanceOverridesAffinity) {
   EXPECT_EQ(p->Select(workers, {&a, nullptr}), home);
   home->BeginRequest();  // diff 5 > 4 and 5 > 0 * 1.5: imbalanced
   EXPECT_EQ(p->Select(workers, {&a, nullptr}), other);
+}
+
+// The balance check reads the router's in-flight counts, which each choice raises at once: a
+// burst sharing one prefix stays on its worker only until the thresholds are crossed.
+TEST_F(PolicyTest, CacheAwareBurstWithOnePrefixSpillsOverOnceImbalanced) {
+  auto workers = Workers(2);
+  PolicyOptions o;
+  o.balance_abs_threshold = 8;
+  o.balance_rel_threshold = 1.5;
+  auto p = Make("cache_aware", o);
+  std::vector<int32_t> a = Ids(1, 32);
+  std::map<WorkerPtr, int> got;
+  for (int i = 0; i < 48; ++i) {
+    WorkerPtr w = p->Select(workers, {&a, nullptr});
+    w->BeginRequest();
+    ++got[w];
+  }
+  EXPECT_EQ(got.size(), 2u);
+  for (const auto& [w, n] : got) {
+    EXPECT_GE(n, 24 - 5) << w->url();  // within the abs threshold of an even split
+    EXPECT_LE(n, 24 + 5) << w->url();
+    while (w->inflight() > 0) w->EndRequest(true);
+  }
 }
 
 TEST_F(PolicyTest, CacheAwareTreeIsBoundedAfterEviction) {
