@@ -770,7 +770,8 @@ TEST_F(RouterClusterTest, CacheAwarePdSpreadsConcurrentStreamsOverTwoDecodeWorke
   std::vector<std::thread> clients;
   for (int i = 0; i < kStreams; ++i) {
     clients.emplace_back([&, i] {
-      ClientResponse r = Request(router->port, "POST", "/generate", GenerateBody(16, true).dump());
+      ClientResponse r =
+          RouterRequest(router->port, "POST", "/generate", GenerateBody(16, true).dump());
       status[static_cast<size_t>(i)] = r.status;
       bool finished = false;
       SseEvents(r.body, &finished);
