@@ -173,7 +173,7 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       ->check(CLI::PositiveNumber);
   flags
       .Add("--cb-timeout-duration-secs", &o->cb_timeout_duration_secs,
-           "Seconds an open circuit waits before half-open")
+           "Seconds an open circuit waits before half-open when no health check passes")
       ->check(CLI::PositiveNumber);
   flags.Add("--cb-window-duration-secs", &o->cb_window_duration_secs, "Failure-counting window")
       ->check(CLI::PositiveNumber);

@@ -48,6 +48,21 @@ CircuitState CircuitBreaker::state() {
   return state_;
 }
 
+bool CircuitBreaker::HealthCheckPassed() {
+  if (options_.disabled) return false;
+  MaybeHalfOpen();
+  if (state_ != CircuitState::kOpen) return false;
+  const MonoClock::time_point now = now_();
+  if (last_health_half_open_.has_value() &&
+      now - *last_health_half_open_ < options_.health_check_gap) {
+    return false;  // this worker's last trial failed less than a health-check interval ago
+  }
+  last_health_half_open_ = now;
+  state_ = CircuitState::kHalfOpen;
+  consecutive_successes_ = 0;
+  return true;
+}
+
 void CircuitBreaker::RecordSuccess() {
   if (options_.disabled) return;
   MaybeHalfOpen();

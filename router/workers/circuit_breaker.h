@@ -2,11 +2,16 @@
 //
 //   closed --(failure_threshold consecutive failures)--> open
 //   open --(timeout elapsed; seen by the next CanExecute/state)--> half_open
+//   open --(a passing health check: HealthCheckPassed)--> half_open at once
 //   half_open --(success_threshold consecutive successes)--> closed
 //   half_open --(any failure)--> open (the timeout starts again)
 //
 // In closed state a failure streak whose last failure is older than `window` starts over, so
 // rare failures spread over hours never open the circuit. A disabled breaker is always closed.
+// A passing health check is the probe that the timeout otherwise stands in for: a worker that
+// answers again gets its half_open trial at once, not a whole timeout later. It never closes the
+// circuit: only the trial's successes do, so a worker whose health check passes while its
+// requests fail goes open -> half_open -> open, at most once per `health_check_gap`.
 // Time comes from an injected clock (tests step it; production uses MonoNow).
 //
 // Thread-safety: thread-compatible; the owner (Worker) serializes calls under its mutex.
@@ -15,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "common/clock.h"
 
@@ -25,6 +31,9 @@ struct CircuitBreakerOptions {
   int success_threshold = 3;
   MonoClock::duration timeout = std::chrono::seconds(60);
   MonoClock::duration window = std::chrono::seconds(120);
+  // The least time between two health-check-made half_opens (the owner's health-check
+  // interval): it bounds the trials a worker that passes health checks but fails requests gets.
+  MonoClock::duration health_check_gap = MonoClock::duration::zero();
   bool disabled = false;
 };
 
@@ -43,6 +52,10 @@ class CircuitBreaker {
   bool CanExecute();
   void RecordSuccess();
   void RecordFailure();
+  // A health check of the worker passed. When open, moves to half_open at once (the timeout need
+  // not elapse), unless the last such move was less than health_check_gap ago. Returns whether it
+  // moved. Closed and half_open are left as they are: a health check is no request success.
+  bool HealthCheckPassed();
   // The state now (applies the open -> half_open transition first).
   CircuitState state();
 
@@ -61,6 +74,7 @@ class CircuitBreaker {
   int consecutive_successes_ = 0;
   MonoClock::time_point last_failure_{};
   MonoClock::time_point opened_at_{};
+  std::optional<MonoClock::time_point> last_health_half_open_;
   int64_t times_opened_ = 0;
 };
 

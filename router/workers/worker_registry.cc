@@ -29,6 +29,12 @@ CircuitBreakerOptions BreakerOptions(const RegistryOptions& o) {
   b.timeout = std::chrono::seconds(o.cb_timeout_duration_secs);
   b.window = std::chrono::seconds(o.cb_window_duration_secs);
   b.disabled = o.disable_circuit_breaker;
+  // One health-check-made half_open per regular round. Rounds are an interval apart, but each
+  // answer arrives after its own latency: a tenth of slack keeps a quicker answer from being
+  // refused and pushing the trial a whole round later.
+  const MonoClock::duration interval =
+      std::chrono::seconds(std::max(1, o.health_check_interval_secs));
+  b.health_check_gap = interval - interval / 10;
   return b;
 }
 
@@ -152,6 +158,13 @@ bool Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::s
     last_error_ = absl::StrCat("health check failed: ", error);
     if (probe_failures_ >= failure_threshold_) healthy_ = false;
   }
+  // A healthy worker whose circuit is open gets its half_open trial now: waiting out the open
+  // timeout would keep a restarted worker out of rotation long after it answers again.
+  if (healthy_ && ok && status == proto::HealthResponse::SERVING && breaker_.HealthCheckPassed()) {
+    spdlog::info(
+        "worker {} passed a health check with its circuit open: half_open, trying requests", url());
+  }
+  PublishCircuitLocked();
   gauges_.healthy->Set(healthy_ ? 1 : 0);
   if (was_healthy != healthy_) {
     if (healthy_) {

@@ -19,6 +19,11 @@
 // away when a worker turns healthy, so its KV blocks show from the start. last_error is the last
 // failure seen (a probe, the proof, a failed leg); the next probe that finds the worker healthy
 // clears it.
+// Circuit breaker: request results (EndRequest) feed it. A health check that passes and leaves
+// the worker healthy half-opens an open circuit at once (CircuitBreaker::HealthCheckPassed, at
+// most once per health-check interval), so a restarted worker takes requests again within a
+// probe rather than after --cb-timeout-duration-secs; its half_open trial then closes or reopens
+// the circuit. Without a passing health check the open timeout applies.
 //
 // Proof (with a cluster secret): a worker is unverified until it proved the secret
 // (WorkerClient::Prove); until then it gets no other call, no load poll and no request, is

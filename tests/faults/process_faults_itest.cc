@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,12 +42,14 @@ bool WaitUntil(Fn done, seconds timeout) {
 
 class ProcessFaultsTest : public ::testing::Test {
  protected:
-  // A PD router over `prefills` and `decodes`, with the suite's request timeout.
+  // A PD router over `prefills` and `decodes`, with the suite's request timeout and `extra` flags.
   std::unique_ptr<RouterProcess> PdRouter(const std::vector<WorkerProcess*>& prefills,
-                                          const std::vector<WorkerProcess*>& decodes) {
+                                          const std::vector<WorkerProcess*>& decodes,
+                                          const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {"--pd-disaggregation", "--request-timeout-secs",
                                      std::to_string(kRequestTimeoutSecs), "--cluster-secret-file",
                                      secret_.path()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     for (WorkerProcess* p : prefills) {
       argv.insert(argv.end(), {"--prefill", p->url(), std::to_string(p->bootstrap_port)});
     }
@@ -249,7 +252,7 @@ class WorkerRestartTest : public ProcessFaultsTest {
   void SetUp() override {
     prefill_ = StartWorker("prefill");
     decode_ = StartWorker("decode");
-    router_ = PdRouter({prefill_.get()}, {decode_.get()});
+    router_ = PdRouter({prefill_.get()}, {decode_.get()}, RouterFlags());
     ASSERT_FALSE(HasFailure()) << "the cluster did not start";
     for (int i = 0; i < 4; ++i) bodies_.push_back(GreedyBody(i, 8, false));
     expected_ = ReferenceOutputs(router_->port, bodies_);
@@ -268,6 +271,17 @@ class WorkerRestartTest : public ProcessFaultsTest {
   void ExpectPairRecovered(const std::string& name) {
     ExpectRecovered(router_->port, {{prefill_->url(), true}, {decode_->url(), true}},
                     {prefill_.get(), decode_.get()}, tally_, name);
+  }
+
+  virtual std::vector<std::string> RouterFlags() const { return {}; }
+  // The prefill worker's circuit as the router's /workers shows it ("" if not listed).
+  std::string PrefillCircuit() const {
+    json j = json::parse(RouterAdmin(router_->port, "GET", "/workers").body, nullptr, false);
+    if (j.is_discarded() || !j.contains("workers")) return "";
+    for (const json& w : j["workers"]) {
+      if (w.value("url", "") == prefill_->url()) return w.value("circuit", "");
+    }
+    return "";
   }
 
   std::unique_ptr<WorkerProcess> prefill_, decode_;
@@ -308,6 +322,47 @@ TEST_F(WorkerRestartTest, PrefillRestartedOnSamePortsServesAgain) {
   ExpectHealth(router_->port, {{prefill_->url(), true}, {decode_->url(), true}});
   SendAll("prefill restarted", true);
   ExpectPairRecovered("prefill_restarted_on_same_ports");
+}
+
+// A worker whose circuit opened when it died is back in rotation within about one health check of
+// its restart, not after --cb-timeout-duration-secs (an hour here): the passing health check
+// half-opens the circuit and the requests after it close it.
+class CircuitRestartTest : public WorkerRestartTest {
+ protected:
+  std::vector<std::string> RouterFlags() const override {
+    return {"--cb-failure-threshold",       "1",
+            "--cb-timeout-duration-secs",   "3600",
+            "--health-check-interval-secs", std::to_string(kIntervalSecs)};
+  }
+  static constexpr int kIntervalSecs = 2;
+};
+
+TEST_F(CircuitRestartTest, RestartedWorkerTakesRequestsWithinAHealthCheck) {
+  prefill_->Kill();
+  ++tally_.faults;
+  // The first leg on the dead worker fails and opens its circuit (threshold 1).
+  SendAll("prefill down", false);
+  ASSERT_EQ(PrefillCircuit(), "open") << "the failed legs did not open the circuit";
+  std::string why;
+  ASSERT_TRUE(prefill_->Launch(&why)) << why;
+  const auto restarted = std::chrono::steady_clock::now();
+  // Recovery probes a second apart (two to turn healthy), or the next round: a few seconds. The
+  // bound leaves slack for a loaded host and is far below the hour-long open timeout.
+  const bool back = WaitUntil(
+      [&] {
+        const std::string circuit = PrefillCircuit();
+        return circuit == "half_open" || circuit == "closed";
+      },
+      seconds(kIntervalSecs + 15));
+  ASSERT_TRUE(back) << "still " << PrefillCircuit() << " after the restart";
+  std::printf("[circuit-restart] half_open %lld ms after the restart\n",
+              static_cast<long long>(std::chrono::duration_cast<milliseconds>(
+                                         std::chrono::steady_clock::now() - restarted)
+                                         .count()));
+  ExpectHealth(router_->port, {{prefill_->url(), true}, {decode_->url(), true}});
+  SendAll("prefill restarted", true);
+  EXPECT_EQ(PrefillCircuit(), "closed");  // 4 successes >= --cb-success-threshold (3)
+  ExpectPairRecovered("circuit_closed_after_restart");
 }
 
 }  // namespace

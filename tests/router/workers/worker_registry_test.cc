@@ -297,7 +297,9 @@ TEST(WorkerRegistryTest, StartupErrorClearsAndLoadIsPolledWhenTheWorkerTurnsHeal
 TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
   FakeWorker fake;
   MetricsRegistry metrics;
-  WorkerRegistry registry(FastOptions(), &metrics);
+  RegistryOptions o = FastOptions();
+  o.health_check_interval_secs = 60;  // no passing health check half-opens it while we look
+  WorkerRegistry registry(o, &metrics);
   WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
   registry.Start();
   ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
@@ -314,6 +316,78 @@ TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
   EXPECT_EQ(w->Snapshot().circuit, "open");
   EXPECT_TRUE(Contains(metrics.Render(),
                        "tandem_router_worker_circuit_state{worker=\"" + fake.url() + "\"} 1"));
+}
+
+// The breakers' clock is a test's (never advanced unless the test says so), so only health checks
+// can half-open a circuit here: cb_timeout_duration_secs is an hour.
+class SteppedClock {
+ public:
+  CircuitBreaker::NowFn Fn() {
+    return [this] { return MonoClock::time_point(MonoClock::duration(ns_.load())); };
+  }
+  void Advance(std::chrono::seconds d) {
+    ns_ += std::chrono::duration_cast<MonoClock::duration>(d).count();
+  }
+
+ private:
+  std::atomic<int64_t> ns_{
+      std::chrono::duration_cast<MonoClock::duration>(std::chrono::hours(1)).count()};
+};
+
+TEST(WorkerRegistryTest, PassingHealthCheckHalfOpensAnOpenCircuit) {
+  FakeWorker fake;
+  SteppedClock clock;
+  RegistryOptions o = FastOptions();  // health checks every second
+  o.cb_success_threshold = 2;
+  o.now = clock.Fn();
+  MetricsRegistry metrics;
+  WorkerRegistry registry(o, &metrics);
+  WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
+  const std::string gauge = "tandem_router_worker_circuit_state{worker=\"" + fake.url() + "\"} ";
+  registry.Start();
+  ASSERT_TRUE(WaitFor([&] { return w->Available(); }));
+
+  // Failed requests open the circuit; the next passing health check half-opens it, an hour before
+  // the open timeout would.
+  w->EndRequest(false);
+  w->EndRequest(false);  // cb_failure_threshold = 2
+  ASSERT_TRUE(
+      WaitFor([&] { return w->Snapshot().circuit == "half_open"; }, std::chrono::seconds(5)))
+      << "the open circuit waited for its timeout";
+  EXPECT_TRUE(w->Available());
+  EXPECT_TRUE(Contains(metrics.Render(), gauge + "2"));
+
+  // The trial fails: open again, and health checks within the interval leave it open.
+  w->EndRequest(false);
+  EXPECT_EQ(w->Snapshot().circuit, "open");
+  EXPECT_FALSE(w->Available());
+  const int calls = fake.serving_answers();
+  ASSERT_TRUE(WaitFor([&] { return fake.serving_answers() >= calls + 2; }));
+  EXPECT_EQ(w->Snapshot().circuit, "open");
+  EXPECT_TRUE(Contains(metrics.Render(), gauge + "1"));
+
+  // An interval later a passing health check brings the next trial; two successes close it.
+  clock.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(WaitFor([&] { return w->Available(); }, std::chrono::seconds(5)));
+  EXPECT_EQ(w->Snapshot().circuit, "half_open");
+  w->EndRequest(true);
+  EXPECT_EQ(w->Snapshot().circuit, "half_open");
+  w->EndRequest(true);
+  EXPECT_EQ(w->Snapshot().circuit, "closed");
+  EXPECT_TRUE(Contains(metrics.Render(), gauge + "0"));
+
+  // Failing health checks leave an open circuit to its timeout.
+  clock.Advance(std::chrono::seconds(10));
+  fake.set_status(proto::HealthResponse::NOT_SERVING);
+  ASSERT_TRUE(WaitFor([&] { return !w->healthy(); }));
+  w->EndRequest(false);
+  w->EndRequest(false);
+  const int failing = fake.health_calls();
+  ASSERT_TRUE(WaitFor([&] { return fake.health_calls() >= failing + 2; }));
+  EXPECT_EQ(w->Snapshot().circuit, "open");
+  clock.Advance(std::chrono::seconds(o.cb_timeout_duration_secs));
+  EXPECT_EQ(w->Snapshot().circuit, "half_open");
+  registry.Stop();
 }
 
 TEST(WorkerRegistryTest, StopCancelsProbesThatNeverAnswer) {
