@@ -1,5 +1,6 @@
 #include "router/dispatcher.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -13,6 +14,8 @@ namespace tandem::router {
 namespace {
 
 constexpr absl::Duration kAbortTimeout = absl::Seconds(5);
+// Once a waiting leg's lease ran out, how often its workers' health is looked at again.
+constexpr absl::Duration kStallRecheck = absl::Seconds(1);
 // A leg's gRPC deadline is the request's deadline; gRPC may report it a little before
 // absl::Now() reaches it.
 constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
@@ -110,6 +113,11 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     bool decode_finished = false;  // the decode leg ended OK while its events were held
     // The prefill leg answered before any decode event: the next event carries these.
     std::optional<proto::PromptLogprobs> pending_prompt_logprobs;
+    // The lease (--stall-timeout-secs): when the legs were sent or last showed progress (the
+    // prefill leg's answer, any decode event), and whether a streamed leg's tokens started, after
+    // which silence itself is a stall.
+    absl::Time last_progress;
+    bool streaming = false;
   };
   using AttemptPtr = std::shared_ptr<Attempt>;
 
@@ -119,6 +127,11 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   void OnDecodeDone(const AttemptPtr& a, const grpc::Status& s);
   // A leg callback threw: the request ends with an internal error (not retried: the same
   // request would throw again).
+  // Schedules CheckStall at `when` (nothing with --stall-timeout-secs 0). Holds neither the run
+  // nor the attempt alive.
+  void ArmLease(const AttemptPtr& a, absl::Time when);
+  // Fails the attempt if its lease ran out and it is stalled, else arms the lease again.
+  void CheckStall(const AttemptPtr& a) ABSL_LOCKS_EXCLUDED(mu_);
   void FailInternally(const AttemptPtr& a) {
     Fail(a, absl::InternalError("internal error: the router failed while handling the request"),
          false);
@@ -243,6 +256,7 @@ void Run::StartAttempt() {
   }
   if (a->pinned) dr.set_share_prompt_with(share_with_->rid);
   a->hold_for_prefill = paired(*a) && scores_prompt();
+  a->last_progress = absl::Now();  // before any leg can call back
   std::shared_ptr<CallHandle> prefill_call;
   if (paired(*a)) {
     dr.set_bootstrap_host(a->prefill->client().host());
@@ -268,7 +282,11 @@ void Run::StartAttempt() {
       a->prefill_call = prefill_call;
       over = a->over;
     }
-    if (over) prefill_call->Cancel();
+    if (over) {
+      prefill_call->Cancel();
+      return;
+    }
+    ArmLease(a, a->last_progress + d_->options_.stall_timeout);
     return;
   }
   std::shared_ptr<CallHandle> decode_call = a->decode->client().Decode(
@@ -296,7 +314,79 @@ void Run::StartAttempt() {
     decode_call->Cancel();
     return;
   }
+  ArmLease(a, a->last_progress + d_->options_.stall_timeout);
   if (on_routed_) Announce(a, /*gone=*/false);
+}
+
+void Run::ArmLease(const AttemptPtr& a, absl::Time when) {
+  if (d_->options_.stall_timeout <= absl::ZeroDuration()) return;
+  std::weak_ptr<Run> weak_self = weak_from_this();
+  std::weak_ptr<Attempt> weak_attempt = a;
+  d_->timers_.RunAt(when, [weak_self, weak_attempt] {
+    std::shared_ptr<Run> self = weak_self.lock();
+    AttemptPtr attempt = weak_attempt.lock();
+    if (self == nullptr || attempt == nullptr) return;  // the run or the attempt is gone
+    Guarded(
+        "the stall check", [&] { self->CheckStall(attempt); },
+        [&] { self->FailInternally(attempt); });
+  });
+}
+
+void Run::CheckStall(const AttemptPtr& a) {
+  const absl::Duration timeout = d_->options_.stall_timeout;
+  const absl::Time now = absl::Now();
+  absl::Time last;
+  bool streaming, prefill_waiting, decode_waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    if (a->over || finished_) return;
+    last = a->last_progress;
+    streaming = a->streaming;
+    prefill_waiting = a->prefill != nullptr && !a->prefill_done;
+    decode_waiting = a->decode != nullptr && !a->decode_done;
+  }
+  if (now < last + timeout) {
+    ArmLease(a, last + timeout);
+    return;
+  }
+  const int64_t secs = absl::ToInt64Seconds(now - last);
+  if (streaming && decode_waiting) {
+    // A decode step takes far less than the lease: the worker stopped (or its link did). Its
+    // registry probe tells a stopped worker from a slow one for the other requests.
+    spdlog::warn("rid {}: decode worker {} sent nothing for {} s; failing the stream", a->rid,
+                 a->decode->url(), secs);
+    d_->registry_->ReportFailure(a->decode->url(),
+                                 absl::StrCat("a stream sent nothing for ", secs, " s"));
+    Fail(a,
+         absl::UnavailableError(
+             absl::StrCat("the decode worker stalled: its stream sent nothing for ", secs,
+                          " s (--stall-timeout-secs)")),
+         true);
+    return;
+  }
+  // Waiting for a first event (queued, prefilling, moving KV) or for a non-streamed leg's one
+  // answer shows no progress however healthy the worker is, so the lease holds while the
+  // workers it waits on pass their health checks.
+  const char* role = nullptr;
+  const WorkerPtr* stuck = nullptr;
+  if (prefill_waiting && !a->prefill->healthy()) {
+    role = "prefill";
+    stuck = &a->prefill;
+  } else if ((decode_waiting || prefill_waiting) && a->decode != nullptr && !a->decode->healthy()) {
+    role = "decode";
+    stuck = &a->decode;
+  }
+  if (stuck == nullptr) {
+    ArmLease(a, now + std::min(timeout, kStallRecheck));
+    return;
+  }
+  spdlog::warn("rid {}: no progress for {} s and {} worker {} fails its health checks", a->rid,
+               secs, role, (*stuck)->url());
+  Fail(a,
+       absl::UnavailableError(absl::StrCat("the ", role, " worker stalled: no progress for ", secs,
+                                           " s and it fails its health checks "
+                                           "(--stall-timeout-secs)")),
+       true);
 }
 
 bool Run::PinFirstAttempt(const Attempt& a) const {
@@ -326,6 +416,7 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
   {
     absl::MutexLock lock(&mu_);
     a->prefill_done = true;
+    a->last_progress = absl::Now();
     over = a->over;
     delivered = delivered_;
     if (answers_alone && !over && s.ok()) {
@@ -404,6 +495,8 @@ void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
   std::optional<proto::PromptLogprobs> pending;
   {
     absl::MutexLock lock(&mu_);
+    a->last_progress = absl::Now();
+    if (request_->stream) a->streaming = true;
     if (a->over || finished_) return;
     if (a->hold_for_prefill) {
       a->held.push_back(e);

@@ -32,6 +32,16 @@
 // on_routed reaches the worker after the leg it names, unless the session was replaced in
 // between; the worker then computes the sibling's prompt itself.
 //
+// Stalled legs (a lease per attempt, DispatchOptions::stall_timeout): a streamed decode leg whose
+// tokens started and then sent nothing for stall_timeout failed, and its worker is reported to
+// the registry (probed at once, as an UNAVAILABLE leg). Before that (queued, prefilling, moving
+// KV) and for a non-streamed leg, which sends only its answer, silence is no sign: once
+// stall_timeout passed since the legs were sent or last showed progress (the prefill leg's
+// answer, a decode event), the attempt fails only when a worker it waits on fails its health
+// checks, looked at every second. A stalled attempt fails as any failed leg: retried while no
+// event reached the caller, else the run ends Unavailable; its legs are cancelled and its room
+// aborted on both workers either way. The checks are timers on the dispatcher's timer thread.
+//
 // A request whose leg would exceed the workers' message limit (kMaxLegBytes,
 // router/client_errors.h) is never sent: it ends at once with ResourceExhausted carrying HTTP
 // 413 (WithHttpStatus). A callback of a leg that throws is logged and ends the run with Internal.
@@ -70,6 +80,8 @@ struct DispatchOptions {
   bool pd_mode = false;
   BackoffOptions backoff;  // max_retries = 0 with --disable-retries
   absl::Duration request_timeout = absl::Seconds(1800);
+  // The lease (--stall-timeout-secs; zero: none): see "Stalled legs" in the class comment.
+  absl::Duration stall_timeout = absl::Seconds(30);
 };
 
 // One request being dispatched. Cancel() (client gone) cancels its legs, aborts its room on both

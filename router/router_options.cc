@@ -116,6 +116,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       ->check(CLI::PositiveNumber);
   flags.Add("--request-timeout-secs", &o->request_timeout_secs, "Whole-request timeout")
       ->check(CLI::PositiveNumber);
+  flags
+      .Add("--stall-timeout-secs", &o->stall_timeout_secs,
+           "Fail a leg whose stream sent nothing for this long, or whose worker stopped passing "
+           "health checks while it waited (retried if nothing reached the client; 0: never)")
+      ->check(CLI::NonNegativeNumber);
   flags.Add("--max-concurrent-requests", &o->max_concurrent_requests,
             "Requests served at once (-1: unbounded); more wait in the queue");
   flags.Add("--queue-size", &o->queue_size, "Requests that may wait (429 beyond)")

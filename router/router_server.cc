@@ -745,6 +745,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   dop.backoff.multiplier = o.retry_backoff_multiplier;
   dop.backoff.jitter_factor = o.retry_jitter_factor;
   dop.request_timeout = absl::Seconds(o.request_timeout_secs);
+  dop.stall_timeout = absl::Seconds(o.stall_timeout_secs);
   s.dispatcher_ = std::make_unique<Dispatcher>(dop, s.registry_.get(), s.prefill_policy_.get(),
                                                s.decode_policy_.get(), s.router_metrics_.get());
   s.registry_->Start();

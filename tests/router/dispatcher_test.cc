@@ -80,6 +80,19 @@ class RecordingLegs : public worker::SessionLegs {
   void CancelPrefill(uint64_t /*room*/) override {}
 
   void Release(const std::string& rid) { End(rid, proto::FinishReason::LENGTH); }
+  // Sends one token on the held leg `rid` without ending it.
+  void Emit(const std::string& rid) {
+    std::function<void(proto::DecodeEvent)> sink;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = held_.find(rid);
+      if (it == held_.end()) return;
+      sink = it->second;
+    }
+    proto::DecodeEvent e;
+    e.add_token_ids(41);
+    sink(std::move(e));
+  }
   void set_refuse_shared(bool v) {
     std::lock_guard<std::mutex> lock(mu_);
     refuse_shared_ = v;
@@ -152,7 +165,8 @@ class FakeWorker : public proto::Worker::CallbackService {
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const proto::HealthRequest* /*request*/,
                                    proto::HealthResponse* response) override {
-    response->set_status(proto::HealthResponse::SERVING);
+    response->set_status(serving_.load() ? proto::HealthResponse::SERVING
+                                         : proto::HealthResponse::NOT_SERVING);
     auto* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -169,11 +183,14 @@ class FakeWorker : public proto::Worker::CallbackService {
   std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
   RecordingLegs& legs() { return legs_; }
   int aborts() const { return aborts_.load(); }
+  // Whether its health check answers SERVING.
+  void set_serving(bool v) { serving_.store(v); }
 
  private:
   RecordingLegs legs_;
   worker::SessionServer sessions_;
   std::atomic<int> aborts_{0};
+  std::atomic<bool> serving_{true};
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -191,7 +208,8 @@ class DispatcherTest : public ::testing::Test {
  protected:
   // Registers the fake workers (PD mode: one prefill, two decode; plain: two regular), waits
   // until they are available, and makes the dispatcher.
-  void SetUpCluster(bool pd, int max_retries = 2) {
+  void SetUpCluster(bool pd, int max_retries = 2,
+                    absl::Duration stall_timeout = absl::Seconds(30)) {
     pd_ = pd;
     RegistryOptions ro;
     ro.health_success_threshold = 1;
@@ -221,6 +239,7 @@ class DispatcherTest : public ::testing::Test {
     options.backoff.initial_backoff_ms = 1;
     options.backoff.max_backoff_ms = 5;
     options.request_timeout = absl::Seconds(60);
+    options.stall_timeout = stall_timeout;
     dispatcher_ = std::make_unique<Dispatcher>(options, registry_.get(), prefill_policy_.get(),
                                                decode_policy_.get(), router_metrics_.get());
   }
@@ -458,6 +477,60 @@ TEST_F(DispatcherTest, LeaderRetryIsReportedAsGoneThenANewPlace) {
   ASSERT_TRUE(WaitFor([&] { return w->legs().holds(retry->rid); }));
   w->legs().Release(retry->rid);
   EXPECT_TRUE(Wait(leader).ok());
+}
+
+// Leases: a stream that started and went quiet is failed once the stall timeout passed, its leg
+// cancelled and its worker reported; a leg that is only waiting on a healthy worker is not.
+TEST_F(DispatcherTest, StreamThatGoesQuietFailsAfterTheStallTimeout) {
+  SetUpCluster(/*pd=*/false, /*max_retries=*/2, /*stall_timeout=*/absl::Seconds(1));
+  auto out = std::make_shared<Outcome>();
+  const absl::Time start = absl::Now();
+  Start("quiet", out);
+  FakeWorker* home = nullptr;
+  ASSERT_TRUE(WaitFor([&] {
+    for (auto& w : workers_) {
+      if (w->legs().holds("quiet")) home = w.get();
+    }
+    return home != nullptr;
+  }));
+  home->legs().Emit("quiet");
+  absl::Status s = Wait(out);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("--stall-timeout-secs"), std::string::npos) << s;
+  EXPECT_GE(took, absl::Seconds(1));
+  EXPECT_LT(took, absl::Seconds(5));
+  {
+    std::lock_guard<std::mutex> lock(out->mu);
+    EXPECT_EQ(out->events.size(), 1u);  // the token went out: not retried
+  }
+  EXPECT_TRUE(WaitFor([&] { return !home->legs().holds("quiet"); }));  // cancelled on the worker
+  EXPECT_EQ(Other(home)->legs().decodes().size(), 0u);
+}
+
+TEST_F(DispatcherTest, WaitingLegOnAHealthyWorkerKeepsItsLeaseAndOnAnUnhealthyOneIsRetried) {
+  SetUpCluster(/*pd=*/false, /*max_retries=*/2, /*stall_timeout=*/absl::Seconds(1));
+  auto out = std::make_shared<Outcome>();
+  Start("queued", out);
+  FakeWorker* home = nullptr;
+  ASSERT_TRUE(WaitFor([&] {
+    for (auto& w : workers_) {
+      if (w->legs().holds("queued")) home = w.get();
+    }
+    return home != nullptr;
+  }));
+  // Twice the stall timeout with no event but a healthy worker: still running.
+  EXPECT_FALSE(out->done.WaitForNotificationWithTimeout(absl::Milliseconds(2500)));
+  EXPECT_TRUE(home->legs().holds("queued"));
+
+  // The worker stops passing its health checks: the leg is failed and, no event having reached
+  // the caller, retried on the other worker.
+  home->set_serving(false);
+  FakeWorker* other = Other(home);
+  ASSERT_TRUE(WaitFor([&] { return other->legs().holds("queued-retry1"); }));
+  EXPECT_TRUE(WaitFor([&] { return !home->legs().holds("queued"); }));
+  other->legs().Release("queued-retry1");
+  EXPECT_TRUE(Wait(out).ok());
 }
 
 TEST(MaySharePromptTest, OffForPromptLogprobsAndForNothingToDecode) {

@@ -214,6 +214,25 @@ TEST(RouterOptionsTest, HttpLimitsAndTlsFlags) {
   }
 }
 
+TEST(RouterOptionsTest, StallTimeoutDefaultsToThirtySecondsZeroDisablesNegativeIsAUsageError) {
+  Parsed p = Parse({"--worker-urls", "http://w:1"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.stall_timeout_secs, 30);
+
+  p = Parse({"--worker-urls", "http://w:1", "--stall-timeout-secs", "0"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.stall_timeout_secs, 0);
+  EXPECT_TRUE(ValidateRouterOptions(&p.options).ok());
+
+  p = Parse({"--worker-urls", "http://w:1", "--stall-timeout-secs", "2"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.stall_timeout_secs, 2);
+
+  Parsed bad = Parse({"--worker-urls", "http://w:1", "--stall-timeout-secs", "-1"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.error.find("--stall-timeout-secs"), std::string::npos) << bad.error;
+}
+
 TEST(RouterOptionsTest, BadFlagsExitWithTwo) {
   EXPECT_EQ(Parse({"--policy", "fastest"}).exit_code, 2);
   EXPECT_EQ(Parse({"--cache-threshold", "1.5"}).exit_code, 2);
