@@ -1,6 +1,7 @@
 // Fault injection on real processes (tandem-router, tandem-prefill, tandem-decode on the shipped
 // model, loopback): kill -9 of a prefill worker mid-transfer, of a decode worker mid-stream and of
-// the router with requests in flight, and worker restarts that re-register. For every fault:
+// the router with requests in flight, worker restarts that re-register, and a decode worker
+// stopped (SIGSTOP) mid-stream until the router's stall timeout ends its streams. For every fault:
 // each client call returns before its deadline with a success equal to the clean run's greedy
 // output or a clear error (status and message), surviving workers end with every KV block free
 // (their /metrics), and the router's view of worker health converges. Each test prints one
@@ -8,6 +9,7 @@
 // The network faults (partition, slow lossy link) are in fault_netns_test.sh.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -363,6 +365,88 @@ TEST_F(CircuitRestartTest, RestartedWorkerTakesRequestsWithinAHealthCheck) {
   SendAll("prefill restarted", true);
   EXPECT_EQ(PrefillCircuit(), "closed");  // 4 successes >= --cb-success-threshold (3)
   ExpectPairRecovered("circuit_closed_after_restart");
+}
+
+// 7. A decode worker stops (SIGSTOP) with streams on it: with --stall-timeout-secs 2 every
+// stream ends with an error event about 2 s after its last token, not at the request timeout;
+// non-streamed requests on it get a clear error (the stalled streams reported the worker, so its
+// waiting legs fail and their retries find no decode worker). Once it runs again (SIGCONT) it
+// frees every block of the aborted rooms and serves new requests.
+TEST_F(ProcessFaultsTest, StalledDecodeWorkerEndsItsStreams) {
+  constexpr int kStallSecs = 2;
+  auto prefill = StartWorker("prefill");
+  auto decode = StartWorker("decode");
+  auto router = PdRouter({prefill.get()}, {decode.get()},
+                         {"--stall-timeout-secs", std::to_string(kStallSecs)});
+  ASSERT_FALSE(HasFailure()) << "the cluster did not start";
+  // However the test ends, the worker runs again (a stopped process would outlive the test).
+  struct Resume {
+    WorkerProcess* w;
+    ~Resume() {
+      if (w->process) w->process->Signal(SIGCONT);
+    }
+  } resume{decode.get()};
+
+  constexpr int kStreams = 4;
+  constexpr int kPlain = 2;
+  std::vector<json> bodies;
+  for (int i = 0; i < kStreams + kPlain; ++i) bodies.push_back(GreedyBody(i, 440, i < kStreams));
+  std::vector<CallResult> results(bodies.size());
+  std::vector<std::chrono::steady_clock::time_point> ended(bodies.size());
+  std::atomic<int> streaming{0};
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    clients.emplace_back([&, i] {
+      results[i] = Generate(router->port, bodies[i], [&] { ++streaming; });
+      ended[i] = std::chrono::steady_clock::now();
+    });
+  }
+  EXPECT_TRUE(WaitUntil([&] { return streaming.load() == kStreams; }, seconds(30)));
+  decode->process->Signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  for (auto& t : clients) t.join();
+  Tally tally;
+  ++tally.faults;
+  long long slowest_stream_ms = 0;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const long long after_stop_ms =
+        std::chrono::duration_cast<milliseconds>(ended[i] - stopped).count();
+    const std::string problem = tally.Add(results[i], nullptr);
+    EXPECT_TRUE(problem.empty()) << "request " << i << ": " << problem;
+    if (static_cast<int>(i) < kStreams) {
+      slowest_stream_ms = std::max(slowest_stream_ms, after_stop_ms);
+      EXPECT_EQ(results[i].status, 200) << results[i].body;
+      EXPECT_NE(results[i].error.find("stall"), std::string::npos) << results[i].body;
+      // The lease, plus slack for a loaded host; the request timeout is 20 s.
+      EXPECT_LT(after_stop_ms, (kStallSecs + 4) * 1000) << "stream " << i;
+    } else {
+      std::printf("[stall] non-streamed request %zu: status %d %lld ms after the SIGSTOP: %s\n", i,
+                  results[i].status, after_stop_ms, results[i].error.c_str());
+    }
+    if (static_cast<int>(i) >= kStreams && results[i].status != 200) {
+      // A 200 here finished before the stop.
+      EXPECT_GE(results[i].status, 500) << results[i].body;
+      EXPECT_LT(after_stop_ms, (kStallSecs + 8) * 1000) << "request " << i;
+    }
+  }
+  std::printf("[stall] streams ended within %lld ms of the SIGSTOP\n", slowest_stream_ms);
+  decode->process->Signal(SIGCONT);
+  ExpectHealth(router->port, {{prefill->url(), true}, {decode->url(), true}});
+  for (WorkerProcess* w : {prefill.get(), decode.get()}) {
+    std::string why;
+    EXPECT_TRUE(WaitForAllKvBlocksFree(router->port, kTestAdminKey, w->http_port, &why))
+        << w->role << ": " << why;
+  }
+  const std::vector<json> after = {GreedyBody(0, 8, true), GreedyBody(1, 8, false)};
+  for (const json& body : after) {
+    CallResult r = Generate(router->port, body);
+    const std::string problem = tally.Add(r, nullptr);
+    EXPECT_TRUE(problem.empty()) << "after SIGCONT: " << problem;
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(r.error.empty()) << r.body;
+  }
+  tally.retries = static_cast<int>(Metric(router->port, "tandem_router_retries_total"));
+  tally.Print("decode_stalled_mid_stream");
 }
 
 }  // namespace
