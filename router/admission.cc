@@ -1,5 +1,6 @@
 #include "router/admission.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -24,11 +25,64 @@ void Deliver(const AdmissionQueue::Callback& callback, absl::Status status) noex
 
 }  // namespace
 
-AdmissionQueue::AdmissionQueue(int max_concurrent, int queue_size, absl::Duration queue_timeout)
+int64_t KvBlocksFor(int64_t tokens, int block_size) {
+  if (tokens <= 0) return 0;
+  if (block_size <= 0) return 1;
+  return (tokens + block_size - 1) / block_size;
+}
+
+bool KvHeadroomAdmits(const KvPool& pool, int64_t committed_tokens, int64_t committed_requests,
+                      int64_t need_tokens) {
+  if (pool.total_blocks <= 0 || committed_requests <= 0 || need_tokens <= 0) return true;
+  const int64_t committed_blocks = KvBlocksFor(committed_tokens, pool.block_size) +
+                                   (pool.block_size > 1 ? committed_requests : 0);
+  return committed_blocks + KvBlocksFor(need_tokens, pool.block_size) <= pool.total_blocks;
+}
+
+AdmissionQueue::AdmissionQueue(int max_concurrent, int queue_size, absl::Duration queue_timeout,
+                               KvPoolFn kv_pool)
     : max_concurrent_(max_concurrent),
       queue_size_(queue_size < 0 ? 0 : queue_size),
-      queue_timeout_(queue_timeout) {
-  if (max_concurrent_ > 0) timer_ = std::thread([this] { TimerLoop(); });
+      queue_timeout_(queue_timeout),
+      kv_pool_(std::move(kv_pool)) {
+  if (max_concurrent_ > 0 || kv_pool_) timer_ = std::thread([this] { TimerLoop(); });
+}
+
+bool AdmissionQueue::ConcurrencyFreeLocked() const {
+  return max_concurrent_ <= 0 || active_ < max_concurrent_;
+}
+
+bool AdmissionQueue::KvFitsLocked(int64_t kv_tokens) const {
+  if (!kv_pool_ || kv_tokens <= 0) return true;
+  return KvHeadroomAdmits(kv_pool_(), kv_committed_tokens_, kv_committed_requests_, kv_tokens);
+}
+
+void AdmissionQueue::GrantLocked(int64_t kv_tokens) {
+  ++active_;
+  if (kv_pool_ && kv_tokens > 0) {
+    kv_committed_tokens_ += kv_tokens;
+    ++kv_committed_requests_;
+  }
+}
+
+std::vector<AdmissionQueue::Callback> AdmissionQueue::TakeAdmittableLocked() {
+  std::vector<Callback> admitted;
+  while (!stopping_ && !waiters_.empty() && ConcurrencyFreeLocked() &&
+         KvFitsLocked(waiters_.front().kv_tokens)) {
+    GrantLocked(waiters_.front().kv_tokens);
+    admitted.push_back(std::move(waiters_.front().callback));
+    waiters_.pop_front();
+  }
+  return admitted;
+}
+
+std::string AdmissionQueue::KvFullMessageLocked(int64_t kv_tokens) const {
+  const KvPool pool = kv_pool_ ? kv_pool_() : KvPool{};
+  return absl::StrCat("the workers' KV cache is full: ", kv_committed_requests_,
+                      " running requests claim ",
+                      KvBlocksFor(kv_committed_tokens_, pool.block_size), " of ", pool.total_blocks,
+                      " KV blocks and this one needs ", KvBlocksFor(kv_tokens, pool.block_size),
+                      " (prompt + max_new_tokens); retry later");
 }
 
 AdmissionQueue::~AdmissionQueue() {
@@ -42,7 +96,7 @@ AdmissionQueue::~AdmissionQueue() {
   for (Waiter& w : left) Deliver(w.callback, absl::CancelledError("the router is shutting down"));
 }
 
-uint64_t AdmissionQueue::Acquire(Callback callback) {
+uint64_t AdmissionQueue::Acquire(int64_t kv_tokens, Callback callback) {
   absl::Status answer;
   uint64_t ticket;
   {
@@ -50,14 +104,21 @@ uint64_t AdmissionQueue::Acquire(Callback callback) {
     ticket = next_ticket_++;
     if (stopping_) {
       answer = absl::CancelledError("the router is shutting down");
-    } else if (max_concurrent_ <= 0 || (active_ < max_concurrent_ && waiters_.empty())) {
-      ++active_;
+    } else if (waiters_.empty() && ConcurrencyFreeLocked() && KvFitsLocked(kv_tokens)) {
+      GrantLocked(kv_tokens);
     } else if (static_cast<int64_t>(waiters_.size()) >= queue_size_) {
-      answer = absl::ResourceExhaustedError(absl::StrCat(
-          "too many requests: ", active_, " running (--max-concurrent-requests ", max_concurrent_,
-          ") and ", waiters_.size(), " waiting (--queue-size ", queue_size_, ")"));
+      if (ConcurrencyFreeLocked()) {
+        answer = absl::ResourceExhaustedError(
+            absl::StrCat(KvFullMessageLocked(kv_tokens), " (", waiters_.size(),
+                         " waiting, --queue-size ", queue_size_, ")"));
+      } else {
+        answer = absl::ResourceExhaustedError(absl::StrCat(
+            "too many requests: ", active_, " running (--max-concurrent-requests ", max_concurrent_,
+            ") and ", waiters_.size(), " waiting (--queue-size ", queue_size_, ")"));
+      }
     } else {
-      waiters_.push_back(Waiter{ticket, absl::Now() + queue_timeout_, std::move(callback)});
+      waiters_.push_back(
+          Waiter{ticket, absl::Now() + queue_timeout_, kv_tokens, std::move(callback)});
       return ticket;
     }
   }
@@ -76,19 +137,23 @@ bool AdmissionQueue::Cancel(uint64_t ticket) {
   return false;
 }
 
-void AdmissionQueue::Release() {
-  Callback next;
+void AdmissionQueue::Release(int64_t kv_tokens) {
+  std::vector<Callback> admitted;
   {
     absl::MutexLock lock(&mu_);
     if (active_ > 0) --active_;
-    if (waiters_.empty() || stopping_ || (max_concurrent_ > 0 && active_ >= max_concurrent_)) {
-      return;
+    if (kv_pool_ && kv_tokens > 0 && kv_committed_requests_ > 0) {
+      kv_committed_tokens_ = std::max<int64_t>(0, kv_committed_tokens_ - kv_tokens);
+      --kv_committed_requests_;
     }
-    next = std::move(waiters_.front().callback);
-    waiters_.pop_front();
-    ++active_;
+    admitted = TakeAdmittableLocked();
   }
-  Deliver(next, absl::OkStatus());
+  for (Callback& c : admitted) Deliver(c, absl::OkStatus());
+}
+
+int64_t AdmissionQueue::committed_kv_tokens() const {
+  absl::MutexLock lock(&mu_);
+  return kv_committed_tokens_;
 }
 
 int64_t AdmissionQueue::active() const {
@@ -105,26 +170,33 @@ void AdmissionQueue::TimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     const absl::Time now = absl::Now();
-    std::vector<Callback> expired;
+    // The pool may have grown (a load report, a worker back): admit who fits first.
+    std::vector<Callback> admitted = TakeAdmittableLocked();
+    std::vector<std::pair<Callback, absl::Status>> expired;
     while (!waiters_.empty() && waiters_.front().deadline <= now) {
-      expired.push_back(std::move(waiters_.front().callback));
+      absl::Status why =
+          ConcurrencyFreeLocked()
+              ? absl::ResourceExhaustedError(absl::StrCat(
+                    KvFullMessageLocked(waiters_.front().kv_tokens),
+                    " (waited --queue-timeout-secs, ", absl::ToInt64Seconds(queue_timeout_), " s)"))
+              : absl::DeadlineExceededError(
+                    absl::StrCat("request waited longer than --queue-timeout-secs (",
+                                 absl::ToInt64Seconds(queue_timeout_), " s) for a free slot"));
+      expired.emplace_back(std::move(waiters_.front().callback), std::move(why));
       waiters_.pop_front();
     }
-    if (!expired.empty()) {
+    if (!admitted.empty() || !expired.empty()) {
       mu_.Unlock();
-      for (Callback& c : expired) {
-        Deliver(c, absl::DeadlineExceededError(
-                       absl::StrCat("request waited longer than --queue-timeout-secs (",
-                                    absl::ToInt64Seconds(queue_timeout_), " s) for a free slot")));
-      }
+      for (Callback& c : admitted) Deliver(c, absl::OkStatus());
+      for (auto& [c, why] : expired) Deliver(c, why);
       mu_.Lock();
       continue;
     }
-    // Waiters are in deadline order (same timeout, FIFO). Wake on the first deadline, on a
-    // new waiter (condition below) at the latest every 100 ms.
-    const absl::Time wake =
-        waiters_.empty() ? now + absl::Milliseconds(100)
-                         : std::min(waiters_.front().deadline, now + absl::Milliseconds(100));
+    // Waiters are in deadline order (same timeout, FIFO). Wake on the first deadline, on
+    // stopping, at the latest every kKvRecheckInterval (a waiter held back by KV is retried).
+    const absl::Time wake = waiters_.empty()
+                                ? now + kKvRecheckInterval
+                                : std::min(waiters_.front().deadline, now + kKvRecheckInterval);
     mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
   }
 }

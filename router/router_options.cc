@@ -128,6 +128,9 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags
       .Add("--queue-timeout-secs", &o->queue_timeout_secs, "Longest wait in the queue (408 after)")
       ->check(CLI::PositiveNumber);
+  flags.Add("--disable-kv-admission", &o->disable_kv_admission,
+            "Admit requests without checking that the workers' KV holds them (prompt + "
+            "max_new_tokens of every admitted request within the reported KV blocks)");
   flags
       .Add("--http-read-timeout-secs", &o->http_read_timeout_secs,
            "Longest time a client may take to send one request, first byte to last (then the "

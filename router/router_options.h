@@ -65,6 +65,10 @@ struct RouterOptions {
   int max_concurrent_requests = -1;  // -1: unbounded
   int queue_size = 100;
   int queue_timeout_secs = 60;
+  // Admission from KV headroom (router/admission.h): a request waits while the KV its prompt and
+  // max_new_tokens need does not fit beside the needs of the requests already admitted, in the
+  // total KV blocks the decode (PD) or regular (plain) workers reported.
+  bool disable_kv_admission = false;
   // Client connections: a request must arrive whole within the read timeout once it started
   // (slow clients cannot hold a connection), a keep-alive connection may sit idle between
   // requests for the idle timeout, and connections beyond the maximum are closed at once.

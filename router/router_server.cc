@@ -83,6 +83,22 @@ int LongestTokenBytes(const engine::Tokenizer& tokenizer) {
   return static_cast<int>(std::min<size_t>(longest, std::numeric_limits<int>::max()));
 }
 
+// Retry-After of a 429: a second, about what a short request takes to end and free its claim.
+constexpr int kRetryAfterSecs = 1;
+
+// What a request may claim of a worker's KV, for admission: its prompt and every token it may
+// generate. Nothing is taken off for a prefix the worker may have cached (a plain worker's radix
+// cache) or for an early stop: the estimate errs toward refusing, never toward preempting.
+int64_t KvNeedTokens(const RoutedRequest& request) {
+  return static_cast<int64_t>(request.input_ids.size()) +
+         std::max<int64_t>(0, request.sampling.max_new_tokens());
+}
+
+// A 429 (the queue is full, or the workers' KV is) tells the client when to try again.
+void AddRetryAfter(HttpResponse* r) {
+  if (r->status == 429) r->headers.emplace_back("retry-after", std::to_string(kRetryAfterSecs));
+}
+
 }  // namespace
 
 // One client inference request from admission to its last byte: one item per choice
@@ -108,6 +124,7 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
         single_(batch.single()),
         stream_requested_(!batch.items.empty() && batch.items.front().stream),
         rids_(RidsOf(batch)),
+        kv_needs_(KvNeedsOf(batch)),
         responder_(std::move(responder)) {
     headers_.emplace_back("x-request-id", batch.rid);
     items_.reserve(batch.items.size());
@@ -156,6 +173,11 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     int place_attempt = -1;
   };
 
+  static std::vector<int64_t> KvNeedsOf(const RoutedBatch& batch) {
+    std::vector<int64_t> needs;
+    for (const RoutedRequest& item : batch.items) needs.push_back(KvNeedTokens(item));
+    return needs;
+  }
   static std::vector<std::string> RidsOf(const RoutedBatch& batch) {
     std::vector<std::string> rids;
     for (const RoutedRequest& item : batch.items) rids.push_back(item.rid);
@@ -168,10 +190,10 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
     if (!rids_held_.exchange(false)) return;
     for (const std::string& rid : rids_) server_->ReleaseRid(rid);
   }
-  // Gives back an admitted item's slot.
-  void ReleaseSlot() {
+  // Gives back admitted item `i`'s slot and its KV claim.
+  void ReleaseSlot(size_t i) {
     server_->router_metrics_->inflight.Decrement();
-    server_->admission_->Release();
+    server_->admission_->Release(kv_needs_[i]);
     server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
   }
 
@@ -212,7 +234,8 @@ class ClientCall : public std::enable_shared_from_this<ClientCall> {
   const bool single_;
   const bool stream_requested_;
   const std::vector<std::string> rids_;
-  HttpHeaders headers_;  // echoed on the response
+  const std::vector<int64_t> kv_needs_;  // per item: its KV need for admission (KvNeedTokens)
+  HttpHeaders headers_;                  // echoed on the response
 
   absl::Mutex mu_;
   std::vector<Item> items_ ABSL_GUARDED_BY(mu_);  // its size never changes after construction
@@ -253,7 +276,7 @@ void ClientCall::Begin() {
       }
     }
     const uint64_t ticket = server_->admission_->Acquire(
-        [self, i](absl::Status s) { self->Admitted(i, std::move(s)); });
+        kv_needs_[i], [self, i](absl::Status s) { self->Admitted(i, std::move(s)); });
     absl::MutexLock lock(&mu_);
     if (!items_[i].ended && items_[i].run == nullptr) items_[i].ticket = ticket;
   }
@@ -292,7 +315,7 @@ void ClientCall::Admitted(size_t i, absl::Status status) {
     return;
   }
   if (!start) {
-    ReleaseSlot();
+    ReleaseSlot(i);
     absl::MutexLock lock(&mu_);
     SendHeldErrorLocked();
     return;
@@ -317,7 +340,7 @@ void ClientCall::Admitted(size_t i, absl::Status status) {
     }
   }
   if (!start) {
-    ReleaseSlot();
+    ReleaseSlot(i);
     absl::MutexLock lock(&mu_);
     SendHeldErrorLocked();
     return;
@@ -446,7 +469,7 @@ void ClientCall::FinishAborted() {
 void ClientCall::CancelOthers() {
   std::vector<std::shared_ptr<DispatchRun>> runs;
   std::vector<std::pair<size_t, uint64_t>> tickets;
-  size_t waiting = 0;  // siblings that held a slot waiting for their leader: they never run
+  std::vector<size_t> waiting;  // siblings that held a slot waiting for their leader: never run
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = 0; i < items_.size(); ++i) {
@@ -457,12 +480,12 @@ void ClientCall::CancelOthers() {
       if (item.waits_for_leader) {
         item.waits_for_leader = false;
         item.ended = true;
-        ++waiting;
+        waiting.push_back(i);
       }
     }
   }
-  if (waiting > 0) {
-    for (size_t k = 0; k < waiting; ++k) ReleaseSlot();
+  if (!waiting.empty()) {
+    for (size_t k : waiting) ReleaseSlot(k);
     absl::MutexLock lock(&mu_);
     SendHeldErrorLocked();
   }
@@ -532,7 +555,7 @@ void ClientCall::OnEvent(size_t i, const proto::DecodeEvent& e) {
 void ClientCall::OnDone(size_t i, absl::Status status) {
   // The slot is free before the response's last bytes go out: a client that sends its next
   // request the moment it has read this response's end must find it free (the slot and the rid).
-  ReleaseSlot();
+  ReleaseSlot(i);
   bool failed = false;
   std::vector<size_t> unpinned;  // siblings that waited for this leader: the ordinary way now
   {
@@ -640,6 +663,7 @@ void ClientCall::SendError(const absl::Status& status) {
                        ? HttpResponse::Error(504, std::string(status.message()))
                        : ErrorResponse(status);
   r.headers.insert(r.headers.end(), headers_.begin(), headers_.end());
+  AddRetryAfter(&r);
   const int code = r.status;
   if (responder_) {
     responder_->Send(std::move(r));
@@ -735,8 +759,23 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
     }
   }
 
-  s.admission_ = std::make_unique<AdmissionQueue>(o.max_concurrent_requests, o.queue_size,
-                                                  absl::Seconds(o.queue_timeout_secs));
+  AdmissionQueue::KvPoolFn kv_pool;
+  if (!o.disable_kv_admission) {
+    WorkerRegistry* registry = s.registry_.get();
+    const WorkerType kv_holder = o.pd_disaggregation ? WorkerType::kDecode : WorkerType::kRegular;
+    kv_pool = [registry, kv_holder] {
+      KvPool pool;
+      for (const WorkerPtr& worker : registry->Available(kv_holder)) {
+        const proto::LoadReport load = worker->load();
+        pool.total_blocks += std::max<int64_t>(0, load.total_kv_blocks());
+        pool.block_size = std::max(pool.block_size, load.kv_block_size());
+      }
+      return pool;
+    };
+  }
+  s.admission_ =
+      std::make_unique<AdmissionQueue>(o.max_concurrent_requests, o.queue_size,
+                                       absl::Seconds(o.queue_timeout_secs), std::move(kv_pool));
   DispatchOptions dop;
   dop.pd_mode = o.pd_disaggregation;
   dop.backoff.max_retries = o.disable_retries ? 0 : o.retry_max_retries;
@@ -910,7 +949,9 @@ void RouterServer::HandleHealthGenerate(HttpResponder responder) {
   admission_->Acquire([this, holder](absl::Status admitted) {
     if (!admitted.ok()) {
       router_metrics_->CountError(ErrorKind(admitted));
-      Answer("/health_generate", *holder, ErrorResponse(admitted));
+      HttpResponse r = ErrorResponse(admitted);
+      AddRetryAfter(&r);
+      Answer("/health_generate", *holder, std::move(r));
       return;
     }
     StartHealthGenerate(holder);

@@ -322,6 +322,7 @@ TEST_F(RouterClusterTest, QueueFullIs429AndKeysAreChecked) {
     if (full.status == 429) {
       saw_429 = true;
       EXPECT_NE(full.body.find("--queue-size"), std::string::npos) << full.body;
+      EXPECT_EQ(full.headers["retry-after"], "1");
     } else {
       EXPECT_EQ(full.status, 200) << full.body;  // the stream had ended first
     }
