@@ -4,13 +4,18 @@
 Scans the tracked sources, scripts and documents for paths that start with one of the
 repository's top-level directories (engine/ops.h, docs/api.md, tests/router/...) and for
 Markdown file names (DESIGN.md, docs/numerics.md), and checks each names a tracked file or
-directory. A Markdown reference followed by a quoted section (`docs/router.md "Stalled legs"`,
-`DESIGN.md, "Failure rules"`, `DESIGN.md ("Failure rules")`, the quotes on the same line) must
-also name a heading of that document: one whose text is the section or starts with it followed
-by a space or punctuation. Accepted without a file: generated protobuf headers whose .proto is tracked, test names
+directory. Accepted without a file: generated protobuf headers whose .proto is tracked, test names
 whose .cc is tracked (tests/router/router_cluster_itest), globs that match something, and paths
-under node_modules/ (installed by scripts/install-deps.sh). Prints file:line: reference for each
-dangling one and exits 1; prints a count and exits 0 when there is none.
+under node_modules/ (installed by scripts/install-deps.sh).
+
+A Markdown reference followed by a quoted section (`docs/router.md "Stalled legs"`,
+`DESIGN.md, "Failure rules"`, `DESIGN.md ("Failure rules")`, the quotes on the same line) must
+also name a heading of that document (case aside): one whose text is the section, or starts with
+it followed by a space or punctuation ("Generating nothing" names "Generating nothing
+(max_new_tokens 0)"). Headings inside code fences do not count.
+
+Prints file:line: reference for each dangling one and exits 1; prints a count and exits 0 when
+there is none.
 """
 import fnmatch
 import os
