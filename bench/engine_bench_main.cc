@@ -1,5 +1,5 @@
 // engine_bench: the model core's decode and prefill speed beside this machine's limits, all
-// measured in one run (DESIGN.md "The machine").
+// measured in one run (docs/hosts.md "Measuring on shared hosts").
 //
 //   engine_bench --model-path /tmp/qwen05 --threads 2 --json out.json
 //

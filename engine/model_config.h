@@ -1,5 +1,5 @@
 // ModelConfig: the architecture hyper-parameters of a Hugging Face decoder-only model, read from
-// its `config.json`. Supported `model_type`s: llama, qwen2, qwen3 (see DESIGN.md "Model core").
+// its `config.json`. Supported `model_type`s: llama, qwen2, qwen3 (docs/engine.md "Model core").
 //
 // A plain value type (copyable, immutable after parsing); thread-compatible.
 // Derived defaults follow Hugging Face: head_dim = hidden_size / num_attention_heads unless given

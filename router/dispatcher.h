@@ -18,7 +18,7 @@
 // the stream; the caller then sees the error. Caller errors reported by a worker
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE) are not retried.
 //
-// Sharing a prompt (n > 1, DESIGN.md "Several choices in one request"): a run started with
+// Sharing a prompt (docs/router.md "Several choices in one request"): a run started with
 // StartOptions::on_routed reports where each of its attempts sent its decode leg (PD) or plain
 // leg (LegPlace), after the leg was handed to that worker's session, and that the place is gone
 // when the attempt fails. A run started with StartOptions::share_with (a sibling) first sends one

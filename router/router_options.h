@@ -58,7 +58,7 @@ struct RouterOptions {
   // router buffer and parse hundreds of MiB.
   int64_t max_payload_size = int64_t{32} << 20;
   int request_timeout_secs = 1800;
-  // A leg that shows no progress for this long is failed (DESIGN.md "Router", stalled legs);
+  // A leg that shows no progress for this long is failed (docs/router.md "Stalled legs");
   // 0: never. 30 s: several times the longest step we expect (a long prefill chunk or a KV
   // transfer of a full context on a loaded CPU takes seconds, a decode step well under one).
   int stall_timeout_secs = 30;

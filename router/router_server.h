@@ -1,7 +1,7 @@
 // RouterServer: the tandem-router process-level object. It owns the options, the tokenizer, the
 // worker registry (health and load loop), the policies, the dispatcher (PD pairing, retries), the
 // admission queue (--max-concurrent-requests / --queue-size) and the HTTP front door with every
-// route (DESIGN.md "Router"):
+// route (docs/router.md "Routes and the admin API"):
 //
 //   client (--api-key):  POST|PUT /generate, POST /v1/completions, /v1/chat/completions;
 //                        GET /v1/models; POST /abort_request {"rid"} (abort_all: admin key);

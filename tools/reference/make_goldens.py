@@ -122,8 +122,8 @@ def make_golden(name, rel_dir, source, min_margin, attempts):
     spread = max(spreads)
     atol = float(f"{max(1e-2, 4 * spread):.1g}")
     note = (
-        "Reference = tools/reference/reference.py: the rounding points of DESIGN.md \"Engine "
-        "numerics\" (bf16 weights, bf16-rounded linear inputs and KV cache, fp32 elsewhere) "
+        "Reference = tools/reference/reference.py: the rounding points of docs/numerics.md "
+        "(bf16 weights, bf16-rounded linear inputs and KV cache, fp32 elsewhere) "
         "with every sum accumulated in float64 and rounded once to fp32. An engine accumulating "
         "in fp32 in another order differs in the last bits of each sum; where such a difference "
         "crosses a bf16 rounding point (a linear input, a K/V element) it grows to one bf16 ulp "

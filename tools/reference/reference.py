@@ -1,6 +1,6 @@
 """PyTorch reference forward of the engine's models (Llama, Qwen2, Qwen3).
 
-It implements the numerical contract of DESIGN.md ("Engine numerics").
+It implements the numerical contract of docs/numerics.md.
 
 Written to Hugging Face's modeling conventions (modeling_llama / modeling_qwen2 / modeling_qwen3):
 RMSNorm as (x * rsqrt(mean(x^2) + eps)) * w, rotate_half RoPE with inv_freq computed in fp32 and
@@ -113,7 +113,7 @@ def rotate_half(x):
 
 
 class Model:
-    """Weights as fp32 tensors holding bf16 values; forward per DESIGN.md "Engine numerics"."""
+    """Weights as fp32 tensors holding bf16 values; forward per docs/numerics.md."""
 
     def __init__(self, model_dir, exact=True):
         self.dir = model_dir

@@ -168,7 +168,7 @@ def naive_rope(vec, pos, inv_freq):
 
 
 def naive_forward(model_dir, ids):
-    """Last-position logits for `ids`, written from DESIGN.md "Engine numerics", not from
+    """Last-position logits for `ids`, written from docs/numerics.md, not from
     reference.py."""
     with open(os.path.join(model_dir, "config.json")) as f:
         c = json.load(f)

@@ -1,4 +1,4 @@
-// PrefillHandoff: the prefill worker's side of the KV handoff (DESIGN.md, request lifecycle).
+// PrefillHandoff: the prefill worker's side of the KV handoff (docs/worker.md "KV handoff").
 //
 //  - A bootstrap server (ZMQ ROUTER on --disaggregation-bootstrap-port) where decode workers
 //    register (RegisterPeer: their KV layout, checked against ours with an error naming both
