@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "worker/handoff/control_channel.h"
+#include "worker/handoff/handoff_clock.h"
 #include "worker/handoff/kv_geometry.h"
 
 namespace tandem::worker {
@@ -101,16 +102,15 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
     peer->socket.connect(absl::StrCat("tcp://", address));
     peer->socket.send(zmq::buffer(SealedRegisterPeer()), zmq::send_flags::dontwait);
     zmq::pollitem_t item{peer->socket.handle(), 0, ZMQ_POLLIN, 0};
-    const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(options_.transfer.bootstrap_timeout_s * 1000));
+    const auto timeout = absl::ToChronoMilliseconds(options_.bootstrap_timeout());
     zmq::poll(&item, 1, timeout);
     zmq::message_t reply;
     if (!(item.revents & ZMQ_POLLIN) || !peer->socket.recv(reply, zmq::recv_flags::dontwait)) {
       peer->socket.close();
       return absl::UnavailableError(absl::StrCat(
           "prefill worker ", address, " did not answer the bootstrap handshake within ",
-          options_.transfer.bootstrap_timeout_s,
-          " s (--bootstrap-timeout); it answers only a peer holding its cluster secret"));
+          absl::FormatDuration(options_.bootstrap_timeout()),
+          " (--bootstrap-timeout); it answers only a peer holding its cluster secret"));
     }
     auto answer = OpenControl(options_.cluster_secret, reply.to_string());
     if (!answer.ok()) {
@@ -190,8 +190,7 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
           absl::StrCat("bootstrap room ", room, " is already waiting for its KV on this worker"));
     }
     rooms_[room] = {request->rid, *peer,
-                    absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s +
-                                                options_.transfer.transfer_timeout_s)};
+                    Deadline::At(options_.now() + ToMono(options_.room_budget()))};
   }
   request->mode = engine::RequestMode::kDecodeOnly;
   const int32_t num_tokens = static_cast<int32_t>(request->input_ids.size());
@@ -208,7 +207,8 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
       std::lock_guard<std::mutex> lock(mu_);
       auto it = rooms_.find(room);
       if (it == rooms_.end()) return;
-      r->set_deadline_unix_ms(absl::ToUnixMillis(it->second.deadline));
+      // The time left, not an instant: the prefill worker's clock may differ from ours.
+      r->set_budget_ms(BudgetMs(it->second.deadline, options_.now()));
       sealed = SealControl(options_.cluster_secret, std::move(m));
       it->second.registration = sealed;
     }
@@ -256,7 +256,7 @@ void DecodeHandoff::OnNotification(const std::string& from, const std::string& m
     auto it = rooms_.find(c.bootstrap_room());
     if (it == rooms_.end()) return;  // aborted or timed out meanwhile
     rid = it->second.rid;
-    it->second.deadline = absl::InfiniteFuture();  // the KV is here: decoding may take long
+    it->second.deadline = Deadline::Never();  // the KV is here: decoding may take long
   }
   absl::StatusOr<engine::SampleResult> first = FirstTokenOfNotice(c);
   if (!first.ok()) {
@@ -322,8 +322,8 @@ void DecodeHandoff::OnRegisterAgain(const std::shared_ptr<Peer>& peer,
   bool register_again = false;
   {
     std::lock_guard<std::mutex> plock(peer->mu);
-    const absl::Time now = absl::Now();
-    if (now - peer->last_register_again >= absl::Seconds(1)) {
+    const MonoClock::time_point now = options_.now();
+    if (!peer->last_register_again || now - *peer->last_register_again >= std::chrono::seconds(1)) {
       peer->last_register_again = now;
       register_again = true;
     }
@@ -366,9 +366,9 @@ void DecodeHandoff::ExpireRooms() {
   std::vector<std::pair<uint64_t, Room>> expired;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const absl::Time now = absl::Now();
+    const MonoClock::time_point now = options_.now();
     for (auto it = rooms_.begin(); it != rooms_.end();) {
-      if (it->second.deadline < now) {
+      if (Passed(it->second.deadline, now)) {
         expired.emplace_back(it->first, std::move(it->second));
         it = rooms_.erase(it);
       } else {
@@ -377,10 +377,10 @@ void DecodeHandoff::ExpireRooms() {
     }
   }
   for (auto& [room, r] : expired) {
-    const std::string why = absl::StrCat(
-        "no KV cache from prefill worker ", r.peer->address, " for room ", room, " within ",
-        options_.transfer.bootstrap_timeout_s + options_.transfer.transfer_timeout_s,
-        " s (--bootstrap-timeout + --transfer-timeout)");
+    const std::string why =
+        absl::StrCat("no KV cache from prefill worker ", r.peer->address, " for room ", room,
+                     " within ", absl::FormatDuration(options_.room_budget()),
+                     " (--bootstrap-timeout + --transfer-timeout)");
     engine_->Abort(r.rid, why);
     proto::ControlMessage m;
     m.mutable_room_abort()->set_bootstrap_room(room);

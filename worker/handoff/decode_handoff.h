@@ -27,11 +27,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/log_every.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
@@ -70,12 +72,13 @@ class DecodeHandoff : public KvHandoff {
     std::mutex mu;        // serialises use of `socket` and guards the fields below
     zmq::socket_t socket;
     bool registered = false;
-    absl::Time last_register_again = absl::InfinitePast();  // RegisterPeer resent then
+    // RegisterPeer resent then (monotonic; nullopt: never).
+    std::optional<MonoClock::time_point> last_register_again;
   };
   struct Room {
     std::string rid;
     std::shared_ptr<Peer> peer;
-    absl::Time deadline;
+    Deadline deadline = Deadline::Never();  // the room's budget, on this host's monotonic clock
     std::string registration;  // the sealed RoomRegistration, once the blocks are reserved
     bool resent = false;       // sent again after a RegisterAgain (once at most)
   };

@@ -10,11 +10,15 @@
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 #include "worker/handoff/control_channel.h"
+#include "worker/handoff/handoff_clock.h"
 #include "worker/handoff/kv_geometry.h"
 
 namespace tandem::worker {
 
-using Clock = std::chrono::steady_clock;
+// How long the transfer engine tries to deliver a failed leg's CompletionNotice(ok=false).
+constexpr absl::Duration kFailureNoticeTimeout = absl::Seconds(5);
+
+using Clock = MonoClock;
 
 struct PrefillHandoff::Leg {
   uint64_t room = 0;
@@ -22,8 +26,8 @@ struct PrefillHandoff::Leg {
   proto::PrefillRequest req;
   engine::SamplingParams sampling;
   PrefillDone done;
-  absl::Time bootstrap_deadline;
-  absl::Time transfer_deadline = absl::InfiniteFuture();
+  Deadline bootstrap_deadline = Deadline::Never();
+  Deadline transfer_deadline = Deadline::Never();  // set when the first layer's K/V is computed
   bool started = false;
   bool prefill_done = false;
   bool notified = false;
@@ -37,7 +41,7 @@ struct PrefillHandoff::Leg {
   proto::PromptLogprobs prompt_logprobs;  // with return_logprob
   int64_t cached = 0;
   engine::RequestTimings timings;
-  Clock::time_point t_start = Clock::now();
+  Clock::time_point t_start;
   Clock::time_point t_first_write;
 };
 
@@ -124,7 +128,8 @@ void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDon
   leg->req = request;
   leg->sampling = *sampling;
   leg->done = std::move(done);
-  leg->bootstrap_deadline = absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s);
+  leg->t_start = options_.now();
+  leg->bootstrap_deadline = Deadline::At(leg->t_start + ToMono(options_.bootstrap_timeout()));
   // max_new_tokens 0: the request ends here, with no decode leg and no room registration.
   const bool prefill_only = leg->sampling.max_new_tokens == 0;
   bool start = false;
@@ -186,7 +191,7 @@ void PrefillHandoff::StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg) {
     proto::PhaseTimings* t = resp.mutable_timings();
     t->set_queue_s(out.timings.queue);
     t->set_prefill_compute_s(out.timings.prefill);
-    t->set_first_token_s(std::chrono::duration<double>(Clock::now() - leg->t_start).count());
+    t->set_first_token_s(std::chrono::duration<double>(options_.now() - leg->t_start).count());
     proto::DecodeEvent* event = resp.mutable_final_event();
     AppendOutput(out, leg->req.return_logprob(), event);
     *event->mutable_timings() = *t;
@@ -226,18 +231,18 @@ void PrefillHandoff::OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::Kv
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (leg->finished) return;
-    if (leg->transfer_deadline == absl::InfiniteFuture()) {
-      leg->transfer_deadline = absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
+    if (leg->transfer_deadline.is_never()) {
+      leg->transfer_deadline = Deadline::At(options_.now() + ToMono(options_.transfer_timeout()));
     }
     ops = LayerWrites(*engine_->kv_storage(), e.layer, e.block_ids, leg->reg.blocks, e.begin_pos,
                       e.end_pos);
     if (ops.empty()) return;
-    if (leg->t_first_write == Clock::time_point()) leg->t_first_write = Clock::now();
+    if (leg->t_first_write == Clock::time_point()) leg->t_first_write = options_.now();
     ++leg->pending;
     peer = leg->reg.peer;
   }
   kv::SubmitOptions so;
-  so.deadline = leg->transfer_deadline;
+  so.deadline = TransferDeadline(leg->transfer_deadline, options_.now());
   so.on_done = [this, leg](kv::BatchId id, const kv::BatchStatus& st) { OnBatchDone(leg, id, st); };
   auto submitted = transfer_->Submit(peer, ops, std::move(so));
   if (!submitted.ok() || !submitted->accepted) {
@@ -330,13 +335,15 @@ void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
     c->set_cached_tokens(static_cast<int32_t>(leg->cached));
     c->set_prefill_compute_s(leg->timings.prefill);
     if (leg->t_first_write != Clock::time_point()) {
-      c->set_transfer_s(std::chrono::duration<double>(Clock::now() - leg->t_first_write).count());
+      c->set_transfer_s(std::chrono::duration<double>(options_.now() - leg->t_first_write).count());
     }
   }
   kv::SubmitOptions so;
-  so.deadline = leg->transfer_deadline != absl::InfiniteFuture()
-                    ? leg->transfer_deadline
-                    : absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
+  const Clock::time_point now = options_.now();
+  so.deadline = TransferDeadline(leg->transfer_deadline.is_never()
+                                     ? Deadline::At(now + ToMono(options_.transfer_timeout()))
+                                     : leg->transfer_deadline,
+                                 now);
   so.on_done = [this, leg](kv::BatchId, const kv::BatchStatus& st) {
     if (st.state != kv::BatchState::kCompleted) {
       Fail(leg, absl::UnavailableError(
@@ -363,9 +370,9 @@ void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
     t->set_queue_s(leg->timings.queue);
     t->set_prefill_compute_s(leg->timings.prefill);
     if (leg->t_first_write != Clock::time_point()) {
-      t->set_transfer_s(std::chrono::duration<double>(Clock::now() - leg->t_first_write).count());
+      t->set_transfer_s(std::chrono::duration<double>(options_.now() - leg->t_first_write).count());
     }
-    t->set_first_token_s(std::chrono::duration<double>(Clock::now() - leg->t_start).count());
+    t->set_first_token_s(std::chrono::duration<double>(options_.now() - leg->t_start).count());
     leg->done(std::move(resp));
   };
   auto id =
@@ -396,7 +403,8 @@ void PrefillHandoff::Fail(const std::shared_ptr<Leg>& leg, absl::Status status) 
     c->set_ok(false);
     c->set_error(absl::StrCat("prefill worker ", options_.worker_id, ": ", status.message()));
     kv::SubmitOptions so;
-    so.deadline = absl::Now() + absl::Seconds(5);
+    const Clock::time_point now = options_.now();
+    so.deadline = TransferDeadline(Deadline::At(now + ToMono(kFailureNoticeTimeout)), now);
     so.on_done = [](kv::BatchId, const kv::BatchStatus&) {};
     (void)transfer_->Notify(leg->reg.peer, SealControl(options_.cluster_secret, std::move(m)),
                             std::move(so));
@@ -561,10 +569,9 @@ std::string PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
     reg.peer = peer;
     reg.blocks.assign(m.dst_block_ids().begin(), m.dst_block_ids().end());
     reg.num_tokens = m.num_tokens();
-    reg.deadline = m.deadline_unix_ms() > 0
-                       ? absl::FromUnixMillis(m.deadline_unix_ms())
-                       : absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s +
-                                                     options_.transfer.transfer_timeout_s);
+    // The decode worker's time left, counted on this host's monotonic clock from now: its wall
+    // clock may differ from ours by minutes.
+    reg.deadline = DeadlineFromBudget(m.budget_ms(), options_.now(), options_.room_budget());
     auto it = legs_.find(m.bootstrap_room());
     if (it == legs_.end()) {
       constexpr size_t kMaxEarlyRegistrations = 1 << 16;
@@ -583,25 +590,26 @@ std::string PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
 }
 
 void PrefillHandoff::CheckDeadlines() {
-  const absl::Time now = absl::Now();
+  const Clock::time_point now = options_.now();
   std::vector<std::pair<std::shared_ptr<Leg>, absl::Status>> expired;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [room, leg] : legs_) {
-      if (!leg->started && leg->bootstrap_deadline < now) {
-        expired.emplace_back(
-            leg, absl::DeadlineExceededError(absl::StrCat(
-                     "no decode worker registered room ", room, " within ",
-                     options_.transfer.bootstrap_timeout_s, " s (--bootstrap-timeout)")));
-      } else if (leg->started && leg->transfer_deadline < now) {
+      if (!leg->started && Passed(leg->bootstrap_deadline, now)) {
+        expired.emplace_back(leg, absl::DeadlineExceededError(absl::StrCat(
+                                      "no decode worker registered room ", room, " within ",
+                                      absl::FormatDuration(options_.bootstrap_timeout()),
+                                      " (--bootstrap-timeout)")));
+      } else if (leg->started && Passed(leg->transfer_deadline, now)) {
         expired.emplace_back(
             leg, absl::DeadlineExceededError(absl::StrCat(
                      "room ", room, ": the KV did not reach decode worker ", leg->reg.decode_id,
-                     " within ", options_.transfer.transfer_timeout_s, " s (--transfer-timeout)")));
+                     " within ", absl::FormatDuration(options_.transfer_timeout()),
+                     " (--transfer-timeout)")));
       }
     }
     for (auto it = registrations_.begin(); it != registrations_.end();) {
-      it = it->second.deadline < now ? registrations_.erase(it) : std::next(it);
+      it = Passed(it->second.deadline, now) ? registrations_.erase(it) : std::next(it);
     }
   }
   for (auto& [leg, status] : expired) Fail(leg, status);

@@ -45,6 +45,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/log_every.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
@@ -84,7 +85,7 @@ class PrefillHandoff : public PrefillLegs {
     kv::PeerId peer = 0;
     std::vector<int32_t> blocks;
     int32_t num_tokens = 0;
-    absl::Time deadline;
+    Deadline deadline = Deadline::Never();  // the decode worker's budget, from its arrival
   };
   struct Leg;
 
