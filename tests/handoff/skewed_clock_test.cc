@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +177,9 @@ void ExpectAllBlocksReturn(proto::Worker::Stub* stub, const std::string& role) {
 // worker kSkew behind (so to the prefill worker, the decode worker's wall-clock instants lie in
 // the past either way).
 enum class Skewed { kPrefill, kDecode };
+void PrintTo(Skewed s, std::ostream* os) {
+  *os << (s == Skewed::kPrefill ? "prefill ahead" : "decode behind");
+}
 
 class SkewedClockTest : public ::testing::TestWithParam<Skewed> {
  protected:
