@@ -56,8 +56,8 @@ absl::Status DecodeHandoff::Start() {
 void DecodeHandoff::Shutdown() {
   if (stop_.exchange(true)) return;
   {
-    absl::MutexLock lock(&mu_);
-    stop_cv_.SignalAll();
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_cv_.notify_all();
   }
   if (background_.joinable()) background_.join();
   std::map<uint64_t, Room> rooms;
@@ -429,8 +429,8 @@ void DecodeHandoff::ExpireRooms() {
 void DecodeHandoff::BackgroundLoop() {
   while (!stop_.load()) {
     {
-      absl::MutexLock lock(&mu_);
-      if (!stop_.load()) stop_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(20));
+      std::unique_lock<std::mutex> lock(stop_mu_);
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return stop_.load(); });
     }
     if (stop_.load()) break;
     ReadPeers();

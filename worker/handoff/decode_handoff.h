@@ -29,8 +29,10 @@
 #define TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -115,9 +117,14 @@ class DecodeHandoff : public KvHandoff {
 
   LogEvery dropped_logs_{absl::Seconds(1)};  // messages from prefill workers dropped
 
+  // The background thread sleeps on these between rounds. std::condition_variable's wait_for
+  // reads the monotonic clock; the Debian Abseil's timed waits read the wall clock, so a clock
+  // step (or a worker run under libfaketime) would stall or spin the loop that ends rooms.
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;  // notified when stop_ is set
+
   // Never held while a Peer's mutex is taken, nor the other way round.
   mutable absl::Mutex mu_;
-  absl::CondVar stop_cv_;  // signalled (with mu_) when stop_ is set
   std::map<std::string, std::shared_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);  // by address
   std::map<uint64_t, Room> rooms_ ABSL_GUARDED_BY(mu_);  // until the engine request ends
 };
