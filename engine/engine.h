@@ -25,6 +25,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
@@ -99,13 +100,13 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;  // loop thread only, after construction
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;                         // inbox or stop
-  std::condition_variable idle_cv_;                    // live_ emptied
-  std::deque<std::function<void(Scheduler&)>> inbox_;  // guarded by mu_
-  std::unordered_set<std::string> live_;               // guarded by mu_
-  SchedulerLoad load_;                                 // guarded by mu_
-  bool stopping_ = false;                              // guarded by mu_
-  std::mutex join_mu_;                                 // serialises Shutdown's join
+  std::condition_variable cv_;       // inbox or stop
+  std::condition_variable idle_cv_;  // live_ emptied
+  std::deque<std::function<void(Scheduler&)>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<std::string> live_ ABSL_GUARDED_BY(mu_);
+  SchedulerLoad load_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::mutex join_mu_;  // serialises Shutdown's join
   std::thread loop_;
 
   struct Metrics;

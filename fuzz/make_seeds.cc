@@ -153,7 +153,7 @@ bool WriteControls(const std::string& dir) {
     r->set_decode_worker_id("127.0.0.1:8001");
     for (int b : {7, 8, 9, 3}) r->add_dst_block_ids(b);
     r->set_num_tokens(57);
-    r->set_deadline_unix_ms(1795000000000);
+    r->set_budget_ms(9000);
     ok &= WriteControl(dir, "room_registration", m);
   }
   {

@@ -15,6 +15,8 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy curl jq iproute2 procps
   nginx-light gnuplot-nox
+  # the skewed-clock handoff test runs one worker under libfaketime
+  faketime
 )
 
 # Tools that only regenerate committed artefacts (the shipped model, reference goldens); the

@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.pb.h"
 
@@ -101,14 +102,14 @@ class SessionCore {
   SessionLegs* const legs_;
   std::atomic<int> refs_{1};  // the transport + one per live leg
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::function<void()>> live_;  // guarded by mu_: id -> cancel
-  proto::SessionDown pending_;    // guarded by mu_: replies waiting for the next write
+  std::unordered_map<uint64_t, std::function<void()>> live_ ABSL_GUARDED_BY(mu_);  // id -> cancel
+  proto::SessionDown pending_ ABSL_GUARDED_BY(mu_);  // replies waiting for the next write
   proto::SessionDown in_flight_;  // the write in flight (owned by it while writing_)
-  bool writing_ = false;          // guarded by mu_
-  bool start_write_ = false;      // guarded by mu_: in_flight_ is filled, WriteBatch is due
-  bool ended_ = false;            // guarded by mu_
-  bool close_called_ = false;     // guarded by mu_
-  grpc::Status end_status_;       // set once, with ended_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool start_write_ ABSL_GUARDED_BY(mu_) = false;  // in_flight_ is filled, WriteBatch is due
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_called_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_;  // set once, with ended_
 };
 
 // The open sessions of one worker, over either transport.
@@ -133,8 +134,8 @@ class SessionServer {
   void Forget(SessionCore* session);
 
   std::mutex mu_;
-  std::unordered_set<SessionCore*> open_;  // guarded by mu_
-  bool closed_ = false;                    // guarded by mu_
+  std::unordered_set<SessionCore*> open_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tandem::worker

@@ -66,7 +66,8 @@ bool LostPortRace(WorkerProcess* w) {
 
 // One launch on fresh ports; stub is null unless the worker came up.
 std::unique_ptr<WorkerProcess> StartWorkerOnce(const std::string& role,
-                                               const std::vector<std::string>& extra) {
+                                               const std::vector<std::string>& extra,
+                                               const std::vector<std::string>& launcher) {
   auto w = std::make_unique<WorkerProcess>();
   w->role = role;
   w->grpc_port = FreePort();
@@ -107,6 +108,7 @@ std::unique_ptr<WorkerProcess> StartWorkerOnce(const std::string& role,
       argv.push_back(extra[i]);
     }
   }
+  argv.insert(argv.begin(), launcher.begin(), launcher.end());
   w->process = std::make_unique<Process>(argv);
   WaitHealthy(w.get());
   return w;
@@ -115,10 +117,11 @@ std::unique_ptr<WorkerProcess> StartWorkerOnce(const std::string& role,
 }  // namespace
 
 std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
-                                           const std::vector<std::string>& extra) {
+                                           const std::vector<std::string>& extra,
+                                           const std::vector<std::string>& launcher) {
   constexpr int kAttempts = 3;
   for (int attempt = 1;; ++attempt) {
-    auto w = StartWorkerOnce(role, extra);
+    auto w = StartWorkerOnce(role, extra, launcher);
     if (w->stub != nullptr || attempt == kAttempts || !LostPortRace(w.get())) {
       EXPECT_NE(w->stub, nullptr) << role << " did not come up:\n" << w->process->Output();
       return w;

@@ -41,8 +41,11 @@ struct WorkerProcess {
 // recorded if it does not come up. Defaults: 16 MiB of KV, 64-token prefill chunks, 1 thread,
 // --bootstrap-timeout 3, --transfer-timeout 6, the test cluster secret. A "--flag value" pair in
 // `extra` replaces the default value of a flag already given; anything else is appended.
+// `launcher`, when given, is a command line the worker's own is appended to (e.g. /usr/bin/env
+// with variables to set); it is started through it, and again on Restart().
 std::unique_ptr<WorkerProcess> StartWorker(const std::string& role,
-                                           const std::vector<std::string>& extra = {});
+                                           const std::vector<std::string>& extra = {},
+                                           const std::vector<std::string>& launcher = {});
 
 }  // namespace tandem::itest
 

@@ -8,6 +8,8 @@
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "worker/handoff/control_channel.h"
+#include "worker/handoff/decode_room.h"
+#include "worker/handoff/handoff_clock.h"
 #include "worker/handoff/kv_geometry.h"
 
 namespace tandem::worker {
@@ -53,25 +55,31 @@ absl::Status DecodeHandoff::Start() {
 
 void DecodeHandoff::Shutdown() {
   if (stop_.exchange(true)) return;
-  stop_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stop_cv_.notify_all();
+  }
   if (background_.joinable()) background_.join();
   std::map<uint64_t, Room> rooms;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     rooms.swap(rooms_);
   }
   for (auto& [room, r] : rooms) engine_->Abort(r.rid, "the decode worker is shutting down");
   if (transfer_) transfer_->Shutdown();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [address, peer] : peers_) {
-    std::lock_guard<std::mutex> plock(peer->mu);
+  std::map<std::string, std::shared_ptr<Peer>> peers;
+  {
+    absl::MutexLock lock(&mu_);
+    peers.swap(peers_);
+  }
+  for (auto& [address, peer] : peers) {
+    absl::MutexLock plock(&peer->mu);
     peer->socket.close();
   }
-  peers_.clear();
 }
 
 int64_t DecodeHandoff::inflight() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(rooms_.size());
 }
 
@@ -83,7 +91,7 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
   const std::string address = absl::StrCat(host, ":", port);
   std::shared_ptr<Peer> peer;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto& slot = peers_[address];
     if (!slot) {
       slot = std::make_shared<Peer>();
@@ -91,7 +99,7 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
     }
     peer = slot;
   }
-  std::lock_guard<std::mutex> plock(peer->mu);
+  absl::MutexLock plock(&peer->mu);
   if (peer->registered) return peer;
   // (Re)connect and register; a failed attempt leaves no half-open socket behind.
   try {
@@ -101,16 +109,15 @@ absl::StatusOr<std::shared_ptr<DecodeHandoff::Peer>> DecodeHandoff::GetPeer(cons
     peer->socket.connect(absl::StrCat("tcp://", address));
     peer->socket.send(zmq::buffer(SealedRegisterPeer()), zmq::send_flags::dontwait);
     zmq::pollitem_t item{peer->socket.handle(), 0, ZMQ_POLLIN, 0};
-    const auto timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(options_.transfer.bootstrap_timeout_s * 1000));
+    const auto timeout = absl::ToChronoMilliseconds(options_.bootstrap_timeout());
     zmq::poll(&item, 1, timeout);
     zmq::message_t reply;
     if (!(item.revents & ZMQ_POLLIN) || !peer->socket.recv(reply, zmq::recv_flags::dontwait)) {
       peer->socket.close();
       return absl::UnavailableError(absl::StrCat(
           "prefill worker ", address, " did not answer the bootstrap handshake within ",
-          options_.transfer.bootstrap_timeout_s,
-          " s (--bootstrap-timeout); it answers only a peer holding its cluster secret"));
+          absl::FormatDuration(options_.bootstrap_timeout()),
+          " (--bootstrap-timeout); it answers only a peer holding its cluster secret"));
     }
     auto answer = OpenControl(options_.cluster_secret, reply.to_string());
     if (!answer.ok()) {
@@ -157,7 +164,7 @@ std::string DecodeHandoff::SealedRegisterPeer() const {
 }
 
 void DecodeHandoff::Send(Peer* peer, const std::string& bytes) {
-  std::lock_guard<std::mutex> plock(peer->mu);
+  absl::MutexLock plock(&peer->mu);
   if (!peer->registered) return;
   try {
     if (!peer->socket.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) {
@@ -184,14 +191,15 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
   auto peer = GetPeer(leg.bootstrap_host(), leg.bootstrap_port());
   if (!peer.ok()) return peer.status();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (rooms_.count(room)) {
       return absl::AlreadyExistsError(
           absl::StrCat("bootstrap room ", room, " is already waiting for its KV on this worker"));
     }
-    rooms_[room] = {request->rid, *peer,
-                    absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s +
-                                                options_.transfer.transfer_timeout_s)};
+    rooms_.emplace(
+        room,
+        Room{request->rid, *peer,
+             DecodeRoomMachine(Deadline::At(options_.now() + ToMono(options_.room_budget())))});
   }
   request->mode = engine::RequestMode::kDecodeOnly;
   const int32_t num_tokens = static_cast<int32_t>(request->input_ids.size());
@@ -203,22 +211,29 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
     r->set_decode_worker_id(options_.worker_id);
     r->mutable_dst_block_ids()->Assign(blocks.begin(), blocks.end());
     r->set_num_tokens(num_tokens);
-    std::string sealed;
+    DecodeRoomActions actions;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = rooms_.find(room);
       if (it == rooms_.end()) return;
-      r->set_deadline_unix_ms(absl::ToUnixMillis(it->second.deadline));
-      sealed = SealControl(options_.cluster_secret, std::move(m));
-      it->second.registration = sealed;
+      const MonoClock::time_point now = options_.now();
+      // The time left, not an instant: the prefill worker's clock may differ from ours.
+      r->set_budget_ms(BudgetMs(it->second.machine.budget(), now));
+      DecodeRoomEvent e{DecodeRoomEvent::Kind::kBlocksReserved, now};
+      e.registration = SealControl(options_.cluster_secret, std::move(m));
+      actions = it->second.machine.Apply(e);
     }
-    Send(p.get(), sealed);
+    if (actions.send_registration) Send(p.get(), *actions.send_registration);
   };
   auto user_output = std::move(request->callbacks.on_output);
   request->callbacks.on_output = [this, room, user_output](const engine::RequestOutput& out) {
     if (out.last) {
-      std::lock_guard<std::mutex> lock(mu_);
-      rooms_.erase(room);
+      absl::MutexLock lock(&mu_);
+      auto it = rooms_.find(room);
+      if (it != rooms_.end() &&
+          it->second.machine.Apply({DecodeRoomEvent::Kind::kRequestEnded, options_.now()}).forget) {
+        rooms_.erase(it);
+      }
     }
     if (user_output) user_output(out);
   };
@@ -250,34 +265,38 @@ void DecodeHandoff::OnNotification(const std::string& from, const std::string& m
   }
   if (!m->has_completion_notice()) return;
   const proto::CompletionNotice& c = m->completion_notice();
+  absl::StatusOr<engine::SampleResult> first = FirstTokenOfNotice(c);
   std::string rid;
+  DecodeRoomActions actions;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = rooms_.find(c.bootstrap_room());
     if (it == rooms_.end()) return;  // aborted or timed out meanwhile
     rid = it->second.rid;
-    it->second.deadline = absl::InfiniteFuture();  // the KV is here: decoding may take long
+    DecodeRoomEvent e{DecodeRoomEvent::Kind::kNotice, options_.now()};
+    e.ok = first.ok();
+    if (!first.ok()) e.reason = std::string(first.status().message());
+    actions = it->second.machine.Apply(e);
+    if (actions.forget) rooms_.erase(it);
   }
-  absl::StatusOr<engine::SampleResult> first = FirstTokenOfNotice(c);
-  if (!first.ok()) {
-    engine_->Abort(rid, std::string(first.status().message()));
-    return;
+  if (actions.abort_engine) engine_->Abort(rid, *actions.abort_engine);
+  if (actions.complete_transfer) {
+    engine_->CompleteTransfer(rid, *std::move(first), [this, rid](absl::Status s) {
+      if (!s.ok()) engine_->Abort(rid, std::string(s.message()));
+    });
   }
-  engine_->CompleteTransfer(rid, *std::move(first), [this, rid](absl::Status s) {
-    if (!s.ok()) engine_->Abort(rid, std::string(s.message()));
-  });
 }
 
 void DecodeHandoff::ReadPeers() {
   std::vector<std::shared_ptr<Peer>> peers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [address, peer] : peers_) peers.push_back(peer);
   }
   for (const std::shared_ptr<Peer>& peer : peers) {
     std::vector<proto::ControlMessage> got;
     {
-      std::lock_guard<std::mutex> plock(peer->mu);
+      absl::MutexLock plock(&peer->mu);
       if (!peer->registered) continue;  // GetPeer owns the socket during a handshake
       try {
         zmq::message_t bytes;
@@ -310,20 +329,21 @@ void DecodeHandoff::ReadPeers() {
 
 void DecodeHandoff::OnRegisterAgain(const std::shared_ptr<Peer>& peer,
                                     const proto::RegisterAgain& m) {
-  std::string registration;
+  std::optional<std::string> registration;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = rooms_.find(m.bootstrap_room());
-    if (it != rooms_.end() && it->second.peer == peer && !it->second.resent) {
-      it->second.resent = true;
-      registration = it->second.registration;
+    if (it != rooms_.end() && it->second.peer == peer) {
+      registration =
+          it->second.machine.Apply({DecodeRoomEvent::Kind::kRegisterAgain, options_.now()})
+              .send_registration;
     }
   }
   bool register_again = false;
   {
-    std::lock_guard<std::mutex> plock(peer->mu);
-    const absl::Time now = absl::Now();
-    if (now - peer->last_register_again >= absl::Seconds(1)) {
+    absl::MutexLock plock(&peer->mu);
+    const MonoClock::time_point now = options_.now();
+    if (!peer->last_register_again || now - *peer->last_register_again >= std::chrono::seconds(1)) {
       peer->last_register_again = now;
       register_again = true;
     }
@@ -334,7 +354,7 @@ void DecodeHandoff::OnRegisterAgain(const std::shared_ptr<Peer>& peer,
     Send(peer.get(), SealedRegisterPeer());
   }
   // Behind the registration on the same connection, so the prefill worker knows us by then.
-  if (!registration.empty()) Send(peer.get(), registration);
+  if (registration) Send(peer.get(), *registration);
 }
 
 void DecodeHandoff::OnRegisterReply(const std::shared_ptr<Peer>& peer,
@@ -349,50 +369,67 @@ void DecodeHandoff::OnRegisterReply(const std::shared_ptr<Peer>& peer,
   spdlog::warn("bootstrap: {}", why);
   {
     // The next leg handshakes on a new connection and gets the refusal as its error.
-    std::lock_guard<std::mutex> plock(peer->mu);
+    absl::MutexLock plock(&peer->mu);
     peer->registered = false;
   }
-  std::vector<std::string> waiting;
+  std::vector<std::pair<std::string, std::string>> aborts;  // rid, reason
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [room, r] : rooms_) {
-      if (r.peer == peer) waiting.push_back(r.rid);
+    absl::MutexLock lock(&mu_);
+    for (auto it = rooms_.begin(); it != rooms_.end();) {
+      DecodeRoomActions actions;
+      if (it->second.peer == peer) {
+        DecodeRoomEvent e{DecodeRoomEvent::Kind::kPeerRefused, options_.now()};
+        e.reason = why;
+        actions = it->second.machine.Apply(e);
+      }
+      if (actions.abort_engine) aborts.emplace_back(it->second.rid, *actions.abort_engine);
+      it = actions.forget ? rooms_.erase(it) : std::next(it);
     }
   }
-  for (const std::string& rid : waiting) engine_->Abort(rid, why);
+  for (const auto& [rid, reason] : aborts) engine_->Abort(rid, reason);
 }
 
 void DecodeHandoff::ExpireRooms() {
-  std::vector<std::pair<uint64_t, Room>> expired;
+  struct Expired {
+    uint64_t room;
+    std::string rid;
+    std::shared_ptr<Peer> peer;
+    std::string why;
+  };
+  std::vector<Expired> expired;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&mu_);
+    const MonoClock::time_point now = options_.now();
     for (auto it = rooms_.begin(); it != rooms_.end();) {
-      if (it->second.deadline < now) {
-        expired.emplace_back(it->first, std::move(it->second));
-        it = rooms_.erase(it);
-      } else {
+      Room& r = it->second;
+      if (!r.machine.waiting() || !Passed(r.machine.budget(), now)) {
         ++it;
+        continue;
       }
+      DecodeRoomEvent e{DecodeRoomEvent::Kind::kTick, now};
+      e.reason = absl::StrCat("no KV cache from prefill worker ", r.peer->address, " for room ",
+                              it->first, " within ", absl::FormatDuration(options_.room_budget()),
+                              " (--bootstrap-timeout + --transfer-timeout)");
+      DecodeRoomActions actions = r.machine.Apply(e);
+      if (actions.abort_engine && actions.send_room_abort) {
+        expired.push_back({it->first, r.rid, r.peer, *actions.abort_engine});
+      }
+      it = actions.forget ? rooms_.erase(it) : std::next(it);
     }
   }
-  for (auto& [room, r] : expired) {
-    const std::string why = absl::StrCat(
-        "no KV cache from prefill worker ", r.peer->address, " for room ", room, " within ",
-        options_.transfer.bootstrap_timeout_s + options_.transfer.transfer_timeout_s,
-        " s (--bootstrap-timeout + --transfer-timeout)");
-    engine_->Abort(r.rid, why);
+  for (const Expired& x : expired) {
+    engine_->Abort(x.rid, x.why);
     proto::ControlMessage m;
-    m.mutable_room_abort()->set_bootstrap_room(room);
-    m.mutable_room_abort()->set_reason(why);
-    Send(r.peer.get(), SealControl(options_.cluster_secret, std::move(m)));
+    m.mutable_room_abort()->set_bootstrap_room(x.room);
+    m.mutable_room_abort()->set_reason(x.why);
+    Send(x.peer.get(), SealControl(options_.cluster_secret, std::move(m)));
   }
 }
 
 void DecodeHandoff::BackgroundLoop() {
   while (!stop_.load()) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(stop_mu_);
       stop_cv_.wait_for(lock, std::chrono::milliseconds(20), [this] { return stop_.load(); });
     }
     if (stop_.load()) break;

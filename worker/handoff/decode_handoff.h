@@ -18,6 +18,12 @@
 // registration it refuses (say, it restarted with another model) ends the rooms waiting on it
 // with its reason, and the next leg handshakes anew and gets that reason as its error.
 //
+// Each room's rules are a DecodeRoomMachine (worker/handoff/decode_room.h: states, events,
+// transitions). Events (blocks reserved, RegisterAgain, notice, refusal, budget, the request's
+// end) are applied under mu_; engine calls and sends happen after it is released. The room's
+// budget is monotonic (HandoffOptions::now) and crosses to the prefill worker only as the time
+// left (RoomRegistration.budget_ms).
+//
 // Thread-safe. The Engine is borrowed and must outlive this object.
 #ifndef TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
 #define TANDEM_WORKER_HANDOFF_DECODE_HANDOFF_H_
@@ -27,15 +33,20 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/log_every.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
 #include "proto/kv_control.pb.h"
+#include "worker/handoff/decode_room.h"
 #include "worker/handoff/handoff_options.h"
 #include "worker/worker_core.h"
 #include "zmq.hpp"
@@ -60,24 +71,24 @@ class DecodeHandoff : public KvHandoff {
   // Errors end the leg before it starts: no room, an unreachable prefill worker or one that
   // refuses this worker (UNAVAILABLE / FAILED_PRECONDITION with its reason), a room in use.
   absl::Status PrepareDecodeLeg(const proto::DecodeRequest& leg, engine::Request* request) override;
-  // Rooms waiting for their KV.
+  // Rooms whose engine request has not ended (waiting for their KV, or decoding).
   int64_t inflight() const;
   void Shutdown();
 
  private:
+  // One prefill worker's bootstrap connection.
   struct Peer {
-    std::string address;  // host:port of the bootstrap server
-    std::mutex mu;        // serialises use of `socket` and guards the fields below
-    zmq::socket_t socket;
-    bool registered = false;
-    absl::Time last_register_again = absl::InfinitePast();  // RegisterPeer resent then
+    std::string address;  // host:port of the bootstrap server; set before the Peer is shared
+    absl::Mutex mu;       // serialises use of `socket` (a handshake holds it while it waits)
+    zmq::socket_t socket ABSL_GUARDED_BY(mu);
+    bool registered ABSL_GUARDED_BY(mu) = false;
+    // RegisterPeer resent then (monotonic; nullopt: never).
+    std::optional<MonoClock::time_point> last_register_again ABSL_GUARDED_BY(mu);
   };
   struct Room {
     std::string rid;
     std::shared_ptr<Peer> peer;
-    absl::Time deadline;
-    std::string registration;  // the sealed RoomRegistration, once the blocks are reserved
-    bool resent = false;       // sent again after a RegisterAgain (once at most)
+    DecodeRoomMachine machine;  // the room's state and budget (worker/handoff/decode_room.h)
   };
 
   DecodeHandoff(engine::Engine* engine, HandoffOptions options);
@@ -106,10 +117,16 @@ class DecodeHandoff : public KvHandoff {
 
   LogEvery dropped_logs_{absl::Seconds(1)};  // messages from prefill workers dropped
 
-  mutable std::mutex mu_;
-  std::condition_variable stop_cv_;
-  std::map<std::string, std::shared_ptr<Peer>> peers_;  // by bootstrap address
-  std::map<uint64_t, Room> rooms_;                      // awaiting the KV
+  // The background thread sleeps on these between rounds. std::condition_variable's wait_for
+  // reads the monotonic clock; the Debian Abseil's timed waits read the wall clock, so a clock
+  // step (or a worker run under libfaketime) would stall or spin the loop that ends rooms.
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;  // notified when stop_ is set
+
+  // Never held while a Peer's mutex is taken, nor the other way round.
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);  // by address
+  std::map<uint64_t, Room> rooms_ ABSL_GUARDED_BY(mu_);  // until the engine request ends
 };
 
 }  // namespace tandem::worker

@@ -10,35 +10,50 @@
 #include "spdlog/spdlog.h"
 #include "worker/conversions.h"
 #include "worker/handoff/control_channel.h"
+#include "worker/handoff/handoff_clock.h"
 #include "worker/handoff/kv_geometry.h"
+#include "worker/handoff/prefill_leg.h"
 
 namespace tandem::worker {
 
-using Clock = std::chrono::steady_clock;
+// How long the transfer engine tries to deliver a failed leg's CompletionNotice(ok=false).
+constexpr absl::Duration kFailureNoticeTimeout = absl::Seconds(5);
 
+using Clock = MonoClock;
+
+// One prefill leg. The fields above `mu` are set before the leg is shared and then only read.
 struct PrefillHandoff::Leg {
-  uint64_t room = 0;
-  std::string rid;  // the engine request's id: "p<room>"
-  proto::PrefillRequest req;
-  engine::SamplingParams sampling;
-  PrefillDone done;
-  absl::Time bootstrap_deadline;
-  absl::Time transfer_deadline = absl::InfiniteFuture();
-  bool started = false;
-  bool prefill_done = false;
-  bool notified = false;
-  bool finished = false;
-  Registration reg;
-  std::set<kv::BatchId> batches;
-  int pending = 0;
-  int32_t first_token = -1;
-  float logprob = 0;
-  std::vector<engine::TokenLogprob> top;  // the first token's alternatives, when asked for
-  proto::PromptLogprobs prompt_logprobs;  // with return_logprob
-  int64_t cached = 0;
-  engine::RequestTimings timings;
-  Clock::time_point t_start = Clock::now();
-  Clock::time_point t_first_write;
+  Leg(uint64_t room, const proto::PrefillRequest& request, engine::SamplingParams params,
+      PrefillDone done_cb, MonoClock::time_point start, const HandoffOptions& options)
+      : room(room),
+        rid(absl::StrCat("p", room)),
+        req(request),
+        sampling(std::move(params)),
+        prefill_only(sampling.max_new_tokens == 0),
+        done(std::move(done_cb)),
+        t_start(start),
+        machine(room, prefill_only, Deadline::At(start + ToMono(options.bootstrap_timeout())),
+                options.bootstrap_timeout(), options.transfer_timeout()) {}
+
+  const uint64_t room;
+  const std::string rid;  // the engine request's id: "p<room>"
+  const proto::PrefillRequest req;
+  const engine::SamplingParams sampling;
+  // max_new_tokens 0: the request ends here, with no decode leg and no room registration.
+  const bool prefill_only;
+  const PrefillDone done;  // called once, by whoever carries out the terminal transition
+  const MonoClock::time_point t_start;
+
+  absl::Mutex mu;
+  PrefillLegMachine machine ABSL_GUARDED_BY(mu);
+  Registration reg ABSL_GUARDED_BY(mu);  // set by RoomRegistered
+  int32_t first_token ABSL_GUARDED_BY(mu) = -1;
+  float logprob ABSL_GUARDED_BY(mu) = 0;
+  std::vector<engine::TokenLogprob> top ABSL_GUARDED_BY(mu);  // with top_logprobs_num
+  proto::PromptLogprobs prompt_logprobs ABSL_GUARDED_BY(mu);  // with return_logprob
+  int64_t cached ABSL_GUARDED_BY(mu) = 0;
+  engine::RequestTimings timings ABSL_GUARDED_BY(mu);
+  MonoClock::time_point t_first_write ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<PrefillHandoff>> PrefillHandoff::Create(engine::Engine* engine,
@@ -90,17 +105,23 @@ void PrefillHandoff::Shutdown() {
   if (bootstrap_thread_.joinable()) bootstrap_thread_.join();
   std::vector<std::shared_ptr<Leg>> legs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto& [room, leg] : legs_) legs.push_back(leg);
   }
-  for (auto& leg : legs) Fail(leg, absl::UnavailableError("the prefill worker is shutting down"));
+  for (auto& leg : legs) {
+    Apply(leg, Failure(absl::UnavailableError("the prefill worker is shutting down")));
+  }
   if (transfer_) transfer_->Shutdown();
   router_.close();
 }
 
 int64_t PrefillHandoff::inflight() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(legs_.size());
+}
+
+PrefillLegEvent PrefillHandoff::Failure(absl::Status status) {
+  return {PrefillLegEvent::Kind::kFailure, "", 0, std::move(status), {}};
 }
 
 void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDone done) {
@@ -118,42 +139,110 @@ void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDon
     done(sampling.status());
     return;
   }
-  auto leg = std::make_shared<Leg>();
-  leg->room = request.bootstrap_room();
-  leg->rid = absl::StrCat("p", leg->room);
-  leg->req = request;
-  leg->sampling = *sampling;
-  leg->done = std::move(done);
-  leg->bootstrap_deadline = absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s);
-  // max_new_tokens 0: the request ends here, with no decode leg and no room registration.
-  const bool prefill_only = leg->sampling.max_new_tokens == 0;
-  bool start = false;
+  auto leg = std::make_shared<Leg>(request.bootstrap_room(), request, *std::move(sampling),
+                                   std::move(done), options_.now(), options_);
+  std::optional<Registration> early;
+  bool duplicate = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (legs_.count(leg->room)) {
-      leg->finished = true;
-    } else if (prefill_only) {
-      legs_[leg->room] = leg;
-      leg->started = true;
-    } else {
-      legs_[leg->room] = leg;
-      auto it = registrations_.find(leg->room);
-      if (it != registrations_.end()) {
-        leg->reg = std::move(it->second);
-        registrations_.erase(it);
-        leg->started = start = true;
-      }
+    absl::MutexLock lock(&mu_);
+    duplicate = legs_.count(leg->room) > 0;
+    if (!duplicate) legs_[leg->room] = leg;
+    auto it = registrations_.find(leg->room);
+    if (!duplicate && !leg->prefill_only && it != registrations_.end()) {
+      early = std::move(it->second);
+      registrations_.erase(it);
     }
   }
-  if (leg->finished) {
+  if (duplicate) {
     leg->done(absl::AlreadyExistsError(
         absl::StrCat("bootstrap room ", leg->room, " already has a prefill leg on this worker")));
     return;
   }
-  if (prefill_only) {
+  if (leg->prefill_only) {
     StartPrefillOnlyLeg(leg);
-  } else if (start) {
-    StartLeg(leg);
+  } else if (early) {
+    Register(leg, *std::move(early));
+  }
+}
+
+void PrefillHandoff::DeliverRegistration(uint64_t room, Registration reg) {
+  std::shared_ptr<Leg> leg;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = legs_.find(room);
+    if (it == legs_.end()) {
+      // Before its leg: kept (within its budget) until the leg comes.
+      constexpr size_t kMaxEarlyRegistrations = 1 << 16;
+      if (registrations_.size() < kMaxEarlyRegistrations) registrations_[room] = std::move(reg);
+      return;
+    }
+    leg = it->second;
+  }
+  Register(leg, std::move(reg));
+}
+
+void PrefillHandoff::Register(const std::shared_ptr<Leg>& leg, Registration reg) {
+  PrefillLegActions actions;
+  {
+    absl::MutexLock lock(&leg->mu);
+    PrefillLegEvent e{PrefillLegEvent::Kind::kRoomRegistered, reg.decode_id, 0, {}, {}};
+    actions = leg->machine.Apply(e);
+    if (actions.start_prefill) leg->reg = std::move(reg);  // else a duplicate: ignored
+  }
+  Run(leg, std::move(actions));
+}
+
+void PrefillHandoff::Apply(const std::shared_ptr<Leg>& leg, const PrefillLegEvent& event) {
+  PrefillLegActions actions;
+  {
+    absl::MutexLock lock(&leg->mu);
+    actions = leg->machine.Apply(event);
+  }
+  Run(leg, std::move(actions));
+}
+
+void PrefillHandoff::Forget(const std::shared_ptr<Leg>& leg) {
+  absl::MutexLock lock(&mu_);
+  auto it = legs_.find(leg->room);
+  if (it != legs_.end() && it->second == leg) legs_.erase(it);
+}
+
+void PrefillHandoff::Run(const std::shared_ptr<Leg>& leg, PrefillLegActions actions) {
+  for (kv::BatchId id : actions.cancel) (void)transfer_->Cancel(id);
+  if (actions.fail) {
+    Forget(leg);
+    const absl::Status status = *std::move(actions.fail);
+    spdlog::warn("prefill leg for room {} failed: {}", leg->room, std::string(status.message()));
+    if (actions.notify_decode && transfer_->state() == kv::EngineState::kServing) {
+      // Delivered after every write that reached the network, so the decode worker can free the
+      // room's blocks knowing nothing more lands in them.
+      kv::PeerId peer = 0;
+      {
+        absl::MutexLock lock(&leg->mu);
+        peer = leg->reg.peer;
+      }
+      proto::ControlMessage m;
+      proto::CompletionNotice* c = m.mutable_completion_notice();
+      c->set_bootstrap_room(leg->room);
+      c->set_ok(false);
+      c->set_error(absl::StrCat("prefill worker ", options_.worker_id, ": ", status.message()));
+      kv::SubmitOptions so;
+      const Clock::time_point now = options_.now();
+      so.deadline = TransferDeadline(Deadline::At(now + ToMono(kFailureNoticeTimeout)), now);
+      so.on_done = [](kv::BatchId, const kv::BatchStatus&) {};
+      (void)transfer_->Notify(peer, SealControl(options_.cluster_secret, std::move(m)),
+                              std::move(so));
+    }
+    engine_->Abort(leg->rid, std::string(status.message()));
+    leg->done(status);
+    return;
+  }
+  if (actions.start_prefill) StartLeg(leg);
+  if (actions.send_notice) SendNotice(leg);
+  if (actions.finish) {
+    Forget(leg);
+    engine_->ReleaseHeld(leg->rid);
+    leg->done(Answer(leg));
   }
 }
 
@@ -168,16 +257,16 @@ void PrefillHandoff::StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg) {
   r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) {
     if (!out.last) return;
     if (out.finish && out.finish->kind == engine::FinishReason::Kind::kAbort) {
-      Fail(leg, absl::AbortedError(out.finish->message));
+      Apply(leg, Failure(absl::AbortedError(out.finish->message)));
       return;
     }
+    PrefillLegActions actions;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (leg->finished) return;
-      leg->finished = true;
-      auto it = legs_.find(leg->room);
-      if (it != legs_.end() && it->second == leg) legs_.erase(it);
+      absl::MutexLock lock(&leg->mu);
+      actions = leg->machine.Apply({PrefillLegEvent::Kind::kPrefillOnlyDone, "", 0, {}, {}});
     }
+    if (!actions.finish) return;  // failed meanwhile (an abort): already answered
+    Forget(leg);
     proto::PrefillResponse resp;
     resp.set_bootstrap_room(leg->room);
     resp.set_first_token_id(-1);
@@ -186,28 +275,30 @@ void PrefillHandoff::StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg) {
     proto::PhaseTimings* t = resp.mutable_timings();
     t->set_queue_s(out.timings.queue);
     t->set_prefill_compute_s(out.timings.prefill);
-    t->set_first_token_s(std::chrono::duration<double>(Clock::now() - leg->t_start).count());
+    t->set_first_token_s(std::chrono::duration<double>(options_.now() - leg->t_start).count());
     proto::DecodeEvent* event = resp.mutable_final_event();
     AppendOutput(out, leg->req.return_logprob(), event);
     *event->mutable_timings() = *t;
     leg->done(std::move(resp));
   };
-  if (absl::Status s = engine_->Submit(std::move(r)); !s.ok()) Fail(leg, s);
+  if (absl::Status s = engine_->Submit(std::move(r)); !s.ok()) Apply(leg, Failure(s));
 }
 
 void PrefillHandoff::StartLeg(const std::shared_ptr<Leg>& leg) {
   const int64_t n = leg->req.input_ids_size();
   const int64_t bs = engine_->config().block_size;
-  if (leg->reg.num_tokens != n ||
-      static_cast<int64_t>(leg->reg.blocks.size()) < (n + bs - 1) / bs) {
-    Fail(leg, absl::InvalidArgumentError(
-                  absl::StrCat("decode worker ", leg->reg.decode_id, " registered room ", leg->room,
-                               " for ", leg->reg.num_tokens, " tokens in ", leg->reg.blocks.size(),
-                               " blocks, but the prompt has ", n, " tokens")));
+  Registration reg;
+  {
+    absl::MutexLock lock(&leg->mu);
+    reg = leg->reg;
+  }
+  if (reg.num_tokens != n || static_cast<int64_t>(reg.blocks.size()) < (n + bs - 1) / bs) {
+    Apply(leg, Failure(absl::InvalidArgumentError(
+                   absl::StrCat("decode worker ", reg.decode_id, " registered room ", leg->room,
+                                " for ", reg.num_tokens, " tokens in ", reg.blocks.size(),
+                                " blocks, but the prompt has ", n, " tokens"))));
     return;
   }
-  // --transfer-timeout counts from the moment the prefill starts computing (the first layer's
-  // K/V), not while the request waits in this worker's queue behind others.
   engine::Request r;
   r.rid = leg->rid;
   r.input_ids.assign(leg->req.input_ids().begin(), leg->req.input_ids().end());
@@ -217,79 +308,66 @@ void PrefillHandoff::StartLeg(const std::shared_ptr<Leg>& leg) {
   r.mode = engine::RequestMode::kPrefillOnly;
   r.callbacks.on_kv_layer = [this, leg](const engine::KvLayerEvent& e) { OnKvLayer(leg, e); };
   r.callbacks.on_output = [this, leg](const engine::RequestOutput& out) { OnOutput(leg, out); };
-  if (absl::Status s = engine_->Submit(std::move(r)); !s.ok()) Fail(leg, s);
+  if (absl::Status s = engine_->Submit(std::move(r)); !s.ok()) Apply(leg, Failure(s));
 }
 
 void PrefillHandoff::OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::KvLayerEvent& e) {
+  using Kind = PrefillLegEvent::Kind;
   std::vector<kv::WriteOp> ops;
   kv::PeerId peer = 0;
+  std::string decode_id;
+  Deadline deadline = Deadline::Never();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (leg->finished) return;
-    if (leg->transfer_deadline == absl::InfiniteFuture()) {
-      leg->transfer_deadline = absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
-    }
+    absl::MutexLock lock(&leg->mu);
+    const Clock::time_point now = options_.now();
+    (void)leg->machine.Apply({Kind::kLayerComputed, "", 0, {}, now});
+    if (!leg->machine.writing()) return;
     ops = LayerWrites(*engine_->kv_storage(), e.layer, e.block_ids, leg->reg.blocks, e.begin_pos,
                       e.end_pos);
     if (ops.empty()) return;
-    if (leg->t_first_write == Clock::time_point()) leg->t_first_write = Clock::now();
-    ++leg->pending;
+    if (leg->t_first_write == Clock::time_point()) leg->t_first_write = now;
+    (void)leg->machine.Apply({Kind::kWriteStarting, "", 0, {}, now});
     peer = leg->reg.peer;
+    decode_id = leg->reg.decode_id;
+    deadline = leg->machine.transfer_deadline();
   }
   kv::SubmitOptions so;
-  so.deadline = leg->transfer_deadline;
-  so.on_done = [this, leg](kv::BatchId id, const kv::BatchStatus& st) { OnBatchDone(leg, id, st); };
+  so.deadline = TransferDeadline(deadline, options_.now());
+  so.on_done = [this, leg, decode_id](kv::BatchId id, const kv::BatchStatus& st) {
+    absl::Status status;
+    if (st.state != kv::BatchState::kCompleted) {
+      const absl::StatusCode code = st.state == kv::BatchState::kTimedOut
+                                        ? absl::StatusCode::kDeadlineExceeded
+                                        : absl::StatusCode::kUnavailable;
+      status =
+          absl::Status(code, absl::StrCat("KV transfer to decode worker ", decode_id, " ",
+                                          kv::BatchStateName(st.state), ": ", st.error.message()));
+    }
+    Apply(leg, {Kind::kWriteDone, "", id, std::move(status), {}});
+  };
   auto submitted = transfer_->Submit(peer, ops, std::move(so));
   if (!submitted.ok() || !submitted->accepted) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --leg->pending;
-    }
-    Fail(leg, submitted.ok()
-                  ? absl::ResourceExhaustedError(absl::StrCat("KV transfer queue to decode worker ",
-                                                              leg->reg.decode_id, " is full"))
-                  : absl::Status(submitted.status().code(),
-                                 absl::StrCat("KV transfer to decode worker ", leg->reg.decode_id,
-                                              ": ", submitted.status().message())));
+    // Never submitted, so no kWriteDone follows: the write is done here, as failed.
+    Apply(leg,
+          {Kind::kWriteDone,
+           "",
+           0,
+           submitted.ok() ? absl::ResourceExhaustedError(absl::StrCat(
+                                "KV transfer queue to decode worker ", decode_id, " is full"))
+                          : absl::Status(submitted.status().code(),
+                                         absl::StrCat("KV transfer to decode worker ", decode_id,
+                                                      ": ", submitted.status().message())),
+           {}});
     return;
   }
-  bool cancel = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (leg->finished) {
-      cancel = true;
-    } else {
-      leg->batches.insert(submitted->id);
-    }
-  }
-  if (cancel) (void)transfer_->Cancel(submitted->id);
-}
-
-void PrefillHandoff::OnBatchDone(const std::shared_ptr<Leg>& leg, kv::BatchId id,
-                                 const kv::BatchStatus& st) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    leg->batches.erase(id);
-    --leg->pending;
-    if (leg->finished) return;
-  }
-  if (st.state != kv::BatchState::kCompleted) {
-    const absl::StatusCode code = st.state == kv::BatchState::kTimedOut
-                                      ? absl::StatusCode::kDeadlineExceeded
-                                      : absl::StatusCode::kUnavailable;
-    Fail(leg,
-         absl::Status(code, absl::StrCat("KV transfer to decode worker ", leg->reg.decode_id, " ",
-                                         kv::BatchStateName(st.state), ": ", st.error.message())));
-    return;
-  }
-  MaybeComplete(leg);
+  Apply(leg, {Kind::kWriteSubmitted, "", submitted->id, {}, {}});
 }
 
 void PrefillHandoff::OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out) {
   if (out.kv_held && !out.token_ids.empty()) {
+    PrefillLegActions actions;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      leg->prefill_done = true;
+      absl::MutexLock lock(&leg->mu);
       leg->first_token = out.token_ids[0];
       leg->logprob = out.logprobs.empty() ? 0.0f : out.logprobs[0];
       if (!out.top_logprobs.empty()) leg->top = out.top_logprobs[0];
@@ -298,26 +376,30 @@ void PrefillHandoff::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Req
       }
       leg->cached = out.cached_tokens;
       leg->timings = out.timings;
+      actions = leg->machine.Apply({PrefillLegEvent::Kind::kFirstToken, "", 0, {}, {}});
     }
-    MaybeComplete(leg);
+    Run(leg, std::move(actions));
     return;
   }
   if (out.last) {
     const std::string why = out.finish && !out.finish->message.empty()
                                 ? out.finish->message
                                 : std::string("the prefill ended without a first token");
-    Fail(leg, absl::AbortedError(why));
+    Apply(leg, Failure(absl::AbortedError(why)));
   }
 }
 
-void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
+void PrefillHandoff::SendNotice(const std::shared_ptr<Leg>& leg) {
   proto::ControlMessage m;
   kv::PeerId peer = 0;
+  std::string decode_id;
+  Deadline deadline = Deadline::Never();
+  const Clock::time_point now = options_.now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (leg->finished || leg->notified || !leg->prefill_done || leg->pending > 0) return;
-    leg->notified = true;
+    absl::MutexLock lock(&leg->mu);
     peer = leg->reg.peer;
+    decode_id = leg->reg.decode_id;
+    deadline = leg->machine.transfer_deadline();
     proto::CompletionNotice* c = m.mutable_completion_notice();
     c->set_bootstrap_room(leg->room);
     c->set_ok(true);
@@ -330,85 +412,53 @@ void PrefillHandoff::MaybeComplete(const std::shared_ptr<Leg>& leg) {
     c->set_cached_tokens(static_cast<int32_t>(leg->cached));
     c->set_prefill_compute_s(leg->timings.prefill);
     if (leg->t_first_write != Clock::time_point()) {
-      c->set_transfer_s(std::chrono::duration<double>(Clock::now() - leg->t_first_write).count());
+      c->set_transfer_s(std::chrono::duration<double>(now - leg->t_first_write).count());
     }
   }
   kv::SubmitOptions so;
-  so.deadline = leg->transfer_deadline != absl::InfiniteFuture()
-                    ? leg->transfer_deadline
-                    : absl::Now() + absl::Seconds(options_.transfer.transfer_timeout_s);
-  so.on_done = [this, leg](kv::BatchId, const kv::BatchStatus& st) {
+  // A prompt with nothing to write (every layer empty) never started the transfer deadline.
+  if (deadline.is_never()) deadline = Deadline::At(now + ToMono(options_.transfer_timeout()));
+  so.deadline = TransferDeadline(deadline, now);
+  so.on_done = [this, leg, decode_id](kv::BatchId, const kv::BatchStatus& st) {
+    absl::Status status;
     if (st.state != kv::BatchState::kCompleted) {
-      Fail(leg, absl::UnavailableError(
-                    absl::StrCat("completion notice to decode worker ", leg->reg.decode_id, " ",
-                                 kv::BatchStateName(st.state), ": ", st.error.message())));
-      return;
+      status = absl::UnavailableError(absl::StrCat("completion notice to decode worker ", decode_id,
+                                                   " ", kv::BatchStateName(st.state), ": ",
+                                                   st.error.message()));
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (leg->finished) return;
-      leg->finished = true;
-      auto it = legs_.find(leg->room);
-      if (it != legs_.end() && it->second == leg) legs_.erase(it);
-    }
-    engine_->ReleaseHeld(leg->rid);
-    proto::PrefillResponse resp;
-    resp.set_bootstrap_room(leg->room);
-    resp.set_first_token_id(leg->first_token);
-    resp.set_first_token_logprob(leg->logprob);
-    resp.set_prompt_tokens(leg->req.input_ids_size());
-    resp.set_cached_tokens(static_cast<int32_t>(leg->cached));
-    if (leg->req.return_logprob()) *resp.mutable_prompt_logprobs() = leg->prompt_logprobs;
-    proto::PhaseTimings* t = resp.mutable_timings();
-    t->set_queue_s(leg->timings.queue);
-    t->set_prefill_compute_s(leg->timings.prefill);
-    if (leg->t_first_write != Clock::time_point()) {
-      t->set_transfer_s(std::chrono::duration<double>(Clock::now() - leg->t_first_write).count());
-    }
-    t->set_first_token_s(std::chrono::duration<double>(Clock::now() - leg->t_start).count());
-    leg->done(std::move(resp));
+    Apply(leg, {PrefillLegEvent::Kind::kNoticeDelivered, "", 0, std::move(status), {}});
   };
   auto id =
       transfer_->Notify(peer, SealControl(options_.cluster_secret, std::move(m)), std::move(so));
-  if (!id.ok()) Fail(leg, id.status());
+  if (!id.ok()) {
+    Apply(leg, {PrefillLegEvent::Kind::kNoticeDelivered, "", 0, id.status(), {}});
+  }
 }
 
-void PrefillHandoff::Fail(const std::shared_ptr<Leg>& leg, absl::Status status) {
-  std::vector<kv::BatchId> batches;
-  bool registered = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (leg->finished) return;
-    leg->finished = true;
-    auto it = legs_.find(leg->room);
-    if (it != legs_.end() && it->second == leg) legs_.erase(it);
-    batches.assign(leg->batches.begin(), leg->batches.end());
-    registered = leg->reg.peer != 0;
+proto::PrefillResponse PrefillHandoff::Answer(const std::shared_ptr<Leg>& leg) {
+  const Clock::time_point now = options_.now();
+  absl::MutexLock lock(&leg->mu);
+  proto::PrefillResponse resp;
+  resp.set_bootstrap_room(leg->room);
+  resp.set_first_token_id(leg->first_token);
+  resp.set_first_token_logprob(leg->logprob);
+  resp.set_prompt_tokens(leg->req.input_ids_size());
+  resp.set_cached_tokens(static_cast<int32_t>(leg->cached));
+  if (leg->req.return_logprob()) *resp.mutable_prompt_logprobs() = leg->prompt_logprobs;
+  proto::PhaseTimings* t = resp.mutable_timings();
+  t->set_queue_s(leg->timings.queue);
+  t->set_prefill_compute_s(leg->timings.prefill);
+  if (leg->t_first_write != Clock::time_point()) {
+    t->set_transfer_s(std::chrono::duration<double>(now - leg->t_first_write).count());
   }
-  spdlog::warn("prefill leg for room {} failed: {}", leg->room, std::string(status.message()));
-  for (kv::BatchId id : batches) (void)transfer_->Cancel(id);
-  if (registered && transfer_->state() == kv::EngineState::kServing) {
-    // Delivered after every write that reached the network, so the decode worker can free the
-    // room's blocks knowing nothing more lands in them.
-    proto::ControlMessage m;
-    proto::CompletionNotice* c = m.mutable_completion_notice();
-    c->set_bootstrap_room(leg->room);
-    c->set_ok(false);
-    c->set_error(absl::StrCat("prefill worker ", options_.worker_id, ": ", status.message()));
-    kv::SubmitOptions so;
-    so.deadline = absl::Now() + absl::Seconds(5);
-    so.on_done = [](kv::BatchId, const kv::BatchStatus&) {};
-    (void)transfer_->Notify(leg->reg.peer, SealControl(options_.cluster_secret, std::move(m)),
-                            std::move(so));
-  }
-  engine_->Abort(leg->rid, std::string(status.message()));
-  leg->done(std::move(status));
+  t->set_first_token_s(std::chrono::duration<double>(now - leg->t_start).count());
+  return resp;
 }
 
 bool PrefillHandoff::AbortRoom(uint64_t room, const std::string& reason) {
   std::shared_ptr<Leg> leg;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = legs_.find(room);
     if (it == legs_.end()) {
       registrations_.erase(room);
@@ -416,195 +466,23 @@ bool PrefillHandoff::AbortRoom(uint64_t room, const std::string& reason) {
     }
     leg = it->second;
   }
-  Fail(leg, absl::AbortedError(reason));
+  Apply(leg, Failure(absl::AbortedError(reason)));
   return true;
 }
 
-void PrefillHandoff::BootstrapLoop() {
-  while (!stop_.load()) {
-    zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-    try {
-      zmq::poll(&item, 1, std::chrono::milliseconds(50));
-      while (item.revents & ZMQ_POLLIN) {
-        std::vector<zmq::message_t> frames;
-        zmq::message_t frame;
-        do {
-          if (!router_.recv(frame, zmq::recv_flags::dontwait)) break;
-          frames.push_back(std::move(frame));
-        } while (router_.get(zmq::sockopt::rcvmore));
-        if (frames.size() < 2) break;
-        const std::string identity = frames.front().to_string();
-        const std::string payload = frames.back().to_string();
-        auto m = OpenControl(options_.cluster_secret, payload);
-        std::string reply;
-        if (!m.ok()) {
-          // A stranger can send these as fast as the network goes: one line a second, with the
-          // count. A member (say, on another control-plane version) is always told why; a sender
-          // without the secret only ten times a second in all, which still tells a decode worker
-          // given the wrong secret so, but queues next to nothing for a flood.
-          int64_t more = 0;
-          if (refusal_logs_.Allow(&more)) {
-            spdlog::warn("bootstrap: dropped a message: {} ({} more dropped since the last line)",
-                         std::string(m.status().message()), more);
-          }
-          if (!ControlFromMember(payload, m) && !stranger_answers_.Allow()) {
-            item.revents = 0;
-            zmq::poll(&item, 1, std::chrono::milliseconds(0));
-            continue;
-          }
-          proto::ControlMessage r;
-          r.mutable_register_peer_reply()->set_accepted(false);
-          r.mutable_register_peer_reply()->set_error(std::string(m.status().message()));
-          reply = SealControl(options_.cluster_secret, std::move(r));
-        } else if (m->has_register_peer()) {
-          reply = HandleRegisterPeer(m->register_peer());
-        } else if (m->has_room_registration()) {
-          reply = HandleRoom(m->room_registration());
-        } else if (m->has_room_abort()) {
-          AbortRoom(m->room_abort().bootstrap_room(),
-                    absl::StrCat("the decode worker aborted the room: ", m->room_abort().reason()));
-        }
-        if (!reply.empty()) {
-          router_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-          router_.send(zmq::buffer(reply), zmq::send_flags::dontwait);
-        }
-        item.revents = 0;
-        zmq::poll(&item, 1, std::chrono::milliseconds(0));
-      }
-    } catch (const zmq::error_t& e) {
-      spdlog::error("bootstrap server: {}", e.what());
-    }
-    CheckDeadlines();
-  }
-}
-
-std::string PrefillHandoff::HandleRegisterPeer(const proto::RegisterPeer& m) {
-  proto::ControlMessage reply;
-  proto::RegisterPeerReply* r = reply.mutable_register_peer_reply();
-  r->set_prefill_worker_id(options_.worker_id);
-  *r->mutable_layout() = ToProto(compat_);
-  if (absl::Status s = kv::CheckCompatible(compat_, FromProto(m.layout())); !s.ok()) {
-    r->set_accepted(false);
-    r->set_error(absl::StrCat("prefill worker ", options_.worker_id, " and decode worker ",
-                              m.decode_worker_id(), " cannot share KV: ", s.message()));
-    spdlog::warn("bootstrap: {}", r->error());
-    return SealControl(options_.cluster_secret, std::move(reply));
-  }
-  std::optional<KnownPeer> known;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = peers_.find(m.decode_worker_id());
-    if (it != peers_.end()) known = it->second;
-  }
-  if (known) {
-    absl::Status alive = transfer_->CheckPeer(known->peer);
-    if (alive.ok() && known->descriptor == m.transfer_descriptor() &&
-        known->incarnation == m.incarnation()) {
-      r->set_accepted(true);
-      return SealControl(options_.cluster_secret, std::move(reply));
-    }
-    // The decode worker restarted (another incarnation or descriptor), or our connection to it
-    // was lost and is not coming back by itself: forget the old peer and import anew.
-    spdlog::info("bootstrap: decode worker {} registers again ({}): importing its descriptor",
-                 m.decode_worker_id(),
-                 !alive.ok() ? std::string(alive.message()) : std::string("it restarted"));
-    (void)transfer_->RemovePeer(known->peer);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = peers_.find(m.decode_worker_id());
-    if (it != peers_.end() && it->second.peer == known->peer) peers_.erase(it);
-  }
-  auto peer = transfer_->ImportPeer(m.transfer_descriptor());
-  if (!peer.ok()) {
-    r->set_accepted(false);
-    r->set_error(absl::StrCat("prefill worker ", options_.worker_id,
-                              " cannot reach the transfer endpoint of decode worker ",
-                              m.decode_worker_id(), ": ", peer.status().message()));
-    spdlog::warn("bootstrap: {}", r->error());
-    return SealControl(options_.cluster_secret, std::move(reply));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    peers_[m.decode_worker_id()] = {*peer, m.transfer_descriptor(), m.incarnation()};
-  }
-  spdlog::info("bootstrap: decode worker {} registered", m.decode_worker_id());
-  r->set_accepted(true);
-  return SealControl(options_.cluster_secret, std::move(reply));
-}
-
-std::string PrefillHandoff::HandleRoom(const proto::RoomRegistration& m) {
-  kv::PeerId peer = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto p = peers_.find(m.decode_worker_id());
-    if (p != peers_.end()) peer = p->second.peer;
-  }
-  absl::Status alive = peer == 0 ? absl::NotFoundError(
-                                       "unknown decode worker (it never "
-                                       "registered with this process)")
-                                 : transfer_->CheckPeer(peer);
-  if (!alive.ok()) {
-    spdlog::warn(
-        "bootstrap: room {} from decode worker {} not started: {}; asking it to "
-        "register again",
-        m.bootstrap_room(), m.decode_worker_id(), std::string(alive.message()));
-    proto::ControlMessage again;
-    again.mutable_register_again()->set_bootstrap_room(m.bootstrap_room());
-    again.mutable_register_again()->set_reason(
-        absl::StrCat("prefill worker ", options_.worker_id, ": ", alive.message()));
-    return SealControl(options_.cluster_secret, std::move(again));
-  }
-  std::shared_ptr<Leg> start;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Registration reg;
-    reg.decode_id = m.decode_worker_id();
-    reg.peer = peer;
-    reg.blocks.assign(m.dst_block_ids().begin(), m.dst_block_ids().end());
-    reg.num_tokens = m.num_tokens();
-    reg.deadline = m.deadline_unix_ms() > 0
-                       ? absl::FromUnixMillis(m.deadline_unix_ms())
-                       : absl::Now() + absl::Seconds(options_.transfer.bootstrap_timeout_s +
-                                                     options_.transfer.transfer_timeout_s);
-    auto it = legs_.find(m.bootstrap_room());
-    if (it == legs_.end()) {
-      constexpr size_t kMaxEarlyRegistrations = 1 << 16;
-      if (registrations_.size() < kMaxEarlyRegistrations) {
-        registrations_[m.bootstrap_room()] = std::move(reg);
-      }
-      return "";
-    }
-    if (it->second->started) return "";  // a duplicate registration
-    it->second->reg = std::move(reg);
-    it->second->started = true;
-    start = it->second;
-  }
-  StartLeg(start);
-  return "";
-}
-
 void PrefillHandoff::CheckDeadlines() {
-  const absl::Time now = absl::Now();
-  std::vector<std::pair<std::shared_ptr<Leg>, absl::Status>> expired;
+  const Clock::time_point now = options_.now();
+  std::vector<std::shared_ptr<Leg>> legs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [room, leg] : legs_) {
-      if (!leg->started && leg->bootstrap_deadline < now) {
-        expired.emplace_back(
-            leg, absl::DeadlineExceededError(absl::StrCat(
-                     "no decode worker registered room ", room, " within ",
-                     options_.transfer.bootstrap_timeout_s, " s (--bootstrap-timeout)")));
-      } else if (leg->started && leg->transfer_deadline < now) {
-        expired.emplace_back(
-            leg, absl::DeadlineExceededError(absl::StrCat(
-                     "room ", room, ": the KV did not reach decode worker ", leg->reg.decode_id,
-                     " within ", options_.transfer.transfer_timeout_s, " s (--transfer-timeout)")));
-      }
-    }
+    absl::MutexLock lock(&mu_);
+    for (auto& [room, leg] : legs_) legs.push_back(leg);
     for (auto it = registrations_.begin(); it != registrations_.end();) {
-      it = it->second.deadline < now ? registrations_.erase(it) : std::next(it);
+      it = Passed(it->second.deadline, now) ? registrations_.erase(it) : std::next(it);
     }
   }
-  for (auto& [leg, status] : expired) Fail(leg, status);
+  for (const std::shared_ptr<Leg>& leg : legs) {
+    Apply(leg, {PrefillLegEvent::Kind::kTick, "", 0, {}, now});
+  }
 }
 
 }  // namespace tandem::worker

@@ -29,6 +29,13 @@
 //    CompletionNotice with ok=false tells the decode worker why, the blocks are released and the
 //    leg answers with the error.
 //
+// Each leg's failure rules are a PrefillLegMachine (worker/handoff/prefill_leg.h: its states,
+// events and transitions): every engine, transfer, bootstrap and timer event of the leg is
+// applied to it under the leg's own mutex, and what it decides (start, write, notify, answer,
+// cancel, abort) is carried out after that mutex is released, so no callback (the engine's, the
+// transfer engine's, the leg's `done`) runs with a lock held. All deadlines are monotonic
+// (HandoffOptions::now); the decode worker's budget arrives relative (RoomRegistration.budget_ms).
+//
 // Thread-safe. The Engine is borrowed and must outlive this object.
 #ifndef TANDEM_WORKER_HANDOFF_PREFILL_HANDOFF_H_
 #define TANDEM_WORKER_HANDOFF_PREFILL_HANDOFF_H_
@@ -38,19 +45,21 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/log_every.h"
 #include "engine/engine.h"
 #include "kvtransfer/transfer_engine.h"
 #include "proto/kv_control.pb.h"
 #include "proto/worker.pb.h"
 #include "worker/handoff/handoff_options.h"
+#include "worker/handoff/prefill_leg.h"
 #include "worker/worker_core.h"
 #include "zmq.hpp"
 
@@ -84,16 +93,28 @@ class PrefillHandoff : public PrefillLegs {
     kv::PeerId peer = 0;
     std::vector<int32_t> blocks;
     int32_t num_tokens = 0;
-    absl::Time deadline;
+    Deadline deadline = Deadline::Never();  // the decode worker's budget, from its arrival
   };
   struct Leg;
 
   PrefillHandoff(engine::Engine* engine, HandoffOptions options);
   absl::Status Start();
+
+  // The bootstrap server (prefill_bootstrap.cc). Both Handle* return the sealed reply to send
+  // back ("" for none).
   void BootstrapLoop();
-  // Both return the sealed reply to send back ("" for none).
   std::string HandleRegisterPeer(const proto::RegisterPeer& m);
   std::string HandleRoom(const proto::RoomRegistration& m);
+
+  // The legs. Every event goes through the leg's PrefillLegMachine under the leg's mutex; the
+  // actions it returns are carried out by Run with no lock held.
+  static PrefillLegEvent Failure(absl::Status status);
+  // A registration for `room`: to its leg, or kept until the leg comes (within its budget).
+  void DeliverRegistration(uint64_t room, Registration reg);
+  void Register(const std::shared_ptr<Leg>& leg, Registration reg);
+  void Apply(const std::shared_ptr<Leg>& leg, const PrefillLegEvent& event);
+  void Run(const std::shared_ptr<Leg>& leg, PrefillLegActions actions);
+  void Forget(const std::shared_ptr<Leg>& leg);  // drops it from legs_
   void CheckDeadlines();
   void StartLeg(const std::shared_ptr<Leg>& leg);
   // A leg with max_new_tokens 0: computes (and caches) the prompt without a room and answers
@@ -101,9 +122,8 @@ class PrefillHandoff : public PrefillLegs {
   void StartPrefillOnlyLeg(const std::shared_ptr<Leg>& leg);
   void OnKvLayer(const std::shared_ptr<Leg>& leg, const engine::KvLayerEvent& e);
   void OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out);
-  void OnBatchDone(const std::shared_ptr<Leg>& leg, kv::BatchId id, const kv::BatchStatus& st);
-  void MaybeComplete(const std::shared_ptr<Leg>& leg);
-  void Fail(const std::shared_ptr<Leg>& leg, absl::Status status);
+  void SendNotice(const std::shared_ptr<Leg>& leg);
+  proto::PrefillResponse Answer(const std::shared_ptr<Leg>& leg);
 
   engine::Engine* engine_;
   HandoffOptions options_;
@@ -118,15 +138,17 @@ class PrefillHandoff : public PrefillLegs {
   // Answers to senders without the secret, all together.
   LogEvery stranger_answers_{absl::Milliseconds(100)};
 
-  mutable std::mutex mu_;
-  std::map<uint64_t, std::shared_ptr<Leg>> legs_;   // by room: waiting or running
-  std::map<uint64_t, Registration> registrations_;  // rooms registered before their leg
   struct KnownPeer {
     kv::PeerId peer = 0;
     std::string descriptor;
     uint64_t incarnation = 0;
   };
-  std::map<std::string, KnownPeer> peers_;  // by decode worker id
+  // Never held while a leg's mutex is taken, nor the other way round.
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Leg>> legs_ ABSL_GUARDED_BY(mu_);  // by room, until answered
+  // Rooms registered before their leg.
+  std::map<uint64_t, Registration> registrations_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, KnownPeer> peers_ ABSL_GUARDED_BY(mu_);  // by decode worker id
 };
 
 }  // namespace tandem::worker

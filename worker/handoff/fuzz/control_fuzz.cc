@@ -13,7 +13,9 @@
 //     OpenControl unchanged;
 //   - a correctly sealed payload is refused only as InvalidArgument (never Unauthenticated);
 //   - a RegisterPeer's descriptor decodes to a Status or to a descriptor that re-encodes to the
-//     same bytes.
+//     same bytes;
+//   - a RoomRegistration's budget_ms, whatever its value, gives a monotonic deadline between now
+//     and kMaxRoomBudget from now.
 // Build and run: scripts/fuzz.sh control_fuzz (fuzz/CMakeLists.txt compiles only
 // control_channel.cc, the generated kv_control.pb.cc and kvtransfer's wire codecs).
 #include <openssl/crypto.h>
@@ -30,6 +32,7 @@
 #include "kvtransfer/descriptor.h"
 #include "proto/kv_control.pb.h"
 #include "worker/handoff/control_channel.h"
+#include "worker/handoff/handoff_clock.h"
 
 namespace {
 
@@ -84,8 +87,14 @@ void Handle(const tandem::proto::ControlMessage& m) {
     local.dtype = "bf16";
     (void)tandem::kv::DecodePeerDescriptor("tcp", bytes, local);
   } else if (m.has_room_registration()) {
-    // The prefill worker turns the deadline into a time; any int64 must be representable.
-    (void)absl::FromUnixMillis(m.room_registration().deadline_unix_ms());
+    // The prefill worker turns the budget into a monotonic deadline: any int64 must give one
+    // no earlier than now and no later than kMaxRoomBudget from now (no overflow).
+    const auto now = tandem::MonoNow();
+    const tandem::Deadline d = tandem::worker::DeadlineFromBudget(m.room_registration().budget_ms(),
+                                                                  now, absl::Seconds(90));
+    if (d.when() < now || d.when() > now + tandem::worker::kMaxRoomBudget) {
+      Finding("a room's budget gives a deadline outside [now, now + kMaxRoomBudget]");
+    }
   }
 }
 
