@@ -16,7 +16,8 @@ namespace {
 
 std::vector<Int8Path> AvailablePaths() {
   std::vector<Int8Path> paths;
-  for (Int8Path p : {Int8Path::kScalar, Int8Path::kAvx2, Int8Path::kAvxVnni, Int8Path::kAvx512Vnni}) {
+  for (Int8Path p :
+       {Int8Path::kScalar, Int8Path::kAvx2, Int8Path::kAvxVnni, Int8Path::kAvx512Vnni}) {
     if (Int8PathSupported(p)) paths.push_back(p);
   }
   return paths;
@@ -110,7 +111,8 @@ TEST(PackInt8Test, LayoutPaddingAndRowSums) {
   const int64_t n = 5, k = 70;  // one padding row, 58 padding columns
   std::vector<int8_t> q(n * k);
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t p = 0; p < k; ++p) q[j * k + p] = static_cast<int8_t>((j * 31 + p * 7) % 255 - 127);
+    for (int64_t p = 0; p < k; ++p)
+      q[j * k + p] = static_cast<int8_t>((j * 31 + p * 7) % 255 - 127);
   }
   std::vector<int8_t> packed(Int8PackedBytes(n, k), 99);
   ASSERT_EQ(packed.size(), 8u * 128u);
