@@ -40,7 +40,7 @@ namespace tandem::engine {
 // every call using it). data: Int8PackedBytes(n, k) bytes, 64-byte aligned.
 struct Int8Matrix {
   const int8_t* data = nullptr;
-  const float* scales = nullptr;     // [n] sw
+  const float* scales = nullptr;      // [n] sw
   const int32_t* row_sums = nullptr;  // [n] sum_p qw[j, p]
   int64_t n = 0;
   int64_t k = 0;

@@ -38,10 +38,9 @@ inline void StoreInt8Group(const Int8Job& job, int64_t i, int64_t g, const int32
     const int64_t j = 4 * g + r;
     if (j >= w.n) break;
     // Wrapping arithmetic (unsigned), exact: the true sum fits in int32 (matmul_int8.h's bound).
-    const int32_t dot =
-        kOffset ? static_cast<int32_t>(static_cast<uint32_t>(acc[r]) -
-                                       128u * static_cast<uint32_t>(w.row_sums[j]))
-                : acc[r];
+    const int32_t dot = kOffset ? static_cast<int32_t>(static_cast<uint32_t>(acc[r]) -
+                                                       128u * static_cast<uint32_t>(w.row_sums[j]))
+                                : acc[r];
     y[j] = (static_cast<float>(dot) * sx) * w.scales[j];
   }
 }
