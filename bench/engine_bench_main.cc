@@ -28,6 +28,10 @@
 //     (decode_bB_speedup_cap_path_peak): the rate of the instruction every multiply-add of our
 //     kernels is (vdpbf16ps on the AVX-512-BF16 path, an fp32 FMA elsewhere), which no kernel of
 //     ours can pass.
+//   decode_int8_bound_tok_s_b1 = the same bound for the model with --quantization w8a8 (int8
+//     linear layers, bf16 embedding and lm_head): its own bytes per step over a plain read of its
+//     own weight buffer after every int8 batch-1 repetition (decode_int8_ratio_b1 against it).
+//     prefill_int8_tok_s: the int8 prefill (no bound: no oneDNN int8 GEMM is measured).
 //   prefill_bound_tok_s = GEMM rate / FLOPs per prompt token, the GEMM rate being the best of
 //     the first measurement and one after every prefill repetition, where FLOPs per token =
 //     2 x (linear-layer weights) + attention (4 x layers x heads x head_dim x mean context) +
@@ -46,6 +50,7 @@
 #include "CLI/CLI.hpp"
 #include "bench/probe/probe.h"
 #include "engine/kernels/cpu.h"
+#include "engine/kernels/matmul_int8.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "nlohmann/json.hpp"
@@ -188,6 +193,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--repeats", repeats, "timed repetitions (best is kept)")
       ->check(CLI::Range(1, 100));
+  bool skip_int8 = false;
+  std::string int8_model_path;
+  app.add_flag("--skip-int8", skip_int8, "do not run the W8A8 int8 decode and prefill");
+  app.add_option("--int8-model-path", int8_model_path,
+                 "int8 checkpoint for the int8 runs (default: --model-path quantized at load)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -200,7 +210,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "engine_bench: %s\n", std::string(model.status().message()).c_str());
     return 2;
   }
-  const engine::ModelConfig& c = (*model)->config();
+  const engine::ModelConfig c = (*model)->config();  // a copy: the model is freed before int8
   std::printf(
       "model %s: %lld layers, hidden %lld, heads %lld/%lld, intermediate %lld, vocab %lld; "
       "SIMD %s; %d threads\n",
@@ -258,23 +268,27 @@ int main(int argc, char** argv) {
   // matmuls split their rows) after every batch-1 repetition: a block of `steps` passes read
   // front to back, then one read as side-by-side runs, each timed whole as a repetition of
   // `steps` decode steps is; the best block's time per pass is kept, as the best repetition is.
-  double best_read_s = 1e30;
-  auto read_weights = [&] {
-    const int64_t share = weights.resident_bytes() / threads / 4096 * 4096;
-    for (const int runs : {1, bench::kReadRuns}) {
-      auto read_share = [&](int t) {
-        const int64_t begin = t * share;
-        const int64_t len = t + 1 < threads ? share : weights.resident_bytes() - begin;
-        for (int i = 0; i < steps; ++i) bench::StreamRead(weights.matrix_data() + begin, len, runs);
-      };
-      const auto t0 = Clock::now();
-      std::vector<std::thread> readers;
-      for (int t = 1; t < threads; ++t) readers.emplace_back(read_share, t);
-      read_share(0);
-      for (auto& r : readers) r.join();
-      best_read_s = std::min(best_read_s, Seconds(t0, Clock::now()) / steps);
-    }
+  // The same for any model's weights (the int8 run below reads its own buffer).
+  auto weights_reader = [&](const engine::Weights& w, double* best_s) {
+    return [&w, best_s, threads, steps] {
+      const int64_t share = w.resident_bytes() / threads / 4096 * 4096;
+      for (const int runs : {1, bench::kReadRuns}) {
+        auto read_share = [&](int t) {
+          const int64_t begin = t * share;
+          const int64_t len = t + 1 < threads ? share : w.resident_bytes() - begin;
+          for (int i = 0; i < steps; ++i) bench::StreamRead(w.matrix_data() + begin, len, runs);
+        };
+        const auto t0 = Clock::now();
+        std::vector<std::thread> readers;
+        for (int t = 1; t < threads; ++t) readers.emplace_back(read_share, t);
+        read_share(0);
+        for (auto& r : readers) r.join();
+        *best_s = std::min(*best_s, Seconds(t0, Clock::now()) / steps);
+      }
+    };
   };
+  double best_read_s = 1e30;
+  const std::function<void()> read_weights = weights_reader(weights, &best_read_s);
 
   // FLOPs of one decode token: every matrix (lm_head included) plus attention over the context.
   const double decode_flops_per_token =
@@ -355,6 +369,49 @@ int main(int argc, char** argv) {
   out["prefill_ratio"] = prefill / prefill_bound;
   out["prefill_gemm_gflops"] = best_gemm;
   out["prefill_gflops"] = prefill * flops_per_token / 1e9;
+
+  if (!skip_int8) {
+    // W8A8 int8: the same model with its linear layers quantized at load (or --int8-model-path,
+    // an int8 checkpoint), decode batch 1 against the read bound of its own weight buffer
+    // (int8 matrices, bf16 embedding and lm_head), measured the same way, and prefill.
+    model->reset();  // one model resident at a time
+    const std::string path8 = int8_model_path.empty() ? model_path : int8_model_path;
+    auto model8 =
+        engine::Model::Load(path8, {threads, /*profile=*/true, engine::Quantization::kW8A8});
+    if (!model8.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", std::string(model8.status().message()).c_str());
+      return 2;
+    }
+    const engine::Weights& w8 = (*model8)->weights();
+    Bench bench8{model8->get(), c.vocab_size};
+    double best_read8_s = 1e30;
+    const double tps8 =
+        bench8.Decode(1, context, steps, repeats, weights_reader(w8, &best_read8_s));
+    const double bytes8 = static_cast<double>(w8.matrix_bytes_per_step()) + 2.0 * c.hidden_size;
+    const double gbs8 = w8.resident_bytes() / best_read8_s / 1e9;
+    const double bound8 = gbs8 * 1e9 / (bytes8 + kv_bytes);
+    std::printf(
+        "%-22s %12.1f %12.1f %8.3f   (int8 path %s; weights read at %.1f GB/s between the runs; "
+        "%.2fx bf16 batch 1)\n",
+        "decode int8 batch 1", tps8, bound8, tps8 / bound8,
+        engine::Int8PathName(engine::DetectInt8Path()), gbs8, tps8 / b1);
+    out["profile_decode_int8_b1"] = PrintProfile("decode int8 b1", (*model8)->profile());
+    const double prefill8 = bench8.Prefill(prefill_tokens, repeats);
+    std::printf("%-22s %12.1f %12s %8s   (%.2fx bf16 prefill)\n",
+                ("prefill int8 " + std::to_string(prefill_tokens)).c_str(), prefill8, "", "",
+                prefill8 / prefill);
+    out["profile_prefill_int8"] = PrintProfile("prefill int8", (*model8)->profile());
+    out["simd_int8"] = engine::Int8PathName(engine::DetectInt8Path());
+    out["int8_model_path"] = path8;
+    out["decode_int8_bytes_per_step_b1"] = bytes8 + kv_bytes;
+    out["decode_int8_weights_read_gb_s"] = gbs8;
+    out["decode_int8_tok_s_b1"] = tps8;
+    out["decode_int8_bound_tok_s_b1"] = bound8;
+    out["decode_int8_ratio_b1"] = tps8 / bound8;
+    out["decode_int8_speedup_vs_bf16_b1"] = tps8 / b1;
+    out["prefill_int8_tok_s"] = prefill8;
+    out["prefill_int8_speedup_vs_bf16"] = prefill8 / prefill;
+  }
 
   if (!json_path.empty()) {
     std::ofstream f(json_path);

@@ -30,6 +30,7 @@
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/cpu.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/matmul_int8.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "nlohmann/json.hpp"
@@ -88,6 +89,59 @@ Timing TimeMatmul(const std::vector<std::vector<bf16>>& copies, int64_t m, int64
   return best;
 }
 
+// MatmulInt8 at m = 1 on a Qwen2.5-0.5B layer's int8 matrices, each cycling through copies
+// totalling more than 256 MiB, alternated with a plain read of the same bytes as TimeMatmul does:
+// the share of a plain read each reaches (the int8 decode's weight stream).
+nlohmann::json RunInt8Decode(engine::ThreadPool* pool) {
+  nlohmann::json out;
+  std::printf("int8 path %s, m = 1:\n", engine::Int8PathName(engine::DetectInt8Path()));
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Shape& s : {Shape{"qkv", 1152, 896}, Shape{"o", 896, 896}, Shape{"gate_up", 9728, 896},
+                         Shape{"down", 896, 4864}}) {
+    const int64_t bytes = engine::Int8PackedBytes(s.n, s.k);
+    const int64_t n_copies = std::max<int64_t>(2, (256LL << 20) / bytes + 1);
+    std::vector<std::vector<int8_t>> data(n_copies);
+    std::vector<float> scales(s.n, 0.01f);
+    std::vector<int32_t> sums(s.n);
+    std::vector<engine::Int8Matrix> copies;
+    std::mt19937 rng(5);
+    std::vector<int8_t> rows(s.n * s.k);
+    for (auto& e : rows) e = static_cast<int8_t>(rng());
+    for (auto& d : data) {
+      d.resize(bytes);
+      engine::PackInt8Rows(rows.data(), 0, s.n, s.n, s.k, d.data(), sums.data());
+      copies.push_back({d.data(), scales.data(), sums.data(), s.n, s.k});
+    }
+    const std::vector<bf16> x = RandomWeights(s.k, 3);
+    std::vector<float> y(s.n);
+    std::atomic<uint64_t> sink{0};
+    double best_mm = 1e30, best_read = 1e30;
+    for (size_t call = 0; call < 8 * copies.size(); ++call) {
+      const auto t0 = Clock::now();
+      engine::MatmulInt8(x.data(), s.k, 1, copies[call % copies.size()], y.data(), s.n, pool);
+      const auto t1 = Clock::now();
+      const int8_t* other = data[(call + copies.size() / 2) % copies.size()].data();
+      const int64_t groups = (s.n + 3) / 4, group_bytes = bytes / groups;
+      pool->ParallelFor(groups, [&](int64_t begin, int64_t end) {
+        sink.fetch_xor(StreamRead(other + begin * group_bytes, (end - begin) * group_bytes,
+                                  call % 2 == 0 ? 1 : kReadRuns));
+      });
+      const auto t2 = Clock::now();
+      best_mm = std::min(best_mm, std::chrono::duration<double>(t1 - t0).count());
+      best_read = std::min(best_read, std::chrono::duration<double>(t2 - t1).count());
+    }
+    if (sink.load() == 42) std::printf(" ");
+    std::printf("  %-8s n %6ld k %5ld: %6.1f us, %5.1f GB/s, plain read %5.1f GB/s, ratio %.3f\n",
+                s.name, s.n, s.k, best_mm * 1e6, bytes / best_mm / 1e9, bytes / best_read / 1e9,
+                best_read / best_mm);
+    out[s.name] = {{"us", best_mm * 1e6}, {"ratio", best_read / best_mm}};
+  }
+  return out;
+}
+
 // Best seconds of PagedAttention over every layer for `batch` decode tokens at `keys` keys each.
 double TimeDecodeAttention(int64_t batch, int64_t keys, engine::ThreadPool* pool) {
   const int64_t layers = 24, heads = 14, kv_heads = 2, head_dim = 64, block_size = 16;
@@ -126,8 +180,13 @@ double TimeDecodeAttention(int64_t batch, int64_t keys, engine::ThreadPool* pool
   return best;
 }
 
-int Run(int threads, const std::string& json_path) {
+int Run(int threads, const std::string& json_path, bool int8_only) {
   nlohmann::json out;
+  if (int8_only) {
+    engine::ThreadPool pool(threads);
+    out["int8_decode"] = RunInt8Decode(&pool);
+    return 0;
+  }
   out["threads"] = threads;
   out["simd"] = engine::SimdLevelName(engine::DetectSimd());
   std::printf("kernels_bench: %d thread(s), matmul path %s\n", threads,
@@ -249,6 +308,8 @@ int main(int argc, char** argv) {
   std::string json;
   app.add_option("--threads", threads, "threads for every measurement")->check(CLI::Range(1, 256));
   app.add_option("--json", json, "write the figures to this JSON file");
+  bool int8_only = false;
+  app.add_flag("--int8-only", int8_only, "only the int8 matmul at m = 1 (MatmulInt8)");
   CLI11_PARSE(app, argc, argv);
-  return tandem::bench::Run(threads, json);
+  return tandem::bench::Run(threads, json, int8_only);
 }

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ServingOptions& opt
   mo.threads = options.threads > 0
                    ? options.threads
                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ASSIGN_OR_RETURN(mo.quantization, ParseQuantization(options.quantization));
   ASSIGN_OR_RETURN(auto model, Model::Load(options.model_path, mo));
   ASSIGN_OR_RETURN(SchedulerConfig config, SchedulerConfigFromOptions(options, model->config()));
   return Create(config, std::move(model), std::move(tokenizer));

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "engine/attention.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/matmul_int8.h"
 #include "engine/ops.h"
 
 namespace tandem::engine {
@@ -77,10 +78,18 @@ struct Model::RunState {
   }
 };
 
+absl::StatusOr<Quantization> ParseQuantization(std::string_view name) {
+  if (name.empty() || name == "none") return Quantization::kNone;
+  if (name == "w8a8" || name == "w8a8_int8") return Quantization::kW8A8;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported quantization '", std::string(name),
+                                                 "' (supported: w8a8, w8a8_int8, none)"));
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_dir,
                                                    const ModelOptions& options) {
   ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromFile(model_dir + "/config.json"));
-  ASSIGN_OR_RETURN(std::unique_ptr<Weights> weights, Weights::Load(model_dir, config));
+  ASSIGN_OR_RETURN(std::unique_ptr<Weights> weights,
+                   Weights::Load(model_dir, config, options.quantization == Quantization::kW8A8));
   return std::make_unique<Model>(std::move(config), std::move(weights), options);
 }
 
@@ -206,6 +215,15 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
   return std::span<const float>(rs.logits.data(), static_cast<size_t>(n_rows * c.vocab_size));
 }
 
+void Model::Linear(const bf16* x, int64_t ldx, int64_t T, int64_t k, const bf16* w,
+                   WeightLayout layout, const Int8Matrix& w8, int64_t n, float* y) {
+  if (w != nullptr) {
+    MatmulBf16(x, ldx, T, k, w, n, y, n, &pool_, layout);
+  } else {
+    MatmulInt8(x, ldx, T, w8, y, n, &pool_);
+  }
+}
+
 void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCallback& cb) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_->layers[l];
@@ -225,7 +243,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
                   xs);
   });
   timer.Lap(&pr.norms);
-  MatmulBf16(rs.xb.data(), xs, T, h, w.wqkv, qkvd, rs.qkv.data(), qkvd, &pool_, w.wqkv_layout);
+  Linear(rs.xb.data(), xs, T, h, w.wqkv, w.wqkv_layout, w.wqkv_i8, qkvd, rs.qkv.data());
   timer.Lap(&pr.qkv_proj);
 
   // Bias, q/k norm, RoPE, then K (after RoPE) and V into the cache as bf16.
@@ -274,7 +292,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
       ConvertF32ToBf16(rs.att.data() + t * qd, rs.xb.data() + t * xs, qd);
     }
   });
-  MatmulBf16(rs.xb.data(), xs, T, qd, w.wo, h, rs.proj.data(), h, &pool_, w.wo_layout);
+  Linear(rs.xb.data(), xs, T, qd, w.wo, w.wo_layout, w.wo_i8, h, rs.proj.data());
   timer.Lap(&pr.o_proj);
   pool_.ParallelFor(T, 5 * T * h, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
@@ -285,8 +303,8 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   timer.Lap(&pr.norms);
 
   // MLP: down(bf16(silu(gate) * up)), residual; gate and up in one pass over w_gate_up.
-  MatmulBf16(rs.xb.data(), xs, T, h, w.w_gate_up, 2 * f, rs.gate_up.data(), 2 * f, &pool_,
-             w.w_gate_up_layout);
+  Linear(rs.xb.data(), xs, T, h, w.w_gate_up, w.w_gate_up_layout, w.w_gate_up_i8, 2 * f,
+         rs.gate_up.data());
   timer.Lap(&pr.mlp_gate_up);
   pool_.ParallelFor(T, 8 * T * f, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
@@ -295,7 +313,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
     }
   });
   timer.Lap(&pr.mlp_act);
-  MatmulBf16(rs.xb.data(), xs, T, f, w.w_down, h, rs.proj.data(), h, &pool_, w.w_down_layout);
+  Linear(rs.xb.data(), xs, T, f, w.w_down, w.w_down_layout, w.w_down_i8, h, rs.proj.data());
   timer.Lap(&pr.mlp_down);
   pool_.ParallelFor(T, T * h, [&](int64_t b, int64_t e) {
     for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];

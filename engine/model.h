@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,9 +49,18 @@ struct SequenceInput {
 // layer's attention). Runs on the Forward thread; must not call back into the Model.
 using LayerKvCallback = std::function<void(int64_t layer)>;
 
+// How the decoder's linear layers compute. kW8A8: per-channel int8 weights (quantized at load
+// from a floating checkpoint) and per-token int8 activations (docs/numerics.md); an int8
+// checkpoint (ModelConfig::int8_checkpoint) runs W8A8 whatever this says.
+enum class Quantization { kNone, kW8A8 };
+
+// Parses a --quantization value: "" or "none" (kNone), "w8a8" or SGLang's "w8a8_int8" (kW8A8).
+absl::StatusOr<Quantization> ParseQuantization(std::string_view name);
+
 struct ModelOptions {
   int threads = 1;
   bool profile = false;  // accumulate per-phase wall time into Model::profile()
+  Quantization quantization = Quantization::kNone;
 };
 
 // Wall time per phase of Forward, summed over calls (seconds), when ModelOptions::profile is set.
@@ -107,6 +117,9 @@ class Model {
   struct RunState;
   absl::Status Validate(const std::vector<SequenceInput>& batch, const KvCacheStorage& cache) const;
   void Layer(int64_t l, int64_t n_tokens, KvCacheStorage* cache, const LayerKvCallback& cb);
+  // y [T, n] = x [T, k] (ldx) times the layer matrix: bf16 `w` in `layout` when set, else `w8`.
+  void Linear(const bf16* x, int64_t ldx, int64_t T, int64_t k, const bf16* w, WeightLayout layout,
+              const Int8Matrix& w8, int64_t n, float* y);
 
   ModelConfig config_;
   std::unique_ptr<Weights> weights_;

@@ -119,6 +119,73 @@ absl::Status ParseRopeScaling(const json& j, const std::string& source, RopeScal
   return absl::OkStatus();
 }
 
+// Checks one of a config group's `weights` / `input_activations` against W8A8 int8: 8-bit int,
+// symmetric, the given strategy, dynamic as given.
+absl::Status CheckInt8Args(const json& args, const std::string& ctx, const char* strategy,
+                           bool dynamic) {
+  if (!args.is_object()) return Invalid(ctx, "missing (W8A8 int8 needs it)");
+  auto field = [&](const char* key) { return args.contains(key) ? args[key] : json(); };
+  const bool ok = field("num_bits") == json(8) && field("type") == json("int") &&
+                  field("symmetric") == json(true) && field("strategy") == json(strategy) &&
+                  (field("dynamic").is_null() ? !dynamic : field("dynamic") == json(dynamic));
+  if (!ok) {
+    return Invalid(ctx, absl::StrCat("unsupported scheme ", Dump(args),
+                                     " (supported: num_bits 8, type int, symmetric, strategy ",
+                                     strategy, ", dynamic ", dynamic ? "true" : "false", ")"));
+  }
+  return absl::OkStatus();
+}
+
+// quantization_config: absent or null, or compressed-tensors W8A8 int8 (model_config.h).
+absl::Status ParseQuantization(const json& j, const std::string& source, bool* int8) {
+  *int8 = false;
+  auto it = j.find("quantization_config");
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  const std::string ctx = source + " quantization_config";
+  if (!it->is_object()) return Invalid(source, "field 'quantization_config' must be an object");
+  const json& q = *it;
+  const json method = q.contains("quant_method") ? q["quant_method"] : json();
+  if (method != json("compressed-tensors")) {
+    return Invalid(ctx, absl::StrCat("unsupported quant_method ", Dump(method),
+                                     " (supported: compressed-tensors W8A8 int8)"));
+  }
+  const json format = q.contains("format") ? q["format"] : json();
+  if (!q.contains("config_groups") || !q["config_groups"].is_object() ||
+      q["config_groups"].empty()) {
+    return Invalid(ctx, "needs a non-empty object 'config_groups'");
+  }
+  for (auto g = q["config_groups"].begin(); g != q["config_groups"].end(); ++g) {
+    const std::string gctx = absl::StrCat(ctx, " config_groups.", g.key());
+    if (!g->is_object()) return Invalid(gctx, "must be an object");
+    const json group_format = g->contains("format") ? (*g)["format"] : format;
+    if (group_format != json("int-quantized")) {
+      return Invalid(gctx, absl::StrCat("unsupported format ", Dump(group_format),
+                                        " (supported: int-quantized)"));
+    }
+    const json targets = g->contains("targets") ? (*g)["targets"] : json();
+    if (targets != json::array({"Linear"})) {
+      return Invalid(
+          gctx, absl::StrCat("unsupported targets ", Dump(targets), " (supported: [\"Linear\"])"));
+    }
+    RETURN_IF_ERROR(CheckInt8Args(g->contains("weights") ? (*g)["weights"] : json(),
+                                  gctx + " weights", "channel", false));
+    RETURN_IF_ERROR(
+        CheckInt8Args(g->contains("input_activations") ? (*g)["input_activations"] : json(),
+                      gctx + " input_activations", "token", true));
+  }
+  if (q.contains("ignore") && !q["ignore"].is_null()) {
+    if (!q["ignore"].is_array()) return Invalid(ctx, "'ignore' must be an array");
+    for (const json& name : q["ignore"]) {
+      if (name != json("lm_head")) {
+        return Invalid(ctx, absl::StrCat("unsupported ignore entry ", Dump(name),
+                                         " (only lm_head may stay unquantized)"));
+      }
+    }
+  }
+  *int8 = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
@@ -152,6 +219,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
   std::vector<int32_t> bos;
   RETURN_IF_ERROR(GetTokenIds(j, source, "bos_token_id", &bos));
   if (!bos.empty()) c.bos_token_id = bos[0];
+  RETURN_IF_ERROR(ParseQuantization(j, source, &c.int8_checkpoint));
 
   for (auto [name, v] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
                          {"num_hidden_layers", c.num_layers},

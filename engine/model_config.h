@@ -44,6 +44,12 @@ struct ModelConfig {
   bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (qwen3)
   std::vector<int32_t> eos_token_ids;
   int32_t bos_token_id = -1;  // -1: none
+  // The checkpoint is compressed-tensors W8A8 int8 (`quantization_config` with quant_method
+  // "compressed-tensors", format "int-quantized", int8 weights symmetric per channel, input
+  // activations int8 symmetric dynamic per token, only `lm_head` ignored): each decoder linear
+  // layer's `weight` is int8 with a `weight_scale` [out, 1] beside it (docs/numerics.md). Any other
+  // quantization_config is rejected (InvalidArgument naming the field).
+  bool int8_checkpoint = false;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/status.h"
+#include "engine/model.h"
 
 namespace tandem::engine {
 
@@ -37,6 +38,9 @@ void RegisterServingFlags(Flags& flags, ServingOptions* o) {
   flags.Add("--page-size", &o->page_size, "Tokens per KV block")->check(CLI::Range(1, 4096));
   flags.Add("--threads", &o->threads, "Compute threads (0: every core)")
       ->check(CLI::Range(0, 4096));
+  flags.Add("--quantization", &o->quantization,
+            "w8a8 (or w8a8_int8): int8 weights per output channel, quantized at load, and int8 "
+            "activations per token (an int8 checkpoint needs no flag)");
 }
 
 absl::Status ValidateServingOptions(const ServingOptions& o) {
@@ -59,6 +63,7 @@ absl::Status ValidateServingOptions(const ServingOptions& o) {
         absl::StrCat("--chunked-prefill-size (", o.chunked_prefill_size,
                      ") exceeds --max-prefill-tokens (", o.max_prefill_tokens, ")"));
   }
+  RETURN_IF_ERROR(ParseQuantization(o.quantization).status(), "--quantization: ");
   auto kv = ParseByteSize(o.kv_cache_memory, TotalRamBytes());
   RETURN_IF_ERROR(kv.status(), "--kv-cache-memory: ");
   return absl::OkStatus();

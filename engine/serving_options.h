@@ -22,6 +22,7 @@ struct ServingOptions {
   std::string kv_cache_memory = "2GiB";  // bytes, a unit, or a fraction of RAM (common/byte_size.h)
   int page_size = 16;                    // tokens per KV block
   int threads = 0;                       // 0 = every core of the machine
+  std::string quantization;              // "" | "w8a8" | "w8a8_int8" (ParseQuantization, model.h)
   int max_queued_requests = 1024;  // beyond this, new requests are refused (RESOURCE_EXHAUSTED)
 };
 

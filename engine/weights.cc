@@ -51,7 +51,8 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // Resolves tensor names to files and turns them into bf16 views or converted copies.
 class Weights::Loader {
  public:
-  Loader(Weights* w, std::vector<std::unique_ptr<SafetensorsFile>>* files) : w_(w), files_(files) {}
+  Loader(Weights* w, std::vector<std::unique_ptr<SafetensorsFile>>* files, bool int8_checkpoint)
+      : w_(w), files_(files), int8_checkpoint_(int8_checkpoint) {}
 
   absl::Status OpenFiles(const std::string& dir) {
     namespace fs = std::filesystem;
@@ -106,7 +107,9 @@ class Weights::Loader {
 
   bool Has(const std::string& name) const { return where_.count(name) > 0; }
 
-  absl::StatusOr<TensorView> Find(const std::string& name, const std::vector<int64_t>& shape) {
+  // The tensor `name` with exactly `shape`, of any dtype.
+  absl::StatusOr<TensorView> FindAnyType(const std::string& name,
+                                         const std::vector<int64_t>& shape) {
     auto it = where_.find(name);
     if (it == where_.end()) {
       std::string files;
@@ -119,14 +122,65 @@ class Weights::Loader {
                                                      "' has shape ", ShapeString(v.info->shape),
                                                      ", expected ", ShapeString(shape)));
     }
+    return v;
+  }
+
+  // The same, of a floating dtype the engine converts to bf16.
+  absl::StatusOr<TensorView> Find(const std::string& name, const std::vector<int64_t>& shape) {
+    ASSIGN_OR_RETURN(TensorView v, FindAnyType(name, shape));
     if (v.info->dtype != DType::kBF16 && v.info->dtype != DType::kF16 &&
         v.info->dtype != DType::kF32) {
       return absl::InvalidArgumentError(
-          absl::StrCat(it->second->path(), ": tensor '", name, "' has unsupported dtype ",
+          absl::StrCat(where_[name]->path(), ": tensor '", name, "' has unsupported dtype ",
                        DTypeName(v.info->dtype), " (supported: BF16, F16, F32)"));
     }
     return v;
   }
+
+  // One member of a fused int8 matrix: the tensor `name` (ending in ".weight"), `rows` x k.
+  struct Int8Member {
+    std::string name;
+    int64_t rows;
+  };
+
+  // Reserves a fused int8 matrix of the members' rows in the buffer (cache-line aligned) and its
+  // scales and sums in the Weights' vectors; Fill packs it and sets *slot. From an int8
+  // checkpoint the members are I8 with a "<name>_scale" beside them; otherwise they are floating
+  // tensors quantized per row.
+  absl::Status Int8Fused(const std::vector<Int8Member>& members, int64_t k, Int8Matrix* slot) {
+    Int8Pending p;
+    p.slot = slot;
+    p.k = k;
+    for (const Int8Member& m : members) {
+      Int8Source src;
+      src.rows = m.rows;
+      if (int8_checkpoint_) {
+        ASSIGN_OR_RETURN(src.weight, FindAnyType(m.name, {m.rows, k}));
+        if (src.weight.info->dtype != DType::kI8) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where_[m.name]->path(), ": tensor '", m.name, "' has dtype ",
+                           DTypeName(src.weight.info->dtype),
+                           ", expected I8 (config.json declares a W8A8 int8 checkpoint)"));
+        }
+        ASSIGN_OR_RETURN(src.scale, FindScale(m.name + "_scale", m.rows));
+      } else {
+        ASSIGN_OR_RETURN(src.weight, Find(m.name, {m.rows, k}));
+      }
+      p.n += m.rows;
+      p.sources.push_back(src);
+    }
+    next_ = (next_ + kAlign - 1) / kAlign * kAlign;
+    p.offset = next_;
+    next_ += Int8PackedBytes(p.n, k);
+    p.row_offset = int8_rows_;
+    int8_rows_ += p.n;
+    int8_bytes_ += Int8PackedBytes(p.n, k);
+    int8_pending_.push_back(std::move(p));
+    return absl::OkStatus();
+  }
+
+  // Bytes of the int8 matrices reserved so far.
+  int64_t int8_bytes() const { return int8_bytes_; }
 
   // Reserves room in the matrix buffer for `name` (which must have exactly `shape`, [rows, k]) and
   // records where *slot must point once the buffer is filled, the matrix stored in `layout`.
@@ -162,6 +216,10 @@ class Weights::Loader {
       DropPages(p.view);
     }
     pending_.clear();
+    w_->int8_scales_.assign(static_cast<size_t>(int8_rows_), 0.0f);
+    w_->int8_sums_.assign(static_cast<size_t>(int8_rows_), 0);
+    for (const Int8Pending& p : int8_pending_) FillInt8(p);
+    int8_pending_.clear();
     return absl::OkStatus();
   }
 
@@ -177,6 +235,79 @@ class Weights::Loader {
 
  private:
   static constexpr int64_t kAlign = 64;
+
+  struct Int8Source {
+    TensorView weight;
+    TensorView scale;  // int8 checkpoints only
+    int64_t rows = 0;
+  };
+  struct Int8Pending {
+    std::vector<Int8Source> sources;
+    Int8Matrix* slot = nullptr;
+    int64_t offset = 0;      // bytes into the matrix buffer
+    int64_t row_offset = 0;  // into the scale and sum vectors
+    int64_t n = 0, k = 0;
+  };
+
+  // A scale vector: [rows, 1] or [rows], BF16, F16 or F32.
+  absl::StatusOr<TensorView> FindScale(const std::string& name, int64_t rows) {
+    absl::StatusOr<TensorView> v = FindAnyType(name, {rows, 1});
+    if (!v.ok() && absl::IsInvalidArgument(v.status())) v = FindAnyType(name, {rows});
+    if (!v.ok()) return v.status();
+    if (v->info->dtype != DType::kBF16 && v->info->dtype != DType::kF16 &&
+        v->info->dtype != DType::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where_[name]->path(), ": tensor '", name, "' has unsupported dtype ",
+                       DTypeName(v->info->dtype), " (supported: BF16, F16, F32)"));
+    }
+    return v;
+  }
+
+  static float ScaleAt(const TensorView& v, int64_t i) {
+    if (v.info->dtype == DType::kF32) {
+      float f;
+      std::memcpy(&f, v.data + 4 * i, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, v.data + 2 * i, 2);
+    return v.info->dtype == DType::kBF16 ? Bf16ToF32(h) : HalfToF32(h);
+  }
+
+  // Quantizes (or copies) and packs one reserved int8 matrix, four rows at a time.
+  void FillInt8(const Int8Pending& p) {
+    int8_t* dst = reinterpret_cast<int8_t*>(w_->matrices_.data() + p.offset);
+    float* scales = w_->int8_scales_.data() + p.row_offset;
+    int32_t* sums = w_->int8_sums_.data() + p.row_offset;
+    const int64_t k = p.k;
+    std::vector<int8_t> q(static_cast<size_t>(4 * k));
+    std::vector<bf16> row(static_cast<size_t>(k));
+    std::vector<float> wide(static_cast<size_t>(k));
+    size_t src = 0;
+    int64_t local = 0;  // row within sources[src]
+    for (int64_t r0 = 0; r0 < p.n; r0 += 4) {
+      const int64_t count = std::min<int64_t>(4, p.n - r0);
+      for (int64_t t = 0; t < count; ++t, ++local) {
+        while (local == p.sources[src].rows) {
+          ++src;
+          local = 0;
+        }
+        const Int8Source& s = p.sources[src];
+        int8_t* out = q.data() + t * k;
+        if (int8_checkpoint_) {
+          std::memcpy(out, s.weight.data + local * k, static_cast<size_t>(k));
+          scales[r0 + t] = ScaleAt(s.scale, local);
+        } else {
+          ToBf16(s.weight, local * k, k, row.data());
+          for (int64_t e = 0; e < k; ++e) wide[e] = Bf16ToF32(row[e]);
+          scales[r0 + t] = QuantizeWeightRow(wide.data(), k, out);
+        }
+      }
+      PackInt8Rows(q.data(), r0, count, p.n, k, dst, sums);
+    }
+    *p.slot = {dst, scales, sums, p.n, k};
+    for (const Int8Source& s : p.sources) DropPages(s.weight);
+  }
 
   struct Pending {
     TensorView view;
@@ -224,14 +355,19 @@ class Weights::Loader {
   std::vector<std::unique_ptr<SafetensorsFile>>* files_;
   std::map<std::string, SafetensorsFile*> where_;
   std::vector<Pending> pending_;
-  int64_t next_ = 0;  // bytes reserved in the matrix buffer so far
+  std::vector<Int8Pending> int8_pending_;
+  bool int8_checkpoint_;
+  int64_t next_ = 0;        // bytes reserved in the matrix buffer so far
+  int64_t int8_rows_ = 0;   // rows of the int8 matrices reserved so far
+  int64_t int8_bytes_ = 0;  // their packed bytes
 };
 
 absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_dir,
-                                                       const ModelConfig& c) {
+                                                       const ModelConfig& c, bool w8a8) {
   std::unique_ptr<Weights> w(new Weights());
   std::vector<std::unique_ptr<SafetensorsFile>> files;
-  Loader l(w.get(), &files);
+  Loader l(w.get(), &files, c.int8_checkpoint);
+  w->int8_ = w8a8 || c.int8_checkpoint;
   RETURN_IF_ERROR(l.OpenFiles(model_dir));
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size;
   // Layouts: a fused matrix takes groups of rows only when each member's rows are whole groups.
@@ -268,10 +404,21 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
     L.wo_layout = o_layout;
     L.w_gate_up_layout = gate_up_layout;
     L.w_down_layout = down_layout;
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.q_proj.weight", {q, h}, &L.wq, qkv_layout));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.k_proj.weight", {kv, h}, &L.wk, qkv_layout, false));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.v_proj.weight", {kv, h}, &L.wv, qkv_layout, false));
-    RETURN_IF_ERROR(l.Matrix(p + "self_attn.o_proj.weight", {h, q}, &L.wo, o_layout));
+    if (w->int8_) {
+      RETURN_IF_ERROR(l.Int8Fused({{p + "self_attn.q_proj.weight", q},
+                                   {p + "self_attn.k_proj.weight", kv},
+                                   {p + "self_attn.v_proj.weight", kv}},
+                                  h, &L.wqkv_i8));
+      RETURN_IF_ERROR(l.Int8Fused({{p + "self_attn.o_proj.weight", h}}, q, &L.wo_i8));
+      RETURN_IF_ERROR(l.Int8Fused({{p + "mlp.gate_proj.weight", f}, {p + "mlp.up_proj.weight", f}},
+                                  h, &L.w_gate_up_i8));
+      RETURN_IF_ERROR(l.Int8Fused({{p + "mlp.down_proj.weight", h}}, f, &L.w_down_i8));
+    } else {
+      RETURN_IF_ERROR(l.Matrix(p + "self_attn.q_proj.weight", {q, h}, &L.wq, qkv_layout));
+      RETURN_IF_ERROR(l.Matrix(p + "self_attn.k_proj.weight", {kv, h}, &L.wk, qkv_layout, false));
+      RETURN_IF_ERROR(l.Matrix(p + "self_attn.v_proj.weight", {kv, h}, &L.wv, qkv_layout, false));
+      RETURN_IF_ERROR(l.Matrix(p + "self_attn.o_proj.weight", {h, q}, &L.wo, o_layout));
+    }
     if (c.attention_bias) {
       ASSIGN_OR_RETURN(L.bq, l.Vector(p + "self_attn.q_proj.bias", q));
       ASSIGN_OR_RETURN(L.bk, l.Vector(p + "self_attn.k_proj.bias", kv));
@@ -281,9 +428,11 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
       ASSIGN_OR_RETURN(L.q_norm, l.Vector(p + "self_attn.q_norm.weight", c.head_dim));
       ASSIGN_OR_RETURN(L.k_norm, l.Vector(p + "self_attn.k_norm.weight", c.head_dim));
     }
-    RETURN_IF_ERROR(l.Matrix(p + "mlp.gate_proj.weight", {f, h}, &L.w_gate, gate_up_layout));
-    RETURN_IF_ERROR(l.Matrix(p + "mlp.up_proj.weight", {f, h}, &L.w_up, gate_up_layout, false));
-    RETURN_IF_ERROR(l.Matrix(p + "mlp.down_proj.weight", {h, f}, &L.w_down, down_layout));
+    if (!w->int8_) {
+      RETURN_IF_ERROR(l.Matrix(p + "mlp.gate_proj.weight", {f, h}, &L.w_gate, gate_up_layout));
+      RETURN_IF_ERROR(l.Matrix(p + "mlp.up_proj.weight", {f, h}, &L.w_up, gate_up_layout, false));
+      RETURN_IF_ERROR(l.Matrix(p + "mlp.down_proj.weight", {h, f}, &L.w_down, down_layout));
+    }
   }
   RETURN_IF_ERROR(l.Fill());
   files.clear();  // unmaps the files: everything needed is copied
@@ -293,7 +442,8 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
     L.w_gate_up = L.w_gate;
   }
   w->matrix_bytes_per_step_ =
-      2 * (c.num_layers * (h * q * 2 + h * kv * 2 + 3 * h * f) + c.vocab_size * h);
+      w->int8_ ? l.int8_bytes() + 2 * c.vocab_size * h
+               : 2 * (c.num_layers * (h * q * 2 + h * kv * 2 + 3 * h * f) + c.vocab_size * h);
   return w;
 }
 

@@ -21,6 +21,13 @@
 // resident together beyond one tensor; the file stays in the kernel's page cache, which the
 // kernel can reclaim.
 //
+// W8A8 int8 (docs/numerics.md): with `w8a8` requested or a compressed-tensors int8 checkpoint
+// (ModelConfig::int8_checkpoint), the decoder's linear layers (wqkv, wo, w_gate_up, w_down) are
+// stored instead as packed int8 matrices (Int8Matrix, matmul_int8.h) in the same buffer, their
+// per-row scales and sums in vectors beside it, and the bf16 pointers of those matrices are null.
+// A bf16/fp16/fp32 checkpoint is quantized at load, per output channel; an int8 checkpoint's
+// `weight` and `weight_scale` are used as they are. The embedding and lm_head stay bf16.
+//
 // Thread-safety: immutable after Load; safe to share between threads.
 // Ownership: a Weights object owns the buffer its pointers refer to.
 #ifndef TANDEM_ENGINE_WEIGHTS_H_
@@ -34,6 +41,7 @@
 #include "engine/kernels/bf16.h"
 #include "engine/kernels/huge_page_buffer.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/matmul_int8.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 
@@ -61,6 +69,11 @@ struct LayerWeights {
   const bf16* w_up = nullptr;    // [intermediate, hidden] (follows w_gate)
   const bf16* w_down = nullptr;  // [hidden, intermediate]
   WeightLayout w_down_layout = WeightLayout::kRows;
+  // W8A8 only (Weights::int8()): the same matrices in int8, fused the same way.
+  Int8Matrix wqkv_i8;
+  Int8Matrix wo_i8;
+  Int8Matrix w_gate_up_i8;
+  Int8Matrix w_down_i8;
 };
 
 class Weights {
@@ -68,8 +81,12 @@ class Weights {
   // Loads every tensor `config` calls for from `model_dir`. Errors name the file and the tensor:
   // missing file or tensor (NotFound), wrong shape or unsupported dtype (InvalidArgument), corrupt
   // or truncated file (InvalidArgument / DataLoss), bad index JSON (InvalidArgument).
+  // `w8a8` quantizes a bf16/fp16/fp32 checkpoint's linear layers at load; an int8 checkpoint is
+  // int8 either way. Int8 tensors must be I8 with a BF16/F16/F32 `weight_scale` of [out, 1] or
+  // [out] (InvalidArgument otherwise).
   static absl::StatusOr<std::unique_ptr<Weights>> Load(const std::string& model_dir,
-                                                       const ModelConfig& config);
+                                                       const ModelConfig& config,
+                                                       bool w8a8 = false);
   Weights(const Weights&) = delete;
   Weights& operator=(const Weights&) = delete;
 
@@ -79,6 +96,9 @@ class Weights {
   std::vector<float> final_norm;  // [hidden]
   const bf16* lm_head = nullptr;  // [vocab, hidden]; == embed when tie_word_embeddings
   WeightLayout lm_head_layout = WeightLayout::kRows;
+
+  // True when the linear layers are int8 (the *_i8 matrices of each layer are set).
+  bool int8() const { return int8_; }
 
   // Bytes of matrix weights one decode step reads (all layers + lm_head, embedding rows aside).
   int64_t matrix_bytes_per_step() const { return matrix_bytes_per_step_; }
@@ -92,6 +112,9 @@ class Weights {
   Weights() = default;
   class Loader;
   HugePageBuffer matrices_;
+  std::vector<float> int8_scales_;  // every int8 matrix's row scales, back to back
+  std::vector<int32_t> int8_sums_;  // and their row sums
+  bool int8_ = false;
   int64_t matrix_bytes_per_step_ = 0;
 };
 

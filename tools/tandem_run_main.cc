@@ -48,6 +48,7 @@ struct Options {
   uint64_t seed = 0;
   bool chat = false;
   int threads = 2;
+  std::string quantization;  // "" or w8a8 (engine::ParseQuantization)
   int prefill_chunk = 512;
   int max_running_requests = 64;
   bool disable_radix_cache = false;
@@ -114,7 +115,11 @@ int Run(const Options& o) {
 
   auto tokenizer = engine::Tokenizer::FromModelDir(o.model_path);
   if (!tokenizer.ok()) return Fail(2, std::string(tokenizer.status().message()));
-  auto model = engine::Model::Load(o.model_path, {o.threads});
+  auto quantization = engine::ParseQuantization(o.quantization);
+  if (!quantization.ok()) {
+    return Fail(2, "--quantization: " + std::string(quantization.status().message()));
+  }
+  auto model = engine::Model::Load(o.model_path, {o.threads, false, *quantization});
   if (!model.ok()) return Fail(2, std::string(model.status().message()));
   const engine::ModelConfig& config = (*model)->config();
 
@@ -267,6 +272,8 @@ int main(int argc, char** argv) {
   flags.Add("--ignore-eos", &o.ignore_eos, "keep generating after the end-of-sequence token");
   flags.Add("--seed", &o.seed, "random seed of the sampler (prompt i of a batch uses seed + i)");
   flags.Add("--chat", &o.chat, "wrap the prompt in the model's chat template");
+  flags.Add("--quantization", &o.quantization,
+            "w8a8 (or w8a8_int8): int8 weights per channel and int8 activations per token");
   flags.Add("--threads", &o.threads, "compute threads")->check(CLI::Range(1, 256));
   flags.Add("--prefill-chunk", &o.prefill_chunk, "prompt tokens per forward pass")
       ->check(CLI::Range(1, 1 << 20));

@@ -56,7 +56,25 @@ SimdLevel ApplyEnvCap(SimdLevel hw) {
   return hw;
 }
 
+// cpuid leaf 7 register bits: AVX512_VNNI is subleaf 0 ecx bit 11, AVX_VNNI subleaf 1 eax bit 4.
+bool ProbeCpuid7(unsigned int subleaf, int reg, int bit) {
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  unsigned int r[4];
+  __cpuid_count(7, subleaf, r[0], r[1], r[2], r[3]);
+  return (r[reg] >> bit) & 1u;
+}
+
 }  // namespace
+
+bool CpuHasAvx512Vnni() {
+  static const bool has = SimdLevelSupported(SimdLevel::kAvx512) && ProbeCpuid7(0, 2, 11);
+  return has;
+}
+
+bool CpuHasAvxVnni() {
+  static const bool has = SimdLevelSupported(SimdLevel::kAvx2) && ProbeCpuid7(1, 0, 4);
+  return has;
+}
 
 SimdLevel DetectHardwareSimd() {
   static const SimdLevel level = ProbeHardware();

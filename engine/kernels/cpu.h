@@ -29,6 +29,13 @@ const char* SimdLevelName(SimdLevel level);
 // True when code for `level` can run on this CPU (hardware check, TANDEM_SIMD ignored).
 bool SimdLevelSupported(SimdLevel level);
 
+// Integer dot-product extensions, beside the levels (hardware check, TANDEM_SIMD ignored; the
+// int8 kernels combine them with DetectSimd(), matmul_int8.h).
+//   AVX512_VNNI: vpdpbusd on 512-bit registers (with kAvx512).
+//   AVX_VNNI:    the VEX-encoded vpdpbusd on 256-bit registers (with kAvx2).
+bool CpuHasAvx512Vnni();
+bool CpuHasAvxVnni();
+
 }  // namespace tandem::engine
 
 #endif  // TANDEM_ENGINE_KERNELS_CPU_H_

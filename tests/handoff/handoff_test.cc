@@ -29,9 +29,11 @@ std::string ModelDir() {
   return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes").string();
 }
 
-std::unique_ptr<engine::Engine> NewEngine() {
+// quantization: the --quantization value ("" for bf16, "w8a8" for int8).
+std::unique_ptr<engine::Engine> NewEngine(const std::string& quantization = "") {
   engine::ServingOptions o;
   o.model_path = ModelDir();
+  o.quantization = quantization;
   o.kv_cache_memory = "16MiB";
   o.threads = 1;
   o.chunked_prefill_size = 64;
@@ -142,10 +144,11 @@ struct Pair {
   std::unique_ptr<DecodeHandoff> dh;
 };
 
-Pair MakePair(const HandoffOptions& decode_options = Options("decode-0")) {
+Pair MakePair(const HandoffOptions& decode_options = Options("decode-0"),
+              const std::string& quantization = "") {
   Pair p;
-  p.pe = NewEngine();
-  p.de = NewEngine();
+  p.pe = NewEngine(quantization);
+  p.de = NewEngine(quantization);
   auto ph = PrefillHandoff::Create(p.pe.get(), Options("prefill-0"));
   EXPECT_TRUE(ph.ok()) << ph.status();
   p.ph = std::move(*ph);
@@ -201,9 +204,11 @@ TEST(CompletionNoticeTest, FirstTokenAlternativesAndErrors) {
   EXPECT_EQ(first.status().message(), "prefill failed: the KV transfer to 10.0.0.2 broke");
 }
 
-TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokens) {
+// Prefill on one engine, KV over TCP, decode on another: the same tokens as one engine alone, with
+// the engines' linear layers in `quantization` ("" bf16, "w8a8" int8).
+void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization) {
   const std::vector<Case> cases = Cases(24);
-  Pair p = MakePair();
+  Pair p = MakePair(Options("decode-0"), quantization);
   Sink dsink;
   std::mutex pmu;
   std::map<uint64_t, absl::StatusOr<proto::PrefillResponse>> presp;
@@ -225,7 +230,7 @@ TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokens) {
   }
   ASSERT_TRUE(p.de->WaitIdle(120));
   // Colocated reference.
-  auto colocated = NewEngine();
+  auto colocated = NewEngine(quantization);
   Sink csink;
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(colocated->Submit(DecodeRequest("c" + std::to_string(i), cases[i], &csink)).ok());
@@ -252,6 +257,14 @@ TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokens) {
   EXPECT_GT(with_cache, 0) << "shared prefixes should hit the prefill worker's radix cache";
   ExpectAllBlocksFree(p.pe.get());
   ExpectAllBlocksFree(p.de.get());
+}
+
+TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokens) {
+  ExpectDisaggregatedTokensEqualColocated("");
+}
+
+TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensInt8) {
+  ExpectDisaggregatedTokensEqualColocated("w8a8");
 }
 
 TEST(HandoffTest, WrongSecretAndOtherModelAreRefusedWithBothValues) {

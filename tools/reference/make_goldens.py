@@ -30,11 +30,19 @@ import bpe_tokenizer  # noqa: E402
 import reference  # noqa: E402
 
 GOLDENS = [
-    # (golden name, model dir relative to the repo, prompt source)
-    ("tandem-tiny-fortunes", "models/tandem-tiny-fortunes", "text"),
-    ("qwen3-tiny", "tests/engine/models/qwen3-tiny", "random"),
-    ("llama-tiny", "tests/engine/models/llama-tiny", "random"),
-    ("qwen2-tiny-fp32-sharded", "tests/engine/models/qwen2-tiny-fp32-sharded", "random"),
+    # (golden name, model dir relative to the repo, prompt source, int8: None, or (how the engine
+    # runs it W8A8 ("w8a8": --quantization w8a8 on the model dir; "checkpoint": the model dir is a
+    # compressed-tensors int8 checkpoint), the bf16 model it is compared with, the least greedy
+    # margin: the per-token rounding of int8 inputs amplifies last-bit differences more than bf16
+    # rounding does, and the tiny random models' logits move by up to ~0.08 in the engine))
+    ("tandem-tiny-fortunes", "models/tandem-tiny-fortunes", "text", None),
+    ("qwen3-tiny", "tests/engine/models/qwen3-tiny", "random", None),
+    ("llama-tiny", "tests/engine/models/llama-tiny", "random", None),
+    ("qwen2-tiny-fp32-sharded", "tests/engine/models/qwen2-tiny-fp32-sharded", "random", None),
+    ("tandem-tiny-fortunes-w8a8", "models/tandem-tiny-fortunes", "text",
+     ("w8a8", "models/tandem-tiny-fortunes", 2e-2)),
+    ("qwen3-tiny-w8a8", "tests/engine/models/qwen3-tiny-w8a8", "random",
+     ("checkpoint", "tests/engine/models/qwen3-tiny", 0.15)),
 ]
 PROMPT_LENGTHS = [1, 7, 33, 100, 180]
 GREEDY_STEPS = 64
@@ -84,10 +92,32 @@ def make_case(exact, plain, prompt, min_margin):
     return greedy, margins, logits, stable, spread
 
 
-def make_golden(name, rel_dir, source, min_margin, attempts):
+def int8_vs_bf16(bf16_model, cases):
+    """How far the int8 goldens' logits are from the bf16 reference's on the same prompts, and
+    the share of the int8 greedy tokens the bf16 reference also picks (teacher-forced: bf16's
+    argmax after the prompt and the int8 tokens before each one)."""
+    diffs, scales, agree, total = [], [], 0, 0
+    for case in cases:
+        prompt, greedy = case["prompt_ids"], case["greedy_ids"]
+        logits = bf16_model.forward(prompt + greedy[:-1])
+        last = torch.tensor(case["last_logits"], dtype=torch.float32)
+        diffs.append(float((last - logits[len(prompt) - 1]).abs().max()))
+        scales.append(float(logits[len(prompt) - 1].abs().max()))
+        picks = logits[len(prompt) - 1:].argmax(dim=-1).tolist()
+        agree += sum(int(a == b) for a, b in zip(picks, greedy))
+        total += len(greedy)
+    return {"max_abs_logit_diff": float(f"{max(diffs):.4g}"),
+            "max_abs_logit": float(f"{max(scales):.4g}"),
+            "greedy_agreement": float(f"{agree / total:.4g}"), "greedy_tokens": total}
+
+
+def make_golden(name, rel_dir, source, int8, min_margin, attempts):
     model_dir = os.path.join(REPO, rel_dir)
-    exact = reference.load_model(model_dir, exact=True)
-    plain = reference.load_model(model_dir, exact=False)
+    w8a8 = int8 is not None and int8[0] == "w8a8"
+    if int8 is not None:
+        min_margin = max(min_margin, int8[2])
+    exact = reference.load_model(model_dir, exact=True, w8a8=w8a8)
+    plain = reference.load_model(model_dir, exact=False, w8a8=w8a8)
     vocab = exact.cfg.vocab
     rng = np.random.default_rng(20240 + sum(map(ord, name)))
     cases, spreads, notes = [], [], []
@@ -138,6 +168,16 @@ def make_golden(name, rel_dir, source, min_margin, attempts):
     doc = {"model_dir": rel_dir, "tolerance_note": note, "logit_atol": atol,
            "greedy_steps": GREEDY_STEPS, "generated_by": "tools/reference/make_goldens.py",
            "cases": cases}
+    if int8 is not None:
+        if w8a8:
+            doc["quantization"] = "w8a8"
+        bf16_model = reference.load_model(os.path.join(REPO, int8[1]), exact=True)
+        doc["int8_vs_bf16"] = dict(int8_vs_bf16(bf16_model, cases), bf16_model_dir=int8[1])
+        doc["tolerance_note"] += (
+            " W8A8 int8 (docs/numerics.md): the linear layers quantize their inputs per token, "
+            "a further rounding point, so the spread above is measured with the int8 "
+            "arithmetic on both sides; int8_vs_bf16 gives the distance to the bf16 reference.")
+        print(f"  int8 vs bf16: {doc['int8_vs_bf16']}", flush=True)
     out_dir = os.path.join(REPO, "tests", "engine", "goldens")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, name + ".json")
@@ -155,14 +195,14 @@ def main():
     ap.add_argument("--attempts", type=int, default=150)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    for name, rel_dir, source in GOLDENS:
+    for name, rel_dir, source, int8 in GOLDENS:
         if args.only and name not in args.only:
             continue
         if not os.path.isdir(os.path.join(REPO, rel_dir)):
             print(f"skip {name}: {rel_dir} does not exist", flush=True)
             continue
         t0 = time.time()
-        make_golden(name, rel_dir, source, args.min_margin, args.attempts)
+        make_golden(name, rel_dir, source, int8, args.min_margin, args.attempts)
         print(f"  {time.time() - t0:.1f} s", flush=True)
 
 

@@ -19,6 +19,13 @@ on. Any fp32 accumulation order (the engine's) differs from it by reduction roun
 rounding point can amplify to ~1e-3..1e-2 in the logits; `Model(dir, exact=False)` uses plain fp32
 torch ops instead, which make_goldens.py uses to measure that spread for the tolerance it records.
 
+W8A8 int8 (docs/numerics.md "W8A8 int8"): with `w8a8=True`, or for a compressed-tensors int8
+checkpoint (config.json `quantization_config`), the decoder's linear layers hold int8 weights with
+per-output-channel fp32 scales (quantized here from the bf16 values, or read as stored) and
+quantize their bf16-rounded input per token (scale max|x| / 127, round half to even); the integer
+products are summed exactly (float64 holds them) and scaled as the engine does:
+(float(acc) * sx) * sw. Embeddings and lm_head stay bf16.
+
 Usage as a library:
   model = load_model("models/tandem-tiny-fortunes")
   logits = model.forward(ids)            # [len(ids), vocab] fp32, causal, positions 0..n-1
@@ -79,6 +86,10 @@ class Config:
         self.qk_norm = self.model_type == "qwen3"
         if self.heads % self.kv_heads:
             raise ModelError(f"{path}: {self.heads} heads not a multiple of {self.kv_heads}")
+        q = c.get("quantization_config")
+        if q is not None and q.get("quant_method") != "compressed-tensors":
+            raise ModelError(f"{path}: unsupported quantization_config {q.get('quant_method')!r}")
+        self.int8_checkpoint = q is not None
 
 
 def rope_inv_freq(cfg):
@@ -112,13 +123,35 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def quantize_weight_int8(w):
+    """Symmetric per-output-channel int8 of fp32 w [out, in] -> (q as fp32 values, scale [out])."""
+    amax = w.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    q = torch.round(w / scale[:, None]).clamp(-127, 127)
+    return q, scale
+
+
+def linear_int8(x, q, scale):
+    """W8A8: x [n, in] fp32 (rounded to bf16 here), q [out, in] int8 values, scale [out]."""
+    xb = bf16(x)
+    amax = xb.abs().amax(dim=-1, keepdim=True)
+    nonzero = amax > 0
+    safe = torch.where(nonzero, amax, torch.ones_like(amax))
+    qx = torch.where(nonzero, torch.round(xb * (127.0 / safe)).clamp(-127, 127),
+                     torch.zeros_like(xb))
+    sx = torch.where(nonzero, amax / 127.0, torch.zeros_like(amax))
+    acc = (qx.double() @ q.double().t()).float()  # exact integers, rounded once to fp32
+    return (acc * sx) * scale
+
+
 class Model:
     """Weights as fp32 tensors holding bf16 values; forward per docs/numerics.md."""
 
-    def __init__(self, model_dir, exact=True):
+    def __init__(self, model_dir, exact=True, w8a8=False):
         self.dir = model_dir
         self.exact = exact
         self.cfg = cfg = Config(model_dir)
+        self.int8 = w8a8 or cfg.int8_checkpoint
         tensors = read_model_tensors(model_dir)
 
         def get(name, shape):
@@ -133,6 +166,19 @@ class Model:
                 values = round_to_bf16(values)
             return torch.from_numpy(np.array(values, dtype=np.float32))
 
+        def get_linear(name, shape):
+            """A decoder linear layer's weight: fp32 (bf16 values), or (q, scale) in int8."""
+            if not self.int8:
+                return get(name, shape)
+            if not cfg.int8_checkpoint:
+                return quantize_weight_int8(get(name, shape))
+            dtype, bits = tensors.get(name, (None, None))
+            if dtype != "I8" or tuple(bits.shape) != tuple(shape):
+                raise ModelError(f"{model_dir}: tensor {name} is not I8 {list(shape)}")
+            sdtype, sbits = tensors[name + "_scale"]
+            scale = np.array(to_f32(sdtype, sbits), dtype=np.float32).reshape(-1)
+            return (torch.from_numpy(np.array(bits, dtype=np.float32)), torch.from_numpy(scale))
+
         h, hd, nh, nkv = cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads
         self.embed = get("model.embed_tokens.weight", (cfg.vocab, h))
         self.layers = []
@@ -140,14 +186,14 @@ class Model:
             p = f"model.layers.{i}."
             layer = {
                 "input_norm": get(p + "input_layernorm.weight", (h,)),
-                "q": get(p + "self_attn.q_proj.weight", (nh * hd, h)),
-                "k": get(p + "self_attn.k_proj.weight", (nkv * hd, h)),
-                "v": get(p + "self_attn.v_proj.weight", (nkv * hd, h)),
-                "o": get(p + "self_attn.o_proj.weight", (h, nh * hd)),
+                "q": get_linear(p + "self_attn.q_proj.weight", (nh * hd, h)),
+                "k": get_linear(p + "self_attn.k_proj.weight", (nkv * hd, h)),
+                "v": get_linear(p + "self_attn.v_proj.weight", (nkv * hd, h)),
+                "o": get_linear(p + "self_attn.o_proj.weight", (h, nh * hd)),
                 "post_norm": get(p + "post_attention_layernorm.weight", (h,)),
-                "gate": get(p + "mlp.gate_proj.weight", (cfg.intermediate, h)),
-                "up": get(p + "mlp.up_proj.weight", (cfg.intermediate, h)),
-                "down": get(p + "mlp.down_proj.weight", (h, cfg.intermediate)),
+                "gate": get_linear(p + "mlp.gate_proj.weight", (cfg.intermediate, h)),
+                "up": get_linear(p + "mlp.up_proj.weight", (cfg.intermediate, h)),
+                "down": get_linear(p + "mlp.down_proj.weight", (h, cfg.intermediate)),
             }
             if cfg.qkv_bias:
                 layer["q_bias"] = get(p + "self_attn.q_proj.bias", (nh * hd,))
@@ -178,7 +224,7 @@ class Model:
         return (x * torch.rsqrt(variance + self.cfg.eps)) * w
 
     def linear(self, x, w, b=None):
-        y = self.matmul(bf16(x), w.t())
+        y = linear_int8(x, *w) if isinstance(w, tuple) else self.matmul(bf16(x), w.t())
         return y if b is None else y + b
 
     def rope(self, x, positions):
@@ -261,8 +307,8 @@ class Model:
         return new, margins, prompt_logits
 
 
-def load_model(model_dir, exact=True):
-    return Model(model_dir, exact)
+def load_model(model_dir, exact=True, w8a8=False):
+    return Model(model_dir, exact, w8a8)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,154 @@
+// The AVX-512-VNNI int8 path: vpdpbusd on 512-bit registers, x as qx + 128 (matmul_int8.h).
+// A 64-byte block of a weight row is one register; a tile is up to 4 rows of x against a group of
+// 4 weight rows (16 accumulators), so each weight register loaded feeds up to 4 vpdpbusd. At m = 1
+// the group is one contiguous stream of 256 bytes per block.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "engine/kernels/matmul_int8_internal.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx2,fma,f16c")
+// GCC 12 reports the deliberately undefined upper lanes inside _mm512_reduce_add_epi32's
+// extraction once the tiles are inlined; every lane read is written.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace tandem::engine::internal {
+namespace {
+
+constexpr int kTileRows = 4;
+
+// The lane sums of a[0..3] (exact: integers), with fewer shuffles than four reductions.
+inline void SumLanes4(const __m512i a[4], int32_t out[4]) {
+  __m256i h[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    h[r] = _mm256_add_epi32(_mm512_castsi512_si256(a[r]), _mm512_extracti64x4_epi64(a[r], 1));
+  }
+  // Per 128-bit lane: pairs of rows 0/1 and 2/3 interleaved and added, then their halves.
+  const __m256i t01 =
+      _mm256_add_epi32(_mm256_unpacklo_epi32(h[0], h[1]), _mm256_unpackhi_epi32(h[0], h[1]));
+  const __m256i t23 =
+      _mm256_add_epi32(_mm256_unpacklo_epi32(h[2], h[3]), _mm256_unpackhi_epi32(h[2], h[3]));
+  const __m256i u =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+  const __m128i v = _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+}
+
+template <int MR>
+void Tile(const uint8_t* x, int64_t kp, const int8_t* wg, int32_t out[MR][4]) {
+  __m512i acc[MR][4];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_si512();
+  }
+  const int64_t blocks = kp / kInt8Block;
+  for (int64_t q = 0; q < blocks; ++q) {
+    const int8_t* wb = wg + q * 4 * kInt8Block;
+    __m512i w[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) w[r] = _mm512_loadu_si512(wb + r * kInt8Block);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512i xv = _mm512_loadu_si512(x + i * kp + q * kInt8Block);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], xv, w[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) SumLanes4(acc[i], out[i]);
+}
+
+template <int MR>
+void RunTile(const Int8Job& job, int64_t i, int64_t g) {
+  int32_t out[MR][4];
+  Tile<MR>(job.xq + i * job.kp, job.kp, job.w->data + g * 4 * job.kp, out);
+#pragma GCC unroll 8
+  for (int t = 0; t < MR; ++t) StoreInt8Group<true>(job, i + t, g, out[t]);
+}
+
+// m = 1: kStreams groups g[0..kStreams) at once, each a contiguous run in its own place in memory
+// (more DRAM reads in flight than one run; the hardware prefetchers follow each run), against the
+// one row of x. Same sums as Tile<1> (integers: any order).
+constexpr int kStreams = 4;
+
+template <int G>
+void StreamGroups(const Int8Job& job, const int64_t* g) {
+  const int64_t kp = job.kp;
+  const int8_t* wg[G];
+  __m512i acc[G][4];
+#pragma GCC unroll 4
+  for (int s = 0; s < G; ++s) {
+    wg[s] = job.w->data + g[s] * 4 * kp;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[s][r] = _mm512_setzero_si512();
+  }
+  for (int64_t q = 0; q < kp / kInt8Block; ++q) {
+    const __m512i xv = _mm512_loadu_si512(job.xq + q * kInt8Block);
+#pragma GCC unroll 4
+    for (int s = 0; s < G; ++s) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const __m512i w = _mm512_loadu_si512(wg[s] + (q * 4 + r) * kInt8Block);
+        acc[s][r] = _mm512_dpbusd_epi32(acc[s][r], xv, w);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int s = 0; s < G; ++s) {
+    int32_t out[4];
+    SumLanes4(acc[s], out);
+    StoreInt8Group<true>(job, 0, g[s], out);
+  }
+}
+
+// m = 1 over groups [g_begin, g_end): split into kStreams near-equal consecutive parts, read side
+// by side.
+void StreamRange(const Int8Job& job, int64_t g_begin, int64_t g_end) {
+  const int64_t count = g_end - g_begin;
+  const int64_t part = count / kStreams;
+  int64_t g[kStreams];
+  for (int64_t i = 0; i < part; ++i) {
+    for (int s = 0; s < kStreams; ++s) g[s] = g_begin + s * part + i;
+    StreamGroups<kStreams>(job, g);
+  }
+  for (int64_t rest = g_begin + kStreams * part; rest < g_end; ++rest) {
+    StreamGroups<1>(job, &rest);
+  }
+}
+
+}  // namespace
+
+void MatmulInt8GroupsAvx512Vnni(const Int8Job& job, int64_t g_begin, int64_t g_end) {
+  if (job.m == 1) {
+    StreamRange(job, g_begin, g_end);
+    return;
+  }
+  for (int64_t g = g_begin; g < g_end; ++g) {
+    int64_t i = 0;
+    for (; i + kTileRows <= job.m; i += kTileRows) RunTile<kTileRows>(job, i, g);
+    switch (job.m - i) {
+      case 3:
+        RunTile<3>(job, i, g);
+        break;
+      case 2:
+        RunTile<2>(job, i, g);
+        break;
+      case 1:
+        RunTile<1>(job, i, g);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace tandem::engine::internal
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
