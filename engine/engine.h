@@ -75,6 +75,9 @@ class Engine {
   int64_t live_requests() const;
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
+  // True when the decoder's linear layers run W8A8 int8 (--quantization w8a8 or an int8
+  // checkpoint).
+  bool int8_linear() const { return model_->weights().int8(); }
   const SchedulerConfig& config() const { return config_; }
   // The KV cache memory (stable for the Engine's life), for the transfer engine to register.
   // Its bytes belong to the requests whose blocks they are: read a block only while its request

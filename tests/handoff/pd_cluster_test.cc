@@ -497,6 +497,15 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     EXPECT_NE(r.status.error_message().find("tandem-tiny-fortunes"), std::string::npos)
         << r.status.error_message();
 
+    // The same model run W8A8 on one side: its KV is not the bf16 side's, so the pair is refused.
+    auto int8 = Start("decode", {"--quantization", "w8a8"});
+    dr.set_bootstrap_room(906);
+    r = Decode(int8->stub.get(), dr);
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << r.status.error_message();
+    EXPECT_NE(r.status.error_message().find("model"), std::string::npos)
+        << r.status.error_message();
+
     auto stranger = Start("decode", {"--cluster-secret", "not-the-cluster-secret-987654"});
     dr.set_bootstrap_room(904);
     r = Decode(stranger->stub.get(), dr);

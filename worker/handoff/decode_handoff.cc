@@ -37,7 +37,8 @@ DecodeHandoff::~DecodeHandoff() { Shutdown(); }
 
 absl::Status DecodeHandoff::Start() {
   engine::KvCacheStorage* storage = engine_->kv_storage();
-  compat_ = KvCompatibility(options_.served_model_name, engine_->model_config(), *storage);
+  compat_ = KvCompatibility(options_.served_model_name, engine_->model_config(), *storage,
+                            engine_->int8_linear());
   kv::EngineOptions eo;
   eo.name = options_.worker_id;
   eo.cluster_secret = options_.cluster_secret;

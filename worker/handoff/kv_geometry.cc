@@ -13,11 +13,12 @@ namespace tandem::worker {
 
 kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
                                         const engine::ModelConfig& m,
-                                        const engine::KvCacheStorage& storage) {
-  const std::string canonical = absl::StrCat(
-      m.model_type, "|", m.hidden_size, "|", m.num_layers, "|", m.num_heads, "|", m.num_kv_heads,
-      "|", m.head_dim, "|", m.intermediate_size, "|", m.vocab_size, "|", m.rope_theta, "|",
-      m.rms_norm_eps, "|", m.tie_word_embeddings, "|", m.qk_norm, "|", m.attention_bias);
+                                        const engine::KvCacheStorage& storage, bool int8_linear) {
+  const std::string canonical =
+      absl::StrCat(m.model_type, "|", m.hidden_size, "|", m.num_layers, "|", m.num_heads, "|",
+                   m.num_kv_heads, "|", m.head_dim, "|", m.intermediate_size, "|", m.vocab_size,
+                   "|", m.rope_theta, "|", m.rms_norm_eps, "|", m.tie_word_embeddings, "|",
+                   m.qk_norm, "|", m.attention_bias, int8_linear ? "|w8a8" : "");
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(canonical.data()), canonical.size(), digest);
   char hex[17];
