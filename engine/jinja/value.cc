@@ -159,6 +159,41 @@ absl::Status DumpJsonTo(const Value& v, const JsonDumpOptions& o, int level, std
   }
 }
 
+template <typename JsonT>
+Value ValueFromJson(const JsonT& json) {
+  switch (json.type()) {
+    case JsonT::value_t::null:
+      return Value::None();
+    case JsonT::value_t::boolean:
+      return Value(json.template get<bool>());
+    case JsonT::value_t::number_integer:
+      return Value(json.template get<int64_t>());
+    case JsonT::value_t::number_unsigned: {
+      const uint64_t u = json.template get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
+      return Value(static_cast<int64_t>(u));
+    }
+    case JsonT::value_t::number_float:
+      return Value(json.template get<double>());
+    case JsonT::value_t::string:
+      return Value(json.template get<std::string>());
+    case JsonT::value_t::array: {
+      List list;
+      list.reserve(json.size());
+      for (const auto& item : json) list.push_back(ValueFromJson(item));
+      return Value(std::move(list));
+    }
+    case JsonT::value_t::object: {
+      Dict dict;
+      dict.reserve(json.size());
+      for (const auto& [key, item] : json.items()) dict.emplace_back(key, ValueFromJson(item));
+      return Value(std::move(dict));
+    }
+    default:
+      return Value::None();
+  }
+}
+
 }  // namespace
 
 const Value* CallArgs::Get(size_t index, std::string_view name) const {
@@ -177,39 +212,8 @@ Value Value::MakeFunction(std::string name, Function fn) {
       Data(std::make_shared<const FunctionHolder>(FunctionHolder{std::move(name), std::move(fn)})));
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& json) {
-  switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return None();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Value(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return Value(json.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: {
-      const uint64_t u = json.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
-      return Value(static_cast<int64_t>(u));
-    }
-    case nlohmann::ordered_json::value_t::number_float:
-      return Value(json.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return Value(json.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      List list;
-      list.reserve(json.size());
-      for (const auto& item : json) list.push_back(FromJson(item));
-      return Value(std::move(list));
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      Dict dict;
-      dict.reserve(json.size());
-      for (const auto& [key, item] : json.items()) dict.emplace_back(key, FromJson(item));
-      return Value(std::move(dict));
-    }
-    default:
-      return None();
-  }
-}
+Value Value::FromJson(const nlohmann::ordered_json& json) { return ValueFromJson(json); }
+Value Value::FromJson(const nlohmann::json& json) { return ValueFromJson(json); }
 
 double Value::AsDouble() const {
   if (IsFloat()) return std::get<double>(data_);

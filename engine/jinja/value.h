@@ -81,8 +81,9 @@ class Value {
   }
   static Value MakeNamespace(Dict attributes);
   static Value MakeFunction(std::string name, Function fn);
-  // JSON → Value (objects keep their order); numbers stay int or float as written.
+  // JSON → Value (objects keep the document's order); numbers stay int or float as written.
   static Value FromJson(const nlohmann::ordered_json& json);
+  static Value FromJson(const nlohmann::json& json);
 
   Kind kind() const { return static_cast<Kind>(data_.index()); }
   bool IsUndefined() const { return kind() == Kind::kUndefined; }
