@@ -296,7 +296,13 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParsePostfix(ExprPtr node) {
       if (Peek().kind == Kind::kInteger) {
         e->kind = Expr::Kind::kItem;
         e->children.push_back(std::move(node));
-        e->children.push_back(Literal(Value(static_cast<int64_t>(std::stoll(Next().value))), line));
+        const std::string& digits = Next().value;
+        int64_t index = 0;
+        const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+        // Past int64 (Python would have a big int): no item has such an index.
+        e->children.push_back(Literal(
+            r.ec == std::errc() ? Value(index) : Value(std::strtod(digits.c_str(), nullptr)),
+            line));
       } else {
         ASSIGN_OR_RETURN(e->name, ExpectName());
         e->children.push_back(std::move(node));

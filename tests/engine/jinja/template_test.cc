@@ -158,5 +158,13 @@ TEST(JinjaTemplateTest, IllFormedUtf8InInputsDoesNotBreakStringFunctions) {
   EXPECT_EQ(*r, "6 6 2 6");
 }
 
+// Found by jinja_fuzz: an attribute index past int64 threw out of the parser.
+TEST(JinjaTemplateTest, HugeIntegerAttributeIndexIsUndefined) {
+  Dict vars = {{"x", Value(List{Value(1)})}};
+  auto r = Render("[{{ x.99999999999999999999999 }}]", vars);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "[]");
+}
+
 }  // namespace
 }  // namespace tandem::jinja
