@@ -21,11 +21,31 @@ jinja::Value MessageValue(const ChatMessage& message) {
   return jinja::Value(std::move(fields));
 }
 
+// Whether `json` nests at most `budget` levels (values are converted and printed recursively).
+bool WithinDepth(const nlohmann::ordered_json& json, int budget) {
+  if (!json.is_structured()) return true;
+  if (budget == 0) return false;
+  for (const auto& item : json) {
+    if (!WithinDepth(item, budget - 1)) return false;
+  }
+  return true;
+}
+
+constexpr int kMaxJsonDepth = 128;
+
 }  // namespace
 
 absl::StatusOr<std::string> RenderChatJinja(const Tokenizer::State& state,
                                             const std::vector<ChatMessage>& messages,
                                             const ChatTemplateOptions& options) {
+  for (const ChatMessage& m : messages) {
+    if (!WithinDepth(m.extra, kMaxJsonDepth)) {
+      return absl::InvalidArgumentError("a chat message nests deeper than 128 levels");
+    }
+  }
+  if (!WithinDepth(options.tools, kMaxJsonDepth) || !WithinDepth(options.kwargs, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError("tools or template kwargs nest deeper than 128 levels");
+  }
   jinja::List message_values;
   message_values.reserve(messages.size());
   for (const ChatMessage& m : messages) message_values.push_back(MessageValue(m));

@@ -166,5 +166,18 @@ TEST(ChatJinjaTest, WithoutATemplateToolsNeedOne) {
               HasSubstr("need the checkpoint's own template"));
 }
 
+TEST(ChatJinjaTest, DeeplyNestedMessageFieldsAreRefused) {
+  const std::string config = Json{{"chat_template", "{{ messages|tojson }}"}}.dump();
+  auto t = Tokenizer::FromStrings(MinimalTokenizerJson(), config);
+  ASSERT_TRUE(t.ok()) << t.status();
+  Json deep = Json::array();
+  for (int i = 0; i < 100000; ++i) deep = Json::array({std::move(deep)});
+  ChatMessage m{"assistant", "", Json::object()};
+  m.extra["tool_calls"] = std::move(deep);
+  auto r = (*t)->ApplyChatTemplate({m}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("deeper than 128"));
+}
+
 }  // namespace
 }  // namespace tandem::engine
