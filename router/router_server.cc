@@ -72,6 +72,11 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   }
   s.tokenizer_ = std::move(*tokenizer);
   s.api_.tokenizer = s.tokenizer_.get();
+  if (const absl::Status chat = s.tokenizer_->chat_template_status(); !chat.ok()) {
+    // Completions with raw prompts still work; chat requests are refused with this reason.
+    spdlog::warn("{}: {}; /v1/chat/completions will refuse requests", tokenizer_dir,
+                 std::string(chat.message()));
+  }
   // The router refuses prompts over the context itself, before any leg is sent (workers would
   // refuse them too, but only after the router tokenized and shipped them).
   s.api_.context_length = ReadContextLength(!o.model_path.empty() ? o.model_path : tokenizer_dir);

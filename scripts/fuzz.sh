@@ -7,8 +7,8 @@
 # Usage: scripts/fuzz.sh [--seconds N] [--keep] [target...]
 #   --seconds N  time per target (default: $TANDEM_FUZZ_SECONDS or 60)
 #   --keep       keep every scratch directory (grown corpus, logs), not only failing ones
-#   target       safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz request_fuzz frame_fuzz
-#                control_fuzz session_preauth_fuzz (default: all; fuzz/README.md says what
+#   target       safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz jinja_fuzz request_fuzz
+#                frame_fuzz control_fuzz session_preauth_fuzz (default: all; fuzz/README.md says what
 #                each feeds)
 # Environment: TANDEM_FUZZ_BUILD (build dir, default build-fuzz), TANDEM_JOBS (build jobs, 2).
 # Reproduce a finding: build-fuzz/bin/<target> <crash file>   (from the repo root)
@@ -20,6 +20,7 @@ declare -A corpus=(
   [safetensors_fuzz]=engine/fuzz/corpus/safetensors
   [tokenizer_fuzz]=engine/fuzz/corpus/tokenizer
   [tokenizer_json_fuzz]=engine/fuzz/corpus/tokenizer_json
+  [jinja_fuzz]=engine/fuzz/corpus/jinja
   [request_fuzz]=router/api/fuzz/corpus
   [frame_fuzz]=kvtransfer/fuzz/corpus
   [control_fuzz]=worker/handoff/fuzz/corpus
@@ -28,10 +29,11 @@ declare -A corpus=(
 # Extra libFuzzer flags per target: whole files are larger than libFuzzer's 4096-byte default.
 declare -A extra=(
   [tokenizer_json_fuzz]="-max_len=16384"
+  [jinja_fuzz]="-max_len=8192"
   [safetensors_fuzz]="-max_len=8192"
 )
-all_targets=(safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz request_fuzz frame_fuzz
-             control_fuzz session_preauth_fuzz)
+all_targets=(safetensors_fuzz tokenizer_fuzz tokenizer_json_fuzz jinja_fuzz request_fuzz
+             frame_fuzz control_fuzz session_preauth_fuzz)
 
 seconds="${TANDEM_FUZZ_SECONDS:-60}"
 keep=0

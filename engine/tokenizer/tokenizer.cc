@@ -1,5 +1,6 @@
 #include "engine/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -196,6 +197,36 @@ absl::Status ParseConfig(const Json& config, const Tokenizer& tokenizer, Tokeniz
       return json_fields::FieldError("chat_template", "expected a string or a list of templates");
     }
   }
+  if (!state->chat_template.empty()) {
+    // A template Tandem cannot parse leaves the tokenizer usable for raw prompts; chat
+    // requests then fail with this status rather than use a different template.
+    auto parsed = jinja::Template::Parse(state->chat_template);
+    if (parsed.ok()) {
+      state->jinja_template = std::move(*parsed);
+    } else {
+      state->jinja_status = absl::FailedPreconditionError(absl::StrCat(
+          "tokenizer_config.json: chat_template is not supported: ", parsed.status().message()));
+    }
+  }
+  // The special tokens Hugging Face passes to the template (special_tokens_map).
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
+    auto token = ConfigToken(config, key);
+    if (token.ok() && !token->empty())
+      state->special_tokens.emplace_back(key, jinja::Value(*token));
+  }
+  if (const Json* extra = json_fields::OptionalMember(config, "additional_special_tokens");
+      extra != nullptr && extra->is_array()) {
+    jinja::List tokens;
+    for (const Json& t : *extra) {
+      if (t.is_string()) tokens.emplace_back(t.get<std::string>());
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) {
+        tokens.emplace_back(t["content"].get<std::string>());
+      }
+    }
+    state->special_tokens.emplace_back("additional_special_tokens",
+                                       jinja::Value(std::move(tokens)));
+  }
   return absl::OkStatus();
 }
 
@@ -352,9 +383,23 @@ std::vector<int32_t> Tokenizer::eos_token_ids() const { return state_->eos_ids; 
 std::optional<int32_t> Tokenizer::bos_token_id() const { return state_->bos_id; }
 ChatFamily Tokenizer::chat_family() const { return state_->family; }
 
+absl::Status Tokenizer::chat_template_status() const { return state_->jinja_status; }
+
 absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                         bool add_generation_prompt) const {
-  return RenderChat(*state_, messages, add_generation_prompt);
+                                                         const ChatTemplateOptions& options) const {
+  if (state_->jinja_template != nullptr) {
+    return RenderChatJinja(*state_, messages, options);
+  }
+  RETURN_IF_ERROR(state_->jinja_status);
+  // The native renderings know plain-text turns only.
+  const bool plain = std::all_of(messages.begin(), messages.end(),
+                                 [](const ChatMessage& m) { return m.extra.empty(); });
+  if (!plain || !options.tools.is_null()) {
+    return absl::FailedPreconditionError(
+        "tokenizer_config.json has no chat_template: tools, tool calls and other message fields "
+        "need the checkpoint's own template");
+  }
+  return RenderChat(*state_, messages, options.add_generation_prompt);
 }
 
 }  // namespace tandem::engine

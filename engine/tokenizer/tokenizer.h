@@ -20,6 +20,8 @@
 #define TANDEM_ENGINE_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
+#include <ctime>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,12 +29,30 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::engine {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" or "tool"
+  std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
+  // The message's other keys, as the chat template sees them (OpenAI's tool_calls,
+  // tool_call_id, name; reasoning_content). A "content" key here replaces `content`, e.g. null
+  // on an assistant turn that only calls tools, or a list of parts.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+};
+
+// How ApplyChatTemplate renders, beyond the messages.
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;
+  // OpenAI-style tool definitions ([{"type": "function", "function": {...}}]); null: none
+  // (the template sees tools = None, as with Hugging Face).
+  nlohmann::ordered_json tools;
+  // Further template variables (Hugging Face's chat_template_kwargs), e.g.
+  // {"enable_thinking": false}; they override the special tokens of the same name.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  // The local wall-clock time strftime_now() formats; null: the system clock.
+  std::function<std::tm()> clock;
 };
 
 // The chat template families Tandem renders natively.
@@ -88,11 +108,26 @@ class Tokenizer {
   std::optional<int32_t> bos_token_id() const;
   ChatFamily chat_family() const;
 
-  // Renders the conversation in the model family's template, detected from tokenizer_config's
-  // chat_template (or, without one, from the special tokens), exactly as the official Jinja
-  // template renders it for plain-text messages (no tools). Unsupported family or role → error.
+  // Renders the conversation with tokenizer_config.json's chat_template, as Hugging Face's
+  // apply_chat_template does (same variables: messages, tools, documents = None,
+  // add_generation_prompt, the special tokens that are set, raise_exception, strftime_now, and
+  // `options.kwargs`), through engine/jinja. Errors: the template raised or failed on these
+  // messages (InvalidArgument, with the template's line), or a render limit (ResourceExhausted).
+  // A chat_template Tandem cannot parse fails every call with FailedPrecondition naming the
+  // construct and line (see chat_template_status()); it never falls back to another template.
+  // Checkpoints without a chat_template use the native rendering of their family (detected from
+  // the special tokens; plain-text messages only); no family → FailedPrecondition.
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                bool add_generation_prompt) const;
+                                                const ChatTemplateOptions& options) const;
+  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                bool add_generation_prompt) const {
+    ChatTemplateOptions options;
+    options.add_generation_prompt = add_generation_prompt;
+    return ApplyChatTemplate(messages, options);
+  }
+  // OK when the checkpoint has no chat_template or Tandem parsed it; otherwise why not (the
+  // construct and line), for the server to log at startup.
+  absl::Status chat_template_status() const;
 
   // The raw bytes id `id` stands for (an added token's content, a byte-level token's bytes),
   // or empty for unknown ids and, with `skip_special_tokens`, special tokens.

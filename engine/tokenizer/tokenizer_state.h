@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "engine/jinja/template.h"
 #include "engine/tokenizer/added_vocab.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/normalizer.h"
@@ -32,7 +34,18 @@ struct Tokenizer::State {
   std::vector<int32_t> eos_ids;
   ChatFamily family = ChatFamily::kNone;
   std::string chat_template;  // the Jinja source, used to detect template variants
+  // chat_template parsed (null: none, or `jinja_status` says why it could not be parsed).
+  std::unique_ptr<const jinja::Template> jinja_template;
+  absl::Status jinja_status;
+  // bos_token, eos_token, ... and additional_special_tokens as set in tokenizer_config.json,
+  // the template variables Hugging Face passes (unset ones are left out).
+  jinja::Dict special_tokens;
 };
+
+// Renders `messages` with state.jinja_template (chat_jinja.cc).
+absl::StatusOr<std::string> RenderChatJinja(const Tokenizer::State& state,
+                                            const std::vector<ChatMessage>& messages,
+                                            const ChatTemplateOptions& options);
 
 // Renders `messages` for `state`'s chat family (chat_template.cc).
 absl::StatusOr<std::string> RenderChat(const Tokenizer::State& state,

@@ -107,12 +107,12 @@ TEST(ChatTemplateTest, FamiliesAndStopTokens) {
 
 TEST(ChatTemplateTest, ChatMlWithDefaultSystemPrompt) {
   // Qwen2.5's template inserts its default system prompt when none is given.
-  const std::string config = Json{{"eos_token", "<|im_end|>"},
-                                  {"chat_template",
-                                   "{%- if messages[0]['role'] != 'system' %}<|im_start|>system\\n"
-                                   "You are Qwen, created by Alibaba Cloud. You are a helpful "
-                                   "assistant.<|im_end|>{% endif %}<|im_start|>..."}}
-                                 .dump();
+  const std::string config =
+      Json{{"eos_token", "<|im_end|>"},
+           {"chat_template",
+            ReadOrEmpty(fs::path(TANDEM_SOURCE_DIR) /
+                        "tests/engine/jinja_templates/Qwen-Qwen2.5-7B-Instruct.jinja")}}
+          .dump();
   auto t = Tokenizer::FromStrings(SpecialsOnlyTokenizer({"<|im_start|>", "<|im_end|>"}), config);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ((*t)->chat_family(), ChatFamily::kChatMl);
@@ -123,20 +123,29 @@ TEST(ChatTemplateTest, ChatMlWithDefaultSystemPrompt) {
             "assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-TEST(ChatTemplateTest, RejectsUnknownFamiliesAndRoles) {
+// The checkpoint's template decides what it prints: any template Tandem parses is rendered (here
+// Python's repr of the messages, as Jinja2 prints it), and roles it does not know are its
+// business (the API layer validates roles). Only a checkpoint with neither a template nor a
+// known family's special tokens cannot chat.
+TEST(ChatTemplateTest, RendersAnyParsedTemplateAndRefusesUnknownFamilies) {
   auto plain = Tokenizer::FromStrings(SpecialsOnlyTokenizer({"<s>"}),
                                       R"({"chat_template": "{{ messages }}"})");
   ASSERT_TRUE(plain.ok()) << plain.status();
   auto r = (*plain)->ApplyChatTemplate({{"user", "hi"}}, true);
-  ASSERT_FALSE(r.ok());
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("not of a supported family"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "[{'role': 'user', 'content': 'hi'}]");
+
+  auto none = Tokenizer::FromStrings(SpecialsOnlyTokenizer({"<s>"}), "");
+  ASSERT_TRUE(none.ok()) << none.status();
+  auto no_family = (*none)->ApplyChatTemplate({{"user", "hi"}}, true);
+  ASSERT_FALSE(no_family.ok());
+  EXPECT_THAT(std::string(no_family.status().message()), HasSubstr("not of a supported family"));
 
   auto qwen = LoadFamily("qwen3");
   ASSERT_NE(qwen, nullptr);
-  auto bad_role = qwen->ApplyChatTemplate({{"user", "hi"}, {"wizard", "x"}}, true);
-  ASSERT_FALSE(bad_role.ok());
-  EXPECT_THAT(std::string(bad_role.status().message()), HasSubstr("message 1"));
-  EXPECT_THAT(std::string(bad_role.status().message()), HasSubstr("\"wizard\""));
+  auto wizard = qwen->ApplyChatTemplate({{"user", "hi"}, {"wizard", "x"}}, true);
+  ASSERT_TRUE(wizard.ok()) << wizard.status();
+  EXPECT_EQ(*wizard, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 }  // namespace
