@@ -13,33 +13,36 @@
 namespace tandem::router {
 namespace {
 
-constexpr absl::Duration kAbortTimeout = absl::Seconds(5);
+constexpr MonoClock::duration kAbortTimeout = std::chrono::seconds(5);
 // Once a waiting leg's lease ran out, how often its workers' health is looked at again.
-constexpr absl::Duration kStallRecheck = absl::Seconds(1);
-// A leg's gRPC deadline is the request's deadline; gRPC may report it a little before
-// absl::Now() reaches it.
-constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(500);
+constexpr MonoClock::duration kStallRecheck = std::chrono::seconds(1);
+// A leg's transport deadline is the request's deadline; a transport may report it a little
+// before the dispatcher's clock reaches it.
+constexpr MonoClock::duration kDeadlineSlack = std::chrono::milliseconds(500);
 
 // Errors that the request itself caused: another worker would answer the same.
-bool IsCallerError(grpc::StatusCode code) {
-  return code == grpc::StatusCode::INVALID_ARGUMENT ||
-         code == grpc::StatusCode::FAILED_PRECONDITION || code == grpc::StatusCode::OUT_OF_RANGE;
+bool IsCallerError(absl::StatusCode code) {
+  return code == absl::StatusCode::kInvalidArgument ||
+         code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kOutOfRange;
 }
 
 // Errors that count against the worker's circuit breaker.
-bool IsWorkerFault(grpc::StatusCode code) {
-  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::INTERNAL ||
-         code == grpc::StatusCode::UNKNOWN || code == grpc::StatusCode::DATA_LOSS ||
-         code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::DEADLINE_EXCEEDED;
+bool IsWorkerFault(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kInternal ||
+         code == absl::StatusCode::kUnknown || code == absl::StatusCode::kDataLoss ||
+         code == absl::StatusCode::kAborted || code == absl::StatusCode::kDeadlineExceeded;
 }
 
 // The failure as the client sees it: the role and the reason, without the worker's address
 // (which goes to the log only, with the full message).
-absl::Status FromGrpc(const grpc::Status& s, const std::string& rid, const std::string& leg,
-                      const std::string& url) {
-  spdlog::warn("rid {}: {} worker {} failed: grpc code {}: {}", rid, leg, url,
-               static_cast<int>(s.error_code()), s.error_message());
-  return ClientLegError(static_cast<absl::StatusCode>(s.error_code()), leg, s.error_message());
+absl::Status LegFailure(const absl::Status& s, const std::string& rid, const std::string& leg,
+                        const std::string& url) {
+  spdlog::warn("rid {}: {} worker {} failed: {}", rid, leg, url, s.ToString());
+  return ClientLegError(s.code(), leg, std::string(s.message()));
+}
+
+int64_t Seconds(MonoClock::duration d) {
+  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
 }
 
 // Runs one of a leg's callbacks (on a gRPC, session-socket or timer thread, where nothing
@@ -70,7 +73,8 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
       Dispatcher::DoneFn on_done, StartOptions options)
       : d_(d),
         request_(std::move(request)),
-        deadline_(absl::Now() + d->options_.request_timeout),
+        deadline_(
+            Deadline::After(d->clock(), absl::ToChronoNanoseconds(d->options_.request_timeout))),
         on_routed_(std::move(options.on_routed)),
         share_with_(std::move(options.share_with)),
         on_event_(std::move(on_event)),
@@ -81,6 +85,8 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
 
   void StartAttempt();
   void Cancel() override;
+  // Arms the request's deadline (DeadlineExceeded when it passes, whatever the legs report).
+  void ArmDeadline();
   // Ends the run with `why` before any attempt.
   void Refuse(absl::Status why) {
     {
@@ -101,8 +107,8 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     // A sibling's plain decode leg to share_with_'s worker, sharing that leg's prompt.
     bool pinned = false;
     bool announced = false;  // on_routed_ was told where its leg went
-    std::shared_ptr<CallHandle> prefill_call;
-    std::shared_ptr<CallHandle> decode_call;
+    LegPtr prefill_call;
+    LegPtr decode_call;
     bool prefill_done = false;
     bool decode_done = false;
     bool over = false;  // failed, cancelled or finished: later callbacks change nothing
@@ -116,20 +122,23 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     // The lease (--stall-timeout-secs): when the legs were sent or last showed progress (the
     // prefill leg's answer, any decode event), and whether a streamed leg's tokens started, after
     // which silence itself is a stall.
-    absl::Time last_progress;
+    MonoClock::time_point last_progress;
     bool streaming = false;
   };
   using AttemptPtr = std::shared_ptr<Attempt>;
 
-  void OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
+  void OnPrefillDone(const AttemptPtr& a, const absl::Status& s,
                      const proto::PrefillResponse& response);
   void OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e);
-  void OnDecodeDone(const AttemptPtr& a, const grpc::Status& s);
+  void OnDecodeDone(const AttemptPtr& a, const absl::Status& s);
+  // The request's deadline passed: the attempt in flight fails DeadlineExceeded, or the run ends
+  // so when it is between attempts.
+  void OnDeadline() ABSL_LOCKS_EXCLUDED(mu_);
   // A leg callback threw: the request ends with an internal error (not retried: the same
   // request would throw again).
   // Schedules CheckStall at `when` (nothing with --stall-timeout-secs 0). Holds neither the run
   // nor the attempt alive.
-  void ArmLease(const AttemptPtr& a, absl::Time when);
+  void ArmLease(const AttemptPtr& a, MonoClock::time_point when);
   // Fails the attempt if its lease ran out and it is stalled, else arms the lease again.
   void CheckStall(const AttemptPtr& a) ABSL_LOCKS_EXCLUDED(mu_);
   void FailInternally(const AttemptPtr& a) {
@@ -161,7 +170,7 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
 
   Dispatcher* const d_;
   const std::shared_ptr<const RoutedRequest> request_;
-  const absl::Time deadline_;
+  const Deadline deadline_;
   const std::function<void(const LegPlace&)> on_routed_;
   const std::optional<LegPlace> share_with_;
 
@@ -172,6 +181,7 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   bool delivered_ ABSL_GUARDED_BY(mu_) = false;   // an event went to the caller: no more retries
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  Timers::Id deadline_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Serializes calls into the caller's callbacks.
   absl::Mutex deliver_mu_;
@@ -188,7 +198,7 @@ void Run::StartAttempt() {
     if (cancelled_ || finished_) return;  // Cancel() already finished the run
     a->number = attempts_++;
   }
-  if (absl::Now() >= deadline_) {
+  if (deadline_.expired(d_->clock())) {
     Fail(a,
          absl::DeadlineExceededError("the request timed out (--request-timeout-secs) "
                                      "before a worker could take it"),
@@ -256,10 +266,10 @@ void Run::StartAttempt() {
   }
   if (a->pinned) dr.set_share_prompt_with(share_with_->rid);
   a->hold_for_prefill = paired(*a) && scores_prompt();
-  a->last_progress = absl::Now();  // before any leg can call back
-  std::shared_ptr<CallHandle> prefill_call;
+  a->last_progress = d_->clock().Now();  // before any leg can call back
+  LegPtr prefill_call;
   if (paired(*a)) {
-    dr.set_bootstrap_host(a->prefill->client().host());
+    dr.set_bootstrap_host(a->prefill->host());
     dr.set_bootstrap_port(a->prefill->bootstrap_port().value_or(0));
     proto::PrefillRequest pr;
     pr.set_rid(a->rid);
@@ -268,8 +278,8 @@ void Run::StartAttempt() {
     *pr.mutable_sampling_params() = request_->sampling;
     pr.set_return_logprob(request_->return_logprob);
     if (request_->return_logprob) pr.set_logprob_start_len(request_->logprob_start_len);
-    prefill_call = a->prefill->client().Prefill(
-        std::move(pr), deadline_, [self, a](grpc::Status s, proto::PrefillResponse response) {
+    prefill_call = a->prefill->legs().StartPrefill(
+        std::move(pr), deadline_, [self, a](absl::Status s, proto::PrefillResponse response) {
           Guarded(
               "the prefill leg's completion", [&] { self->OnPrefillDone(a, s, response); },
               [&] { self->FailInternally(a); });
@@ -286,16 +296,16 @@ void Run::StartAttempt() {
       prefill_call->Cancel();
       return;
     }
-    ArmLease(a, a->last_progress + d_->options_.stall_timeout);
+    ArmLease(a, a->last_progress + absl::ToChronoNanoseconds(d_->options_.stall_timeout));
     return;
   }
-  std::shared_ptr<CallHandle> decode_call = a->decode->client().Decode(
+  LegPtr decode_call = a->decode->legs().StartDecode(
       std::move(dr), deadline_,
       [self, a](const proto::DecodeEvent& e) {
         Guarded(
             "a decode event", [&] { self->OnDecodeEvent(a, e); }, [&] { self->FailInternally(a); });
       },
-      [self, a](grpc::Status s) {
+      [self, a](absl::Status s) {
         Guarded(
             "the decode leg's completion", [&] { self->OnDecodeDone(a, s); },
             [&] { self->FailInternally(a); });
@@ -314,15 +324,52 @@ void Run::StartAttempt() {
     decode_call->Cancel();
     return;
   }
-  ArmLease(a, a->last_progress + d_->options_.stall_timeout);
+  ArmLease(a, a->last_progress + absl::ToChronoNanoseconds(d_->options_.stall_timeout));
   if (on_routed_) Announce(a, /*gone=*/false);
 }
 
-void Run::ArmLease(const AttemptPtr& a, absl::Time when) {
+void Run::ArmDeadline() {
+  if (deadline_.is_never()) return;
+  std::weak_ptr<Run> weak_self = weak_from_this();
+  const Timers::Id id = d_->timers_->RunAt(deadline_.when(), [weak_self] {
+    if (std::shared_ptr<Run> self = weak_self.lock()) self->OnDeadline();
+  });
+  absl::MutexLock lock(&mu_);
+  if (finished_) {
+    d_->timers_->Cancel(id);
+  } else {
+    deadline_timer_ = id;
+  }
+}
+
+void Run::OnDeadline() {
+  AttemptPtr a;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    deadline_timer_ = 0;
+    a = current_;
+    if (a == nullptr || a->over) {
+      // Between attempts (a backoff): nothing to stop.
+      finished_ = true;
+      a = nullptr;
+    }
+  }
+  const absl::Status why = absl::DeadlineExceededError("the request's deadline passed");
+  if (a == nullptr) {
+    Finish(absl::DeadlineExceededError(
+        absl::StrCat("upstream timeout: the request exceeded --request-timeout-secs (",
+                     absl::ToInt64Seconds(d_->options_.request_timeout), " s) between attempts")));
+    return;
+  }
+  Fail(a, why, false);
+}
+
+void Run::ArmLease(const AttemptPtr& a, MonoClock::time_point when) {
   if (d_->options_.stall_timeout <= absl::ZeroDuration()) return;
   std::weak_ptr<Run> weak_self = weak_from_this();
   std::weak_ptr<Attempt> weak_attempt = a;
-  d_->timers_.RunAt(when, [weak_self, weak_attempt] {
+  d_->timers_->RunAt(when, [weak_self, weak_attempt] {
     std::shared_ptr<Run> self = weak_self.lock();
     AttemptPtr attempt = weak_attempt.lock();
     if (self == nullptr || attempt == nullptr) return;  // the run or the attempt is gone
@@ -333,9 +380,9 @@ void Run::ArmLease(const AttemptPtr& a, absl::Time when) {
 }
 
 void Run::CheckStall(const AttemptPtr& a) {
-  const absl::Duration timeout = d_->options_.stall_timeout;
-  const absl::Time now = absl::Now();
-  absl::Time last;
+  const MonoClock::duration timeout = absl::ToChronoNanoseconds(d_->options_.stall_timeout);
+  const MonoClock::time_point now = d_->clock().Now();
+  MonoClock::time_point last;
   bool streaming, prefill_waiting, decode_waiting;
   {
     absl::MutexLock lock(&mu_);
@@ -349,7 +396,7 @@ void Run::CheckStall(const AttemptPtr& a) {
     ArmLease(a, last + timeout);
     return;
   }
-  const int64_t secs = absl::ToInt64Seconds(now - last);
+  const int64_t secs = Seconds(now - last);
   if (streaming && decode_waiting) {
     // A decode step takes far less than the lease: the worker stopped (or its link did). Its
     // registry probe tells a stopped worker from a slow one for the other requests.
@@ -408,7 +455,7 @@ void Run::Announce(const AttemptPtr& a, bool gone) {
       });
 }
 
-void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
+void Run::OnPrefillDone(const AttemptPtr& a, const absl::Status& s,
                         const proto::PrefillResponse& response) {
   const bool answers_alone = a->decode == nullptr;
   bool over;
@@ -416,7 +463,7 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
   {
     absl::MutexLock lock(&mu_);
     a->prefill_done = true;
-    a->last_progress = absl::Now();
+    a->last_progress = d_->clock().Now();
     over = a->over;
     delivered = delivered_;
     if (answers_alone && !over && s.ok()) {
@@ -425,7 +472,7 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
       finished_ = true;
     }
   }
-  a->prefill->EndRequest(s.ok() || over || !IsWorkerFault(s.error_code()));
+  a->prefill->EndRequest(s.ok() || over || !IsWorkerFault(s.code()));
   if (answers_alone && !over && s.ok()) {
     if (!response.final_event().finished()) {
       Finish(absl::InternalError(
@@ -444,16 +491,16 @@ void Run::OnPrefillDone(const AttemptPtr& a, const grpc::Status& s,
     return;
   }
   if (s.ok() || over) return;
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    d_->registry_->ReportFailure(a->prefill->url(), s.error_message());
+  if (s.code() == absl::StatusCode::kUnavailable) {
+    d_->registry_->ReportFailure(a->prefill->url(), std::string(s.message()));
   }
   if (delivered) {
     // The decode stream already started: its worker's own timeout ends it.
     spdlog::warn("rid {}: prefill worker {} failed after the decode stream started: {}", a->rid,
-                 a->prefill->url(), s.error_message());
+                 a->prefill->url(), std::string(s.message()));
     return;
   }
-  Fail(a, FromGrpc(s, a->rid, "prefill", a->prefill->url()), !IsCallerError(s.error_code()));
+  Fail(a, LegFailure(s, a->rid, "prefill", a->prefill->url()), !IsCallerError(s.code()));
 }
 
 void Run::ReleaseHeld(const AttemptPtr& a, const proto::PromptLogprobs& prompt_logprobs) {
@@ -495,7 +542,7 @@ void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
   std::optional<proto::PromptLogprobs> pending;
   {
     absl::MutexLock lock(&mu_);
-    a->last_progress = absl::Now();
+    a->last_progress = d_->clock().Now();
     if (request_->stream) a->streaming = true;
     if (a->over || finished_) return;
     if (a->hold_for_prefill) {
@@ -516,7 +563,7 @@ void Run::OnDecodeEvent(const AttemptPtr& a, const proto::DecodeEvent& e) {
   on_event_(with_prompt);
 }
 
-void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
+void Run::OnDecodeDone(const AttemptPtr& a, const absl::Status& s) {
   bool over;
   bool held = false;
   {
@@ -531,16 +578,16 @@ void Run::OnDecodeDone(const AttemptPtr& a, const grpc::Status& s) {
       finished_ = true;
     }
   }
-  a->decode->EndRequest(s.ok() || over || !IsWorkerFault(s.error_code()));
+  a->decode->EndRequest(s.ok() || over || !IsWorkerFault(s.code()));
   if (over || held) return;
   if (s.ok()) {
     Finish(absl::OkStatus());
     return;
   }
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    d_->registry_->ReportFailure(a->decode->url(), s.error_message());
+  if (s.code() == absl::StatusCode::kUnavailable) {
+    d_->registry_->ReportFailure(a->decode->url(), std::string(s.message()));
   }
-  Fail(a, FromGrpc(s, a->rid, "decode", a->decode->url()), !IsCallerError(s.error_code()));
+  Fail(a, LegFailure(s, a->rid, "decode", a->decode->url()), !IsCallerError(s.code()));
 }
 
 void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
@@ -554,7 +601,7 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
     announced = a->announced;
     // Only the request's own deadline is the request timeout. A worker's DEADLINE_EXCEEDED well
     // before it (a room's --bootstrap-timeout or --transfer-timeout) is a failed leg: retried.
-    const bool timed_out = absl::Now() + kDeadlineSlack >= deadline_;
+    const bool timed_out = d_->clock().Now() + kDeadlineSlack >= deadline_.when();
     if (timed_out) {
       why = absl::DeadlineExceededError(
           absl::StrCat("upstream timeout: the request exceeded --request-timeout-secs (",
@@ -584,18 +631,18 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
   if (unpin) {
     spdlog::info("rid {}: the leg sharing {}'s prompt failed ({}); sending it on its own",
                  request_->rid, share_with_->rid, std::string(why.message()));
-    d_->RunAt(absl::Now(), [self] { self->StartAttempt(); });
+    d_->timers_->Post([self] { self->StartAttempt(); });
     return;
   }
   d_->metrics_->retries.Increment();
   const absl::Duration delay = BackoffDelay(d_->options_.backoff, retry);
   spdlog::info("rid {}: attempt {} failed ({}); retrying in {} with a new pair", request_->rid,
                retry, std::string(why.message()), absl::FormatDuration(delay));
-  d_->RunAt(absl::Now() + delay, [self] { self->StartAttempt(); });
+  d_->timers_->RunAfter(absl::ToChronoNanoseconds(delay), [self] { self->StartAttempt(); });
 }
 
 void Run::StopLegs(const AttemptPtr& a, const std::string& reason) {
-  std::shared_ptr<CallHandle> prefill_call, decode_call;
+  LegPtr prefill_call, decode_call;
   bool abort_prefill = false, abort_decode = false;
   {
     absl::MutexLock lock(&mu_);
@@ -620,8 +667,7 @@ void Run::StopLegs(const AttemptPtr& a, const std::string& reason) {
       r.set_rid(a->rid);
     }
     r.set_reason(reason);
-    w->client().Abort(std::move(r), absl::Now() + kAbortTimeout,
-                      [](grpc::Status, proto::AbortResponse) {});
+    w->legs().AbortLegs(std::move(r), Deadline::After(d_->clock(), kAbortTimeout));
   };
   // In PD mode a room is aborted on both workers even when one leg already ended.
   if (a->prefill && (abort_prefill || (pd() && abort_decode))) abort(a->prefill);
@@ -643,6 +689,13 @@ void Run::Cancel() {
 }
 
 void Run::Finish(absl::Status s) {
+  Timers::Id deadline_timer;
+  {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+    deadline_timer = std::exchange(deadline_timer_, 0);
+  }
+  if (deadline_timer != 0) d_->timers_->Cancel(deadline_timer);
   Dispatcher::DoneFn done;
   {
     absl::MutexLock lock(&deliver_mu_);
@@ -659,15 +712,18 @@ void Run::Finish(absl::Status s) {
 }
 
 Dispatcher::Dispatcher(DispatchOptions options, WorkerRegistry* registry, Policy* prefill_policy,
-                       Policy* decode_policy, RouterMetrics* metrics)
+                       Policy* decode_policy, RouterMetrics* metrics, Timers* timers)
     : options_(std::move(options)),
       registry_(registry),
       prefill_policy_(prefill_policy),
       decode_policy_(decode_policy),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      own_timers_(timers == nullptr ? std::make_unique<TimerQueue>() : nullptr),
+      timers_(timers != nullptr ? timers : own_timers_.get()) {}
 
 Dispatcher::~Dispatcher() {
-  timers_.Stop();  // retries that will not happen release their runs
+  // Retries that will not happen release their runs. Injected timers are the owner's to stop.
+  if (own_timers_ != nullptr) own_timers_->Stop();
   // Legs cancelled at shutdown still call back on gRPC threads; wait for them (bounded).
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   while (live_runs_.load() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
@@ -696,6 +752,7 @@ std::shared_ptr<DispatchRun> Dispatcher::Start(std::shared_ptr<const RoutedReque
   }
   auto run = std::make_shared<Run>(this, std::move(request), std::move(on_event),
                                    std::move(on_done), std::move(options));
+  run->ArmDeadline();
   run->StartAttempt();
   return run;
 }

@@ -29,6 +29,7 @@ CircuitBreakerOptions BreakerOptions(const RegistryOptions& o) {
   b.timeout = std::chrono::seconds(o.cb_timeout_duration_secs);
   b.window = std::chrono::seconds(o.cb_window_duration_secs);
   b.disabled = o.disable_circuit_breaker;
+  b.half_open_max_trials = o.cb_half_open_max_trials;
   // One health-check-made half_open per regular round. Rounds are an interval apart, but each
   // answer arrives after its own latency: a tenth of slack keeps a quicker answer from being
   // refused and pushing the trial a whole round later.
@@ -59,9 +60,10 @@ const char* WorkerTypeName(WorkerType type) {
 
 // ---- Worker ----
 
-Worker::Worker(std::shared_ptr<WorkerClient> client, WorkerType type,
+Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> legs, WorkerType type,
                std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges)
     : client_(std::move(client)),
+      legs_(legs != nullptr ? std::move(legs) : client_),
       type_(type),
       bootstrap_port_(bootstrap_port),
       failure_threshold_(std::max(1, options.health_failure_threshold)),
@@ -104,14 +106,11 @@ proto::LoadReport Worker::load() const {
   return load_;
 }
 
-void Worker::PublishInflight() {
-  absl::MutexLock lock(&mu_);
-  if (!removed_) gauges_.inflight->Set(static_cast<double>(inflight()));
-}
-
 void Worker::BeginRequest() {
   inflight_.fetch_add(1, std::memory_order_relaxed);
-  PublishInflight();
+  absl::MutexLock lock(&mu_);
+  breaker_.OnRequestStart();
+  if (!removed_) gauges_.inflight->Set(static_cast<double>(inflight()));
 }
 
 void Worker::EndRequest(bool success) {
@@ -289,7 +288,8 @@ WorkerRegistry::~WorkerRegistry() {
 }
 
 absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType type,
-                                              std::optional<int> bootstrap_port) {
+                                              std::optional<int> bootstrap_port,
+                                              std::shared_ptr<LegLink> legs) {
   absl::StatusOr<std::shared_ptr<WorkerClient>> client =
       WorkerClient::Create(url, options_.cluster_secret);
   if (!client.ok()) return client.status();
@@ -305,7 +305,8 @@ absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType
                         &inflight_family_->WithLabels({url}),  &running_family_->WithLabels({url}),
                         &queued_family_->WithLabels({url}),    &free_family_->WithLabels({url}),
                         &registered_family_->WithLabels({url})};
-  WorkerPtr worker(new Worker(*std::move(client), type, bootstrap_port, options_, gauges));
+  WorkerPtr worker(
+      new Worker(*std::move(client), std::move(legs), type, bootstrap_port, options_, gauges));
   worker->probe_now_ = true;  // the first probe goes out at once (once started)
   workers_.emplace(url, worker);
   kick_ = true;
@@ -380,6 +381,14 @@ void WorkerRegistry::ReportFailure(const std::string& url, const std::string& wh
   worker->probe_now_ = true;
   kick_ = true;
   wake_.SignalAll();
+}
+
+void WorkerRegistry::RecordHealthCheck(const std::string& url, bool serving) {
+  WorkerPtr worker = Find(url);
+  if (worker == nullptr) return;
+  worker->OnProbe(
+      /*ok=*/true, serving ? proto::HealthResponse::SERVING : proto::HealthResponse::NOT_SERVING,
+      "");
 }
 
 void WorkerRegistry::Start() {

@@ -67,6 +67,7 @@
 #include "common/metrics.h"
 #include "proto/worker.pb.h"
 #include "router/workers/circuit_breaker.h"
+#include "router/workers/leg.h"
 #include "router/workers/worker_client.h"
 
 namespace tandem::router {
@@ -102,6 +103,7 @@ struct RegistryOptions {
   int cb_timeout_duration_secs = 60;
   int cb_window_duration_secs = 120;
   bool disable_circuit_breaker = false;
+  int cb_half_open_max_trials = 1;      // requests in flight at once while half_open
   int worker_load_check_interval = 10;  // seconds; 0: no load polls
   // The clock for the circuit breakers (tests inject one).
   CircuitBreaker::NowFn now = &MonoNow;
@@ -118,7 +120,10 @@ class Worker {
 
   WorkerClient& client() { return *client_; }
   std::shared_ptr<WorkerClient> shared_client() const { return client_; }
+  // Where its legs go: its client, unless the registry was given another link (Add's `legs`).
+  LegLink& legs() { return *legs_; }
   const std::string& url() const { return client_->url(); }
+  const std::string& host() const { return client_->host(); }  // the decode leg's bootstrap_host
   WorkerType type() const { return type_; }
   std::optional<int> bootstrap_port() const { return bootstrap_port_; }
 
@@ -131,6 +136,8 @@ class Worker {
   // The last polled load (zeros before the first poll).
   proto::LoadReport load() const;
 
+  // Counts a request against the worker; while its circuit is half_open, also one of the
+  // breaker's trial requests (CircuitBreakerOptions::half_open_max_trials).
   void BeginRequest();
   // Ends one BeginRequest; `success` feeds the circuit breaker.
   void EndRequest(bool success);
@@ -148,8 +155,8 @@ class Worker {
     Gauge* free_blocks;
     Gauge* registered;
   };
-  Worker(std::shared_ptr<WorkerClient> client, WorkerType type, std::optional<int> bootstrap_port,
-         const RegistryOptions& options, Gauges gauges);
+  Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> legs, WorkerType type,
+         std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges);
 
   // Health probe results and failure reports (from the registry). OnProbe returns true when
   // this probe made the worker healthy.
@@ -160,9 +167,9 @@ class Worker {
   void SetDraining();
   void PublishCircuitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkRemoved();
-  void PublishInflight();
 
   const std::shared_ptr<WorkerClient> client_;
+  const std::shared_ptr<LegLink> legs_;  // client_, or the link given to Add
   const WorkerType type_;
   const std::optional<int> bootstrap_port_;
   const int failure_threshold_;
@@ -203,9 +210,12 @@ class WorkerRegistry {
   WorkerRegistry(const WorkerRegistry&) = delete;
   WorkerRegistry& operator=(const WorkerRegistry&) = delete;
 
-  // InvalidArgument for a bad url, AlreadyExists when that url is registered.
+  // InvalidArgument for a bad url, AlreadyExists when that url is registered. A non-null `legs`
+  // carries the worker's legs instead of its client (an in-process worker; the dispatcher's
+  // unit tests); the client still serves health checks, load polls and admin calls.
   absl::StatusOr<WorkerPtr> Add(const std::string& url, WorkerType type,
-                                std::optional<int> bootstrap_port);
+                                std::optional<int> bootstrap_port,
+                                std::shared_ptr<LegLink> legs = nullptr);
   absl::Status Remove(const std::string& url);         // NotFound
   absl::Status Drain(const std::string& url);          // stop choosing it; NotFound
   std::vector<WorkerPtr> List(WorkerType type) const;  // all of that type, in url order
@@ -214,6 +224,9 @@ class WorkerRegistry {
   WorkerPtr Find(const std::string& url) const;  // null when unknown
   // A request leg saw the worker fail (UNAVAILABLE): unhealthy at once, probed at once.
   void ReportFailure(const std::string& url, const std::string& why);
+  // A health check's result, as a probe's answer would apply it (`serving`: SERVING, else
+  // NOT_SERVING): for a health source outside the loop (tests drive one without a network).
+  void RecordHealthCheck(const std::string& url, bool serving);
 
   // The health/load loop; the first round runs at once. Stop() cancels probes in flight and
   // joins; both are idempotent.

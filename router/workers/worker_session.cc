@@ -1,103 +1,155 @@
 #include "router/workers/worker_session.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem::router {
 namespace {
 
-grpc::Status Cancelled() { return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"); }
-
-grpc::Status FromCallError(const proto::CallError& error) {
-  const int code = error.code();
-  if (code <= 0 || code > grpc::StatusCode::UNAUTHENTICATED) {
-    return grpc::Status(grpc::StatusCode::INTERNAL,
-                        absl::StrCat("the worker ended a leg with an invalid status code ", code,
-                                     ": ", error.message()));
-  }
-  return grpc::Status(static_cast<grpc::StatusCode>(code), error.message());
-}
+absl::Status Cancelled() { return absl::CancelledError("cancelled"); }
 
 class DecodeSessionCall : public SessionCall {
  public:
-  DecodeSessionCall(std::function<void(const proto::DecodeEvent&)> on_event,
-                    std::function<void(grpc::Status)> done)
+  DecodeSessionCall(LegEventFn on_event, LegDoneFn done)
       : SessionCall(proto::SessionReply::kEvent, "decode"),
         on_event_(std::move(on_event)),
         done_(std::move(done)) {}
 
  protected:
-  bool Deliver(const proto::SessionReply& reply) override {
-    on_event_(reply.event());
-    if (!reply.event().finished()) return false;
-    Finish(grpc::Status::OK);
-    return true;
-  }
-  void Finish(const grpc::Status& status) override {
+  void DeliverEvent(const proto::SessionReply& reply) override { on_event_(reply.event()); }
+  void Finish(absl::Status status, const proto::SessionReply* answer) override {
+    auto on_event = std::move(on_event_);
     auto done = std::move(done_);
-    done_ = nullptr;
     on_event_ = nullptr;
-    done(status);
+    done_ = nullptr;
+    if (answer != nullptr) on_event(answer->event());
+    done(std::move(status));
   }
 
  private:
-  std::function<void(const proto::DecodeEvent&)> on_event_;
-  std::function<void(grpc::Status)> done_;
+  // Called by the one thread that delivers (SessionCall's state machine hands them over).
+  LegEventFn on_event_;
+  LegDoneFn done_;
 };
 
 class PrefillSessionCall : public SessionCall {
  public:
-  explicit PrefillSessionCall(std::function<void(grpc::Status, proto::PrefillResponse)> done)
+  explicit PrefillSessionCall(PrefillDoneFn done)
       : SessionCall(proto::SessionReply::kPrefill, "prefill"), done_(std::move(done)) {}
 
  protected:
-  bool Deliver(const proto::SessionReply& reply) override {
+  void DeliverEvent(const proto::SessionReply& /*reply*/) override {}  // Ends() never lets one by
+  void Finish(absl::Status status, const proto::SessionReply* answer) override {
     auto done = std::move(done_);
     done_ = nullptr;
-    done(grpc::Status::OK, reply.prefill());
-    return true;
-  }
-  void Finish(const grpc::Status& status) override {
-    auto done = std::move(done_);
-    done_ = nullptr;
-    done(status, proto::PrefillResponse());
+    done(std::move(status), answer != nullptr ? answer->prefill() : proto::PrefillResponse());
   }
 
  private:
-  std::function<void(grpc::Status, proto::PrefillResponse)> done_;
+  PrefillDoneFn done_;
 };
 
 }  // namespace
+
+absl::Status LegStatusFromWire(int code, std::string message, absl::StatusCode invalid) {
+  if (code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::Status(invalid, absl::StrCat("the worker ended a leg with an invalid status code ",
+                                              code, ": ", message));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+absl::Status LegStatusFromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return LegStatusFromWire(static_cast<int>(status.error_code()), status.error_message(),
+                           absl::StatusCode::kUnknown);
+}
+
+const char* LegStateName(LegState state) {
+  switch (state) {
+    case LegState::kSent:
+      return "sent";
+    case LegState::kStreaming:
+      return "streaming";
+    case LegState::kEnded:
+      return "ended";
+  }
+  return "ended";
+}
 
 TimerQueue& SessionTimers() {
   static TimerQueue* timers = new TimerQueue();
   return *timers;
 }
 
+LegState SessionCall::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+TimerQueue::Id SessionCall::EndLocked() {
+  state_ = LegState::kEnded;
+  return std::exchange(timer_, 0);
+}
+
 void SessionCall::OnReply(const proto::SessionReply& reply) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) return;
-  if (reply.body_case() == answer_) {
-    if (!Deliver(reply)) return;
-  } else if (reply.has_error()) {
-    Finish(FromCallError(reply.error()));
-  } else {
-    Finish(grpc::Status(grpc::StatusCode::INTERNAL,
-                        absl::StrCat("the worker answered a ", kind_, " leg with something else")));
+  const bool last = Ends(reply);
+  TimerQueue::Id timer = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == LegState::kEnded) return;
+    if (last) {
+      timer = EndLocked();
+    } else {
+      state_ = LegState::kStreaming;
+      delivering_ = true;
+    }
   }
-  EndLocked();
+  if (!last) {
+    DeliverEvent(reply);
+    std::optional<absl::Status> failed;
+    {
+      absl::MutexLock lock(&mu_);
+      delivering_ = false;
+      failed.swap(failed_);
+    }
+    if (failed) Finish(*std::move(failed), nullptr);
+    return;
+  }
+  if (timer != 0) SessionTimers().Cancel(timer);
+  if (reply.body_case() == answer_) {
+    Finish(absl::OkStatus(), &reply);
+  } else if (reply.has_error()) {
+    Finish(LegStatusFromWire(reply.error().code(), reply.error().message(),
+                             absl::StatusCode::kInternal),
+           nullptr);
+  } else {
+    Finish(absl::InternalError(
+               absl::StrCat("the worker answered a ", kind_, " leg with something else")),
+           nullptr);
+  }
 }
 
-void SessionCall::Fail(const grpc::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) return;
-  Finish(status);
-  EndLocked();
+void SessionCall::Fail(absl::Status status) {
+  TimerQueue::Id timer;
+  bool handed_over = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == LegState::kEnded) return;
+    timer = EndLocked();
+    if (delivering_) {
+      failed_ = std::move(status);  // the delivering thread ends the leg after its event
+      handed_over = true;
+    }
+  }
+  if (timer != 0) SessionTimers().Cancel(timer);
+  if (!handed_over) Finish(std::move(status), nullptr);
 }
 
-void SessionCall::FailLater(std::shared_ptr<SessionCall> call, grpc::Status status) {
-  SessionTimers().RunAt(absl::InfinitePast(), [call = std::move(call), status = std::move(status)] {
-    call->Fail(status);
-  });
+void SessionCall::FailLater(std::shared_ptr<SessionCall> call, absl::Status status) {
+  SessionTimers().Post(
+      [call = std::move(call), status = std::move(status)] { call->Fail(status); });
 }
 
 bool SessionCall::Ends(const proto::SessionReply& reply) const {
@@ -110,30 +162,25 @@ void SessionCall::Attach(std::weak_ptr<WorkerSession> session, uint64_t id) {
 }
 
 void SessionCall::SetTimer(TimerQueue::Id timer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) {
-    SessionTimers().Cancel(timer);
-  } else {
-    timer_ = timer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != LegState::kEnded) {
+      timer_ = timer;
+      return;
+    }
   }
-}
-
-void SessionCall::EndLocked() {
-  ended_ = true;
-  if (timer_ != 0) SessionTimers().Cancel(timer_);
+  SessionTimers().Cancel(timer);
 }
 
 void SessionCall::Cancel() {
   if (auto session = session_.lock()) session->Cancel(id_, Cancelled(), /*post=*/true);
 }
 
-std::shared_ptr<SessionCall> NewDecodeCall(std::function<void(const proto::DecodeEvent&)> on_event,
-                                           std::function<void(grpc::Status)> done) {
+std::shared_ptr<SessionCall> NewDecodeCall(LegEventFn on_event, LegDoneFn done) {
   return std::make_shared<DecodeSessionCall>(std::move(on_event), std::move(done));
 }
 
-std::shared_ptr<SessionCall> NewPrefillCall(
-    std::function<void(grpc::Status, proto::PrefillResponse)> done) {
+std::shared_ptr<SessionCall> NewPrefillCall(PrefillDoneFn done) {
   return std::make_shared<PrefillSessionCall>(std::move(done));
 }
 
@@ -169,11 +216,11 @@ class GrpcWorkerSession : public WorkerSession,
     StartRead(&down_);
   }
   void OnDone(const grpc::Status& status) override {
-    FailAll(status);
+    FailAll(LegStatusFromGrpc(status));
     // The session may hold the last reference to the channel (its WorkerClient is gone), and
     // gRPC 1.51 must not destroy a channel on one of its callback threads (the callback queue's
     // thread pool would join itself and be freed while running). Let go on the timer thread.
-    SessionTimers().RunAt(absl::InfinitePast(), [self = std::move(self_)] {});
+    SessionTimers().Post([self = std::move(self_)] {});
   }
 
  protected:
@@ -197,11 +244,11 @@ std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> ch
 }
 
 bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-                         size_t bytes, absl::Time deadline) {
+                         size_t bytes, Deadline deadline) {
   uint64_t id;
   bool write;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closing_) return false;
     id = next_id_++;
     call->Attach(weak_from_this(), id);
@@ -211,24 +258,23 @@ bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::Sessio
     write = TakeBatchLocked();
   }
   if (write) WriteBatch(&in_flight_);
-  if (deadline != absl::InfiniteFuture()) {
+  if (!deadline.is_never()) {
     std::weak_ptr<WorkerSession> weak = weak_from_this();
-    call->SetTimer(SessionTimers().RunAt(deadline, [weak, id] {
+    call->SetTimer(SessionTimers().RunAt(deadline.when(), [weak, id] {
       if (auto s = weak.lock()) {
-        s->Cancel(id, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
-                  /*post=*/false);
+        s->Cancel(id, absl::DeadlineExceededError("Deadline Exceeded"), /*post=*/false);
       }
     }));
   }
   return true;
 }
 
-void WorkerSession::Cancel(uint64_t id, grpc::Status status, bool post) {
+void WorkerSession::Cancel(uint64_t id, absl::Status status, bool post) {
   std::shared_ptr<SessionCall> call;
   bool write = false;
   bool close = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = calls_.find(id);
     if (it == calls_.end()) return;
     call = std::move(it->second);
@@ -254,7 +300,7 @@ void WorkerSession::Cancel(uint64_t id, grpc::Status status, bool post) {
 void WorkerSession::Retire() {
   bool close;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     retired_ = closing_ = true;
     close = calls_.empty();
   }
@@ -262,14 +308,14 @@ void WorkerSession::Retire() {
 }
 
 bool WorkerSession::closing() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return closing_;
 }
 
 void WorkerSession::WriteDone(bool ok) {
   bool write = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     in_flight_.Clear();
     writing_ = false;
     if (!ok) {
@@ -284,7 +330,7 @@ void WorkerSession::WriteDone(bool ok) {
 void WorkerSession::ReleaseWrites() {
   bool write;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writing_ = false;
     write = TakeBatchLocked();
   }
@@ -292,7 +338,7 @@ void WorkerSession::ReleaseWrites() {
 }
 
 void WorkerSession::Broken() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   broken_ = closing_ = true;
 }
 
@@ -301,7 +347,7 @@ void WorkerSession::OnReplies(const proto::SessionDown& down) {
   for (const proto::SessionReply& reply : down.replies()) {
     std::shared_ptr<SessionCall> call;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = calls_.find(reply.call_id());
       if (it == calls_.end()) continue;  // cancelled or timed out meanwhile
       call = it->second;
@@ -315,17 +361,16 @@ void WorkerSession::OnReplies(const proto::SessionDown& down) {
   if (close) CloseTransport();
 }
 
-void WorkerSession::FailAll(const grpc::Status& status) {
+void WorkerSession::FailAll(const absl::Status& status) {
   std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     closing_ = broken_ = true;
     calls.swap(calls_);
   }
-  const grpc::Status failure =
+  const absl::Status failure =
       !status.ok() ? status
-                   : grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                  absl::StrCat("worker ", url_, " ended the session"));
+                   : absl::UnavailableError(absl::StrCat("worker ", url_, " ended the session"));
   for (auto& [id, call] : calls) call->Fail(failure);
 }
 
