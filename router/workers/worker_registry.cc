@@ -61,7 +61,8 @@ const char* WorkerTypeName(WorkerType type) {
 // ---- Worker ----
 
 Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> legs, WorkerType type,
-               std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges)
+               std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
+               absl::Mutex* registry_mu)
     : client_(std::move(client)),
       legs_(legs != nullptr ? std::move(legs) : client_),
       type_(type),
@@ -69,7 +70,8 @@ Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> le
       failure_threshold_(std::max(1, options.health_failure_threshold)),
       success_threshold_(std::max(1, options.health_success_threshold)),
       gauges_(gauges),
-      breaker_(BreakerOptions(options), options.now) {
+      breaker_(BreakerOptions(options), options.now),
+      registry_mu_(registry_mu) {
   absl::MutexLock lock(&mu_);
   gauges_.registered->Set(1);
   gauges_.healthy->Set(0);
@@ -305,8 +307,8 @@ absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType
                         &inflight_family_->WithLabels({url}),  &running_family_->WithLabels({url}),
                         &queued_family_->WithLabels({url}),    &free_family_->WithLabels({url}),
                         &registered_family_->WithLabels({url})};
-  WorkerPtr worker(
-      new Worker(*std::move(client), std::move(legs), type, bootstrap_port, options_, gauges));
+  WorkerPtr worker(new Worker(*std::move(client), std::move(legs), type, bootstrap_port, options_,
+                              gauges, &mu_));
   worker->probe_now_ = true;  // the first probe goes out at once (once started)
   workers_.emplace(url, worker);
   kick_ = true;

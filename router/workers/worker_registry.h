@@ -156,7 +156,8 @@ class Worker {
     Gauge* registered;
   };
   Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> legs, WorkerType type,
-         std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges);
+         std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
+         absl::Mutex* registry_mu);
 
   // Health probe results and failure reports (from the registry). OnProbe returns true when
   // this probe made the worker healthy.
@@ -189,13 +190,15 @@ class Worker {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   // The last proof failure was logged; the next one is not (a stranger is asked every interval).
   bool proof_failure_logged_ ABSL_GUARDED_BY(mu_) = false;
-  // Registry bookkeeping (guarded by the registry's mutex, not mu_).
-  bool probe_in_flight_ = false;
-  bool load_in_flight_ = false;
-  bool load_now_ = false;  // poll its load at the next round (it just turned healthy)
-  bool probe_now_ = false;
+  // The registry's bookkeeping, under the registry's mutex (not mu_).
+  absl::Mutex* const registry_mu_;
+  bool probe_in_flight_ ABSL_GUARDED_BY(registry_mu_) = false;
+  bool load_in_flight_ ABSL_GUARDED_BY(registry_mu_) = false;
+  // Poll its load at the next round (it just turned healthy).
+  bool load_now_ ABSL_GUARDED_BY(registry_mu_) = false;
+  bool probe_now_ ABSL_GUARDED_BY(registry_mu_) = false;
   // While unhealthy: when the next probe goes out, ahead of the regular interval (RunDue).
-  std::optional<MonoClock::time_point> recovery_probe_at_;
+  std::optional<MonoClock::time_point> recovery_probe_at_ ABSL_GUARDED_BY(registry_mu_);
 };
 using WorkerPtr = std::shared_ptr<Worker>;
 

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/manual_clock.h"
 #include "common/metrics.h"
+#include "router/dispatch_run.h"
 #include "router/dispatcher.h"
 #include "router/policy/simple_policies.h"
 #include "router/router_metrics.h"
@@ -578,6 +579,26 @@ TEST_F(DispatcherRulesTest, AFailedTrialReopensTheCircuit) {
   clock_.Advance(seconds(10));
   registry_->RecordHealthCheck(worker, /*serving=*/true);
   EXPECT_EQ(StateOf(worker).circuit, "half_open");
+}
+
+TEST(RunStateTest, TransitionsFollowTheTable) {
+  using S = RunState;
+  using E = RunEvent;
+  EXPECT_EQ(NextRunState(S::kRouting, E::kLegsSent), S::kWaiting);
+  EXPECT_EQ(NextRunState(S::kWaiting, E::kDelivered), S::kStreaming);
+  EXPECT_EQ(NextRunState(S::kRouting, E::kDelivered), S::kStreaming);  // a leg raced its sender
+  EXPECT_EQ(NextRunState(S::kStreaming, E::kLegsSent), S::kStreaming);
+  EXPECT_EQ(NextRunState(S::kWaiting, E::kRetryScheduled), S::kBackoff);
+  EXPECT_EQ(NextRunState(S::kRouting, E::kRetryScheduled), S::kBackoff);
+  EXPECT_EQ(NextRunState(S::kStreaming, E::kRetryScheduled), S::kStreaming);  // never retried
+  EXPECT_EQ(NextRunState(S::kBackoff, E::kRetryDue), S::kRouting);
+  EXPECT_EQ(NextRunState(S::kWaiting, E::kRetryDue), S::kWaiting);
+  for (S s : {S::kRouting, S::kWaiting, S::kStreaming, S::kBackoff, S::kDone}) {
+    EXPECT_EQ(NextRunState(s, E::kEnded), S::kDone) << RunStateName(s);
+  }
+  for (E e : {E::kLegsSent, E::kDelivered, E::kRetryScheduled, E::kRetryDue}) {
+    EXPECT_EQ(NextRunState(S::kDone, e), S::kDone);  // final
+  }
 }
 
 }  // namespace
