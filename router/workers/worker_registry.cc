@@ -26,15 +26,15 @@ CircuitBreakerOptions BreakerOptions(const RegistryOptions& o) {
   CircuitBreakerOptions b;
   b.failure_threshold = o.cb_failure_threshold;
   b.success_threshold = o.cb_success_threshold;
-  b.timeout = std::chrono::seconds(o.cb_timeout_duration_secs);
-  b.window = std::chrono::seconds(o.cb_window_duration_secs);
+  b.timeout = absl::ToChronoNanoseconds(o.cb_timeout_duration);
+  b.window = absl::ToChronoNanoseconds(o.cb_window_duration);
   b.disabled = o.disable_circuit_breaker;
   b.half_open_max_trials = o.cb_half_open_max_trials;
   // One health-check-made half_open per regular round. Rounds are an interval apart, but each
   // answer arrives after its own latency: a tenth of slack keeps a quicker answer from being
   // refused and pushing the trial a whole round later.
   const MonoClock::duration interval =
-      std::chrono::seconds(std::max(1, o.health_check_interval_secs));
+      absl::ToChronoNanoseconds(std::max(absl::Seconds(1), o.health_check_interval));
   b.health_check_gap = interval - interval / 10;
   return b;
 }
@@ -439,7 +439,7 @@ void WorkerRegistry::Loop() {
 }
 
 MonoClock::duration WorkerRegistry::HealthInterval() const {
-  return std::chrono::seconds(std::max(1, options_.health_check_interval_secs));
+  return absl::ToChronoNanoseconds(std::max(absl::Seconds(1), options_.health_check_interval));
 }
 
 MonoClock::duration WorkerRegistry::RecoveryProbeInterval() const {
@@ -464,8 +464,9 @@ MonoClock::time_point WorkerRegistry::RunDue() {
       next = std::min(next, *worker->recovery_probe_at_);
     }
   }
-  bool poll_load = options_.worker_load_check_interval > 0 && now >= next_load_;
-  if (poll_load) next_load_ = now + std::chrono::seconds(options_.worker_load_check_interval);
+  const bool load_polls = options_.worker_load_check_interval > absl::ZeroDuration();
+  bool poll_load = load_polls && now >= next_load_;
+  if (poll_load) next_load_ = now + absl::ToChronoNanoseconds(options_.worker_load_check_interval);
 
   std::vector<std::pair<WorkerPtr, uint64_t>> probes, polls;
   for (auto& [url, worker] : workers_) {
@@ -476,8 +477,7 @@ MonoClock::time_point WorkerRegistry::RunDue() {
       calls_.emplace(id, nullptr);
       probes.emplace_back(worker, id);
     }
-    const bool load_due =
-        poll_load || (options_.worker_load_check_interval > 0 && worker->load_now_);
+    const bool load_due = poll_load || (load_polls && worker->load_now_);
     if (load_due && !worker->load_in_flight_ && worker->client().verified()) {
       worker->load_now_ = false;
       worker->load_in_flight_ = true;
@@ -498,12 +498,12 @@ MonoClock::time_point WorkerRegistry::RunDue() {
     for (auto& [worker, id] : polls) SendLoadPoll(worker, id);
     mu_.Lock();
   }
-  if (options_.worker_load_check_interval > 0) next = std::min(next, next_load_);
+  if (load_polls) next = std::min(next, next_load_);
   return next;
 }
 
 void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
-  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(
       id,
       worker->client().Health(
@@ -540,7 +540,7 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
 }
 
 void WorkerRegistry::SendProof(const WorkerPtr& worker, uint64_t id) {
-  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(id, worker->client().Prove(deadline, [this, worker, id](absl::Status status) {
     worker->OnProof(status);
     probes_family_->WithLabels({worker->url(), status.ok() ? "ok" : "failed"}).Increment();
@@ -567,7 +567,7 @@ void WorkerRegistry::SendProof(const WorkerPtr& worker, uint64_t id) {
 }
 
 void WorkerRegistry::SendLoadPoll(const WorkerPtr& worker, uint64_t id) {
-  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(id, worker->client().GetLoad(
                    deadline, [this, worker, id](grpc::Status status, proto::LoadReport report) {
                      if (status.ok()) worker->OnLoad(report);

@@ -7,15 +7,15 @@
 //   std::vector<WorkerPtr> ok = registry.Available(WorkerType::kRegular);   // for a policy
 //   w->BeginRequest(); ... w->EndRequest(/*success=*/true);
 //
-// Health: a worker is probed with Health(generate=false) every health_check_interval_secs (each
-// probe times out after health_check_timeout_secs). A new worker is unhealthy until its first
+// Health: a worker is probed with Health(generate=false) every health_check_interval (each
+// probe times out after health_check_timeout). A new worker is unhealthy until its first
 // successful probe (one is sent at once on Add). Afterwards it turns unhealthy after
 // health_failure_threshold consecutive failed probes, or at once when it answers NOT_SERVING or
 // DRAINING, or when a request leg reports it failed (ReportFailure, which also probes it at
 // once); it turns healthy again after health_success_threshold consecutive successful probes.
 // While unhealthy it is probed every kRecoveryProbeInterval (or the interval, if shorter), so a
 // worker that answers again is back within seconds, not a whole interval later.
-// Load: GetLoad every worker_load_check_interval seconds (0 disables the polls), and right
+// Load: GetLoad every worker_load_check_interval (zero disables the polls), and right
 // away when a worker turns healthy, so its KV blocks show from the start. last_error is the last
 // failure seen (a probe, the proof, a failed leg); the next probe that finds the worker healthy
 // clears it.
@@ -96,15 +96,15 @@ struct RegistryOptions {
   std::string cluster_secret;  // proven on every call to a worker ("" sends none)
   int health_failure_threshold = 3;
   int health_success_threshold = 2;
-  int health_check_timeout_secs = 5;
-  int health_check_interval_secs = 60;
+  absl::Duration health_check_timeout = absl::Seconds(5);    // at least a second
+  absl::Duration health_check_interval = absl::Seconds(60);  // at least a second
   int cb_failure_threshold = 10;
   int cb_success_threshold = 3;
-  int cb_timeout_duration_secs = 60;
-  int cb_window_duration_secs = 120;
+  absl::Duration cb_timeout_duration = absl::Seconds(60);
+  absl::Duration cb_window_duration = absl::Seconds(120);
   bool disable_circuit_breaker = false;
-  int cb_half_open_max_trials = 1;      // requests in flight at once while half_open
-  int worker_load_check_interval = 10;  // seconds; 0: no load polls
+  int cb_half_open_max_trials = 1;  // requests in flight at once while half_open
+  absl::Duration worker_load_check_interval = absl::Seconds(10);  // zero: no load polls
   // The clock for the circuit breakers (tests inject one).
   CircuitBreaker::NowFn now = &MonoNow;
 };

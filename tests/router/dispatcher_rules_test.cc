@@ -203,7 +203,7 @@ class DispatcherRulesTest : public ::testing::Test {
     shape_ = shape;
     RegistryOptions ro;
     ro.health_success_threshold = 1;
-    ro.health_check_interval_secs = 10;
+    ro.health_check_interval = absl::Seconds(10);
     ro.cb_failure_threshold = shape.cb_failure_threshold;
     ro.cb_success_threshold = shape.cb_success_threshold;
     ro.cb_half_open_max_trials = 1;
@@ -231,8 +231,8 @@ class DispatcherRulesTest : public ::testing::Test {
     DispatchOptions options;
     options.pd_mode = shape.pd;
     options.backoff.max_retries = shape.max_retries;
-    options.backoff.initial_backoff_ms = shape.backoff_ms;
-    options.backoff.max_backoff_ms = shape.backoff_ms;
+    options.backoff.initial_backoff = absl::Milliseconds(shape.backoff_ms);
+    options.backoff.max_backoff = absl::Milliseconds(shape.backoff_ms);
     options.request_timeout = shape.request_timeout;
     options.stall_timeout = shape.stall_timeout;
     dispatcher_ =

@@ -315,11 +315,11 @@ TEST(WorkerClientItest, PrefillAndDecodeLegs) {
 TEST(WorkerClientItest, RegistrySeesAKilledWorkerAndItsRestart) {
   auto daemon = StartDaemon("colocated");
   RegistryOptions o;
-  o.health_check_interval_secs = 1;
-  o.health_check_timeout_secs = 2;
+  o.health_check_interval = absl::Seconds(1);
+  o.health_check_timeout = absl::Seconds(2);
   o.health_failure_threshold = 2;
   o.health_success_threshold = 2;
-  o.worker_load_check_interval = 1;
+  o.worker_load_check_interval = absl::Seconds(1);
   MetricsRegistry metrics;
   WorkerRegistry registry(o, &metrics);
   WorkerPtr w = *registry.Add(daemon->url(), WorkerType::kRegular, std::nullopt);
