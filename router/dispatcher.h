@@ -46,7 +46,7 @@
 // router/client_errors.h) is never sent: it ends at once with ResourceExhausted carrying HTTP
 // 413 (WithHttpStatus). A callback of a leg that throws is logged and ends the run with Internal.
 //
-// Legs: each worker's LegLink (router/workers/leg.h, Worker::legs()) starts them; the
+// Legs: each worker's WorkerLegs (router/workers/leg.h, Worker::legs()) starts them; the
 // dispatcher sees absl::Status only, whatever carries the leg.
 //
 // Time: the request deadline (DispatchOptions::request_timeout from Start), the backoff and the

@@ -1,13 +1,13 @@
-// Leg: one request's prefill or decode leg on one worker, whatever carries it; LegLink: a
+// Leg: one request's prefill or decode leg on one worker, whatever carries it; WorkerLegs: a
 // worker's end of the legs, which starts them and aborts rooms. The Dispatcher sees only these.
 //
-//   std::shared_ptr<Leg> leg = link.StartDecode(request, deadline,
+//   LegPtr leg = worker->legs().StartDecode(request, deadline,
 //       [](const proto::DecodeEvent& e) { ... },   // each event, in order
 //       [](absl::Status s) { ... });               // exactly once, last
 //   leg->Cancel();                                 // any time, any thread
 //
-// Implementations: WorkerClient (router/workers/worker_client.h), which carries legs on a
-// session with the worker, over rpc Session or the worker's session socket
+// Implementations: WorkerClient (router/workers/worker_client.h), which carries legs as
+// LegStreams on a WorkerLink to the worker, over rpc Session or the worker's session socket
 // (router/workers/worker_session.h); tests use in-memory ones.
 //
 // A leg's state (LegState):
@@ -58,9 +58,9 @@ using PrefillDoneFn = std::function<void(absl::Status, proto::PrefillResponse)>;
 using LegEventFn = std::function<void(const proto::DecodeEvent&)>;
 using LegDoneFn = std::function<void(absl::Status)>;
 
-class LegLink {
+class WorkerLegs {
  public:
-  virtual ~LegLink() = default;
+  virtual ~WorkerLegs() = default;
 
   // The prefill leg: `done` once, with the answer when the status is OK.
   virtual LegPtr StartPrefill(proto::PrefillRequest request, Deadline deadline,

@@ -1,4 +1,4 @@
-// The router's end of the session socket (proto/worker.proto): see OpenSocketSession.
+// The router's end of the session socket (proto/worker.proto): see OpenSocketLink.
 #include <utility>
 // <utility> first: Boost.Asio's awaitable.hpp uses std::exchange without including it.
 #include <boost/asio.hpp>
@@ -23,7 +23,7 @@ using tcp = asio::ip::tcp;
 constexpr auto kConnectTimeout = std::chrono::seconds(5);
 constexpr size_t kReadChunk = 64 << 10;
 
-// The process's session-socket I/O thread. Never destroyed, as SessionTimers: no exit-time
+// The process's session-socket I/O thread. Never destroyed, as LegTimers: no exit-time
 // destructor may race a connection still completing.
 asio::io_context& SessionIo() {
   static asio::io_context* io = [] {
@@ -39,12 +39,11 @@ asio::io_context& SessionIo() {
 
 absl::Status Unavailable(std::string message) { return absl::UnavailableError(message); }
 
-class SocketWorkerSession : public WorkerSession {
+class SocketWorkerLink : public WorkerLink {
  public:
-  SocketWorkerSession(std::string host, int port, std::string url, std::string secret,
-                      std::string audience,
-                      std::function<void(const absl::Status&)> on_connect_failed)
-      : WorkerSession(std::move(url), /*hold_writes=*/true),
+  SocketWorkerLink(std::string host, int port, std::string url, std::string secret,
+                   std::string audience, std::function<void(const absl::Status&)> on_connect_failed)
+      : WorkerLink(std::move(url), /*hold_writes=*/true),
         host_(std::move(host)),
         port_(port),
         secret_(std::move(secret)),
@@ -121,8 +120,8 @@ class SocketWorkerSession : public WorkerSession {
   }
 
  private:
-  std::shared_ptr<SocketWorkerSession> Self() {
-    return std::static_pointer_cast<SocketWorkerSession>(shared_from_this());
+  std::shared_ptr<SocketWorkerLink> Self() {
+    return std::static_pointer_cast<SocketWorkerLink>(shared_from_this());
   }
 
   // I/O thread.
@@ -258,11 +257,11 @@ class SocketWorkerSession : public WorkerSession {
 
 }  // namespace
 
-std::shared_ptr<WorkerSession> OpenSocketSession(
+std::shared_ptr<WorkerLink> OpenSocketLink(
     const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
     const std::string& audience, std::function<void(const absl::Status&)> on_connect_failed) {
-  auto session = std::make_shared<SocketWorkerSession>(host, port, url, cluster_secret, audience,
-                                                       std::move(on_connect_failed));
+  auto session = std::make_shared<SocketWorkerLink>(host, port, url, cluster_secret, audience,
+                                                    std::move(on_connect_failed));
   asio::post(SessionIo(), [session] { session->Start(); });
   return session;
 }

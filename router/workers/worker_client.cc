@@ -65,8 +65,7 @@ class UnaryCall : public CallHandle, public std::enable_shared_from_this<UnaryCa
       Done done = std::move(self->done_);
       self->done_ = nullptr;
       done(std::move(status), std::move(self->response_));
-      SessionTimers().RunAt(absl::InfinitePast(),
-                            [self = std::move(self), done = std::move(done)] {});
+      LegTimers().RunAt(absl::InfinitePast(), [self = std::move(self), done = std::move(done)] {});
     });
     return self;
   }
@@ -90,9 +89,8 @@ class NoCall : public CallHandle {
 template <typename Resp>
 std::shared_ptr<CallHandle> FailSoon(std::function<void(grpc::Status, Resp)> done,
                                      grpc::Status status) {
-  SessionTimers().RunAt(absl::InfinitePast(), [done = std::move(done), status = std::move(status)] {
-    done(status, Resp());
-  });
+  LegTimers().RunAt(absl::InfinitePast(),
+                    [done = std::move(done), status = std::move(status)] { done(status, Resp()); });
   return std::make_shared<NoCall>();
 }
 
@@ -206,14 +204,14 @@ absl::Status WorkerClient::Unverified() const {
 }
 
 void WorkerClient::SetAudience(std::string instance_id) {
-  std::shared_ptr<WorkerSession> retired;
+  std::shared_ptr<WorkerLink> retired;
   {
-    absl::MutexLock lock(&session_mu_);
+    absl::MutexLock lock(&link_mu_);
     if (audience_->Get() == instance_id) return;
     audience_->Set(instance_id);
     verified_.store(cluster_secret_.empty() || !instance_id.empty(), std::memory_order_release);
     // A session socket's token was made for the previous instance (or none).
-    retired = std::move(session_);
+    retired = std::move(link_);
   }
   if (retired != nullptr) retired->Retire();
 }
@@ -225,8 +223,7 @@ void WorkerClient::ForgetProof() {
 std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
                                                 std::function<void(absl::Status)> done) {
   if (cluster_secret_.empty()) {
-    SessionTimers().RunAt(absl::InfinitePast(),
-                          [done = std::move(done)] { done(absl::OkStatus()); });
+    LegTimers().RunAt(absl::InfinitePast(), [done = std::move(done)] { done(absl::OkStatus()); });
     return std::make_shared<NoCall>();
   }
   proto::ProveRequest request = NewProveRequest(address_.target);
@@ -254,7 +251,7 @@ std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
     }
     // On the timer thread: were this the client's last reference, its channel must not be
     // destroyed on a gRPC thread (see UnaryCall). The audience is set before `done` runs.
-    SessionTimers().RunAt(absl::InfinitePast(), [weak, result, instance_id, done] {
+    LegTimers().RunAt(absl::InfinitePast(), [weak, result, instance_id, done] {
       if (result.ok()) {
         if (auto client = weak.lock()) client->SetAudience(instance_id);
       }
@@ -278,7 +275,7 @@ std::function<absl::Status(absl::Status)> WorkerClient::LegStatusFilter() {
     // secret. Stop trusting it at once and report UNAVAILABLE, which the dispatcher retries
     // elsewhere and reports to the registry, whose next probe is then a new proof. Posted: this
     // runs inside the session's delivery, and ForgetProof retires the session.
-    SessionTimers().Post([weak] {
+    LegTimers().Post([weak] {
       if (auto client = weak.lock()) client->ForgetProof();
     });
     return absl::UnavailableError(absl::StrCat("worker ", url,
@@ -290,9 +287,9 @@ std::function<absl::Status(absl::Status)> WorkerClient::LegStatusFilter() {
 
 LegPtr WorkerClient::StartPrefill(proto::PrefillRequest request, Deadline deadline,
                                   PrefillDoneFn done) {
-  std::shared_ptr<SessionCall> call =
-      NewPrefillCall([filter = LegStatusFilter(), done = std::move(done)](
-                         absl::Status status, proto::PrefillResponse response) {
+  std::shared_ptr<LegStream> call =
+      NewPrefillLegStream([filter = LegStatusFilter(), done = std::move(done)](
+                              absl::Status status, proto::PrefillResponse response) {
         done(filter(std::move(status)), std::move(response));
       });
   proto::SessionCall message;
@@ -303,7 +300,7 @@ LegPtr WorkerClient::StartPrefill(proto::PrefillRequest request, Deadline deadli
 
 LegPtr WorkerClient::StartDecode(proto::DecodeRequest request, Deadline deadline,
                                  LegEventFn on_event, LegDoneFn done) {
-  std::shared_ptr<SessionCall> call = NewDecodeCall(
+  std::shared_ptr<LegStream> call = NewDecodeLegStream(
       std::move(on_event), [filter = LegStatusFilter(), done = std::move(done)](
                                absl::Status status) { done(filter(std::move(status))); });
   proto::SessionCall message;
@@ -312,77 +309,77 @@ LegPtr WorkerClient::StartDecode(proto::DecodeRequest request, Deadline deadline
   return call;
 }
 
-void WorkerClient::SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
+void WorkerClient::SendLeg(const std::shared_ptr<LegStream>& call, proto::SessionCall* message,
                            Deadline deadline) {
   if (!verified()) {
     // The registry never routes to an unverified worker; this keeps prompts from one anyway.
-    SessionCall::FailLater(call, Unverified());
+    LegStream::FailLater(call, Unverified());
     return;
   }
   const size_t bytes = message->ByteSizeLong();  // once: it walks the whole prompt
   if (bytes > kMaxSessionCallBytes) {
-    SessionCall::FailLater(
+    LegStream::FailLater(
         call, absl::ResourceExhaustedError(
                   absl::StrCat("a leg of ", bytes, " bytes exceeds the worker's message limit of ",
                                kMaxSessionCallBytes, " bytes")));
     return;
   }
   for (;;) {
-    std::shared_ptr<WorkerSession> session;
+    std::shared_ptr<WorkerLink> session;
     {
-      absl::MutexLock lock(&session_mu_);
-      if (session_ == nullptr || session_->closing()) session_ = OpenSessionLocked();
-      session = session_;
+      absl::MutexLock lock(&link_mu_);
+      if (link_ == nullptr || link_->closing()) link_ = OpenLinkLocked();
+      session = link_;
     }
     if (session->Send(call, message, bytes, deadline)) return;
   }
 }
 
-std::shared_ptr<WorkerSession> WorkerClient::OpenSessionLocked() {
+std::shared_ptr<WorkerLink> WorkerClient::OpenLinkLocked() {
   if (session_port_ == 0 || absl::Now() < socket_retry_after_) {
-    return OpenGrpcSession(channel_, stub_.get(), url_);
+    return OpenGrpcLink(channel_, stub_.get(), url_);
   }
   // The failure callback may outlive this client (the connection runs on its own thread).
   std::weak_ptr<WorkerClient> weak = weak_from_this();
-  return OpenSocketSession(address_.host, session_port_, url_, cluster_secret_, audience_->Get(),
-                           [weak](const absl::Status& status) {
-                             auto client = weak.lock();
-                             if (client == nullptr) return;
-                             spdlog::warn("{}; its legs go over gRPC for up to {} s",
-                                          std::string(status.message()),
-                                          absl::ToInt64Seconds(kSocketRetry));
-                             {
-                               absl::MutexLock lock(&client->session_mu_);
-                               client->socket_retry_after_ = absl::Now() + kSocketRetry;
-                             }
-                             // A worker restarted on the same gRPC port listens on a new ephemeral
-                             // session port: ask now rather than at the next health check, so its
-                             // legs are back on the socket at once.
-                             client->Health(false, absl::Now() + kRelearnDeadline,
-                                            [](grpc::Status, proto::HealthResponse) {});
-                           });
+  return OpenSocketLink(address_.host, session_port_, url_, cluster_secret_, audience_->Get(),
+                        [weak](const absl::Status& status) {
+                          auto client = weak.lock();
+                          if (client == nullptr) return;
+                          spdlog::warn("{}; its legs go over gRPC for up to {} s",
+                                       std::string(status.message()),
+                                       absl::ToInt64Seconds(kSocketRetry));
+                          {
+                            absl::MutexLock lock(&client->link_mu_);
+                            client->socket_retry_after_ = absl::Now() + kSocketRetry;
+                          }
+                          // A worker restarted on the same gRPC port listens on a new ephemeral
+                          // session port: ask now rather than at the next health check, so its
+                          // legs are back on the socket at once.
+                          client->Health(false, absl::Now() + kRelearnDeadline,
+                                         [](grpc::Status, proto::HealthResponse) {});
+                        });
 }
 
 int WorkerClient::session_port() {
-  absl::MutexLock lock(&session_mu_);
+  absl::MutexLock lock(&link_mu_);
   return session_port_;
 }
 
 void WorkerClient::LearnSessionPort(int port) {
   if (port < 0 || port > 65535) return;
-  absl::MutexLock lock(&session_mu_);
+  absl::MutexLock lock(&link_mu_);
   if (port == session_port_) return;
   session_port_ = port;
   socket_retry_after_ = absl::InfinitePast();
-  if (session_ != nullptr) {
-    session_->Retire();
-    session_ = nullptr;
+  if (link_ != nullptr) {
+    link_->Retire();
+    link_ = nullptr;
   }
 }
 
 WorkerClient::~WorkerClient() {
-  absl::MutexLock lock(&session_mu_);
-  if (session_ != nullptr) session_->Retire();
+  absl::MutexLock lock(&link_mu_);
+  if (link_ != nullptr) link_->Retire();
 }
 
 void WorkerClient::AbortLegs(proto::AbortRequest request, Deadline deadline) {
@@ -412,7 +409,7 @@ std::shared_ptr<CallHandle> WorkerClient::Health(
     if (status.ok()) {
       // On the timer thread: were this the client's last reference, its channel must not be
       // destroyed on a gRPC thread (see UnaryCall).
-      SessionTimers().RunAt(absl::InfinitePast(), [weak, port = r.session_port()] {
+      LegTimers().RunAt(absl::InfinitePast(), [weak, port = r.session_port()] {
         if (auto client = weak.lock()) client->LearnSessionPort(port);
       });
     }

@@ -6,7 +6,7 @@
 //       [](absl::Status s) { ... });                   // exactly once, last
 //   leg->Cancel();                                     // any time, any thread
 //
-// It is the router's LegLink (router/workers/leg.h) for a worker: legs, with absl::Status, on
+// It is the router's WorkerLegs (router/workers/leg.h) for a worker: legs, with absl::Status, on
 // whichever transport the worker offers; the gRPC types stay in the unary calls below, which
 // the registry and the admin API use. Every call is asynchronous on gRPC's callback API: no thread
 // is held per call; callbacks run on gRPC's threads (or, for cancellations and deadlines, on a
@@ -74,18 +74,18 @@ struct WorkerAddress {
 // a bad port, an empty host) is InvalidArgument naming the url.
 absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
 
-class WorkerSession;
-class SessionCall;
+class WorkerLink;
+class LegStream;
 class ClusterAudience;
 
-class WorkerClient : public LegLink, public std::enable_shared_from_this<WorkerClient> {
+class WorkerClient : public WorkerLegs, public std::enable_shared_from_this<WorkerClient> {
  public:
   // url: "http://host:port", "host:port" or "grpc://host:port". Errors name the bad url.
   // A non-empty `cluster_secret` authenticates every call (router/workers/cluster_credentials.h).
   static absl::StatusOr<std::shared_ptr<WorkerClient>> Create(
       const std::string& url, const std::string& cluster_secret = "");
 
-  // Legs in flight run to their end; the session closes after the last.
+  // Legs in flight run to their end; the link closes after the last.
   ~WorkerClient() override;
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;
@@ -106,11 +106,11 @@ class WorkerClient : public LegLink, public std::enable_shared_from_this<WorkerC
   // secret: ..." for any answer that is not a proof. Without a secret: OK at once.
   std::shared_ptr<CallHandle> Prove(absl::Time deadline, std::function<void(absl::Status)> done);
   // The worker refused a token made for its proven instance id (it restarted or changed its
-  // secret): unverified again until the next Prove; the current session is retired.
+  // secret): unverified again until the next Prove; the current link is retired.
   void ForgetProof();
 
-  // LegLink. Legs travel on the worker's session (see the class comment); their callbacks run
-  // on the transport's thread (gRPC's or the session socket's) or the session timer thread.
+  // WorkerLegs. Legs travel on the worker's link (see the class comment); their callbacks run
+  // on the transport's thread (gRPC's or the session socket's) or the LegTimers thread.
   LegPtr StartPrefill(proto::PrefillRequest request, Deadline deadline,
                       PrefillDoneFn done) override;
   LegPtr StartDecode(proto::DecodeRequest request, Deadline deadline, LegEventFn on_event,
@@ -139,15 +139,15 @@ class WorkerClient : public LegLink, public std::enable_shared_from_this<WorkerC
   // Maps a leg's final status: UNAUTHENTICATED from a proven worker becomes UNAVAILABLE and
   // makes the worker unverified (see the .cc).
   std::function<absl::Status(absl::Status)> LegStatusFilter();
-  // Sets the proven instance id, or clears it (""); retires the session opened under another.
+  // Sets the proven instance id, or clears it (""); retires the link opened under another.
   void SetAudience(std::string instance_id);
-  // Sends a leg on the current session (opening one when there is none or it is closing).
-  void SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-               Deadline deadline) ABSL_LOCKS_EXCLUDED(session_mu_);
-  // A new session, on the session socket when the worker advertised one and it has not failed
+  // Sends a leg on the current link (opening one when there is none or it is closing).
+  void SendLeg(const std::shared_ptr<LegStream>& call, proto::SessionCall* message,
+               Deadline deadline) ABSL_LOCKS_EXCLUDED(link_mu_);
+  // A new link, on the session socket when the worker advertised one and it has not failed
   // to connect within the last kSocketRetry.
-  std::shared_ptr<WorkerSession> OpenSessionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(session_mu_);
-  // A Health answer's session port: a new or changed one retires the current session, so the
+  std::shared_ptr<WorkerLink> OpenLinkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_mu_);
+  // A Health answer's session port: a new or changed one retires the current link, so the
   // next leg goes to the socket.
   void LearnSessionPort(int port);
 
@@ -160,10 +160,10 @@ class WorkerClient : public LegLink, public std::enable_shared_from_this<WorkerC
   // The instance id tokens name; shared with the channel's interceptor. "" until proven.
   const std::shared_ptr<ClusterAudience> audience_;
   std::atomic<bool> verified_{false};  // mirrors !audience_->Get().empty() for the hot path
-  absl::Mutex session_mu_;
-  std::shared_ptr<WorkerSession> session_ ABSL_GUARDED_BY(session_mu_);
-  int session_port_ ABSL_GUARDED_BY(session_mu_) = 0;  // 0 = none advertised
-  absl::Time socket_retry_after_ ABSL_GUARDED_BY(session_mu_);
+  absl::Mutex link_mu_;
+  std::shared_ptr<WorkerLink> link_ ABSL_GUARDED_BY(link_mu_);
+  int session_port_ ABSL_GUARDED_BY(link_mu_) = 0;  // 0 = none advertised
+  absl::Time socket_retry_after_ ABSL_GUARDED_BY(link_mu_);
 };
 
 }  // namespace tandem::router

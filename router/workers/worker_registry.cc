@@ -60,9 +60,9 @@ const char* WorkerTypeName(WorkerType type) {
 
 // ---- Worker ----
 
-Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> legs, WorkerType type,
-               std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
-               absl::Mutex* registry_mu)
+Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs> legs,
+               WorkerType type, std::optional<int> bootstrap_port, const RegistryOptions& options,
+               Gauges gauges, absl::Mutex* registry_mu)
     : client_(std::move(client)),
       legs_(legs != nullptr ? std::move(legs) : client_),
       type_(type),
@@ -291,7 +291,7 @@ WorkerRegistry::~WorkerRegistry() {
 
 absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType type,
                                               std::optional<int> bootstrap_port,
-                                              std::shared_ptr<LegLink> legs) {
+                                              std::shared_ptr<WorkerLegs> legs) {
   absl::StatusOr<std::shared_ptr<WorkerClient>> client =
       WorkerClient::Create(url, options_.cluster_secret);
   if (!client.ok()) return client.status();

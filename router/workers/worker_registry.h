@@ -120,8 +120,8 @@ class Worker {
 
   WorkerClient& client() { return *client_; }
   std::shared_ptr<WorkerClient> shared_client() const { return client_; }
-  // Where its legs go: its client, unless the registry was given another link (Add's `legs`).
-  LegLink& legs() { return *legs_; }
+  // Where its legs go: its client, unless the registry was given others (Add's `legs`).
+  WorkerLegs& legs() { return *legs_; }
   const std::string& url() const { return client_->url(); }
   const std::string& host() const { return client_->host(); }  // the decode leg's bootstrap_host
   WorkerType type() const { return type_; }
@@ -155,7 +155,7 @@ class Worker {
     Gauge* free_blocks;
     Gauge* registered;
   };
-  Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<LegLink> legs, WorkerType type,
+  Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs> legs, WorkerType type,
          std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
          absl::Mutex* registry_mu);
 
@@ -170,7 +170,7 @@ class Worker {
   void MarkRemoved();
 
   const std::shared_ptr<WorkerClient> client_;
-  const std::shared_ptr<LegLink> legs_;  // client_, or the link given to Add
+  const std::shared_ptr<WorkerLegs> legs_;  // client_, or the legs given to Add
   const WorkerType type_;
   const std::optional<int> bootstrap_port_;
   const int failure_threshold_;
@@ -218,7 +218,7 @@ class WorkerRegistry {
   // unit tests); the client still serves health checks, load polls and admin calls.
   absl::StatusOr<WorkerPtr> Add(const std::string& url, WorkerType type,
                                 std::optional<int> bootstrap_port,
-                                std::shared_ptr<LegLink> legs = nullptr);
+                                std::shared_ptr<WorkerLegs> legs = nullptr);
   absl::Status Remove(const std::string& url);         // NotFound
   absl::Status Drain(const std::string& url);          // stop choosing it; NotFound
   std::vector<WorkerPtr> List(WorkerType type) const;  // all of that type, in url order

@@ -9,10 +9,10 @@ namespace {
 
 absl::Status Cancelled() { return absl::CancelledError("cancelled"); }
 
-class DecodeSessionCall : public SessionCall {
+class DecodeLegStream : public LegStream {
  public:
-  DecodeSessionCall(LegEventFn on_event, LegDoneFn done)
-      : SessionCall(proto::SessionReply::kEvent, "decode"),
+  DecodeLegStream(LegEventFn on_event, LegDoneFn done)
+      : LegStream(proto::SessionReply::kEvent, "decode"),
         on_event_(std::move(on_event)),
         done_(std::move(done)) {}
 
@@ -28,15 +28,15 @@ class DecodeSessionCall : public SessionCall {
   }
 
  private:
-  // Called by the one thread that delivers (SessionCall's state machine hands them over).
+  // Called by the one thread that delivers (LegStream's state machine hands them over).
   LegEventFn on_event_;
   LegDoneFn done_;
 };
 
-class PrefillSessionCall : public SessionCall {
+class PrefillLegStream : public LegStream {
  public:
-  explicit PrefillSessionCall(PrefillDoneFn done)
-      : SessionCall(proto::SessionReply::kPrefill, "prefill"), done_(std::move(done)) {}
+  explicit PrefillLegStream(PrefillDoneFn done)
+      : LegStream(proto::SessionReply::kPrefill, "prefill"), done_(std::move(done)) {}
 
  protected:
   void DeliverEvent(const proto::SessionReply& /*reply*/) override {}  // Ends() never lets one by
@@ -78,22 +78,22 @@ const char* LegStateName(LegState state) {
   return "ended";
 }
 
-TimerQueue& SessionTimers() {
+TimerQueue& LegTimers() {
   static TimerQueue* timers = new TimerQueue();
   return *timers;
 }
 
-LegState SessionCall::state() const {
+LegState LegStream::state() const {
   absl::MutexLock lock(&mu_);
   return state_;
 }
 
-TimerQueue::Id SessionCall::EndLocked() {
+TimerQueue::Id LegStream::EndLocked() {
   state_ = LegState::kEnded;
   return std::exchange(timer_, 0);
 }
 
-void SessionCall::OnReply(const proto::SessionReply& reply) {
+void LegStream::OnReply(const proto::SessionReply& reply) {
   const bool last = Ends(reply);
   TimerQueue::Id timer = 0;
   {
@@ -117,7 +117,7 @@ void SessionCall::OnReply(const proto::SessionReply& reply) {
     if (failed) Finish(*std::move(failed), nullptr);
     return;
   }
-  if (timer != 0) SessionTimers().Cancel(timer);
+  if (timer != 0) LegTimers().Cancel(timer);
   if (reply.body_case() == answer_) {
     Finish(absl::OkStatus(), &reply);
   } else if (reply.has_error()) {
@@ -131,7 +131,7 @@ void SessionCall::OnReply(const proto::SessionReply& reply) {
   }
 }
 
-void SessionCall::Fail(absl::Status status) {
+void LegStream::Fail(absl::Status status) {
   TimerQueue::Id timer;
   bool handed_over = false;
   {
@@ -143,25 +143,24 @@ void SessionCall::Fail(absl::Status status) {
       handed_over = true;
     }
   }
-  if (timer != 0) SessionTimers().Cancel(timer);
+  if (timer != 0) LegTimers().Cancel(timer);
   if (!handed_over) Finish(std::move(status), nullptr);
 }
 
-void SessionCall::FailLater(std::shared_ptr<SessionCall> call, absl::Status status) {
-  SessionTimers().Post(
-      [call = std::move(call), status = std::move(status)] { call->Fail(status); });
+void LegStream::FailLater(std::shared_ptr<LegStream> call, absl::Status status) {
+  LegTimers().Post([call = std::move(call), status = std::move(status)] { call->Fail(status); });
 }
 
-bool SessionCall::Ends(const proto::SessionReply& reply) const {
+bool LegStream::Ends(const proto::SessionReply& reply) const {
   return reply.body_case() != answer_ || !reply.has_event() || reply.event().finished();
 }
 
-void SessionCall::Attach(std::weak_ptr<WorkerSession> session, uint64_t id) {
-  session_ = std::move(session);
+void LegStream::Attach(std::weak_ptr<WorkerLink> link, uint64_t id) {
+  link_ = std::move(link);
   id_ = id;
 }
 
-void SessionCall::SetTimer(TimerQueue::Id timer) {
+void LegStream::SetTimer(TimerQueue::Id timer) {
   {
     absl::MutexLock lock(&mu_);
     if (state_ != LegState::kEnded) {
@@ -169,32 +168,32 @@ void SessionCall::SetTimer(TimerQueue::Id timer) {
       return;
     }
   }
-  SessionTimers().Cancel(timer);
+  LegTimers().Cancel(timer);
 }
 
-void SessionCall::Cancel() {
-  if (auto session = session_.lock()) session->Cancel(id_, Cancelled(), /*post=*/true);
+void LegStream::Cancel() {
+  if (auto link = link_.lock()) link->Cancel(id_, Cancelled(), /*post=*/true);
 }
 
-std::shared_ptr<SessionCall> NewDecodeCall(LegEventFn on_event, LegDoneFn done) {
-  return std::make_shared<DecodeSessionCall>(std::move(on_event), std::move(done));
+std::shared_ptr<LegStream> NewDecodeLegStream(LegEventFn on_event, LegDoneFn done) {
+  return std::make_shared<DecodeLegStream>(std::move(on_event), std::move(done));
 }
 
-std::shared_ptr<SessionCall> NewPrefillCall(PrefillDoneFn done) {
-  return std::make_shared<PrefillSessionCall>(std::move(done));
+std::shared_ptr<LegStream> NewPrefillLegStream(PrefillDoneFn done) {
+  return std::make_shared<PrefillLegStream>(std::move(done));
 }
 
 namespace {
 
 // rpc Session. Owns itself while the stream runs (`self_`, let go after OnDone on the timer
 // thread).
-class GrpcWorkerSession : public WorkerSession,
-                          public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown> {
+class GrpcWorkerLink : public WorkerLink,
+                       public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown> {
  public:
-  GrpcWorkerSession(std::shared_ptr<grpc::Channel> channel, std::string url)
-      : WorkerSession(std::move(url), /*hold_writes=*/false), channel_(std::move(channel)) {}
+  GrpcWorkerLink(std::shared_ptr<grpc::Channel> channel, std::string url)
+      : WorkerLink(std::move(url), /*hold_writes=*/false), channel_(std::move(channel)) {}
 
-  void Start(proto::Worker::Stub* stub, std::shared_ptr<GrpcWorkerSession> self) {
+  void Start(proto::Worker::Stub* stub, std::shared_ptr<GrpcWorkerLink> self) {
     self_ = std::move(self);
     stub->async()->Session(&ctx_, this);
     // Writes start from any thread at any time: the hold keeps the reactor from completing
@@ -220,7 +219,7 @@ class GrpcWorkerSession : public WorkerSession,
     // The session may hold the last reference to the channel (its WorkerClient is gone), and
     // gRPC 1.51 must not destroy a channel on one of its callback threads (the callback queue's
     // thread pool would join itself and be freed while running). Let go on the timer thread.
-    SessionTimers().Post([self = std::move(self_)] {});
+    LegTimers().Post([self = std::move(self_)] {});
   }
 
  protected:
@@ -231,20 +230,20 @@ class GrpcWorkerSession : public WorkerSession,
   const std::shared_ptr<grpc::Channel> channel_;  // outlives the call
   grpc::ClientContext ctx_;
   proto::SessionDown down_;  // the read in flight
-  std::shared_ptr<GrpcWorkerSession> self_;
+  std::shared_ptr<GrpcWorkerLink> self_;
 };
 
 }  // namespace
 
-std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> channel,
-                                               proto::Worker::Stub* stub, const std::string& url) {
-  auto session = std::make_shared<GrpcWorkerSession>(std::move(channel), url);
-  session->Start(stub, session);
-  return session;
+std::shared_ptr<WorkerLink> OpenGrpcLink(std::shared_ptr<grpc::Channel> channel,
+                                         proto::Worker::Stub* stub, const std::string& url) {
+  auto link = std::make_shared<GrpcWorkerLink>(std::move(channel), url);
+  link->Start(stub, link);
+  return link;
 }
 
-bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-                         size_t bytes, Deadline deadline) {
+bool WorkerLink::Send(const std::shared_ptr<LegStream>& call, proto::SessionCall* message,
+                      size_t bytes, Deadline deadline) {
   uint64_t id;
   bool write;
   {
@@ -259,8 +258,8 @@ bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::Sessio
   }
   if (write) WriteBatch(&in_flight_);
   if (!deadline.is_never()) {
-    std::weak_ptr<WorkerSession> weak = weak_from_this();
-    call->SetTimer(SessionTimers().RunAt(deadline.when(), [weak, id] {
+    std::weak_ptr<WorkerLink> weak = weak_from_this();
+    call->SetTimer(LegTimers().RunAt(deadline.when(), [weak, id] {
       if (auto s = weak.lock()) {
         s->Cancel(id, absl::DeadlineExceededError("Deadline Exceeded"), /*post=*/false);
       }
@@ -269,8 +268,8 @@ bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::Sessio
   return true;
 }
 
-void WorkerSession::Cancel(uint64_t id, absl::Status status, bool post) {
-  std::shared_ptr<SessionCall> call;
+void WorkerLink::Cancel(uint64_t id, absl::Status status, bool post) {
+  std::shared_ptr<LegStream> call;
   bool write = false;
   bool close = false;
   {
@@ -291,13 +290,13 @@ void WorkerSession::Cancel(uint64_t id, absl::Status status, bool post) {
   if (write) WriteBatch(&in_flight_);
   if (close) CloseTransport();
   if (post) {
-    SessionCall::FailLater(std::move(call), std::move(status));
+    LegStream::FailLater(std::move(call), std::move(status));
   } else {
     call->Fail(status);
   }
 }
 
-void WorkerSession::Retire() {
+void WorkerLink::Retire() {
   bool close;
   {
     absl::MutexLock lock(&mu_);
@@ -307,12 +306,12 @@ void WorkerSession::Retire() {
   if (close) CloseTransport();
 }
 
-bool WorkerSession::closing() {
+bool WorkerLink::closing() {
   absl::MutexLock lock(&mu_);
   return closing_;
 }
 
-void WorkerSession::WriteDone(bool ok) {
+void WorkerLink::WriteDone(bool ok) {
   bool write = false;
   {
     absl::MutexLock lock(&mu_);
@@ -327,7 +326,7 @@ void WorkerSession::WriteDone(bool ok) {
   if (write) WriteBatch(&in_flight_);
 }
 
-void WorkerSession::ReleaseWrites() {
+void WorkerLink::ReleaseWrites() {
   bool write;
   {
     absl::MutexLock lock(&mu_);
@@ -337,15 +336,15 @@ void WorkerSession::ReleaseWrites() {
   if (write) WriteBatch(&in_flight_);
 }
 
-void WorkerSession::Broken() {
+void WorkerLink::Broken() {
   absl::MutexLock lock(&mu_);
   broken_ = closing_ = true;
 }
 
-void WorkerSession::OnReplies(const proto::SessionDown& down) {
+void WorkerLink::OnReplies(const proto::SessionDown& down) {
   bool close = false;
   for (const proto::SessionReply& reply : down.replies()) {
-    std::shared_ptr<SessionCall> call;
+    std::shared_ptr<LegStream> call;
     {
       absl::MutexLock lock(&mu_);
       auto it = calls_.find(reply.call_id());
@@ -361,8 +360,8 @@ void WorkerSession::OnReplies(const proto::SessionDown& down) {
   if (close) CloseTransport();
 }
 
-void WorkerSession::FailAll(const absl::Status& status) {
-  std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls;
+void WorkerLink::FailAll(const absl::Status& status) {
+  std::unordered_map<uint64_t, std::shared_ptr<LegStream>> calls;
   {
     absl::MutexLock lock(&mu_);
     closing_ = broken_ = true;
@@ -374,7 +373,7 @@ void WorkerSession::FailAll(const absl::Status& status) {
   for (auto& [id, call] : calls) call->Fail(failure);
 }
 
-bool WorkerSession::TakeBatchLocked() {
+bool WorkerLink::TakeBatchLocked() {
   if (writing_ || broken_ || pending_.empty()) return false;
   size_t bytes = 0;
   while (!pending_.empty() &&

@@ -1,18 +1,18 @@
-// WorkerSession: the router's end of one session with a worker (proto/worker.proto), carrying
-// the prefill and decode legs of many requests on rpc Session or on the worker's session socket;
-// SessionCall: one leg on it. Used by WorkerClient, which opens a session on first use and again
-// after one ends:
+// WorkerLink: the router's end of one link to a worker, a session in proto/worker.proto's terms,
+// carrying the prefill and decode legs of many requests on rpc Session or on the worker's
+// session socket; LegStream: one leg on it (a Leg, router/workers/leg.h). Used by WorkerClient,
+// which opens a link on first use and again after one ends:
 //
-//   auto session = OpenSocketSession(host, session_port, url, secret, audience, on_connect_failed);
-//   // or OpenGrpcSession(channel, stub, url)
-//   std::shared_ptr<SessionCall> call = NewDecodeCall(on_event, done);
-//   if (!session->Send(call, &message, deadline)) { /* closing: open another */ }
+//   auto link = OpenSocketLink(host, session_port, url, secret, audience, on_connect_failed);
+//   // or OpenGrpcLink(channel, stub, url)
+//   std::shared_ptr<LegStream> call = NewDecodeLegStream(on_event, done);
+//   if (!link->Send(call, &message, bytes, deadline)) { /* closing: open another */ }
 //   call->Cancel();                        // any time, any thread
 //
 // Calls are written in batches (at most kSessionBatchBytes, a larger call alone): what is sent
 // while a write is in flight goes out with the next one. Replies are matched to calls by id. A
 // call's deadline and cancellation are enforced here, on a process-wide timer thread: the call
-// ends DEADLINE_EXCEEDED / CANCELLED at once and a cancel is sent to the worker. A session that
+// ends DEADLINE_EXCEEDED / CANCELLED at once and a cancel is sent to the worker. A link that
 // ends (the worker closed it, the connection broke, or it was retired and its last call ended)
 // fails its live calls with its status (UNAVAILABLE when the worker ended it cleanly).
 //
@@ -51,11 +51,11 @@ inline constexpr size_t kSessionBatchBytes = 1 << 20;
 // The largest call a worker accepts (its 64 MiB message limit, less framing slack).
 inline constexpr size_t kMaxSessionCallBytes = (64 << 20) - 1024;
 
-class WorkerSession;
+class WorkerLink;
 
 // The timer thread of session calls: deadlines, and the `done` of cancelled calls. Never
 // destroyed, so that no exit-time destructor races a gRPC thread still completing a call.
-TimerQueue& SessionTimers();
+TimerQueue& LegTimers();
 
 // The one mapping of statuses into legs: a wire status code (gRPC's numbering, which
 // absl::StatusCode shares) with its message; a code outside 1..16 becomes `invalid` (with the
@@ -64,16 +64,16 @@ absl::Status LegStatusFromWire(int code, std::string message, absl::StatusCode i
 // A gRPC stream's end as a leg's status (the same codes and message).
 absl::Status LegStatusFromGrpc(const grpc::Status& status);
 
-// One leg on a WorkerSession (router/workers/leg.h for the contract and its states). Replies
+// One leg on a WorkerLink (router/workers/leg.h for the contract and its states). Replies
 // arrive in order from the session's reader; a failure (Cancel, deadline, the session ending)
 // may come from any thread. The state moves under mu_; callbacks run outside it: a failure that
 // arrives while an event is being delivered is handed to the delivering thread, which ends the
 // leg after the event, so nothing overtakes or follows `done`.
-class SessionCall : public Leg {
+class LegStream : public Leg {
  public:
   // `answer`: the reply body that carries this kind of leg's results (anything else but an
   // error ends it INTERNAL); `kind`: "decode" or "prefill", for that message.
-  SessionCall(proto::SessionReply::BodyCase answer, const char* kind)
+  LegStream(proto::SessionReply::BodyCase answer, const char* kind)
       : answer_(answer), kind_(kind) {}
   void Cancel() override;
   LegState state() const override;
@@ -82,13 +82,13 @@ class SessionCall : public Leg {
   // Ends the call with `status` unless it has ended. Any thread.
   void Fail(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // Fail(status) on the timer thread.
-  static void FailLater(std::shared_ptr<SessionCall> call, absl::Status status);
+  static void FailLater(std::shared_ptr<LegStream> call, absl::Status status);
   // Whether `reply` is this call's last: anything but an unfinished event of a leg whose answer
   // is events (a prefill leg sent an event ends INTERNAL, as OnReply does). Any thread.
   bool Ends(const proto::SessionReply& reply) const;
 
-  // Set by WorkerSession::Send before the call is written.
-  void Attach(std::weak_ptr<WorkerSession> session, uint64_t id);
+  // Set by WorkerLink::Send before the call is written.
+  void Attach(std::weak_ptr<WorkerLink> link, uint64_t id);
   void SetTimer(TimerQueue::Id timer) ABSL_LOCKS_EXCLUDED(mu_);
 
  protected:
@@ -111,29 +111,29 @@ class SessionCall : public Leg {
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
   TimerQueue::Id timer_ ABSL_GUARDED_BY(mu_) = 0;  // the deadline
   // Written once by Attach, before the call can be cancelled or answered.
-  std::weak_ptr<WorkerSession> session_;
+  std::weak_ptr<WorkerLink> link_;
   uint64_t id_ = 0;
 };
 
 // A decode leg: `on_event` for each event, then `done` once.
-std::shared_ptr<SessionCall> NewDecodeCall(LegEventFn on_event, LegDoneFn done);
+std::shared_ptr<LegStream> NewDecodeLegStream(LegEventFn on_event, LegDoneFn done);
 // A prefill leg: `done` once, with the answer when the status is OK.
-std::shared_ptr<SessionCall> NewPrefillCall(PrefillDoneFn done);
+std::shared_ptr<LegStream> NewPrefillLegStream(PrefillDoneFn done);
 
 // The router's end of one session with a worker: the calls live on it, the batching of their
 // writes, and the matching of replies to calls. Its transport (rpc Session, or the session
 // socket) is a subclass. The WorkerClient holds the current one; the transport keeps it alive
 // while its stream or connection runs.
-class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
+class WorkerLink : public std::enable_shared_from_this<WorkerLink> {
  public:
-  virtual ~WorkerSession() = default;
-  WorkerSession(const WorkerSession&) = delete;
-  WorkerSession& operator=(const WorkerSession&) = delete;
+  virtual ~WorkerLink() = default;
+  WorkerLink(const WorkerLink&) = delete;
+  WorkerLink& operator=(const WorkerLink&) = delete;
 
   // False when the session takes no more calls (the caller opens another); `message` is then
   // untouched. Otherwise `call` is live and `message` sent (moved from). `bytes`: its
   // ByteSizeLong(), which the caller has already computed.
-  bool Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message, size_t bytes,
+  bool Send(const std::shared_ptr<LegStream>& call, proto::SessionCall* message, size_t bytes,
             Deadline deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends call `id` with `status` (nothing if it has ended) and tells the worker to abort the
   // leg. With `post` the call's `done` runs on the timer thread, else here.
@@ -144,7 +144,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
 
  protected:
   // `hold_writes`: nothing is written until ReleaseWrites() (a handshake comes first).
-  WorkerSession(std::string url, bool hold_writes) : url_(std::move(url)), writing_(hold_writes) {}
+  WorkerLink(std::string url, bool hold_writes) : url_(std::move(url)), writing_(hold_writes) {}
 
   // Starts writing `batch` (owned by the session until WriteDone); any thread, one at a time.
   virtual void WriteBatch(const proto::SessionUp* batch) = 0;
@@ -174,7 +174,7 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
   // one writer until WriteDone.
   proto::SessionUp in_flight_;
   absl::Mutex mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::shared_ptr<LegStream>> calls_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<size_t, proto::SessionCall>> pending_ ABSL_GUARDED_BY(mu_);  // bytes, call
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool writing_ ABSL_GUARDED_BY(mu_);
@@ -184,8 +184,8 @@ class WorkerSession : public std::enable_shared_from_this<WorkerSession> {
 };
 
 // A session on rpc Session over `channel`.
-std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> channel,
-                                               proto::Worker::Stub* stub, const std::string& url);
+std::shared_ptr<WorkerLink> OpenGrpcLink(std::shared_ptr<grpc::Channel> channel,
+                                         proto::Worker::Stub* stub, const std::string& url);
 
 // A session on the worker's session socket (proto/worker.proto) at host:port, answering its
 // challenge with a token made from `cluster_secret` for the worker whose instance id is
@@ -195,7 +195,7 @@ std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> ch
 // whole. A connection not established within 5 s, or refused, fails the session's calls
 // UNAVAILABLE naming the address, and `on_connect_failed` runs (any thread) with that status.
 // A peer whose host vanished fails the calls within about 25 s (SetUpClusterSocket).
-std::shared_ptr<WorkerSession> OpenSocketSession(
+std::shared_ptr<WorkerLink> OpenSocketLink(
     const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
     const std::string& audience, std::function<void(const absl::Status&)> on_connect_failed);
 

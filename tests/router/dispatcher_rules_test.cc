@@ -151,7 +151,7 @@ struct LegBook {
   }
 };
 
-class FakeLink : public LegLink {
+class FakeLink : public WorkerLegs {
  public:
   FakeLink(std::string url, LegBook* book, ManualClock* clock)
       : url_(std::move(url)), book_(book), clock_(clock) {}
