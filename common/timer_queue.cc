@@ -1,5 +1,6 @@
 #include "common/timer_queue.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "spdlog/spdlog.h"
@@ -11,6 +12,13 @@ TimerQueue::TimerQueue() : thread_([this] { Loop(); }) {}
 TimerQueue::~TimerQueue() { Stop(); }
 
 TimerQueue::Id TimerQueue::RunAt(absl::Time when, std::function<void()> fn) {
+  if (when == absl::InfinitePast()) return RunAt(MonoClock::time_point::min(), std::move(fn));
+  if (when == absl::InfiniteFuture()) return RunAt(MonoClock::time_point::max(), std::move(fn));
+  return RunAfter(absl::ToChronoNanoseconds(std::max(absl::ZeroDuration(), when - absl::Now())),
+                  std::move(fn));
+}
+
+TimerQueue::Id TimerQueue::RunAt(MonoClock::time_point when, std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return 0;
   const Id id = next_id_++;
@@ -35,7 +43,7 @@ bool TimerQueue::Cancel(Id id) {
 }
 
 void TimerQueue::Stop() {
-  std::map<std::pair<absl::Time, Id>, std::function<void()>> dropped;
+  std::map<std::pair<MonoClock::time_point, Id>, std::function<void()>> dropped;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -51,7 +59,7 @@ void TimerQueue::Stop() {
 void TimerQueue::Loop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const absl::Time now = absl::Now();
+    const MonoClock::time_point now = MonoNow();
     if (!timers_.empty() && timers_.begin()->first.first <= now) {
       auto first = timers_.begin();
       std::function<void()> fn = std::move(first->second);
@@ -70,9 +78,13 @@ void TimerQueue::Loop() {
       mu_.Lock();
       continue;
     }
-    sleeping_until_ = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
-    wake_.WaitWithDeadline(&mu_, sleeping_until_);
-    sleeping_until_ = absl::InfinitePast();  // awake: a RunAt needs no signal
+    sleeping_until_ = timers_.empty() ? MonoClock::time_point::max() : timers_.begin()->first.first;
+    if (sleeping_until_ == MonoClock::time_point::max()) {
+      wake_.Wait(&mu_);
+    } else {
+      wake_.WaitWithTimeout(&mu_, absl::FromChrono(sleeping_until_ - now));
+    }
+    sleeping_until_ = MonoClock::time_point::min();  // awake: a RunAt needs no signal
   }
 }
 

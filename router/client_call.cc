@@ -228,7 +228,7 @@ void ClientCall::StartItem(size_t i, std::optional<LegPlace> share_with) {
     cancel = done_ && !items_[i].ended;
   }
   // Never cancel on a thread that may be inside a run's own callbacks.
-  if (cancel) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+  if (cancel) server_->dispatcher_->Post([run] { run->Cancel(); });
 }
 
 void ClientCall::OnLeaderRouted(size_t i, const LegPlace& place) {
@@ -357,7 +357,7 @@ void ClientCall::CancelOthers() {
   }
   server_->router_metrics_->queue_depth.Set(static_cast<double>(server_->admission_->queued()));
   // Never cancel on the calling thread: it may be inside a run's own event delivery.
-  for (const auto& run : runs) server_->dispatcher_->RunAt(absl::Now(), [run] { run->Cancel(); });
+  for (const auto& run : runs) server_->dispatcher_->Post([run] { run->Cancel(); });
 }
 
 void ClientCall::OnEvent(size_t i, const proto::DecodeEvent& e) {

@@ -46,10 +46,19 @@
 // router/client_errors.h) is never sent: it ends at once with ResourceExhausted carrying HTTP
 // 413 (WithHttpStatus). A callback of a leg that throws is logged and ends the run with Internal.
 //
+// Legs: each worker's WorkerLegs (router/workers/leg.h, Worker::legs()) starts them; the
+// dispatcher sees absl::Status only, whatever carries the leg.
+//
+// Time: the request deadline (DispatchOptions::request_timeout from Start), the backoff and the
+// leases are timers on the dispatcher's Timers, and every rule reads that Timers' clock: a
+// monotonic one in production, a ManualClock in tests. At the request deadline the attempt in
+// flight fails DeadlineExceeded (not retried; its legs are cancelled and its room aborted), or
+// the run ends so between attempts, whatever the legs report; the legs carry the same deadline.
+//
 // Every run ends with exactly one `on_done` call: OK after the final event, Cancelled after
 // Cancel(), DeadlineExceeded when the request timeout passed, else the failure. `on_event` and
 // `on_done` are never called at the same time for one run and never after on_done; they run on
-// gRPC threads or the dispatcher's timer thread and must not block.
+// the legs' transport threads or the dispatcher's timer thread and must not block.
 //
 // Thread-safety: thread-safe. The registry, policies and metrics must outlive the dispatcher; the
 // dispatcher must outlive its runs' callbacks (destroy it after the registry stopped and the
@@ -126,8 +135,11 @@ class Dispatcher {
   using DoneFn = std::function<void(absl::Status)>;
 
   // `prefill_policy` is used only in PD mode; `decode_policy` picks decode or regular workers.
+  // `timers` (null: a TimerQueue of its own, on the real monotonic clock) runs the retries,
+  // leases and request deadlines and gives the time every rule reads; tests pass a ManualClock
+  // (common/manual_clock.h). It must outlive the dispatcher.
   Dispatcher(DispatchOptions options, WorkerRegistry* registry, Policy* prefill_policy,
-             Policy* decode_policy, RouterMetrics* metrics);
+             Policy* decode_policy, RouterMetrics* metrics, Timers* timers = nullptr);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
@@ -142,8 +154,10 @@ class Dispatcher {
 
   const DispatchOptions& options() const { return options_; }
 
-  // Runs `fn` on the dispatcher's timer thread at `when` (or soon after). Used for backoff.
-  void RunAt(absl::Time when, std::function<void()> fn) { timers_.RunAt(when, std::move(fn)); }
+  // Runs `fn` soon on the dispatcher's timer thread, never in the caller's frame.
+  void Post(std::function<void()> fn) { timers_->Post(std::move(fn)); }
+  // The clock of its deadlines, backoff and leases.
+  const Clock& clock() const { return timers_->clock(); }
 
  private:
   friend class Run;
@@ -154,7 +168,8 @@ class Dispatcher {
   Policy* const decode_policy_;
   RouterMetrics* const metrics_;
 
-  TimerQueue timers_;
+  const std::unique_ptr<TimerQueue> own_timers_;
+  Timers* const timers_;
   std::atomic<int64_t> live_runs_{0};  // Run objects alive (their legs may still call back)
 };
 

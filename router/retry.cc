@@ -20,8 +20,8 @@ std::mt19937_64& Rng() {
 absl::Duration BackoffDelayFor(const BackoffOptions& options, int retry, double u) {
   if (retry < 1) retry = 1;
   u = std::clamp(u, -1.0, 1.0);
-  const double cap = std::max(0, options.max_backoff_ms);
-  double base = std::max(0, options.initial_backoff_ms) *
+  const double cap = std::max(0.0, absl::ToDoubleMilliseconds(options.max_backoff));
+  double base = std::max(0.0, absl::ToDoubleMilliseconds(options.initial_backoff)) *
                 std::pow(std::max(1.0, options.multiplier), retry - 1);
   if (!std::isfinite(base) || base > cap) base = cap;
   const double jitter = std::clamp(options.jitter_factor, 0.0, 1.0);

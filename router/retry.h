@@ -13,8 +13,8 @@ namespace tandem::router {
 
 struct BackoffOptions {
   int max_retries = 5;  // retries after the first attempt; 0 = never retry
-  int initial_backoff_ms = 50;
-  int max_backoff_ms = 30000;
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Milliseconds(30000);
   double multiplier = 1.5;     // >= 1
   double jitter_factor = 0.2;  // in [0, 1]: each delay is scaled by 1 + u*jitter, u in [-1, 1]
 };

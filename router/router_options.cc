@@ -49,6 +49,18 @@ absl::Status ResolveAdminKey(RouterOptions* o) {
   return absl::OkStatus();
 }
 
+// Registers `flag` as a whole number of `unit`s (SGLang's names and units: "--x-secs 30") that
+// sets *value; *value's current content is the default --help shows.
+CLI::Option* AddDuration(Flags& flags, const std::string& flag, absl::Duration* value,
+                         absl::Duration unit, const std::string& help) {
+  CLI::Option* option = flags.app().add_option_function<int64_t>(
+      flag, [value, unit](const int64_t& n) { *value = n * unit; }, help);
+  absl::Duration remainder;
+  option->default_str(absl::StrCat(absl::IDivDuration(*value, unit, &remainder)));
+  option->type_name("INT");
+  return option;
+}
+
 }  // namespace
 
 void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
@@ -99,46 +111,42 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       .Add("--balance-rel-threshold", &o->balance_rel_threshold,
            "cache_aware: relative load imbalance that switches to least-load")
       ->check(CLI::PositiveNumber);
-  flags
-      .Add("--eviction-interval-secs", &o->eviction_interval_secs,
-           "cache_aware: seconds between prefix-tree evictions")
+  AddDuration(flags, "--eviction-interval-secs", &o->eviction_interval, absl::Seconds(1),
+              "cache_aware: seconds between prefix-tree evictions")
       ->check(CLI::PositiveNumber);
   flags.Add("--max-tree-size", &o->max_tree_size, "cache_aware: prefix-tree size bound (tokens)")
       ->check(CLI::PositiveNumber);
-  flags
-      .Add("--worker-load-check-interval", &o->worker_load_check_interval,
-           "Seconds between load polls (power_of_two's KV-pressure term)")
+  AddDuration(flags, "--worker-load-check-interval", &o->worker_load_check_interval,
+              absl::Seconds(1), "Seconds between load polls (power_of_two's KV-pressure term)")
       ->check(CLI::PositiveNumber);
 
   flags
       .Add("--max-payload-size", &o->max_payload_size,
            "Largest request body in bytes (413 above; default 32 MiB)")
       ->check(CLI::PositiveNumber);
-  flags.Add("--request-timeout-secs", &o->request_timeout_secs, "Whole-request timeout")
+  AddDuration(flags, "--request-timeout-secs", &o->request_timeout, absl::Seconds(1),
+              "Whole-request timeout")
       ->check(CLI::PositiveNumber);
-  flags
-      .Add("--stall-timeout-secs", &o->stall_timeout_secs,
-           "Fail a leg whose stream sent nothing for this long, or whose worker stopped passing "
-           "health checks while it waited (retried if nothing reached the client; 0: never)")
+  AddDuration(flags, "--stall-timeout-secs", &o->stall_timeout, absl::Seconds(1),
+              "Fail a leg whose stream sent nothing for this long, or whose worker stopped passing "
+              "health checks while it waited (retried if nothing reached the client; 0: never)")
       ->check(CLI::NonNegativeNumber);
   flags.Add("--max-concurrent-requests", &o->max_concurrent_requests,
             "Requests served at once (-1: unbounded); more wait in the queue");
   flags.Add("--queue-size", &o->queue_size, "Requests that may wait (429 beyond)")
       ->check(CLI::NonNegativeNumber);
-  flags
-      .Add("--queue-timeout-secs", &o->queue_timeout_secs, "Longest wait in the queue (408 after)")
+  AddDuration(flags, "--queue-timeout-secs", &o->queue_timeout, absl::Seconds(1),
+              "Longest wait in the queue (408 after)")
       ->check(CLI::PositiveNumber);
   flags.Add("--disable-kv-admission", &o->disable_kv_admission,
             "Admit requests without checking that the workers' KV holds them (prompt + "
             "max_new_tokens of every admitted request within the reported KV blocks)");
-  flags
-      .Add("--http-read-timeout-secs", &o->http_read_timeout_secs,
-           "Longest time a client may take to send one request, first byte to last (then the "
-           "connection is closed)")
+  AddDuration(flags, "--http-read-timeout-secs", &o->http_read_timeout, absl::Seconds(1),
+              "Longest time a client may take to send one request, first byte to last (then the "
+              "connection is closed)")
       ->check(CLI::PositiveNumber);
-  flags
-      .Add("--http-idle-timeout-secs", &o->http_idle_timeout_secs,
-           "Longest idle time of a keep-alive client connection between requests")
+  AddDuration(flags, "--http-idle-timeout-secs", &o->http_idle_timeout, absl::Seconds(1),
+              "Longest idle time of a keep-alive client connection between requests")
       ->check(CLI::PositiveNumber);
   flags
       .Add("--http-max-connections", &o->http_max_connections,
@@ -147,9 +155,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
 
   flags.Add("--retry-max-retries", &o->retry_max_retries, "Attempts before the first token")
       ->check(CLI::NonNegativeNumber);
-  flags.Add("--retry-initial-backoff-ms", &o->retry_initial_backoff_ms, "First retry delay")
+  AddDuration(flags, "--retry-initial-backoff-ms", &o->retry_initial_backoff, absl::Milliseconds(1),
+              "First retry delay")
       ->check(CLI::NonNegativeNumber);
-  flags.Add("--retry-max-backoff-ms", &o->retry_max_backoff_ms, "Largest retry delay")
+  AddDuration(flags, "--retry-max-backoff-ms", &o->retry_max_backoff, absl::Milliseconds(1),
+              "Largest retry delay")
       ->check(CLI::NonNegativeNumber);
   flags.Add("--retry-backoff-multiplier", &o->retry_backoff_multiplier, "Delay growth per retry")
       ->check(CLI::Range(1.0, 100.0));
@@ -165,11 +175,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       .Add("--health-success-threshold", &o->health_success_threshold,
            "Passed checks in a row that mark it healthy again")
       ->check(CLI::PositiveNumber);
-  flags.Add("--health-check-timeout-secs", &o->health_check_timeout_secs, "Health check timeout")
+  AddDuration(flags, "--health-check-timeout-secs", &o->health_check_timeout, absl::Seconds(1),
+              "Health check timeout")
       ->check(CLI::PositiveNumber);
-  flags
-      .Add("--health-check-interval-secs", &o->health_check_interval_secs,
-           "Seconds between health checks")
+  AddDuration(flags, "--health-check-interval-secs", &o->health_check_interval, absl::Seconds(1),
+              "Seconds between health checks")
       ->check(CLI::PositiveNumber);
   flags
       .Add("--cb-failure-threshold", &o->cb_failure_threshold,
@@ -179,11 +189,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       .Add("--cb-success-threshold", &o->cb_success_threshold,
            "Successes in half-open state that close it")
       ->check(CLI::PositiveNumber);
-  flags
-      .Add("--cb-timeout-duration-secs", &o->cb_timeout_duration_secs,
-           "Seconds an open circuit waits before half-open when no health check passes")
+  AddDuration(flags, "--cb-timeout-duration-secs", &o->cb_timeout_duration, absl::Seconds(1),
+              "Seconds an open circuit waits before half-open when no health check passes")
       ->check(CLI::PositiveNumber);
-  flags.Add("--cb-window-duration-secs", &o->cb_window_duration_secs, "Failure-counting window")
+  AddDuration(flags, "--cb-window-duration-secs", &o->cb_window_duration, absl::Seconds(1),
+              "Failure-counting window")
       ->check(CLI::PositiveNumber);
   flags.Add("--disable-circuit-breaker", &o->disable_circuit_breaker, "No circuit breaker");
 

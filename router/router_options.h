@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/flags.h"
 
 namespace tandem::router {
@@ -48,23 +49,24 @@ struct RouterOptions {
   double cache_threshold = 0.3;
   int balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;
-  int eviction_interval_secs = 120;
+  absl::Duration eviction_interval = absl::Seconds(120);  // --eviction-interval-secs
   int64_t max_tree_size = int64_t{1} << 26;
-  int worker_load_check_interval = 10;
+  absl::Duration worker_load_check_interval =
+      absl::Seconds(10);  // --worker-load-check-interval (s)
 
   // Limits.
   // 32 MiB: far above the largest prompt a served model takes as JSON (a 128K-token context is a
   // few MiB of text or ids, even \u-escaped), far below what would let one client make the
   // router buffer and parse hundreds of MiB.
   int64_t max_payload_size = int64_t{32} << 20;
-  int request_timeout_secs = 1800;
+  absl::Duration request_timeout = absl::Seconds(1800);  // --request-timeout-secs
   // A leg that shows no progress for this long is failed (docs/router.md "Stalled legs");
   // 0: never. 30 s: several times the longest step we expect (a long prefill chunk or a KV
   // transfer of a full context on a loaded CPU takes seconds, a decode step well under one).
-  int stall_timeout_secs = 30;
-  int max_concurrent_requests = -1;  // -1: unbounded
+  absl::Duration stall_timeout = absl::Seconds(30);  // --stall-timeout-secs
+  int max_concurrent_requests = -1;                  // -1: unbounded
   int queue_size = 100;
-  int queue_timeout_secs = 60;
+  absl::Duration queue_timeout = absl::Seconds(60);  // --queue-timeout-secs
   // Admission from KV headroom (router/admission.h): a request waits while the KV its prompt and
   // max_new_tokens need does not fit beside the needs of the requests already admitted, in the
   // total KV blocks the decode (PD) or regular (plain) workers reported.
@@ -72,14 +74,14 @@ struct RouterOptions {
   // Client connections: a request must arrive whole within the read timeout once it started
   // (slow clients cannot hold a connection), a keep-alive connection may sit idle between
   // requests for the idle timeout, and connections beyond the maximum are closed at once.
-  int http_read_timeout_secs = 60;
-  int http_idle_timeout_secs = 60;
+  absl::Duration http_read_timeout = absl::Seconds(60);  // --http-read-timeout-secs
+  absl::Duration http_idle_timeout = absl::Seconds(60);  // --http-idle-timeout-secs
   int http_max_connections = 10000;
 
   // Retries (before the first token only).
   int retry_max_retries = 5;
-  int retry_initial_backoff_ms = 50;
-  int retry_max_backoff_ms = 30000;
+  absl::Duration retry_initial_backoff = absl::Milliseconds(50);  // --retry-initial-backoff-ms
+  absl::Duration retry_max_backoff = absl::Milliseconds(30000);   // --retry-max-backoff-ms
   double retry_backoff_multiplier = 1.5;
   double retry_jitter_factor = 0.2;
   bool disable_retries = false;
@@ -87,12 +89,12 @@ struct RouterOptions {
   // Health checks and circuit breaker.
   int health_failure_threshold = 3;
   int health_success_threshold = 2;
-  int health_check_timeout_secs = 5;
-  int health_check_interval_secs = 60;
+  absl::Duration health_check_timeout = absl::Seconds(5);    // --health-check-timeout-secs
+  absl::Duration health_check_interval = absl::Seconds(60);  // --health-check-interval-secs
   int cb_failure_threshold = 10;
   int cb_success_threshold = 3;
-  int cb_timeout_duration_secs = 60;
-  int cb_window_duration_secs = 120;
+  absl::Duration cb_timeout_duration = absl::Seconds(60);  // --cb-timeout-duration-secs
+  absl::Duration cb_window_duration = absl::Seconds(120);  // --cb-window-duration-secs
   bool disable_circuit_breaker = false;
 
   // Tokenizer / chat template source (the router tokenizes for cache_aware and chat).

@@ -99,12 +99,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   }
   ro.health_failure_threshold = o.health_failure_threshold;
   ro.health_success_threshold = o.health_success_threshold;
-  ro.health_check_timeout_secs = o.health_check_timeout_secs;
-  ro.health_check_interval_secs = o.health_check_interval_secs;
+  ro.health_check_timeout = o.health_check_timeout;
+  ro.health_check_interval = o.health_check_interval;
   ro.cb_failure_threshold = o.cb_failure_threshold;
   ro.cb_success_threshold = o.cb_success_threshold;
-  ro.cb_timeout_duration_secs = o.cb_timeout_duration_secs;
-  ro.cb_window_duration_secs = o.cb_window_duration_secs;
+  ro.cb_timeout_duration = o.cb_timeout_duration;
+  ro.cb_window_duration = o.cb_window_duration;
   ro.disable_circuit_breaker = o.disable_circuit_breaker;
   ro.worker_load_check_interval = o.worker_load_check_interval;
   s.registry_ = std::make_unique<WorkerRegistry>(ro, &s.metrics_);
@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   po.balance_abs_threshold = o.balance_abs_threshold;
   po.balance_rel_threshold = o.balance_rel_threshold;
   po.max_tree_size = o.max_tree_size;
-  po.eviction_interval_secs = o.eviction_interval_secs;
+  po.eviction_interval = o.eviction_interval;
   ASSIGN_OR_RETURN(s.prefill_policy_, MakePolicy(o.prefill_policy, po, &s.metrics_),
                    "--prefill-policy: ");
   ASSIGN_OR_RETURN(s.decode_policy_,
@@ -151,18 +151,17 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
       return pool;
     };
   }
-  s.admission_ =
-      std::make_unique<AdmissionQueue>(o.max_concurrent_requests, o.queue_size,
-                                       absl::Seconds(o.queue_timeout_secs), std::move(kv_pool));
+  s.admission_ = std::make_unique<AdmissionQueue>(o.max_concurrent_requests, o.queue_size,
+                                                  o.queue_timeout, std::move(kv_pool));
   DispatchOptions dop;
   dop.pd_mode = o.pd_disaggregation;
   dop.backoff.max_retries = o.disable_retries ? 0 : o.retry_max_retries;
-  dop.backoff.initial_backoff_ms = o.retry_initial_backoff_ms;
-  dop.backoff.max_backoff_ms = o.retry_max_backoff_ms;
+  dop.backoff.initial_backoff = o.retry_initial_backoff;
+  dop.backoff.max_backoff = o.retry_max_backoff;
   dop.backoff.multiplier = o.retry_backoff_multiplier;
   dop.backoff.jitter_factor = o.retry_jitter_factor;
-  dop.request_timeout = absl::Seconds(o.request_timeout_secs);
-  dop.stall_timeout = absl::Seconds(o.stall_timeout_secs);
+  dop.request_timeout = o.request_timeout;
+  dop.stall_timeout = o.stall_timeout;
   s.dispatcher_ = std::make_unique<Dispatcher>(dop, s.registry_.get(), s.prefill_policy_.get(),
                                                s.decode_policy_.get(), s.router_metrics_.get());
   s.registry_->Start();
@@ -172,8 +171,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.port = static_cast<uint16_t>(o.port);
   http.threads = o.http_threads;
   http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
-  http.read_timeout = std::chrono::seconds(o.http_read_timeout_secs);
-  http.idle_timeout = std::chrono::seconds(o.http_idle_timeout_secs);
+  http.read_timeout = absl::ToChronoMilliseconds(o.http_read_timeout);
+  http.idle_timeout = absl::ToChronoMilliseconds(o.http_idle_timeout);
   http.max_connections = o.http_max_connections;
   http.tls_cert_file = o.tls_cert_file;
   http.tls_key_file = o.tls_key_file;

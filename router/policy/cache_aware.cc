@@ -25,7 +25,8 @@ CacheAwarePolicy::CacheAwarePolicy(const PolicyOptions& options, MetricsRegistry
                                    "Tokens stored in the cache_aware tree, all workers")
                         .Get();
   }
-  if (options_.eviction_interval_secs > 0) evictor_ = std::thread([this] { EvictionLoop(); });
+  if (options_.eviction_interval > absl::ZeroDuration())
+    evictor_ = std::thread([this] { EvictionLoop(); });
 }
 
 CacheAwarePolicy::~CacheAwarePolicy() {
@@ -40,7 +41,7 @@ CacheAwarePolicy::~CacheAwarePolicy() {
 void CacheAwarePolicy::EvictionLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    stop_cv_.WaitWithTimeout(&mu_, absl::Seconds(options_.eviction_interval_secs));
+    stop_cv_.WaitWithTimeout(&mu_, options_.eviction_interval);
     if (stopping_) break;
     for (const std::string& tenant : tree_.Tenants()) {
       tree_.EvictTenantToSize(tenant, options_.max_tree_size);

@@ -8,7 +8,7 @@
 //      storing the fewest tokens (spreads new prefixes over the workers).
 //   3. Record the prompt in the chosen worker's part of the tree.
 // Each worker's part of the tree is kept at most max_tree_size tokens by evicting its least
-// recently used leaves: on Select when a worker goes over, and every eviction_interval_secs on a
+// recently used leaves: on Select when a worker goes over, and every eviction_interval on a
 // thread the policy owns (so the tree shrinks back after bursts, as SGLang's does).
 // A request without token ids uses the bytes of its text as tokens.
 //

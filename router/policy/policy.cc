@@ -130,10 +130,10 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(const std::string& name,
           absl::StrCat("cache_aware: max_tree_size ", options.max_tree_size, " must be >= 1"));
     }
     if (options.balance_abs_threshold < 0 || options.balance_rel_threshold < 1 ||
-        options.eviction_interval_secs < 0) {
+        options.eviction_interval < absl::ZeroDuration()) {
       return absl::InvalidArgumentError(
           "cache_aware: balance_abs_threshold must be >= 0, balance_rel_threshold >= 1 and "
-          "eviction_interval_secs >= 0");
+          "eviction_interval >= 0");
     }
     return std::make_unique<CacheAwarePolicy>(options, metrics);
   }

@@ -57,8 +57,9 @@ struct PolicyOptions {
   int balance_abs_threshold = 64;
   double balance_rel_threshold = 1.5;
   int64_t max_tree_size = int64_t{1} << 26;  // cache_aware: tokens stored per worker
-  int eviction_interval_secs = 120;          // 0: evict only on Select when over size
-  uint64_t seed = 0;                         // random / power_of_two; 0: seeded from the clock
+  absl::Duration eviction_interval =
+      absl::Seconds(120);  // zero: evict only on Select when over size
+  uint64_t seed = 0;       // random / power_of_two; 0: seeded from the clock
   // power_of_two: how many in-flight legs a worker with every KV block in use counts as, on top
   // of its real ones (scaled by the used share of its blocks). 8 lets a nearly full worker get
   // about 8 fewer of a burst than an empty one, without starving it while it has room.

@@ -20,16 +20,25 @@ CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options, NowFn now)
     : options_(std::move(options)), now_(std::move(now)) {
   if (options_.failure_threshold < 1) options_.failure_threshold = 1;
   if (options_.success_threshold < 1) options_.success_threshold = 1;
+  if (options_.half_open_max_trials < 1) options_.half_open_max_trials = 1;
 }
 
 void CircuitBreaker::MaybeHalfOpen() {
-  if (state_ == CircuitState::kOpen && now_() - opened_at_ >= options_.timeout) {
-    state_ = CircuitState::kHalfOpen;
-    consecutive_successes_ = 0;
-  }
+  if (state_ == CircuitState::kOpen && now_() - opened_at_ >= options_.timeout) HalfOpen();
+}
+
+void CircuitBreaker::HalfOpen() {
+  state_ = CircuitState::kHalfOpen;
+  consecutive_successes_ = 0;
+  trials_in_flight_ = 0;
+}
+
+void CircuitBreaker::EndTrial() {
+  if (trials_in_flight_ > 0) --trials_in_flight_;
 }
 
 void CircuitBreaker::Open() {
+  trials_in_flight_ = 0;
   state_ = CircuitState::kOpen;
   opened_at_ = now_();
   consecutive_successes_ = 0;
@@ -39,7 +48,16 @@ void CircuitBreaker::Open() {
 bool CircuitBreaker::CanExecute() {
   if (options_.disabled) return true;
   MaybeHalfOpen();
+  if (state_ == CircuitState::kHalfOpen) {
+    return trials_in_flight_ < options_.half_open_max_trials;
+  }
   return state_ != CircuitState::kOpen;
+}
+
+void CircuitBreaker::OnRequestStart() {
+  if (options_.disabled) return;
+  MaybeHalfOpen();
+  if (state_ == CircuitState::kHalfOpen) ++trials_in_flight_;
 }
 
 CircuitState CircuitBreaker::state() {
@@ -58,8 +76,7 @@ bool CircuitBreaker::HealthCheckPassed() {
     return false;  // this worker's last trial failed less than a health-check interval ago
   }
   last_health_half_open_ = now;
-  state_ = CircuitState::kHalfOpen;
-  consecutive_successes_ = 0;
+  HalfOpen();
   return true;
 }
 
@@ -71,9 +88,11 @@ void CircuitBreaker::RecordSuccess() {
     case CircuitState::kClosed:
       break;
     case CircuitState::kHalfOpen:
+      EndTrial();
       if (++consecutive_successes_ >= options_.success_threshold) {
         state_ = CircuitState::kClosed;
         consecutive_successes_ = 0;
+        trials_in_flight_ = 0;
       }
       break;
     case CircuitState::kOpen:

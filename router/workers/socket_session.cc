@@ -1,4 +1,4 @@
-// The router's end of the session socket (proto/worker.proto): see OpenSocketSession.
+// The router's end of the session socket (proto/worker.proto): see OpenSocketLink.
 #include <utility>
 // <utility> first: Boost.Asio's awaitable.hpp uses std::exchange without including it.
 #include <boost/asio.hpp>
@@ -23,7 +23,7 @@ using tcp = asio::ip::tcp;
 constexpr auto kConnectTimeout = std::chrono::seconds(5);
 constexpr size_t kReadChunk = 64 << 10;
 
-// The process's session-socket I/O thread. Never destroyed, as SessionTimers: no exit-time
+// The process's session-socket I/O thread. Never destroyed, as LegTimers: no exit-time
 // destructor may race a connection still completing.
 asio::io_context& SessionIo() {
   static asio::io_context* io = [] {
@@ -37,16 +37,13 @@ asio::io_context& SessionIo() {
   return *io;
 }
 
-grpc::Status Unavailable(std::string message) {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::move(message));
-}
+absl::Status Unavailable(std::string message) { return absl::UnavailableError(message); }
 
-class SocketWorkerSession : public WorkerSession {
+class SocketWorkerLink : public WorkerLink {
  public:
-  SocketWorkerSession(std::string host, int port, std::string url, std::string secret,
-                      std::string audience,
-                      std::function<void(const grpc::Status&)> on_connect_failed)
-      : WorkerSession(std::move(url), /*hold_writes=*/true),
+  SocketWorkerLink(std::string host, int port, std::string url, std::string secret,
+                   std::string audience, std::function<void(const absl::Status&)> on_connect_failed)
+      : WorkerLink(std::move(url), /*hold_writes=*/true),
         host_(std::move(host)),
         port_(port),
         secret_(std::move(secret)),
@@ -119,12 +116,12 @@ class SocketWorkerSession : public WorkerSession {
   // Any thread.
   void CloseTransport() override {
     auto self = Self();
-    asio::post(SessionIo(), [self] { self->End(grpc::Status::OK); });
+    asio::post(SessionIo(), [self] { self->End(absl::OkStatus()); });
   }
 
  private:
-  std::shared_ptr<SocketWorkerSession> Self() {
-    return std::static_pointer_cast<SocketWorkerSession>(shared_from_this());
+  std::shared_ptr<SocketWorkerLink> Self() {
+    return std::static_pointer_cast<SocketWorkerLink>(shared_from_this());
   }
 
   // I/O thread.
@@ -140,7 +137,7 @@ class SocketWorkerSession : public WorkerSession {
   // I/O thread: the connection could not be made. The calls fail; the client hears why.
   void ConnectFailed(const std::string& why) {
     if (ended_) return;
-    const grpc::Status status = Unavailable(absl::StrCat(
+    const absl::Status status = Unavailable(absl::StrCat(
         "cannot reach worker ", url_, "'s session socket at ", host_, ":", port_, ": ", why));
     // The client falls back first, so that a leg retried from a failed one's callback already
     // goes over gRPC.
@@ -157,7 +154,7 @@ class SocketWorkerSession : public WorkerSession {
           if (self->ended_) return;
           if (ec) {
             self->End(ec == asio::error::eof
-                          ? grpc::Status::OK
+                          ? absl::OkStatus()
                           : Unavailable(absl::StrCat("the session socket to worker ", self->url_,
                                                      " broke: ", ec.message())));
             return;
@@ -208,27 +205,24 @@ class SocketWorkerSession : public WorkerSession {
       }
       if (down_.has_ended()) {
         const proto::CallError& e = down_.ended();
-        const int code = e.code();
-        End(grpc::Status(code > 0 && code <= grpc::StatusCode::UNAUTHENTICATED
-                             ? static_cast<grpc::StatusCode>(code)
-                             : grpc::StatusCode::UNAVAILABLE,
-                         absl::StrCat("worker ", url_, " ended the session: ", e.message())));
+        End(LegStatusFromWire(e.code(),
+                              absl::StrCat("worker ", url_, " ended the session: ", e.message()),
+                              absl::StatusCode::kUnavailable));
         return false;
       }
       OnReplies(down_);
     }
   }
 
-  grpc::Status Protocol(const std::string& why) {
-    return grpc::Status(grpc::StatusCode::INTERNAL,
-                        absl::StrCat("worker ", url_, " does not speak the session protocol on ",
-                                     host_, ":", port_, ": ", why));
+  absl::Status Protocol(const std::string& why) {
+    return absl::InternalError(absl::StrCat(
+        "worker ", url_, " does not speak the session protocol on ", host_, ":", port_, ": ", why));
   }
 
   // I/O thread, once: no more writes or reads; the live calls fail with `status`. The socket is
   // shut down, not closed: a write still running on another thread then fails rather than
   // reach whatever connection might reuse a closed descriptor. It closes with the session.
-  void End(const grpc::Status& status) {
+  void End(const absl::Status& status) {
     if (ended_) return;
     ended_ = true;
     Broken();
@@ -244,7 +238,7 @@ class SocketWorkerSession : public WorkerSession {
   const int port_;
   const std::string secret_;
   const std::string audience_;  // the worker's instance id, from its proof
-  const std::function<void(const grpc::Status&)> on_connect_failed_;
+  const std::function<void(const absl::Status&)> on_connect_failed_;
   // I/O thread:
   tcp::resolver resolver_;
   tcp::socket socket_;
@@ -263,11 +257,11 @@ class SocketWorkerSession : public WorkerSession {
 
 }  // namespace
 
-std::shared_ptr<WorkerSession> OpenSocketSession(
+std::shared_ptr<WorkerLink> OpenSocketLink(
     const std::string& host, int port, const std::string& url, const std::string& cluster_secret,
-    const std::string& audience, std::function<void(const grpc::Status&)> on_connect_failed) {
-  auto session = std::make_shared<SocketWorkerSession>(host, port, url, cluster_secret, audience,
-                                                       std::move(on_connect_failed));
+    const std::string& audience, std::function<void(const absl::Status&)> on_connect_failed) {
+  auto session = std::make_shared<SocketWorkerLink>(host, port, url, cluster_secret, audience,
+                                                    std::move(on_connect_failed));
   asio::post(SessionIo(), [session] { session->Start(); });
   return session;
 }

@@ -31,6 +31,11 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Time deadline) {
 
 grpc::Status Cancelled() { return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"); }
 
+// A unary call's status for a call never sent.
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
 // One unary call: owns its context, request and response until `done` has run. Shared by the
 // handle and the gRPC callback, so Cancel() stays valid after completion.
 //
@@ -60,8 +65,7 @@ class UnaryCall : public CallHandle, public std::enable_shared_from_this<UnaryCa
       Done done = std::move(self->done_);
       self->done_ = nullptr;
       done(std::move(status), std::move(self->response_));
-      SessionTimers().RunAt(absl::InfinitePast(),
-                            [self = std::move(self), done = std::move(done)] {});
+      LegTimers().RunAt(absl::InfinitePast(), [self = std::move(self), done = std::move(done)] {});
     });
     return self;
   }
@@ -85,9 +89,8 @@ class NoCall : public CallHandle {
 template <typename Resp>
 std::shared_ptr<CallHandle> FailSoon(std::function<void(grpc::Status, Resp)> done,
                                      grpc::Status status) {
-  SessionTimers().RunAt(absl::InfinitePast(), [done = std::move(done), status = std::move(status)] {
-    done(status, Resp());
-  });
+  LegTimers().RunAt(absl::InfinitePast(),
+                    [done = std::move(done), status = std::move(status)] { done(status, Resp()); });
   return std::make_shared<NoCall>();
 }
 
@@ -195,21 +198,20 @@ WorkerClient::WorkerClient(std::string url, WorkerAddress address,
 
 bool WorkerClient::verified() const { return verified_.load(std::memory_order_acquire); }
 
-grpc::Status WorkerClient::Unverified() const {
-  return grpc::Status(
-      grpc::StatusCode::UNAVAILABLE,
+absl::Status WorkerClient::Unverified() const {
+  return absl::UnavailableError(
       absl::StrCat("worker ", url_, " is unverified: it did not prove the cluster secret"));
 }
 
 void WorkerClient::SetAudience(std::string instance_id) {
-  std::shared_ptr<WorkerSession> retired;
+  std::shared_ptr<WorkerLink> retired;
   {
-    std::lock_guard<std::mutex> lock(session_mu_);
+    absl::MutexLock lock(&link_mu_);
     if (audience_->Get() == instance_id) return;
     audience_->Set(instance_id);
     verified_.store(cluster_secret_.empty() || !instance_id.empty(), std::memory_order_release);
     // A session socket's token was made for the previous instance (or none).
-    retired = std::move(session_);
+    retired = std::move(link_);
   }
   if (retired != nullptr) retired->Retire();
 }
@@ -221,8 +223,7 @@ void WorkerClient::ForgetProof() {
 std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
                                                 std::function<void(absl::Status)> done) {
   if (cluster_secret_.empty()) {
-    SessionTimers().RunAt(absl::InfinitePast(),
-                          [done = std::move(done)] { done(absl::OkStatus()); });
+    LegTimers().RunAt(absl::InfinitePast(), [done = std::move(done)] { done(absl::OkStatus()); });
     return std::make_shared<NoCall>();
   }
   proto::ProveRequest request = NewProveRequest(address_.target);
@@ -250,7 +251,7 @@ std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
     }
     // On the timer thread: were this the client's last reference, its channel must not be
     // destroyed on a gRPC thread (see UnaryCall). The audience is set before `done` runs.
-    SessionTimers().RunAt(absl::InfinitePast(), [weak, result, instance_id, done] {
+    LegTimers().RunAt(absl::InfinitePast(), [weak, result, instance_id, done] {
       if (result.ok()) {
         if (auto client = weak.lock()) client->SetAudience(instance_id);
       }
@@ -264,32 +265,31 @@ std::shared_ptr<CallHandle> WorkerClient::Prove(absl::Time deadline,
   });
 }
 
-std::function<grpc::Status(grpc::Status)> WorkerClient::LegStatusFilter() {
-  if (cluster_secret_.empty()) return [](grpc::Status status) { return status; };
+std::function<absl::Status(absl::Status)> WorkerClient::LegStatusFilter() {
+  if (cluster_secret_.empty()) return [](absl::Status status) { return status; };
   // Holds no reference to the client: a leg may end after the client was dropped, and the
   // client must not be destroyed on the thread that delivers it (see UnaryCall).
-  return [weak = weak_from_this(), url = url_](grpc::Status status) {
-    if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return status;
+  return [weak = weak_from_this(), url = url_](absl::Status status) {
+    if (status.code() != absl::StatusCode::kUnauthenticated) return status;
     // A proven worker refused our token: it restarted (a new instance id) or changed its
     // secret. Stop trusting it at once and report UNAVAILABLE, which the dispatcher retries
     // elsewhere and reports to the registry, whose next probe is then a new proof. Posted: this
     // runs inside the session's delivery, and ForgetProof retires the session.
-    SessionTimers().RunAt(absl::InfinitePast(), [weak] {
+    LegTimers().Post([weak] {
       if (auto client = weak.lock()) client->ForgetProof();
     });
-    return grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
-        absl::StrCat("worker ", url, " refused this router's cluster token (it ",
-                     "restarted, or its secret changed): ", status.error_message()));
+    return absl::UnavailableError(absl::StrCat("worker ", url,
+                                               " refused this router's cluster token (it "
+                                               "restarted, or its secret changed): ",
+                                               status.message()));
   };
 }
 
-std::shared_ptr<CallHandle> WorkerClient::Prefill(
-    proto::PrefillRequest request, absl::Time deadline,
-    std::function<void(grpc::Status, proto::PrefillResponse)> done) {
-  std::shared_ptr<SessionCall> call =
-      NewPrefillCall([filter = LegStatusFilter(), done = std::move(done)](
-                         grpc::Status status, proto::PrefillResponse response) {
+LegPtr WorkerClient::StartPrefill(proto::PrefillRequest request, Deadline deadline,
+                                  PrefillDoneFn done) {
+  std::shared_ptr<LegStream> call =
+      NewPrefillLegStream([filter = LegStatusFilter(), done = std::move(done)](
+                              absl::Status status, proto::PrefillResponse response) {
         done(filter(std::move(status)), std::move(response));
       });
   proto::SessionCall message;
@@ -298,97 +298,99 @@ std::shared_ptr<CallHandle> WorkerClient::Prefill(
   return call;
 }
 
-std::shared_ptr<CallHandle> WorkerClient::Decode(
-    proto::DecodeRequest request, absl::Time deadline,
-    std::function<void(const proto::DecodeEvent&)> on_event,
-    std::function<void(grpc::Status)> done) {
-  std::shared_ptr<SessionCall> call = NewDecodeCall(
+LegPtr WorkerClient::StartDecode(proto::DecodeRequest request, Deadline deadline,
+                                 LegEventFn on_event, LegDoneFn done) {
+  std::shared_ptr<LegStream> call = NewDecodeLegStream(
       std::move(on_event), [filter = LegStatusFilter(), done = std::move(done)](
-                               grpc::Status status) { done(filter(std::move(status))); });
+                               absl::Status status) { done(filter(std::move(status))); });
   proto::SessionCall message;
   *message.mutable_decode() = std::move(request);
   SendLeg(call, &message, deadline);
   return call;
 }
 
-void WorkerClient::SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-                           absl::Time deadline) {
+void WorkerClient::SendLeg(const std::shared_ptr<LegStream>& call, proto::SessionCall* message,
+                           Deadline deadline) {
   if (!verified()) {
     // The registry never routes to an unverified worker; this keeps prompts from one anyway.
-    SessionCall::FailLater(call, Unverified());
+    LegStream::FailLater(call, Unverified());
     return;
   }
   const size_t bytes = message->ByteSizeLong();  // once: it walks the whole prompt
   if (bytes > kMaxSessionCallBytes) {
-    SessionCall::FailLater(
-        call, grpc::Status(
-                  grpc::StatusCode::RESOURCE_EXHAUSTED,
+    LegStream::FailLater(
+        call, absl::ResourceExhaustedError(
                   absl::StrCat("a leg of ", bytes, " bytes exceeds the worker's message limit of ",
                                kMaxSessionCallBytes, " bytes")));
     return;
   }
   for (;;) {
-    std::shared_ptr<WorkerSession> session;
+    std::shared_ptr<WorkerLink> session;
     {
-      std::lock_guard<std::mutex> lock(session_mu_);
-      if (session_ == nullptr || session_->closing()) session_ = OpenSessionLocked();
-      session = session_;
+      absl::MutexLock lock(&link_mu_);
+      if (link_ == nullptr || link_->closing()) link_ = OpenLinkLocked();
+      session = link_;
     }
     if (session->Send(call, message, bytes, deadline)) return;
   }
 }
 
-std::shared_ptr<WorkerSession> WorkerClient::OpenSessionLocked() {
+std::shared_ptr<WorkerLink> WorkerClient::OpenLinkLocked() {
   if (session_port_ == 0 || absl::Now() < socket_retry_after_) {
-    return OpenGrpcSession(channel_, stub_.get(), url_);
+    return OpenGrpcLink(channel_, stub_.get(), url_);
   }
   // The failure callback may outlive this client (the connection runs on its own thread).
   std::weak_ptr<WorkerClient> weak = weak_from_this();
-  return OpenSocketSession(address_.host, session_port_, url_, cluster_secret_, audience_->Get(),
-                           [weak](const grpc::Status& status) {
-                             auto client = weak.lock();
-                             if (client == nullptr) return;
-                             spdlog::warn("{}; its legs go over gRPC for up to {} s",
-                                          status.error_message(),
-                                          absl::ToInt64Seconds(kSocketRetry));
-                             {
-                               std::lock_guard<std::mutex> lock(client->session_mu_);
-                               client->socket_retry_after_ = absl::Now() + kSocketRetry;
-                             }
-                             // A worker restarted on the same gRPC port listens on a new ephemeral
-                             // session port: ask now rather than at the next health check, so its
-                             // legs are back on the socket at once.
-                             client->Health(false, absl::Now() + kRelearnDeadline,
-                                            [](grpc::Status, proto::HealthResponse) {});
-                           });
+  return OpenSocketLink(address_.host, session_port_, url_, cluster_secret_, audience_->Get(),
+                        [weak](const absl::Status& status) {
+                          auto client = weak.lock();
+                          if (client == nullptr) return;
+                          spdlog::warn("{}; its legs go over gRPC for up to {} s",
+                                       std::string(status.message()),
+                                       absl::ToInt64Seconds(kSocketRetry));
+                          {
+                            absl::MutexLock lock(&client->link_mu_);
+                            client->socket_retry_after_ = absl::Now() + kSocketRetry;
+                          }
+                          // A worker restarted on the same gRPC port listens on a new ephemeral
+                          // session port: ask now rather than at the next health check, so its
+                          // legs are back on the socket at once.
+                          client->Health(false, absl::Now() + kRelearnDeadline,
+                                         [](grpc::Status, proto::HealthResponse) {});
+                        });
 }
 
 int WorkerClient::session_port() {
-  std::lock_guard<std::mutex> lock(session_mu_);
+  absl::MutexLock lock(&link_mu_);
   return session_port_;
 }
 
 void WorkerClient::LearnSessionPort(int port) {
   if (port < 0 || port > 65535) return;
-  std::lock_guard<std::mutex> lock(session_mu_);
+  absl::MutexLock lock(&link_mu_);
   if (port == session_port_) return;
   session_port_ = port;
   socket_retry_after_ = absl::InfinitePast();
-  if (session_ != nullptr) {
-    session_->Retire();
-    session_ = nullptr;
+  if (link_ != nullptr) {
+    link_->Retire();
+    link_ = nullptr;
   }
 }
 
 WorkerClient::~WorkerClient() {
-  std::lock_guard<std::mutex> lock(session_mu_);
-  if (session_ != nullptr) session_->Retire();
+  absl::MutexLock lock(&link_mu_);
+  if (link_ != nullptr) link_->Retire();
+}
+
+void WorkerClient::AbortLegs(proto::AbortRequest request, Deadline deadline) {
+  Abort(std::move(request), absl::Now() + absl::FromChrono(deadline.remaining()),
+        [](grpc::Status, proto::AbortResponse) {});
 }
 
 std::shared_ptr<CallHandle> WorkerClient::Abort(
     proto::AbortRequest request, absl::Time deadline,
     std::function<void(grpc::Status, proto::AbortResponse)> done) {
-  if (!verified()) return FailSoon(std::move(done), Unverified());
+  if (!verified()) return FailSoon(std::move(done), ToGrpc(Unverified()));
   auto call = std::make_shared<UnaryCall<proto::AbortRequest, proto::AbortResponse>>(
       std::move(request), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -399,7 +401,7 @@ std::shared_ptr<CallHandle> WorkerClient::Abort(
 std::shared_ptr<CallHandle> WorkerClient::Health(
     bool generate, absl::Time deadline,
     std::function<void(grpc::Status, proto::HealthResponse)> done) {
-  if (!verified()) return FailSoon(std::move(done), Unverified());
+  if (!verified()) return FailSoon(std::move(done), ToGrpc(Unverified()));
   proto::HealthRequest request;
   request.set_generate(generate);
   std::weak_ptr<WorkerClient> weak = weak_from_this();
@@ -407,7 +409,7 @@ std::shared_ptr<CallHandle> WorkerClient::Health(
     if (status.ok()) {
       // On the timer thread: were this the client's last reference, its channel must not be
       // destroyed on a gRPC thread (see UnaryCall).
-      SessionTimers().RunAt(absl::InfinitePast(), [weak, port = r.session_port()] {
+      LegTimers().RunAt(absl::InfinitePast(), [weak, port = r.session_port()] {
         if (auto client = weak.lock()) client->LearnSessionPort(port);
       });
     }
@@ -422,7 +424,7 @@ std::shared_ptr<CallHandle> WorkerClient::Health(
 
 std::shared_ptr<CallHandle> WorkerClient::GetLoad(
     absl::Time deadline, std::function<void(grpc::Status, proto::LoadReport)> done) {
-  if (!verified()) return FailSoon(std::move(done), Unverified());
+  if (!verified()) return FailSoon(std::move(done), ToGrpc(Unverified()));
   auto call = std::make_shared<UnaryCall<proto::LoadRequest, proto::LoadReport>>(
       proto::LoadRequest(), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -432,7 +434,7 @@ std::shared_ptr<CallHandle> WorkerClient::GetLoad(
 
 std::shared_ptr<CallHandle> WorkerClient::FlushCache(
     absl::Time deadline, std::function<void(grpc::Status, proto::FlushCacheResponse)> done) {
-  if (!verified()) return FailSoon(std::move(done), Unverified());
+  if (!verified()) return FailSoon(std::move(done), ToGrpc(Unverified()));
   auto call = std::make_shared<UnaryCall<proto::FlushCacheRequest, proto::FlushCacheResponse>>(
       proto::FlushCacheRequest(), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -442,7 +444,7 @@ std::shared_ptr<CallHandle> WorkerClient::FlushCache(
 
 std::shared_ptr<CallHandle> WorkerClient::GetServerInfo(
     absl::Time deadline, std::function<void(grpc::Status, proto::ServerInfo)> done) {
-  if (!verified()) return FailSoon(std::move(done), Unverified());
+  if (!verified()) return FailSoon(std::move(done), ToGrpc(Unverified()));
   auto call = std::make_shared<UnaryCall<proto::ServerInfoRequest, proto::ServerInfo>>(
       proto::ServerInfoRequest(), std::move(done));
   return call->Start(deadline, [this](auto* ctx, auto* req, auto* resp, auto cb) {

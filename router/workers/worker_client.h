@@ -1,23 +1,25 @@
 // WorkerClient: the router's gRPC client for one worker (proto/worker.proto's Worker service).
 //
 //   ASSIGN_OR_RETURN(auto client, WorkerClient::Create("http://10.0.0.7:30001"));
-//   auto call = client->Decode(request, absl::Now() + absl::Seconds(60),
+//   LegPtr leg = client->StartDecode(request, Deadline::After(std::chrono::seconds(60)),
 //       [](const proto::DecodeEvent& e) { ... },      // each event, in order
-//       [](grpc::Status s) { ... });                   // exactly once, last
-//   call->Cancel();                                    // any time, any thread
+//       [](absl::Status s) { ... });                   // exactly once, last
+//   leg->Cancel();                                     // any time, any thread
 //
-// Every call is asynchronous on gRPC's callback API: no thread is held per call; callbacks run on
-// gRPC's threads (or, for cancellations and deadlines, on a timer thread) and must not block. One
-// channel per worker, with keepalive pings so that a dead peer fails its calls within seconds
-// rather than at the TCP timeout. Prefill and decode legs share one Session stream per worker
-// (proto/worker.proto), opened on first use and again after it ends: a session that breaks fails
-// the legs on it (UNAVAILABLE, or gRPC's status) and the next leg opens a new one. Their
-// deadlines and cancellations are the client's: the leg ends DEADLINE_EXCEEDED or CANCELLED at
-// once and the worker is told to abort it. Once a Health answer advertises the worker's session
-// socket (proto/worker.proto), new sessions go there instead of rpc Session (fewer bytes and no
-// gRPC threads on the path); one that cannot connect fails its legs UNAVAILABLE and, for the
-// next 30 s or until a Health answer (asked for at once) advertises another port, sessions go
-// over gRPC again.
+// It is the router's WorkerLegs (router/workers/leg.h) for a worker: legs, with absl::Status, on
+// whichever transport the worker offers; the gRPC types stay in the unary calls below, which
+// the registry and the admin API use. Every call is asynchronous on gRPC's callback API: no thread
+// is held per call; callbacks run on gRPC's threads (or, for cancellations and deadlines, on a
+// timer thread) and must not block. One channel per worker, with keepalive pings so that a dead
+// peer fails its calls within seconds rather than at the TCP timeout. Prefill and decode legs share
+// one Session stream per worker (proto/worker.proto), opened on first use and again after it ends:
+// a session that breaks fails the legs on it (UNAVAILABLE, or gRPC's status) and the next leg opens
+// a new one. Their deadlines and cancellations are the client's: the leg ends DEADLINE_EXCEEDED or
+// CANCELLED at once and the worker is told to abort it. Once a Health answer advertises the
+// worker's session socket (proto/worker.proto), new sessions go there instead of rpc Session (fewer
+// bytes and no gRPC threads on the path); one that cannot connect fails its legs UNAVAILABLE and,
+// for the next 30 s or until a Health answer (asked for at once) advertises another port, sessions
+// go over gRPC again.
 //
 // With a cluster secret, the client trusts the worker only once it proved the secret (Prove,
 // proto/cluster_proof.proto): until then every call but Prove fails at once with UNAVAILABLE
@@ -39,14 +41,16 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/cluster_proof.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 #include "proto/worker.pb.h"
+#include "router/workers/leg.h"
 
 namespace tandem::router {
 
@@ -70,19 +74,19 @@ struct WorkerAddress {
 // a bad port, an empty host) is InvalidArgument naming the url.
 absl::StatusOr<WorkerAddress> ParseWorkerUrl(const std::string& url);
 
-class WorkerSession;
-class SessionCall;
+class WorkerLink;
+class LegStream;
 class ClusterAudience;
 
-class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
+class WorkerClient : public WorkerLegs, public std::enable_shared_from_this<WorkerClient> {
  public:
   // url: "http://host:port", "host:port" or "grpc://host:port". Errors name the bad url.
   // A non-empty `cluster_secret` authenticates every call (router/workers/cluster_credentials.h).
   static absl::StatusOr<std::shared_ptr<WorkerClient>> Create(
       const std::string& url, const std::string& cluster_secret = "");
 
-  // Legs in flight run to their end; the session closes after the last.
-  ~WorkerClient();
+  // Legs in flight run to their end; the link closes after the last.
+  ~WorkerClient() override;
   WorkerClient(const WorkerClient&) = delete;
   WorkerClient& operator=(const WorkerClient&) = delete;
 
@@ -102,19 +106,17 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
   // secret: ..." for any answer that is not a proof. Without a secret: OK at once.
   std::shared_ptr<CallHandle> Prove(absl::Time deadline, std::function<void(absl::Status)> done);
   // The worker refused a token made for its proven instance id (it restarted or changed its
-  // secret): unverified again until the next Prove; the current session is retired.
+  // secret): unverified again until the next Prove; the current link is retired.
   void ForgetProof();
 
-  // The prefill leg. `done` runs exactly once on a gRPC thread. The handle's Cancel() cancels.
-  std::shared_ptr<CallHandle> Prefill(
-      proto::PrefillRequest request, absl::Time deadline,
-      std::function<void(grpc::Status, proto::PrefillResponse)> done);
-
-  // The decode leg: `on_event` for each streamed event (gRPC thread, in order, never after
-  // `done`), then `done` exactly once.
-  std::shared_ptr<CallHandle> Decode(proto::DecodeRequest request, absl::Time deadline,
-                                     std::function<void(const proto::DecodeEvent&)> on_event,
-                                     std::function<void(grpc::Status)> done);
+  // WorkerLegs. Legs travel on the worker's link (see the class comment); their callbacks run
+  // on the transport's thread (gRPC's or the session socket's) or the LegTimers thread.
+  LegPtr StartPrefill(proto::PrefillRequest request, Deadline deadline,
+                      PrefillDoneFn done) override;
+  LegPtr StartDecode(proto::DecodeRequest request, Deadline deadline, LegEventFn on_event,
+                     LegDoneFn done) override;
+  // The Abort RPC, its answer ignored.
+  void AbortLegs(proto::AbortRequest request, Deadline deadline) override;
 
   // Small unary calls with a deadline; `done` runs exactly once on a gRPC thread. The handle
   // (which callers may ignore) cancels.
@@ -133,19 +135,19 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
   WorkerClient(std::string url, WorkerAddress address, std::shared_ptr<grpc::Channel> channel,
                std::string cluster_secret, std::shared_ptr<ClusterAudience> audience);
   // The status of every call to a worker that has not proven the secret.
-  grpc::Status Unverified() const;
+  absl::Status Unverified() const;
   // Maps a leg's final status: UNAUTHENTICATED from a proven worker becomes UNAVAILABLE and
   // makes the worker unverified (see the .cc).
-  std::function<grpc::Status(grpc::Status)> LegStatusFilter();
-  // Sets the proven instance id, or clears it (""); retires the session opened under another.
+  std::function<absl::Status(absl::Status)> LegStatusFilter();
+  // Sets the proven instance id, or clears it (""); retires the link opened under another.
   void SetAudience(std::string instance_id);
-  // Sends a leg on the current session (opening one when there is none or it is closing).
-  void SendLeg(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-               absl::Time deadline);
-  // Under session_mu_: a new session, on the session socket when the worker advertised one
-  // and it has not failed to connect within the last kSocketRetry.
-  std::shared_ptr<WorkerSession> OpenSessionLocked();
-  // A Health answer's session port: a new or changed one retires the current session, so the
+  // Sends a leg on the current link (opening one when there is none or it is closing).
+  void SendLeg(const std::shared_ptr<LegStream>& call, proto::SessionCall* message,
+               Deadline deadline) ABSL_LOCKS_EXCLUDED(link_mu_);
+  // A new link, on the session socket when the worker advertised one and it has not failed
+  // to connect within the last kSocketRetry.
+  std::shared_ptr<WorkerLink> OpenLinkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_mu_);
+  // A Health answer's session port: a new or changed one retires the current link, so the
   // next leg goes to the socket.
   void LearnSessionPort(int port);
 
@@ -158,10 +160,10 @@ class WorkerClient : public std::enable_shared_from_this<WorkerClient> {
   // The instance id tokens name; shared with the channel's interceptor. "" until proven.
   const std::shared_ptr<ClusterAudience> audience_;
   std::atomic<bool> verified_{false};  // mirrors !audience_->Get().empty() for the hot path
-  std::mutex session_mu_;
-  std::shared_ptr<WorkerSession> session_;  // guarded by session_mu_
-  int session_port_ = 0;                    // guarded by session_mu_: 0 = none advertised
-  absl::Time socket_retry_after_;           // guarded by session_mu_
+  absl::Mutex link_mu_;
+  std::shared_ptr<WorkerLink> link_ ABSL_GUARDED_BY(link_mu_);
+  int session_port_ ABSL_GUARDED_BY(link_mu_) = 0;  // 0 = none advertised
+  absl::Time socket_retry_after_ ABSL_GUARDED_BY(link_mu_);
 };
 
 }  // namespace tandem::router

@@ -26,14 +26,15 @@ CircuitBreakerOptions BreakerOptions(const RegistryOptions& o) {
   CircuitBreakerOptions b;
   b.failure_threshold = o.cb_failure_threshold;
   b.success_threshold = o.cb_success_threshold;
-  b.timeout = std::chrono::seconds(o.cb_timeout_duration_secs);
-  b.window = std::chrono::seconds(o.cb_window_duration_secs);
+  b.timeout = absl::ToChronoNanoseconds(o.cb_timeout_duration);
+  b.window = absl::ToChronoNanoseconds(o.cb_window_duration);
   b.disabled = o.disable_circuit_breaker;
+  b.half_open_max_trials = o.cb_half_open_max_trials;
   // One health-check-made half_open per regular round. Rounds are an interval apart, but each
   // answer arrives after its own latency: a tenth of slack keeps a quicker answer from being
   // refused and pushing the trial a whole round later.
   const MonoClock::duration interval =
-      std::chrono::seconds(std::max(1, o.health_check_interval_secs));
+      absl::ToChronoNanoseconds(std::max(absl::Seconds(1), o.health_check_interval));
   b.health_check_gap = interval - interval / 10;
   return b;
 }
@@ -59,15 +60,18 @@ const char* WorkerTypeName(WorkerType type) {
 
 // ---- Worker ----
 
-Worker::Worker(std::shared_ptr<WorkerClient> client, WorkerType type,
-               std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges)
+Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs> legs,
+               WorkerType type, std::optional<int> bootstrap_port, const RegistryOptions& options,
+               Gauges gauges, absl::Mutex* registry_mu)
     : client_(std::move(client)),
+      legs_(legs != nullptr ? std::move(legs) : client_),
       type_(type),
       bootstrap_port_(bootstrap_port),
       failure_threshold_(std::max(1, options.health_failure_threshold)),
       success_threshold_(std::max(1, options.health_success_threshold)),
       gauges_(gauges),
-      breaker_(BreakerOptions(options), options.now) {
+      breaker_(BreakerOptions(options), options.now),
+      registry_mu_(registry_mu) {
   absl::MutexLock lock(&mu_);
   gauges_.registered->Set(1);
   gauges_.healthy->Set(0);
@@ -104,14 +108,11 @@ proto::LoadReport Worker::load() const {
   return load_;
 }
 
-void Worker::PublishInflight() {
-  absl::MutexLock lock(&mu_);
-  if (!removed_) gauges_.inflight->Set(static_cast<double>(inflight()));
-}
-
 void Worker::BeginRequest() {
   inflight_.fetch_add(1, std::memory_order_relaxed);
-  PublishInflight();
+  absl::MutexLock lock(&mu_);
+  breaker_.OnRequestStart();
+  if (!removed_) gauges_.inflight->Set(static_cast<double>(inflight()));
 }
 
 void Worker::EndRequest(bool success) {
@@ -289,7 +290,8 @@ WorkerRegistry::~WorkerRegistry() {
 }
 
 absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType type,
-                                              std::optional<int> bootstrap_port) {
+                                              std::optional<int> bootstrap_port,
+                                              std::shared_ptr<WorkerLegs> legs) {
   absl::StatusOr<std::shared_ptr<WorkerClient>> client =
       WorkerClient::Create(url, options_.cluster_secret);
   if (!client.ok()) return client.status();
@@ -305,7 +307,8 @@ absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType
                         &inflight_family_->WithLabels({url}),  &running_family_->WithLabels({url}),
                         &queued_family_->WithLabels({url}),    &free_family_->WithLabels({url}),
                         &registered_family_->WithLabels({url})};
-  WorkerPtr worker(new Worker(*std::move(client), type, bootstrap_port, options_, gauges));
+  WorkerPtr worker(new Worker(*std::move(client), std::move(legs), type, bootstrap_port, options_,
+                              gauges, &mu_));
   worker->probe_now_ = true;  // the first probe goes out at once (once started)
   workers_.emplace(url, worker);
   kick_ = true;
@@ -382,6 +385,14 @@ void WorkerRegistry::ReportFailure(const std::string& url, const std::string& wh
   wake_.SignalAll();
 }
 
+void WorkerRegistry::RecordHealthCheck(const std::string& url, bool serving) {
+  WorkerPtr worker = Find(url);
+  if (worker == nullptr) return;
+  worker->OnProbe(
+      /*ok=*/true, serving ? proto::HealthResponse::SERVING : proto::HealthResponse::NOT_SERVING,
+      "");
+}
+
 void WorkerRegistry::Start() {
   absl::MutexLock lock(&mu_);
   if (started_ || stopping_) return;
@@ -428,7 +439,7 @@ void WorkerRegistry::Loop() {
 }
 
 MonoClock::duration WorkerRegistry::HealthInterval() const {
-  return std::chrono::seconds(std::max(1, options_.health_check_interval_secs));
+  return absl::ToChronoNanoseconds(std::max(absl::Seconds(1), options_.health_check_interval));
 }
 
 MonoClock::duration WorkerRegistry::RecoveryProbeInterval() const {
@@ -453,8 +464,9 @@ MonoClock::time_point WorkerRegistry::RunDue() {
       next = std::min(next, *worker->recovery_probe_at_);
     }
   }
-  bool poll_load = options_.worker_load_check_interval > 0 && now >= next_load_;
-  if (poll_load) next_load_ = now + std::chrono::seconds(options_.worker_load_check_interval);
+  const bool load_polls = options_.worker_load_check_interval > absl::ZeroDuration();
+  bool poll_load = load_polls && now >= next_load_;
+  if (poll_load) next_load_ = now + absl::ToChronoNanoseconds(options_.worker_load_check_interval);
 
   std::vector<std::pair<WorkerPtr, uint64_t>> probes, polls;
   for (auto& [url, worker] : workers_) {
@@ -465,8 +477,7 @@ MonoClock::time_point WorkerRegistry::RunDue() {
       calls_.emplace(id, nullptr);
       probes.emplace_back(worker, id);
     }
-    const bool load_due =
-        poll_load || (options_.worker_load_check_interval > 0 && worker->load_now_);
+    const bool load_due = poll_load || (load_polls && worker->load_now_);
     if (load_due && !worker->load_in_flight_ && worker->client().verified()) {
       worker->load_now_ = false;
       worker->load_in_flight_ = true;
@@ -487,12 +498,12 @@ MonoClock::time_point WorkerRegistry::RunDue() {
     for (auto& [worker, id] : polls) SendLoadPoll(worker, id);
     mu_.Lock();
   }
-  if (options_.worker_load_check_interval > 0) next = std::min(next, next_load_);
+  if (load_polls) next = std::min(next, next_load_);
   return next;
 }
 
 void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
-  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(
       id,
       worker->client().Health(
@@ -529,7 +540,7 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
 }
 
 void WorkerRegistry::SendProof(const WorkerPtr& worker, uint64_t id) {
-  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(id, worker->client().Prove(deadline, [this, worker, id](absl::Status status) {
     worker->OnProof(status);
     probes_family_->WithLabels({worker->url(), status.ok() ? "ok" : "failed"}).Increment();
@@ -556,7 +567,7 @@ void WorkerRegistry::SendProof(const WorkerPtr& worker, uint64_t id) {
 }
 
 void WorkerRegistry::SendLoadPoll(const WorkerPtr& worker, uint64_t id) {
-  auto deadline = absl::Now() + absl::Seconds(std::max(1, options_.health_check_timeout_secs));
+  auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(id, worker->client().GetLoad(
                    deadline, [this, worker, id](grpc::Status status, proto::LoadReport report) {
                      if (status.ok()) worker->OnLoad(report);

@@ -7,15 +7,15 @@
 //   std::vector<WorkerPtr> ok = registry.Available(WorkerType::kRegular);   // for a policy
 //   w->BeginRequest(); ... w->EndRequest(/*success=*/true);
 //
-// Health: a worker is probed with Health(generate=false) every health_check_interval_secs (each
-// probe times out after health_check_timeout_secs). A new worker is unhealthy until its first
+// Health: a worker is probed with Health(generate=false) every health_check_interval (each
+// probe times out after health_check_timeout). A new worker is unhealthy until its first
 // successful probe (one is sent at once on Add). Afterwards it turns unhealthy after
 // health_failure_threshold consecutive failed probes, or at once when it answers NOT_SERVING or
 // DRAINING, or when a request leg reports it failed (ReportFailure, which also probes it at
 // once); it turns healthy again after health_success_threshold consecutive successful probes.
 // While unhealthy it is probed every kRecoveryProbeInterval (or the interval, if shorter), so a
 // worker that answers again is back within seconds, not a whole interval later.
-// Load: GetLoad every worker_load_check_interval seconds (0 disables the polls), and right
+// Load: GetLoad every worker_load_check_interval (zero disables the polls), and right
 // away when a worker turns healthy, so its KV blocks show from the start. last_error is the last
 // failure seen (a probe, the proof, a failed leg); the next probe that finds the worker healthy
 // clears it.
@@ -67,6 +67,7 @@
 #include "common/metrics.h"
 #include "proto/worker.pb.h"
 #include "router/workers/circuit_breaker.h"
+#include "router/workers/leg.h"
 #include "router/workers/worker_client.h"
 
 namespace tandem::router {
@@ -95,14 +96,15 @@ struct RegistryOptions {
   std::string cluster_secret;  // proven on every call to a worker ("" sends none)
   int health_failure_threshold = 3;
   int health_success_threshold = 2;
-  int health_check_timeout_secs = 5;
-  int health_check_interval_secs = 60;
+  absl::Duration health_check_timeout = absl::Seconds(5);    // at least a second
+  absl::Duration health_check_interval = absl::Seconds(60);  // at least a second
   int cb_failure_threshold = 10;
   int cb_success_threshold = 3;
-  int cb_timeout_duration_secs = 60;
-  int cb_window_duration_secs = 120;
+  absl::Duration cb_timeout_duration = absl::Seconds(60);
+  absl::Duration cb_window_duration = absl::Seconds(120);
   bool disable_circuit_breaker = false;
-  int worker_load_check_interval = 10;  // seconds; 0: no load polls
+  int cb_half_open_max_trials = 1;  // requests in flight at once while half_open
+  absl::Duration worker_load_check_interval = absl::Seconds(10);  // zero: no load polls
   // The clock for the circuit breakers (tests inject one).
   CircuitBreaker::NowFn now = &MonoNow;
 };
@@ -118,7 +120,10 @@ class Worker {
 
   WorkerClient& client() { return *client_; }
   std::shared_ptr<WorkerClient> shared_client() const { return client_; }
+  // Where its legs go: its client, unless the registry was given others (Add's `legs`).
+  WorkerLegs& legs() { return *legs_; }
   const std::string& url() const { return client_->url(); }
+  const std::string& host() const { return client_->host(); }  // the decode leg's bootstrap_host
   WorkerType type() const { return type_; }
   std::optional<int> bootstrap_port() const { return bootstrap_port_; }
 
@@ -131,6 +136,8 @@ class Worker {
   // The last polled load (zeros before the first poll).
   proto::LoadReport load() const;
 
+  // Counts a request against the worker; while its circuit is half_open, also one of the
+  // breaker's trial requests (CircuitBreakerOptions::half_open_max_trials).
   void BeginRequest();
   // Ends one BeginRequest; `success` feeds the circuit breaker.
   void EndRequest(bool success);
@@ -148,8 +155,9 @@ class Worker {
     Gauge* free_blocks;
     Gauge* registered;
   };
-  Worker(std::shared_ptr<WorkerClient> client, WorkerType type, std::optional<int> bootstrap_port,
-         const RegistryOptions& options, Gauges gauges);
+  Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs> legs, WorkerType type,
+         std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
+         absl::Mutex* registry_mu);
 
   // Health probe results and failure reports (from the registry). OnProbe returns true when
   // this probe made the worker healthy.
@@ -160,9 +168,9 @@ class Worker {
   void SetDraining();
   void PublishCircuitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkRemoved();
-  void PublishInflight();
 
   const std::shared_ptr<WorkerClient> client_;
+  const std::shared_ptr<WorkerLegs> legs_;  // client_, or the legs given to Add
   const WorkerType type_;
   const std::optional<int> bootstrap_port_;
   const int failure_threshold_;
@@ -182,13 +190,15 @@ class Worker {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
   // The last proof failure was logged; the next one is not (a stranger is asked every interval).
   bool proof_failure_logged_ ABSL_GUARDED_BY(mu_) = false;
-  // Registry bookkeeping (guarded by the registry's mutex, not mu_).
-  bool probe_in_flight_ = false;
-  bool load_in_flight_ = false;
-  bool load_now_ = false;  // poll its load at the next round (it just turned healthy)
-  bool probe_now_ = false;
+  // The registry's bookkeeping, under the registry's mutex (not mu_).
+  absl::Mutex* const registry_mu_;
+  bool probe_in_flight_ ABSL_GUARDED_BY(registry_mu_) = false;
+  bool load_in_flight_ ABSL_GUARDED_BY(registry_mu_) = false;
+  // Poll its load at the next round (it just turned healthy).
+  bool load_now_ ABSL_GUARDED_BY(registry_mu_) = false;
+  bool probe_now_ ABSL_GUARDED_BY(registry_mu_) = false;
   // While unhealthy: when the next probe goes out, ahead of the regular interval (RunDue).
-  std::optional<MonoClock::time_point> recovery_probe_at_;
+  std::optional<MonoClock::time_point> recovery_probe_at_ ABSL_GUARDED_BY(registry_mu_);
 };
 using WorkerPtr = std::shared_ptr<Worker>;
 
@@ -203,9 +213,12 @@ class WorkerRegistry {
   WorkerRegistry(const WorkerRegistry&) = delete;
   WorkerRegistry& operator=(const WorkerRegistry&) = delete;
 
-  // InvalidArgument for a bad url, AlreadyExists when that url is registered.
+  // InvalidArgument for a bad url, AlreadyExists when that url is registered. A non-null `legs`
+  // carries the worker's legs instead of its client (an in-process worker; the dispatcher's
+  // unit tests); the client still serves health checks, load polls and admin calls.
   absl::StatusOr<WorkerPtr> Add(const std::string& url, WorkerType type,
-                                std::optional<int> bootstrap_port);
+                                std::optional<int> bootstrap_port,
+                                std::shared_ptr<WorkerLegs> legs = nullptr);
   absl::Status Remove(const std::string& url);         // NotFound
   absl::Status Drain(const std::string& url);          // stop choosing it; NotFound
   std::vector<WorkerPtr> List(WorkerType type) const;  // all of that type, in url order
@@ -214,6 +227,9 @@ class WorkerRegistry {
   WorkerPtr Find(const std::string& url) const;  // null when unknown
   // A request leg saw the worker fail (UNAVAILABLE): unhealthy at once, probed at once.
   void ReportFailure(const std::string& url, const std::string& why);
+  // A health check's result, as a probe's answer would apply it (`serving`: SERVING, else
+  // NOT_SERVING): for a health source outside the loop (tests drive one without a network).
+  void RecordHealthCheck(const std::string& url, bool serving);
 
   // The health/load loop; the first round runs at once. Stop() cancels probes in flight and
   // joins; both are idempotent.

@@ -1,153 +1,199 @@
 #include "router/workers/worker_session.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem::router {
 namespace {
 
-grpc::Status Cancelled() { return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"); }
+absl::Status Cancelled() { return absl::CancelledError("cancelled"); }
 
-grpc::Status FromCallError(const proto::CallError& error) {
-  const int code = error.code();
-  if (code <= 0 || code > grpc::StatusCode::UNAUTHENTICATED) {
-    return grpc::Status(grpc::StatusCode::INTERNAL,
-                        absl::StrCat("the worker ended a leg with an invalid status code ", code,
-                                     ": ", error.message()));
-  }
-  return grpc::Status(static_cast<grpc::StatusCode>(code), error.message());
-}
-
-class DecodeSessionCall : public SessionCall {
+class DecodeLegStream : public LegStream {
  public:
-  DecodeSessionCall(std::function<void(const proto::DecodeEvent&)> on_event,
-                    std::function<void(grpc::Status)> done)
-      : SessionCall(proto::SessionReply::kEvent, "decode"),
+  DecodeLegStream(LegEventFn on_event, LegDoneFn done)
+      : LegStream(proto::SessionReply::kEvent, "decode"),
         on_event_(std::move(on_event)),
         done_(std::move(done)) {}
 
  protected:
-  bool Deliver(const proto::SessionReply& reply) override {
-    on_event_(reply.event());
-    if (!reply.event().finished()) return false;
-    Finish(grpc::Status::OK);
-    return true;
-  }
-  void Finish(const grpc::Status& status) override {
+  void DeliverEvent(const proto::SessionReply& reply) override { on_event_(reply.event()); }
+  void Finish(absl::Status status, const proto::SessionReply* answer) override {
+    auto on_event = std::move(on_event_);
     auto done = std::move(done_);
-    done_ = nullptr;
     on_event_ = nullptr;
-    done(status);
+    done_ = nullptr;
+    if (answer != nullptr) on_event(answer->event());
+    done(std::move(status));
   }
 
  private:
-  std::function<void(const proto::DecodeEvent&)> on_event_;
-  std::function<void(grpc::Status)> done_;
+  // Called by the one thread that delivers (LegStream's state machine hands them over).
+  LegEventFn on_event_;
+  LegDoneFn done_;
 };
 
-class PrefillSessionCall : public SessionCall {
+class PrefillLegStream : public LegStream {
  public:
-  explicit PrefillSessionCall(std::function<void(grpc::Status, proto::PrefillResponse)> done)
-      : SessionCall(proto::SessionReply::kPrefill, "prefill"), done_(std::move(done)) {}
+  explicit PrefillLegStream(PrefillDoneFn done)
+      : LegStream(proto::SessionReply::kPrefill, "prefill"), done_(std::move(done)) {}
 
  protected:
-  bool Deliver(const proto::SessionReply& reply) override {
+  void DeliverEvent(const proto::SessionReply& /*reply*/) override {}  // Ends() never lets one by
+  void Finish(absl::Status status, const proto::SessionReply* answer) override {
     auto done = std::move(done_);
     done_ = nullptr;
-    done(grpc::Status::OK, reply.prefill());
-    return true;
-  }
-  void Finish(const grpc::Status& status) override {
-    auto done = std::move(done_);
-    done_ = nullptr;
-    done(status, proto::PrefillResponse());
+    done(std::move(status), answer != nullptr ? answer->prefill() : proto::PrefillResponse());
   }
 
  private:
-  std::function<void(grpc::Status, proto::PrefillResponse)> done_;
+  PrefillDoneFn done_;
 };
 
 }  // namespace
 
-TimerQueue& SessionTimers() {
+absl::Status LegStatusFromWire(int code, std::string message, absl::StatusCode invalid) {
+  if (code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::Status(invalid, absl::StrCat("the worker ended a leg with an invalid status code ",
+                                              code, ": ", message));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+absl::Status LegStatusFromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return LegStatusFromWire(static_cast<int>(status.error_code()), status.error_message(),
+                           absl::StatusCode::kUnknown);
+}
+
+const char* LegStateName(LegState state) {
+  switch (state) {
+    case LegState::kSent:
+      return "sent";
+    case LegState::kStreaming:
+      return "streaming";
+    case LegState::kEnded:
+      return "ended";
+  }
+  return "ended";
+}
+
+TimerQueue& LegTimers() {
   static TimerQueue* timers = new TimerQueue();
   return *timers;
 }
 
-void SessionCall::OnReply(const proto::SessionReply& reply) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) return;
-  if (reply.body_case() == answer_) {
-    if (!Deliver(reply)) return;
-  } else if (reply.has_error()) {
-    Finish(FromCallError(reply.error()));
-  } else {
-    Finish(grpc::Status(grpc::StatusCode::INTERNAL,
-                        absl::StrCat("the worker answered a ", kind_, " leg with something else")));
+LegState LegStream::state() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+TimerQueue::Id LegStream::EndLocked() {
+  state_ = LegState::kEnded;
+  return std::exchange(timer_, 0);
+}
+
+void LegStream::OnReply(const proto::SessionReply& reply) {
+  const bool last = Ends(reply);
+  TimerQueue::Id timer = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == LegState::kEnded) return;
+    if (last) {
+      timer = EndLocked();
+    } else {
+      state_ = LegState::kStreaming;
+      delivering_ = true;
+    }
   }
-  EndLocked();
+  if (!last) {
+    DeliverEvent(reply);
+    std::optional<absl::Status> failed;
+    {
+      absl::MutexLock lock(&mu_);
+      delivering_ = false;
+      failed.swap(failed_);
+    }
+    if (failed) Finish(*std::move(failed), nullptr);
+    return;
+  }
+  if (timer != 0) LegTimers().Cancel(timer);
+  if (reply.body_case() == answer_) {
+    Finish(absl::OkStatus(), &reply);
+  } else if (reply.has_error()) {
+    Finish(LegStatusFromWire(reply.error().code(), reply.error().message(),
+                             absl::StatusCode::kInternal),
+           nullptr);
+  } else {
+    Finish(absl::InternalError(
+               absl::StrCat("the worker answered a ", kind_, " leg with something else")),
+           nullptr);
+  }
 }
 
-void SessionCall::Fail(const grpc::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) return;
-  Finish(status);
-  EndLocked();
+void LegStream::Fail(absl::Status status) {
+  TimerQueue::Id timer;
+  bool handed_over = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == LegState::kEnded) return;
+    timer = EndLocked();
+    if (delivering_) {
+      failed_ = std::move(status);  // the delivering thread ends the leg after its event
+      handed_over = true;
+    }
+  }
+  if (timer != 0) LegTimers().Cancel(timer);
+  if (!handed_over) Finish(std::move(status), nullptr);
 }
 
-void SessionCall::FailLater(std::shared_ptr<SessionCall> call, grpc::Status status) {
-  SessionTimers().RunAt(absl::InfinitePast(), [call = std::move(call), status = std::move(status)] {
-    call->Fail(status);
-  });
+void LegStream::FailLater(std::shared_ptr<LegStream> call, absl::Status status) {
+  LegTimers().Post([call = std::move(call), status = std::move(status)] { call->Fail(status); });
 }
 
-bool SessionCall::Ends(const proto::SessionReply& reply) const {
+bool LegStream::Ends(const proto::SessionReply& reply) const {
   return reply.body_case() != answer_ || !reply.has_event() || reply.event().finished();
 }
 
-void SessionCall::Attach(std::weak_ptr<WorkerSession> session, uint64_t id) {
-  session_ = std::move(session);
+void LegStream::Attach(std::weak_ptr<WorkerLink> link, uint64_t id) {
+  link_ = std::move(link);
   id_ = id;
 }
 
-void SessionCall::SetTimer(TimerQueue::Id timer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ended_) {
-    SessionTimers().Cancel(timer);
-  } else {
-    timer_ = timer;
+void LegStream::SetTimer(TimerQueue::Id timer) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != LegState::kEnded) {
+      timer_ = timer;
+      return;
+    }
   }
+  LegTimers().Cancel(timer);
 }
 
-void SessionCall::EndLocked() {
-  ended_ = true;
-  if (timer_ != 0) SessionTimers().Cancel(timer_);
+void LegStream::Cancel() {
+  if (auto link = link_.lock()) link->Cancel(id_, Cancelled(), /*post=*/true);
 }
 
-void SessionCall::Cancel() {
-  if (auto session = session_.lock()) session->Cancel(id_, Cancelled(), /*post=*/true);
+std::shared_ptr<LegStream> NewDecodeLegStream(LegEventFn on_event, LegDoneFn done) {
+  return std::make_shared<DecodeLegStream>(std::move(on_event), std::move(done));
 }
 
-std::shared_ptr<SessionCall> NewDecodeCall(std::function<void(const proto::DecodeEvent&)> on_event,
-                                           std::function<void(grpc::Status)> done) {
-  return std::make_shared<DecodeSessionCall>(std::move(on_event), std::move(done));
-}
-
-std::shared_ptr<SessionCall> NewPrefillCall(
-    std::function<void(grpc::Status, proto::PrefillResponse)> done) {
-  return std::make_shared<PrefillSessionCall>(std::move(done));
+std::shared_ptr<LegStream> NewPrefillLegStream(PrefillDoneFn done) {
+  return std::make_shared<PrefillLegStream>(std::move(done));
 }
 
 namespace {
 
 // rpc Session. Owns itself while the stream runs (`self_`, let go after OnDone on the timer
 // thread).
-class GrpcWorkerSession : public WorkerSession,
-                          public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown> {
+class GrpcWorkerLink : public WorkerLink,
+                       public grpc::ClientBidiReactor<proto::SessionUp, proto::SessionDown> {
  public:
-  GrpcWorkerSession(std::shared_ptr<grpc::Channel> channel, std::string url)
-      : WorkerSession(std::move(url), /*hold_writes=*/false), channel_(std::move(channel)) {}
+  GrpcWorkerLink(std::shared_ptr<grpc::Channel> channel, std::string url)
+      : WorkerLink(std::move(url), /*hold_writes=*/false), channel_(std::move(channel)) {}
 
-  void Start(proto::Worker::Stub* stub, std::shared_ptr<GrpcWorkerSession> self) {
+  void Start(proto::Worker::Stub* stub, std::shared_ptr<GrpcWorkerLink> self) {
     self_ = std::move(self);
     stub->async()->Session(&ctx_, this);
     // Writes start from any thread at any time: the hold keeps the reactor from completing
@@ -169,11 +215,11 @@ class GrpcWorkerSession : public WorkerSession,
     StartRead(&down_);
   }
   void OnDone(const grpc::Status& status) override {
-    FailAll(status);
+    FailAll(LegStatusFromGrpc(status));
     // The session may hold the last reference to the channel (its WorkerClient is gone), and
     // gRPC 1.51 must not destroy a channel on one of its callback threads (the callback queue's
     // thread pool would join itself and be freed while running). Let go on the timer thread.
-    SessionTimers().RunAt(absl::InfinitePast(), [self = std::move(self_)] {});
+    LegTimers().Post([self = std::move(self_)] {});
   }
 
  protected:
@@ -184,24 +230,24 @@ class GrpcWorkerSession : public WorkerSession,
   const std::shared_ptr<grpc::Channel> channel_;  // outlives the call
   grpc::ClientContext ctx_;
   proto::SessionDown down_;  // the read in flight
-  std::shared_ptr<GrpcWorkerSession> self_;
+  std::shared_ptr<GrpcWorkerLink> self_;
 };
 
 }  // namespace
 
-std::shared_ptr<WorkerSession> OpenGrpcSession(std::shared_ptr<grpc::Channel> channel,
-                                               proto::Worker::Stub* stub, const std::string& url) {
-  auto session = std::make_shared<GrpcWorkerSession>(std::move(channel), url);
-  session->Start(stub, session);
-  return session;
+std::shared_ptr<WorkerLink> OpenGrpcLink(std::shared_ptr<grpc::Channel> channel,
+                                         proto::Worker::Stub* stub, const std::string& url) {
+  auto link = std::make_shared<GrpcWorkerLink>(std::move(channel), url);
+  link->Start(stub, link);
+  return link;
 }
 
-bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::SessionCall* message,
-                         size_t bytes, absl::Time deadline) {
+bool WorkerLink::Send(const std::shared_ptr<LegStream>& call, proto::SessionCall* message,
+                      size_t bytes, Deadline deadline) {
   uint64_t id;
   bool write;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closing_) return false;
     id = next_id_++;
     call->Attach(weak_from_this(), id);
@@ -211,24 +257,23 @@ bool WorkerSession::Send(const std::shared_ptr<SessionCall>& call, proto::Sessio
     write = TakeBatchLocked();
   }
   if (write) WriteBatch(&in_flight_);
-  if (deadline != absl::InfiniteFuture()) {
-    std::weak_ptr<WorkerSession> weak = weak_from_this();
-    call->SetTimer(SessionTimers().RunAt(deadline, [weak, id] {
+  if (!deadline.is_never()) {
+    std::weak_ptr<WorkerLink> weak = weak_from_this();
+    call->SetTimer(LegTimers().RunAt(deadline.when(), [weak, id] {
       if (auto s = weak.lock()) {
-        s->Cancel(id, grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
-                  /*post=*/false);
+        s->Cancel(id, absl::DeadlineExceededError("Deadline Exceeded"), /*post=*/false);
       }
     }));
   }
   return true;
 }
 
-void WorkerSession::Cancel(uint64_t id, grpc::Status status, bool post) {
-  std::shared_ptr<SessionCall> call;
+void WorkerLink::Cancel(uint64_t id, absl::Status status, bool post) {
+  std::shared_ptr<LegStream> call;
   bool write = false;
   bool close = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = calls_.find(id);
     if (it == calls_.end()) return;
     call = std::move(it->second);
@@ -245,31 +290,31 @@ void WorkerSession::Cancel(uint64_t id, grpc::Status status, bool post) {
   if (write) WriteBatch(&in_flight_);
   if (close) CloseTransport();
   if (post) {
-    SessionCall::FailLater(std::move(call), std::move(status));
+    LegStream::FailLater(std::move(call), std::move(status));
   } else {
     call->Fail(status);
   }
 }
 
-void WorkerSession::Retire() {
+void WorkerLink::Retire() {
   bool close;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     retired_ = closing_ = true;
     close = calls_.empty();
   }
   if (close) CloseTransport();
 }
 
-bool WorkerSession::closing() {
-  std::lock_guard<std::mutex> lock(mu_);
+bool WorkerLink::closing() {
+  absl::MutexLock lock(&mu_);
   return closing_;
 }
 
-void WorkerSession::WriteDone(bool ok) {
+void WorkerLink::WriteDone(bool ok) {
   bool write = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     in_flight_.Clear();
     writing_ = false;
     if (!ok) {
@@ -281,27 +326,27 @@ void WorkerSession::WriteDone(bool ok) {
   if (write) WriteBatch(&in_flight_);
 }
 
-void WorkerSession::ReleaseWrites() {
+void WorkerLink::ReleaseWrites() {
   bool write;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writing_ = false;
     write = TakeBatchLocked();
   }
   if (write) WriteBatch(&in_flight_);
 }
 
-void WorkerSession::Broken() {
-  std::lock_guard<std::mutex> lock(mu_);
+void WorkerLink::Broken() {
+  absl::MutexLock lock(&mu_);
   broken_ = closing_ = true;
 }
 
-void WorkerSession::OnReplies(const proto::SessionDown& down) {
+void WorkerLink::OnReplies(const proto::SessionDown& down) {
   bool close = false;
   for (const proto::SessionReply& reply : down.replies()) {
-    std::shared_ptr<SessionCall> call;
+    std::shared_ptr<LegStream> call;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto it = calls_.find(reply.call_id());
       if (it == calls_.end()) continue;  // cancelled or timed out meanwhile
       call = it->second;
@@ -315,21 +360,20 @@ void WorkerSession::OnReplies(const proto::SessionDown& down) {
   if (close) CloseTransport();
 }
 
-void WorkerSession::FailAll(const grpc::Status& status) {
-  std::unordered_map<uint64_t, std::shared_ptr<SessionCall>> calls;
+void WorkerLink::FailAll(const absl::Status& status) {
+  std::unordered_map<uint64_t, std::shared_ptr<LegStream>> calls;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     closing_ = broken_ = true;
     calls.swap(calls_);
   }
-  const grpc::Status failure =
+  const absl::Status failure =
       !status.ok() ? status
-                   : grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                  absl::StrCat("worker ", url_, " ended the session"));
+                   : absl::UnavailableError(absl::StrCat("worker ", url_, " ended the session"));
   for (auto& [id, call] : calls) call->Fail(failure);
 }
 
-bool WorkerSession::TakeBatchLocked() {
+bool WorkerLink::TakeBatchLocked() {
   if (writing_ || broken_ || pending_.empty()) return false;
   size_t bytes = 0;
   while (!pending_.empty() &&

@@ -213,8 +213,8 @@ class DispatcherTest : public ::testing::Test {
     pd_ = pd;
     RegistryOptions ro;
     ro.health_success_threshold = 1;
-    ro.health_check_interval_secs = 1;
-    ro.worker_load_check_interval = 0;
+    ro.health_check_interval = absl::Seconds(1);
+    ro.worker_load_check_interval = absl::ZeroDuration();
     registry_ = std::make_unique<WorkerRegistry>(ro, &metrics_);
     for (int i = 0; i < 2; ++i) workers_.push_back(std::make_unique<FakeWorker>());
     for (auto& w : workers_) {
@@ -236,8 +236,8 @@ class DispatcherTest : public ::testing::Test {
     DispatchOptions options;
     options.pd_mode = pd;
     options.backoff.max_retries = max_retries;
-    options.backoff.initial_backoff_ms = 1;
-    options.backoff.max_backoff_ms = 5;
+    options.backoff.initial_backoff = absl::Milliseconds(1);
+    options.backoff.max_backoff = absl::Milliseconds(5);
     options.request_timeout = absl::Seconds(60);
     options.stall_timeout = stall_timeout;
     dispatcher_ = std::make_unique<Dispatcher>(options, registry_.get(), prefill_policy_.get(),

@@ -9,8 +9,8 @@ namespace {
 
 TEST(RetryTest, BackoffGrowsByTheMultiplierUpToTheCap) {
   BackoffOptions o{.max_retries = 5,
-                   .initial_backoff_ms = 100,
-                   .max_backoff_ms = 1000,
+                   .initial_backoff = absl::Milliseconds(100),
+                   .max_backoff = absl::Milliseconds(1000),
                    .multiplier = 2.0,
                    .jitter_factor = 0.0};
   EXPECT_EQ(BackoffDelayFor(o, 1, 0.7), absl::Milliseconds(100));
@@ -23,8 +23,8 @@ TEST(RetryTest, BackoffGrowsByTheMultiplierUpToTheCap) {
 
 TEST(RetryTest, JitterScalesEachDelayWithinItsFactor) {
   BackoffOptions o{.max_retries = 5,
-                   .initial_backoff_ms = 100,
-                   .max_backoff_ms = 30000,
+                   .initial_backoff = absl::Milliseconds(100),
+                   .max_backoff = absl::Milliseconds(30000),
                    .multiplier = 1.5,
                    .jitter_factor = 0.2};
   EXPECT_EQ(BackoffDelayFor(o, 1, -1.0), absl::Milliseconds(80));
@@ -44,8 +44,8 @@ TEST(RetryTest, JitterScalesEachDelayWithinItsFactor) {
 
 TEST(RetryTest, ZeroBackoffAndBadRetryNumbersAreSafe) {
   BackoffOptions o{.max_retries = 1,
-                   .initial_backoff_ms = 0,
-                   .max_backoff_ms = 0,
+                   .initial_backoff = absl::ZeroDuration(),
+                   .max_backoff = absl::ZeroDuration(),
                    .multiplier = 1.0,
                    .jitter_factor = 1.0};
   EXPECT_EQ(BackoffDelayFor(o, 0, -1), absl::ZeroDuration());

@@ -178,8 +178,8 @@ TEST(RouterOptionsTest, HttpLimitsAndTlsFlags) {
   Parsed p = Parse({"--worker-urls", "http://w:1"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
   EXPECT_EQ(p.options.http_threads, 2);
-  EXPECT_EQ(p.options.http_read_timeout_secs, 60);
-  EXPECT_EQ(p.options.http_idle_timeout_secs, 60);
+  EXPECT_EQ(p.options.http_read_timeout, absl::Seconds(60));
+  EXPECT_EQ(p.options.http_idle_timeout, absl::Seconds(60));
   EXPECT_EQ(p.options.http_max_connections, 10000);
   EXPECT_TRUE(p.options.tls_cert_file.empty());
 
@@ -188,8 +188,8 @@ TEST(RouterOptionsTest, HttpLimitsAndTlsFlags) {
              "/etc/tandem/cert.pem", "--tls-key-file", "/etc/tandem/key.pem"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
   EXPECT_EQ(p.options.http_threads, 3);
-  EXPECT_EQ(p.options.http_read_timeout_secs, 5);
-  EXPECT_EQ(p.options.http_idle_timeout_secs, 7);
+  EXPECT_EQ(p.options.http_read_timeout, absl::Seconds(5));
+  EXPECT_EQ(p.options.http_idle_timeout, absl::Seconds(7));
   EXPECT_EQ(p.options.http_max_connections, 50);
   EXPECT_EQ(p.options.tls_cert_file, "/etc/tandem/cert.pem");
   EXPECT_EQ(p.options.tls_key_file, "/etc/tandem/key.pem");
@@ -217,16 +217,16 @@ TEST(RouterOptionsTest, HttpLimitsAndTlsFlags) {
 TEST(RouterOptionsTest, StallTimeoutDefaultsToThirtySecondsZeroDisablesNegativeIsAUsageError) {
   Parsed p = Parse({"--worker-urls", "http://w:1"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
-  EXPECT_EQ(p.options.stall_timeout_secs, 30);
+  EXPECT_EQ(p.options.stall_timeout, absl::Seconds(30));
 
   p = Parse({"--worker-urls", "http://w:1", "--stall-timeout-secs", "0"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
-  EXPECT_EQ(p.options.stall_timeout_secs, 0);
+  EXPECT_EQ(p.options.stall_timeout, absl::ZeroDuration());
   EXPECT_TRUE(ValidateRouterOptions(&p.options).ok());
 
   p = Parse({"--worker-urls", "http://w:1", "--stall-timeout-secs", "2"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
-  EXPECT_EQ(p.options.stall_timeout_secs, 2);
+  EXPECT_EQ(p.options.stall_timeout, absl::Seconds(2));
 
   Parsed bad = Parse({"--worker-urls", "http://w:1", "--stall-timeout-secs", "-1"});
   EXPECT_EQ(bad.exit_code, 2);

@@ -264,7 +264,7 @@ TEST_F(PolicyTest, CacheAwareTreeIsBoundedAfterEviction) {
   auto workers = Workers(2);
   PolicyOptions o;
   o.max_tree_size = 500;
-  o.eviction_interval_secs = 0;  // evict on Select only
+  o.eviction_interval = absl::ZeroDuration();  // evict on Select only
   auto p = MakePolicy("cache_aware", o, nullptr);
   ASSERT_TRUE(p.ok());
   auto* policy = static_cast<CacheAwarePolicy*>(p->get());
@@ -298,7 +298,7 @@ TEST_F(PolicyTest, ConcurrentSelectFromFourThreads) {
   for (const std::string& name : PolicyNames()) {
     PolicyOptions o;
     o.max_tree_size = 2000;
-    o.eviction_interval_secs = 1;
+    o.eviction_interval = absl::Seconds(1);
     auto p = Make(name, o);
     std::vector<std::thread> threads;
     std::atomic<int> picked{0};

@@ -149,10 +149,10 @@ TEST(SessionSocketTest, CancelAndDeadlineAbortTheLegOnTheWorker) {
   auto handle = StartDecode(*client, "hold-1", absl::InfiniteFuture(), cancelled);
   ASSERT_TRUE(WaitFor([&] { return w.legs().held_count() == 1; }));
   handle->Cancel();
-  EXPECT_EQ(Wait(cancelled).status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(Wait(cancelled).status.code(), absl::StatusCode::kCancelled);
   auto timed = std::make_shared<DecodeWatch>();
   StartDecode(*client, "hold-2", absl::Now() + absl::Milliseconds(300), timed);
-  EXPECT_EQ(Wait(timed).status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(Wait(timed).status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(WaitFor([&] { return w.legs().decode_cancels() == 2; }));
   EXPECT_TRUE(WaitFor([&] { return w.legs().live_holds() == 0; }));
 }
@@ -162,22 +162,22 @@ TEST(SessionSocketTest, PrefillAnswersAndErrors) {
   ASSERT_TRUE(w.ok());
   auto client = Connect(w.url(), w.session_port());
   for (const char* rid : {"ok", "err"}) {
-    std::promise<std::pair<grpc::Status, proto::PrefillResponse>> promise;
+    std::promise<std::pair<absl::Status, proto::PrefillResponse>> promise;
     proto::PrefillRequest request;
     request.set_rid(rid);
     request.set_bootstrap_room(42);
-    client->Prefill(std::move(request), absl::Now() + kWait,
-                    [&promise](grpc::Status s, proto::PrefillResponse r) {
-                      promise.set_value({std::move(s), std::move(r)});
-                    });
+    client->StartPrefill(std::move(request), LegDeadline(absl::Now() + kWait),
+                         [&promise](absl::Status s, proto::PrefillResponse r) {
+                           promise.set_value({std::move(s), std::move(r)});
+                         });
     auto [status, answer] = promise.get_future().get();
     if (std::string(rid) == "ok") {
-      EXPECT_TRUE(status.ok()) << status.error_message();
+      EXPECT_TRUE(status.ok()) << status;
       EXPECT_EQ(answer.first_token_id(), 7);
       EXPECT_EQ(answer.bootstrap_room(), 42u);
     } else {
-      EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-      EXPECT_EQ(status.error_message(), "not a prefill worker");
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_EQ(status.message(), "not a prefill worker");
     }
   }
 }
@@ -202,9 +202,8 @@ TEST(SessionSocketTest, TheClusterSecretAnswersTheChallenge) {
   auto refused = std::make_shared<DecodeWatch>();
   StartDecode(**bad, "ok:2", absl::Now() + kWait, refused);
   DecodeResult r = Wait(refused);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "unverified"))
-      << r.status.error_message();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(r.status.message(), "unverified")) << r.status.message();
   EXPECT_TRUE(r.events.empty());
   EXPECT_EQ(w.sockets().accepted(), accepted);
   EXPECT_EQ(w.legs().held_count(), 0);
@@ -219,9 +218,9 @@ TEST(SessionSocketTest, AStoppingWorkerFailsItsLiveLegs) {
   ASSERT_TRUE(WaitFor([&] { return w->legs().held_count() == 1; }));
   w->sockets().CloseAll();
   DecodeResult r = Wait(watch);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "the worker is stopping"))
-      << r.status.error_message();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(r.status.message(), "the worker is stopping"))
+      << r.status.message();
   EXPECT_EQ(w->legs().decode_cancels(), 1);
   EXPECT_EQ(watch->done_calls.load(), 1);
 }
@@ -262,9 +261,9 @@ TEST(SessionSocketTest, AnUnreachableSocketFailsOnceThenLegsGoOverGrpc) {
   auto first = std::make_shared<DecodeWatch>();
   StartDecode(*client, "ok:1", absl::Now() + kWait, first);
   DecodeResult r = Wait(first);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "session socket at 127.0.0.1:"))
-      << r.status.error_message();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(r.status.message(), "session socket at 127.0.0.1:"))
+      << r.status.message();
   bool served = false;
   for (int i = 0; i < 20 && !served; ++i) {
     auto next = std::make_shared<DecodeWatch>();
@@ -288,7 +287,7 @@ TEST(SessionSocketTest, AWorkerOnANewSessionPortIsFoundAtOnce) {
   w.service().Advertise(w.session_port());
   auto first = std::make_shared<DecodeWatch>();
   StartDecode(*client, "ok:1", absl::Now() + kWait, first);
-  EXPECT_EQ(Wait(first).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Wait(first).status.code(), absl::StatusCode::kUnavailable);
   ASSERT_TRUE(WaitFor([&] { return client->session_port() == w.session_port(); }));
   ExpectConcurrentLegsServed(*client, 20);
   EXPECT_EQ(w.sockets().accepted(), 1);
@@ -442,9 +441,9 @@ TEST(SessionSocketTest, ARouterFailsLegsOnAPeerThatIsNotAWorker) {
   auto watch = std::make_shared<DecodeWatch>();
   StartDecode(*client, "ok:1", absl::Now() + kWait, watch);
   DecodeResult r = Wait(watch);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
-  EXPECT_TRUE(absl::StrContains(r.status.error_message(), "does not speak the session protocol"))
-      << r.status.error_message();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(r.status.message(), "does not speak the session protocol"))
+      << r.status.message();
   EXPECT_EQ(watch->done_calls.load(), 1);
   peer.join();
   close(fd);

@@ -126,8 +126,13 @@ class ScriptedLegs : public worker::SessionLegs {
 // One decode leg's outcome.
 struct DecodeResult {
   std::vector<proto::DecodeEvent> events;
-  grpc::Status status;
+  absl::Status status;
 };
+// A leg's deadline from a wall-clock time the test computed (InfiniteFuture: none).
+inline Deadline LegDeadline(absl::Time when) {
+  if (when == absl::InfiniteFuture()) return Deadline::Never();
+  return Deadline::After(absl::ToChronoNanoseconds(when - absl::Now()));
+}
 
 struct DecodeWatch {
   std::mutex mu;
@@ -136,20 +141,19 @@ struct DecodeWatch {
   std::atomic<int> done_calls{0};
 };
 
-inline std::shared_ptr<CallHandle> StartDecode(WorkerClient& client, const std::string& rid,
-                                               absl::Time deadline,
-                                               const std::shared_ptr<DecodeWatch>& watch) {
+inline LegPtr StartDecode(WorkerClient& client, const std::string& rid, absl::Time deadline,
+                          const std::shared_ptr<DecodeWatch>& watch) {
   proto::DecodeRequest request;
   request.set_rid(rid);
   request.add_input_ids(1);
   request.set_stream(true);
-  return client.Decode(
-      std::move(request), deadline,
+  return client.StartDecode(
+      std::move(request), LegDeadline(deadline),
       [watch](const proto::DecodeEvent& e) {
         std::lock_guard<std::mutex> lock(watch->mu);
         watch->events.push_back(e);
       },
-      [watch](grpc::Status s) {
+      [watch](absl::Status s) {
         if (watch->done_calls.fetch_add(1) != 0) return;  // counted; callers check done_calls == 1
         std::lock_guard<std::mutex> lock(watch->mu);
         watch->promise.set_value(DecodeResult{watch->events, std::move(s)});
@@ -160,7 +164,7 @@ inline DecodeResult Wait(const std::shared_ptr<DecodeWatch>& watch) {
   auto future = watch->promise.get_future();
   if (future.wait_for(absl::ToChronoSeconds(kWait)) != std::future_status::ready) {
     ADD_FAILURE() << "the leg did not end within " << kWait;
-    return DecodeResult{{}, grpc::Status(grpc::StatusCode::UNKNOWN, "timed out in the test")};
+    return DecodeResult{{}, absl::UnknownError("timed out in the test")};
   }
   return future.get();
 }
@@ -175,7 +179,7 @@ inline void ExpectConcurrentLegsServed(WorkerClient& client, int legs) {
   }
   for (int i = 0; i < legs; ++i) {
     DecodeResult r = Wait(watches[i]);
-    EXPECT_TRUE(r.status.ok()) << i << ": " << r.status.error_message();
+    EXPECT_TRUE(r.status.ok()) << i << ": " << r.status;
     ASSERT_EQ(static_cast<int>(r.events.size()), 1 + i % 4) << i;
     for (int k = 0; k < 1 + i % 4; ++k) EXPECT_EQ(r.events[k].token_ids(0), 100 + k);
     EXPECT_EQ(watches[i]->done_calls.load(), 1);

@@ -73,15 +73,15 @@ struct Stream {
   int done_calls = 0;
   bool event_after_done = false;
   proto::DecodeEvent last;
-  std::promise<grpc::Status> done;
+  std::promise<absl::Status> done;
   std::promise<void> first_event;
   bool first_set = false;
 };
 
-std::shared_ptr<CallHandle> StartDecode(WorkerClient& client, const proto::DecodeRequest& request,
-                                        std::shared_ptr<Stream> s, int deadline_secs = 120) {
-  return client.Decode(
-      request, In(deadline_secs),
+LegPtr StartDecode(WorkerClient& client, const proto::DecodeRequest& request,
+                   std::shared_ptr<Stream> s, int deadline_secs = 120) {
+  return client.StartDecode(
+      request, Deadline::After(std::chrono::seconds(deadline_secs)),
       [s](const proto::DecodeEvent& e) {
         std::lock_guard<std::mutex> lock(s->mu);
         if (s->done_calls > 0) s->event_after_done = true;
@@ -93,7 +93,7 @@ std::shared_ptr<CallHandle> StartDecode(WorkerClient& client, const proto::Decod
           s->first_event.set_value();
         }
       },
-      [s](grpc::Status status) {
+      [s](absl::Status status) {
         std::lock_guard<std::mutex> lock(s->mu);
         if (++s->done_calls == 1) s->done.set_value(status);
       });
@@ -153,8 +153,8 @@ TEST(WorkerClientItest, ColocatedWorker) {
   {  // A streamed decode leg: every token, in order, then done once.
     auto s = std::make_shared<Stream>();
     StartDecode(client, LocalDecode("stream-1", 12), s);
-    grpc::Status status = s->done.get_future().get();
-    ASSERT_TRUE(status.ok()) << status.error_message();
+    absl::Status status = s->done.get_future().get();
+    ASSERT_TRUE(status.ok()) << status;
     std::lock_guard<std::mutex> lock(s->mu);
     EXPECT_EQ(s->tokens.size(), 12u);
     EXPECT_TRUE(s->last.finished());
@@ -176,8 +176,8 @@ TEST(WorkerClientItest, ColocatedWorker) {
     ASSERT_EQ(first.wait_for(seconds(60)), std::future_status::ready);
     handle->Cancel();
     handle->Cancel();  // twice is fine
-    grpc::Status status = s->done.get_future().get();
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+    absl::Status status = s->done.get_future().get();
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
     handle->Cancel();  // after completion too
     proto::LoadReport load;
     ASSERT_TRUE(WaitFor([&] { return FlushedAndAllFree(client, &load); })) << load.DebugString();
@@ -193,8 +193,7 @@ TEST(WorkerClientItest, ColocatedWorker) {
       auto handle = StartDecode(client, LocalDecode("race-" + std::to_string(i), 200), s);
       std::thread([handle] { handle->Cancel(); }).join();
       auto status = s->done.get_future().get();
-      EXPECT_TRUE(status.error_code() == grpc::StatusCode::CANCELLED || status.ok())
-          << status.error_code() << " " << status.error_message();
+      EXPECT_TRUE(status.code() == absl::StatusCode::kCancelled || status.ok()) << status;
       handle->Cancel();
       std::lock_guard<std::mutex> lock(s->mu);
       EXPECT_EQ(s->done_calls, 1);
@@ -246,8 +245,8 @@ TEST(WorkerClientItest, DeadPeerFailsWithUnavailable) {
   auto client = *WorkerClient::Create("127.0.0.1:" + std::to_string(FreePort()));
   auto s = std::make_shared<Stream>();
   StartDecode(*client, LocalDecode("dead", 4), s, 20);
-  grpc::Status status = s->done.get_future().get();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  absl::Status status = s->done.get_future().get();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   auto [done, future] = Collect<proto::HealthResponse>();
   client->Health(false, In(20), done);
   EXPECT_EQ(future.get().status.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -273,22 +272,26 @@ TEST(WorkerClientItest, PrefillAndDecodeLegs) {
     pr.set_bootstrap_room(room);
     pr.mutable_input_ids()->Add(kPrompt.begin(), kPrompt.end());
     *pr.mutable_sampling_params() = Greedy(6);
-    auto [pdone, pfuture] = Collect<proto::PrefillResponse>();
-    p->Prefill(pr, In(120), pdone);
+    std::promise<std::pair<absl::Status, proto::PrefillResponse>> ppromise;
+    auto pfuture = ppromise.get_future();
+    p->StartPrefill(pr, Deadline::After(std::chrono::seconds(120)),
+                    [&ppromise](absl::Status status, proto::PrefillResponse response) {
+                      ppromise.set_value({std::move(status), std::move(response)});
+                    });
     proto::DecodeRequest dr = LocalDecode("pd-" + std::to_string(room), 6);
     dr.set_bootstrap_room(room);
     dr.set_bootstrap_host(p->host());
     dr.set_bootstrap_port(prefill->bootstrap_port);
     auto s = std::make_shared<Stream>();
     StartDecode(*d, dr, s);
-    grpc::Status dstatus = s->done.get_future().get();
-    auto presult = pfuture.get();
-    ASSERT_TRUE(presult.status.ok()) << presult.status.error_message();
-    ASSERT_TRUE(dstatus.ok()) << dstatus.error_message();
-    EXPECT_EQ(presult.response.bootstrap_room(), room);
+    absl::Status dstatus = s->done.get_future().get();
+    auto [pstatus, presponse] = pfuture.get();
+    ASSERT_TRUE(pstatus.ok()) << pstatus;
+    ASSERT_TRUE(dstatus.ok()) << dstatus;
+    EXPECT_EQ(presponse.bootstrap_room(), room);
     std::lock_guard<std::mutex> lock(s->mu);
     ASSERT_EQ(s->tokens.size(), 6u);
-    EXPECT_EQ(s->tokens[0], presult.response.first_token_id());
+    EXPECT_EQ(s->tokens[0], presponse.first_token_id());
   }
   {  // A prefill leg cancelled before its decode leg ever registers: CANCELLED, once.
     proto::PrefillRequest pr;
@@ -297,12 +300,13 @@ TEST(WorkerClientItest, PrefillAndDecodeLegs) {
     pr.mutable_input_ids()->Add(kPrompt.begin(), kPrompt.end());
     *pr.mutable_sampling_params() = Greedy(4);
     std::atomic<int> calls{0};
-    std::promise<grpc::Status> done;
-    auto handle = p->Prefill(pr, In(120), [&](grpc::Status s, proto::PrefillResponse) {
-      if (calls.fetch_add(1) == 0) done.set_value(s);
-    });
+    std::promise<absl::Status> done;
+    auto handle = p->StartPrefill(pr, Deadline::After(std::chrono::seconds(120)),
+                                  [&](absl::Status s, proto::PrefillResponse) {
+                                    if (calls.fetch_add(1) == 0) done.set_value(s);
+                                  });
     handle->Cancel();
-    EXPECT_EQ(done.get_future().get().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(done.get_future().get().code(), absl::StatusCode::kCancelled);
     handle->Cancel();
     EXPECT_EQ(calls.load(), 1);
   }
@@ -311,11 +315,11 @@ TEST(WorkerClientItest, PrefillAndDecodeLegs) {
 TEST(WorkerClientItest, RegistrySeesAKilledWorkerAndItsRestart) {
   auto daemon = StartDaemon("colocated");
   RegistryOptions o;
-  o.health_check_interval_secs = 1;
-  o.health_check_timeout_secs = 2;
+  o.health_check_interval = absl::Seconds(1);
+  o.health_check_timeout = absl::Seconds(2);
   o.health_failure_threshold = 2;
   o.health_success_threshold = 2;
-  o.worker_load_check_interval = 1;
+  o.worker_load_check_interval = absl::Seconds(1);
   MetricsRegistry metrics;
   WorkerRegistry registry(o, &metrics);
   WorkerPtr w = *registry.Add(daemon->url(), WorkerType::kRegular, std::nullopt);

@@ -119,14 +119,14 @@ class FakeWorker : public proto::Worker::CallbackService {
 
 RegistryOptions FastOptions() {
   RegistryOptions o;
-  o.health_check_interval_secs = 1;
-  o.health_check_timeout_secs = 2;
+  o.health_check_interval = absl::Seconds(1);
+  o.health_check_timeout = absl::Seconds(2);
   o.health_failure_threshold = 2;
   o.health_success_threshold = 2;
-  o.worker_load_check_interval = 1;
+  o.worker_load_check_interval = absl::Seconds(1);
   o.cb_failure_threshold = 2;
   o.cb_success_threshold = 1;
-  o.cb_timeout_duration_secs = 3600;
+  o.cb_timeout_duration = absl::Seconds(3600);
   return o;
 }
 
@@ -203,8 +203,8 @@ TEST(WorkerRegistryTest, HealthThresholdsNotServingAndReportFailure) {
 TEST(WorkerRegistryTest, ReportedFailureRecoversWithoutWaitingForTheInterval) {
   FakeWorker fake;
   RegistryOptions o = FastOptions();
-  o.health_check_interval_secs = 60;
-  o.worker_load_check_interval = 0;
+  o.health_check_interval = absl::Seconds(60);
+  o.worker_load_check_interval = absl::ZeroDuration();
   WorkerRegistry registry(o, nullptr);
   auto added = registry.Add(fake.url(), WorkerType::kPrefill, std::nullopt);
   ASSERT_TRUE(added.ok());
@@ -273,8 +273,8 @@ TEST(WorkerRegistryTest, StartupErrorClearsAndLoadIsPolledWhenTheWorkerTurnsHeal
     port = placeholder.port();
   }
   RegistryOptions o = FastOptions();
-  o.health_check_interval_secs = 60;
-  o.worker_load_check_interval = 60;
+  o.health_check_interval = absl::Seconds(60);
+  o.worker_load_check_interval = absl::Seconds(60);
   WorkerRegistry registry(o, nullptr);
   WorkerPtr w =
       *registry.Add("http://127.0.0.1:" + std::to_string(port), WorkerType::kDecode, std::nullopt);
@@ -298,7 +298,8 @@ TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
   FakeWorker fake;
   MetricsRegistry metrics;
   RegistryOptions o = FastOptions();
-  o.health_check_interval_secs = 60;  // no passing health check half-opens it while we look
+  o.health_check_interval =
+      absl::Seconds(60);  // no passing health check half-opens it while we look
   WorkerRegistry registry(o, &metrics);
   WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
   registry.Start();
@@ -319,7 +320,7 @@ TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
 }
 
 // The breakers' clock is a test's (never advanced unless the test says so), so only health checks
-// can half-open a circuit here: cb_timeout_duration_secs is an hour.
+// can half-open a circuit here: cb_timeout_duration is an hour.
 class SteppedClock {
  public:
   CircuitBreaker::NowFn Fn() {
@@ -385,7 +386,7 @@ TEST(WorkerRegistryTest, PassingHealthCheckHalfOpensAnOpenCircuit) {
   const int failing = fake.health_calls();
   ASSERT_TRUE(WaitFor([&] { return fake.health_calls() >= failing + 2; }));
   EXPECT_EQ(w->Snapshot().circuit, "open");
-  clock.Advance(std::chrono::seconds(o.cb_timeout_duration_secs));
+  clock.Advance(absl::ToChronoSeconds(o.cb_timeout_duration));
   EXPECT_EQ(w->Snapshot().circuit, "half_open");
   registry.Stop();
 }
@@ -394,7 +395,7 @@ TEST(WorkerRegistryTest, StopCancelsProbesThatNeverAnswer) {
   FakeWorker fake;
   fake.set_hang(true);
   RegistryOptions o = FastOptions();
-  o.health_check_timeout_secs = 3600;
+  o.health_check_timeout = absl::Seconds(3600);
   WorkerRegistry registry(o, nullptr);
   WorkerPtr w = *registry.Add(fake.url(), WorkerType::kRegular, std::nullopt);
   registry.Start();

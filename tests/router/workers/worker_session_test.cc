@@ -92,7 +92,7 @@ TEST(WorkerSessionTest, DecodeEventsArriveInOrderThenOk) {
   auto watch = std::make_shared<DecodeWatch>();
   StartDecode(*client, "ok:3", absl::InfiniteFuture(), watch);
   DecodeResult r = Wait(watch);
-  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(r.status.ok()) << r.status.message();
   ASSERT_EQ(r.events.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r.events[i].token_ids(0), 100 + i);
   EXPECT_TRUE(r.events[2].finished());
@@ -106,8 +106,8 @@ TEST(WorkerSessionTest, ALegThatCannotStartEndsWithTheWorkersStatus) {
   auto watch = std::make_shared<DecodeWatch>();
   StartDecode(*client, "err", absl::InfiniteFuture(), watch);
   DecodeResult r = Wait(watch);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(r.status.error_message(), "input_ids: empty prompt");
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status.message(), "input_ids: empty prompt");
   EXPECT_TRUE(r.events.empty());
 }
 
@@ -121,7 +121,7 @@ TEST(WorkerSessionTest, CancelEndsTheLegCancelledAndAbortsItOnTheWorker) {
   call->Cancel();
   call->Cancel();  // idempotent
   DecodeResult r = Wait(watch);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(WaitFor([&] { return w.legs().decode_cancels() == 1; }));
   EXPECT_TRUE(WaitFor([&] { return w.legs().live_holds() == 0; }));
   call->Cancel();  // after the end: nothing
@@ -136,7 +136,7 @@ TEST(WorkerSessionTest, TheDeadlineEndsTheLegAndAbortsItOnTheWorker) {
   auto watch = std::make_shared<DecodeWatch>();
   StartDecode(*client, "hold-2", absl::Now() + absl::Milliseconds(200), watch);
   DecodeResult r = Wait(watch);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(WaitFor([&] { return w.legs().decode_cancels() == 1; }));
   EXPECT_TRUE(WaitFor([&] { return w.legs().live_holds() == 0; }));
 }
@@ -147,14 +147,14 @@ TEST(WorkerSessionTest, PrefillAnswersErrorsAndCancels) {
   auto client = Connect(w);
   auto prefill = [&](const std::string& rid, uint64_t room) {
     auto promise =
-        std::make_shared<std::promise<std::pair<grpc::Status, proto::PrefillResponse>>>();
+        std::make_shared<std::promise<std::pair<absl::Status, proto::PrefillResponse>>>();
     proto::PrefillRequest request;
     request.set_rid(rid);
     request.set_bootstrap_room(room);
-    auto call = client->Prefill(std::move(request), absl::InfiniteFuture(),
-                                [promise](grpc::Status s, proto::PrefillResponse r) {
-                                  promise->set_value({std::move(s), std::move(r)});
-                                });
+    auto call = client->StartPrefill(std::move(request), Deadline::Never(),
+                                     [promise](absl::Status s, proto::PrefillResponse r) {
+                                       promise->set_value({std::move(s), std::move(r)});
+                                     });
     return std::make_pair(call, promise->get_future());
   };
   auto [ok_call, ok] = prefill("ok", 41);
@@ -167,14 +167,14 @@ TEST(WorkerSessionTest, PrefillAnswersErrorsAndCancels) {
   auto [err_call, err] = prefill("err", 42);
   ASSERT_EQ(err.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
   auto err_result = err.get();
-  EXPECT_EQ(err_result.first.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(err_result.first.error_message(), "not a prefill worker");
+  EXPECT_EQ(err_result.first.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(err_result.first.message(), "not a prefill worker");
 
   auto [held_call, held] = prefill("hold", 43);
   ASSERT_TRUE(WaitFor([&] { return w.legs().live_holds() == 1; }));
   held_call->Cancel();
   ASSERT_EQ(held.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
-  EXPECT_EQ(held.get().first.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(held.get().first.code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(WaitFor([&] { return w.legs().prefill_cancels() == 1; }));
 }
 
@@ -196,7 +196,7 @@ TEST(WorkerSessionTest, AClosedSessionFailsItsLegsAndTheNextLegOpensANewOne) {
   ASSERT_TRUE(WaitFor([&] { return w->legs().held_count() == 1; }));
   w->Stop();  // closes the session: the held leg is cancelled on the worker
   DecodeResult r = Wait(watch);
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(w->legs().decode_cancels(), 1);
 
   // A worker back on the same port: a new session carries the next legs (the channel reconnects
@@ -211,7 +211,7 @@ TEST(WorkerSessionTest, AClosedSessionFailsItsLegsAndTheNextLegOpensANewOne) {
     DecodeResult next = Wait(again);
     served = next.status.ok();
     if (!served) {
-      EXPECT_EQ(next.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+      EXPECT_EQ(next.status.code(), absl::StatusCode::kUnavailable);
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
@@ -229,7 +229,7 @@ TEST(WorkerSessionTest, LegsOutliveTheClientThatStartedThem) {
   client.reset();  // e.g. the worker was removed from the router while the leg ran
   w.legs().Release("hold-4");
   DecodeResult r = Wait(watch);
-  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(r.status.ok()) << r.status.message();
   ASSERT_EQ(r.events.size(), 1u);
   EXPECT_EQ(r.events[0].finish_reason().type(), proto::FinishReason::LENGTH);
   EXPECT_EQ(w.legs().decode_cancels(), 0);
@@ -281,8 +281,7 @@ TEST(WorkerSessionTest, APeerThatSpeaksGarbageFailsLegsPromptlyAndOnce) {
     auto watch = std::make_shared<DecodeWatch>();
     StartDecode(**client, "ok:1", absl::Now() + absl::Seconds(60), watch);
     DecodeResult r = Wait(watch);
-    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE)
-        << i << ": " << r.status.error_message();
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable) << i << ": " << r.status.message();
     EXPECT_TRUE(r.events.empty());
     absl::SleepFor(absl::Milliseconds(20));
     EXPECT_EQ(watch->done_calls.load(), 1);
@@ -336,17 +335,18 @@ TEST(WorkerSessionTest, APrefillLegAnsweredWithAnEventEndsAndIsForgotten) {
   ASSERT_GT(w.port(), 0);
   auto client = WorkerClient::Create(absl::StrCat("http://127.0.0.1:", w.port()));
   ASSERT_TRUE(client.ok()) << client.status();
-  std::promise<grpc::Status> promise;
+  std::promise<absl::Status> promise;
   proto::PrefillRequest request;
   request.set_rid("p");
   request.set_bootstrap_room(9);
-  (*client)->Prefill(std::move(request), absl::Now() + kWait,
-                     [&promise](grpc::Status s, proto::PrefillResponse) { promise.set_value(s); });
+  (*client)->StartPrefill(
+      std::move(request), LegDeadline(absl::Now() + kWait),
+      [&promise](absl::Status s, proto::PrefillResponse) { promise.set_value(s); });
   auto future = promise.get_future();
   ASSERT_EQ(future.wait_for(absl::ToChronoSeconds(kWait)), std::future_status::ready);
-  const grpc::Status status = future.get();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
-  EXPECT_EQ(status.error_message(), "the worker answered a prefill leg with something else");
+  const absl::Status status = future.get();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(status.message(), "the worker answered a prefill leg with something else");
   EXPECT_FALSE(w.session_ended().HasBeenNotified());
   client->reset();
   EXPECT_TRUE(w.session_ended().WaitForNotificationWithTimeout(kWait));
