@@ -77,11 +77,13 @@ class JsonSchemaCompiler {
   }
 
   // --- Generic JSON pieces, each built once. ---
+  // Nothing, one space, or a line break and an indentation of up to kMaxJsonIndent spaces or
+  // tabs: room for compact and pretty-printed JSON, none for runs of blank lines.
   Symbol Ws() {
     if (ws_ < 0) {
-      ByteSet space;
-      for (char c : {' ', '\t', '\n', '\r'}) space.set(static_cast<uint8_t>(c));
-      ws_ = builder_.Repeat({builder_.Terminal(space)}, 0, kMaxJsonWhitespace);
+      const Symbol indent =
+          builder_.Repeat({builder_.Terminal(ByteSet().set(' ').set('\t'))}, 0, kMaxJsonIndent);
+      ws_ = builder_.Choice({{}, {builder_.Byte(' ')}, {builder_.Byte('\n'), indent}});
     }
     return ws_;
   }

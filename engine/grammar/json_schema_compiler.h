@@ -10,13 +10,14 @@
 // keyword, or a combination the compiler cannot express exactly (pattern with a length bound,
 // anyOf beside type), is an InvalidArgument error naming the keyword and its JSON pointer.
 //
-// Output shape: the value alone (no leading or trailing whitespace); inside it, up to
-// kMaxJsonWhitespace whitespace characters where JSON allows whitespace. Properties appear in
-// the order `properties` lists them, required ones always, optional ones or not; additional
-// properties (when allowed) follow them, with keys that differ from every listed property and
-// use no escapes. Strings use raw characters or the escapes \" \\ \/ \b \f \n \r \t and \uXXXX
-// (not surrogates). Integers and numbers are JSON numbers without leading zeros; exponents have
-// at most two digits (so every number fits a double).
+// Output shape: the value alone (no leading or trailing whitespace); inside it, where JSON allows
+// whitespace: nothing, one space, or a line break followed by up to kMaxJsonIndent spaces or
+// tabs (compact or pretty-printed JSON, but no runs of blank lines a small model could loop in).
+// Properties appear in the order `properties` lists them, required ones always, optional ones or
+// not; additional properties (when allowed) follow them, with keys that differ from every listed
+// property and use no escapes. Strings use raw characters or the escapes \" \\ \/ \b \f \n \r \t
+// and \uXXXX (not surrogates). Integers and numbers are JSON numbers without leading zeros;
+// exponents have at most two digits (so every number fits a double).
 #ifndef TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 #define TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 
@@ -27,7 +28,7 @@
 
 namespace tandem::engine::grammar {
 
-inline constexpr int kMaxJsonWhitespace = 16;
+inline constexpr int kMaxJsonIndent = 16;
 
 // `schema_json` is the schema's JSON text.
 absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,

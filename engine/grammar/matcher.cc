@@ -17,11 +17,15 @@ uint64_t MakeItem(uint32_t slot, uint32_t origin) {
 
 }  // namespace
 
-GrammarMatcher::GrammarMatcher(GrammarPtr grammar) : grammar_(std::move(grammar)) {}
+GrammarMatcher::GrammarMatcher(GrammarPtr grammar)
+    : grammar_(std::move(grammar)),
+      slot_stamp_(grammar_->slots().size(), 0),
+      slot_head_(grammar_->slots().size(), -1) {}
 
 absl::StatusOr<GrammarMatcher> GrammarMatcher::Create(GrammarPtr grammar) {
   GrammarMatcher matcher(std::move(grammar));
   matcher.set_begin_.push_back(0);
+  matcher.BeginSet();
   for (int32_t slot : matcher.grammar_->alternatives(matcher.grammar_->start_rule())) {
     matcher.Add(static_cast<uint32_t>(slot), 0);
   }
@@ -29,9 +33,23 @@ absl::StatusOr<GrammarMatcher> GrammarMatcher::Create(GrammarPtr grammar) {
   return matcher;
 }
 
+void GrammarMatcher::BeginSet() {
+  ++stamp_;
+  chain_.clear();
+  building_begin_ = items_.size();
+}
+
 void GrammarMatcher::Add(uint32_t slot, uint32_t origin) {
-  uint64_t item = MakeItem(slot, origin);
-  if (seen_.insert(item).second) items_.push_back(item);
+  if (slot_stamp_[slot] != stamp_) {
+    slot_stamp_[slot] = stamp_;
+    slot_head_[slot] = -1;
+  }
+  for (int64_t i = slot_head_[slot]; i >= 0; i = chain_[i - building_begin_]) {
+    if (OriginOf(items_[i]) == origin) return;
+  }
+  chain_.push_back(slot_head_[slot]);
+  slot_head_[slot] = static_cast<int64_t>(items_.size());
+  items_.push_back(MakeItem(slot, origin));
 }
 
 bool GrammarMatcher::CloseLastSet() {
@@ -88,7 +106,6 @@ bool GrammarMatcher::CloseLastSet() {
       }
     }
   }
-  seen_.clear();
   next_bytes_.push_back(next);
   complete_.push_back(complete ? 1 : 0);
   return true;
@@ -101,6 +118,7 @@ bool GrammarMatcher::Accept(uint8_t byte) {
   const size_t from = set_begin_.back();
   const size_t to = items_.size();
   set_begin_.push_back(static_cast<uint32_t>(to));
+  BeginSet();
   for (size_t i = from; i < to; ++i) {
     const uint64_t item = items_[i];
     const Grammar::Slot& slot = slots[SlotOf(item)];
@@ -109,7 +127,6 @@ bool GrammarMatcher::Accept(uint8_t byte) {
     }
   }
   if (!CloseLastSet()) {
-    seen_.clear();
     items_.resize(to);
     set_begin_.pop_back();
     return false;

@@ -22,7 +22,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/grammar/grammar.h"
@@ -63,14 +62,23 @@ class GrammarMatcher {
   // Predicts and completes the last set (from its scanned items), fills its next_bytes and
   // complete flags. False when a limit was hit.
   bool CloseLastSet();
+  // Starts building a new set at the end of items_.
+  void BeginSet();
+  // Appends item (slot, origin) to the set being built unless it is already there.
   void Add(uint32_t slot, uint32_t origin);
 
   GrammarPtr grammar_;
-  std::vector<uint64_t> items_;         // (slot << 32) | origin, set after set
-  std::vector<uint32_t> set_begin_;     // set k = items_[set_begin_[k], set_begin_[k + 1] or end)
-  std::vector<ByteSet> next_bytes_;     // per set
-  std::vector<uint8_t> complete_;       // per set
-  absl::flat_hash_set<uint64_t> seen_;  // scratch: items of the set being built
+  std::vector<uint64_t> items_;      // (slot << 32) | origin, set after set
+  std::vector<uint32_t> set_begin_;  // set k = items_[set_begin_[k], set_begin_[k + 1] or end)
+  std::vector<ByteSet> next_bytes_;  // per set
+  std::vector<uint8_t> complete_;    // per set
+  // Duplicate detection for the set being built: the set's items with a given slot form a
+  // chain (slot_head_ -> chain_ -> ...), valid for the slot while slot_stamp_ equals stamp_.
+  uint64_t stamp_ = 0;
+  std::vector<uint64_t> slot_stamp_;  // per grammar slot
+  std::vector<int64_t> slot_head_;    // per grammar slot: index into items_, or -1
+  std::vector<int64_t> chain_;        // per item of the set being built
+  size_t building_begin_ = 0;
   absl::Status status_;
 };
 
