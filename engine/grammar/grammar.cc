@@ -1,5 +1,8 @@
 #include "engine/grammar/grammar.h"
 
+#include <algorithm>
+#include <functional>
+#include <queue>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +11,53 @@ namespace tandem::engine::grammar {
 namespace {
 
 int32_t TerminalId(Symbol symbol) { return -symbol - 1; }
+
+constexpr int64_t kInfinite = int64_t{1} << 40;
+
+// Per rule, the length of its shortest string (kInfinite if it derives none). Terminals cost one
+// byte (none if their set is empty). Each alternative waits for its rules' values; a rule's value
+// is final when it is the smallest left in the queue.
+std::vector<int64_t> ShortestDerivations(const std::vector<std::vector<Sequence>>& rules,
+                                         const std::vector<ByteSet>& terminals) {
+  struct Pending {
+    int32_t rule;
+    int32_t unresolved;  // rule occurrences without a final value yet
+    int64_t bytes;       // sum over the resolved symbols
+  };
+  const size_t num_rules = rules.size();
+  std::vector<Pending> pending;
+  std::vector<std::vector<int32_t>> uses(num_rules);  // rule -> pending entries, per occurrence
+  using Entry = std::pair<int64_t, int32_t>;          // (bytes, rule)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  for (size_t r = 0; r < num_rules; ++r) {
+    for (const Sequence& seq : rules[r]) {
+      Pending p{static_cast<int32_t>(r), 0, 0};
+      for (Symbol s : seq) {
+        if (s >= 0) {
+          ++p.unresolved;
+          uses[s].push_back(static_cast<int32_t>(pending.size()));
+        } else {
+          p.bytes = terminals[TerminalId(s)].any() ? std::min(kInfinite, p.bytes + 1) : kInfinite;
+        }
+      }
+      if (p.unresolved == 0 && p.bytes < kInfinite) queue.emplace(p.bytes, p.rule);
+      pending.push_back(p);
+    }
+  }
+  std::vector<int64_t> shortest(num_rules, kInfinite);
+  while (!queue.empty()) {
+    const auto [bytes, rule] = queue.top();
+    queue.pop();
+    if (shortest[rule] < kInfinite) continue;
+    shortest[rule] = bytes;
+    for (int32_t use : uses[rule]) {
+      Pending& p = pending[use];
+      p.bytes = std::min(kInfinite, p.bytes + bytes);
+      if (--p.unresolved == 0 && p.bytes < kInfinite) queue.emplace(p.bytes, p.rule);
+    }
+  }
+  return shortest;
+}
 
 }  // namespace
 
@@ -139,27 +189,15 @@ absl::StatusOr<GrammarPtr> GrammarBuilder::Build(int32_t root) {
     }
   }
 
-  // Productive rules (derive at least one string), to a fixpoint.
-  std::vector<bool> productive(num_rules, false);
+  // Shortest string of each rule (kInfinite: the rule derives no string), by Knuth's
+  // generalisation of Dijkstra's algorithm: linear-logarithmic in the grammar's size, so no
+  // arrangement of rules makes it slow. Productive = finite, nullable = 0.
+  const std::vector<int64_t> shortest = ShortestDerivations(rules_, terminals_);
   auto symbol_productive = [&](Symbol s) {
-    return s >= 0 ? productive[s] : terminals_[TerminalId(s)].any();
+    return s >= 0 ? shortest[s] < kInfinite : terminals_[TerminalId(s)].any();
   };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t r = 0; r < num_rules; ++r) {
-      if (productive[r]) continue;
-      for (const Sequence& seq : rules_[r]) {
-        bool all = true;
-        for (Symbol s : seq) all = all && symbol_productive(s);
-        if (all) {
-          productive[r] = true;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
-  if (!productive[root]) return absl::InvalidArgumentError("the grammar matches no string");
+  if (shortest[root] >= kInfinite)
+    return absl::InvalidArgumentError("the grammar matches no string");
 
   auto grammar = std::make_shared<Grammar>();
   grammar->limits_ = limits_;
@@ -169,11 +207,13 @@ absl::StatusOr<GrammarPtr> GrammarBuilder::Build(int32_t root) {
   grammar->alternatives_.resize(num_rules + 1);
   grammar->start_rule_ = num_rules;
   rules_.push_back({Sequence{root}});
+  std::vector<int64_t> min_bytes = shortest;
+  min_bytes.push_back(shortest[root]);
 
-  // Keep only alternatives made of productive symbols; flatten them into slots.
-  std::vector<std::vector<Sequence>> kept(num_rules + 1);
+  // Keep only alternatives made of productive symbols; flatten them into slots, each with the
+  // shortest rest of its alternative (suffix sums).
   for (int32_t r = 0; r <= num_rules; ++r) {
-    for (Sequence& seq : rules_[r]) {
+    for (const Sequence& seq : rules_[r]) {
       bool all = true;
       for (Symbol s : seq) all = all && (s >= num_rules || symbol_productive(s));
       if (!all) continue;
@@ -186,61 +226,15 @@ absl::StatusOr<GrammarPtr> GrammarBuilder::Build(int32_t root) {
         }
       }
       grammar->slots_.push_back({Grammar::SlotKind::kEnd, r});
-      kept[r].push_back(std::move(seq));
-    }
-  }
-
-  // Nullable rules (derive the empty string), to a fixpoint.
-  std::vector<bool> nullable(num_rules + 1, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t r = 0; r <= num_rules; ++r) {
-      if (nullable[r]) continue;
-      for (const Sequence& seq : kept[r]) {
-        bool all = true;
-        for (Symbol s : seq) all = all && s >= 0 && nullable[s];
-        if (all) {
-          nullable[r] = true;
-          changed = true;
-          break;
-        }
+      std::vector<int64_t> rest(seq.size() + 1, 0);
+      for (size_t i = seq.size(); i-- > 0;) {
+        rest[i] = std::min(kInfinite, rest[i + 1] + (seq[i] >= 0 ? min_bytes[seq[i]] : 1));
       }
+      grammar->min_bytes_from_.insert(grammar->min_bytes_from_.end(), rest.begin(), rest.end());
     }
   }
-  grammar->nullable_ = std::move(nullable);
-
-  // Shortest string of each rule (every kept rule is productive), then per slot the shortest
-  // rest of its alternative.
-  constexpr int64_t kInfinite = int64_t{1} << 40;
-  std::vector<int64_t> min_bytes(num_rules + 1, kInfinite);
-  auto sequence_bytes = [&](const Sequence& seq, size_t from) {
-    int64_t total = 0;
-    for (size_t i = from; i < seq.size(); ++i) {
-      total += seq[i] >= 0 ? min_bytes[seq[i]] : 1;
-      if (total >= kInfinite) return kInfinite;
-    }
-    return total;
-  };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t r = 0; r <= num_rules; ++r) {
-      for (const Sequence& seq : kept[r]) {
-        const int64_t bytes = sequence_bytes(seq, 0);
-        if (bytes < min_bytes[r]) {
-          min_bytes[r] = bytes;
-          changed = true;
-        }
-      }
-    }
-  }
-  grammar->min_bytes_from_.reserve(grammar->slots_.size());
-  for (int32_t r = 0; r <= num_rules; ++r) {
-    for (const Sequence& seq : kept[r]) {
-      for (size_t i = 0; i <= seq.size(); ++i) {
-        grammar->min_bytes_from_.push_back(sequence_bytes(seq, i));
-      }
-    }
-  }
+  grammar->nullable_.resize(num_rules + 1);
+  for (int32_t r = 0; r <= num_rules; ++r) grammar->nullable_[r] = min_bytes[r] == 0;
   return GrammarPtr(std::move(grammar));
 }
 

@@ -1,5 +1,6 @@
 #include "engine/grammar/json_schema_compiler.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,6 +44,36 @@ std::string Escape(std::string_view token) {
     }
   }
   return out;
+}
+
+// JSON nesting deeper than this is refused before parsing (a schema nested to the compiler's own
+// depth limit stays far below it).
+constexpr int kMaxSchemaJsonDepth = 256;
+
+// The deepest nesting of arrays/objects in `text` (strings skipped), counting up to just past
+// kMaxSchemaJsonDepth.
+int JsonNestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > kMaxSchemaJsonDepth) break;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 // Trie over code points of the listed property names: the keys an additional property may not
@@ -516,6 +547,11 @@ class JsonSchemaCompiler {
 
 absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,
                                              const GrammarLimits& limits) {
+  // The JSON parser recurses per nesting level: bound it before parsing untrusted text.
+  if (JsonNestingDepth(schema_json) > kMaxSchemaJsonDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "json_schema: the schema nests JSON deeper than ", kMaxSchemaJsonDepth, " levels"));
+  }
   json document;
   try {
     document = json::parse(schema_json);

@@ -1,6 +1,8 @@
 #include "engine/grammar/matcher.h"
 
 #include <algorithm>
+#include <functional>
+#include <queue>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -35,6 +37,7 @@ absl::StatusOr<GrammarMatcher> GrammarMatcher::Create(GrammarPtr grammar) {
 
 void GrammarMatcher::BeginSet() {
   ++stamp_;
+  work_ = 0;
   chain_.clear();
   building_begin_ = items_.size();
 }
@@ -45,6 +48,7 @@ void GrammarMatcher::Add(uint32_t slot, uint32_t origin) {
     slot_head_[slot] = -1;
   }
   for (int64_t i = slot_head_[slot]; i >= 0; i = chain_[i - building_begin_]) {
+    ++work_;
     if (OriginOf(items_[i]) == origin) return;
   }
   chain_.push_back(slot_head_[slot]);
@@ -58,7 +62,7 @@ bool GrammarMatcher::CloseLastSet() {
   const uint32_t k = static_cast<uint32_t>(set_begin_.size() - 1);
   const size_t begin = set_begin_.back();
   const size_t max_items = static_cast<size_t>(g.limits().max_items_per_position);
-  int64_t work = 0;
+  int64_t& work = work_;  // includes Add's duplicate checks of this set
   ByteSet next;
   bool complete = false;
   for (size_t i = begin; i < items_.size(); ++i) {
@@ -160,71 +164,87 @@ void GrammarMatcher::Rollback(size_t n) {
 namespace tandem::engine::grammar {
 
 int64_t GrammarMatcher::MinBytesToComplete() const {
-  // up[(rule, origin)]: fewest bytes to finish the output once `rule`, begun at set `origin`,
-  // has completed: over the items of set `origin` waiting for `rule`, the rest of their
-  // alternative plus `up` of their own rule and origin. Nonnegative weights, so relaxation to
-  // a fixpoint (Bellman-Ford) gives the shortest paths.
+  // Nodes (rule, origin): "`rule`, begun at set `origin`, has just completed". A node's edges go
+  // to the items of set `origin` waiting for `rule`, i.e. to node (their rule, their origin),
+  // costing the shortest rest of their alternative. The answer is the shortest path from an item
+  // of the last set to the start rule's completion: Dijkstra from the start nodes over reversed
+  // edges (weights are nonnegative), linear-logarithmic in the nodes reached.
   const Grammar& g = *grammar_;
   const auto& slots = g.slots();
   constexpr int64_t kInfinite = int64_t{1} << 40;
-  // The rule of each slot's alternative: the value of the next kEnd slot.
-  auto rule_of = [&](uint32_t slot) {
+  auto rule_of = [&](uint32_t slot) {  // the rule of a slot's alternative: its kEnd slot's value
     while (slots[slot].kind != Grammar::SlotKind::kEnd) ++slot;
     return slots[slot].value;
   };
   auto key = [](int32_t rule, uint32_t origin) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(rule)) << 32) | origin;
   };
-  absl::flat_hash_map<uint64_t, int64_t> up;
-  std::vector<uint64_t> order;
-  // Collect the nodes reachable from the last set's items.
-  std::vector<uint64_t> stack;
+  auto set_end = [&](uint32_t origin) {
+    return origin + 1 < set_begin_.size() ? static_cast<size_t>(set_begin_[origin + 1])
+                                          : items_.size();
+  };
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<uint64_t, int64_t>>> reverse;  // to <- from
+  absl::flat_hash_map<uint64_t, int64_t> distance;
+  absl::flat_hash_map<uint32_t, absl::flat_hash_map<int32_t, std::vector<size_t>>> waiting;
+  std::vector<uint64_t> stack, starts;
   auto visit = [&](int32_t rule, uint32_t origin) {
-    if (up.try_emplace(key(rule, origin), rule == g.start_rule() ? 0 : kInfinite).second) {
+    if (distance.try_emplace(key(rule, origin), kInfinite).second) {
       stack.push_back(key(rule, origin));
     }
   };
   const size_t last = set_begin_.back();
-  for (size_t i = last; i < items_.size(); ++i)
+  for (size_t i = last; i < items_.size(); ++i) {
     visit(rule_of(SlotOf(items_[i])), OriginOf(items_[i]));
+  }
   while (!stack.empty()) {
     const uint64_t node = stack.back();
     stack.pop_back();
-    order.push_back(node);
     const int32_t rule = static_cast<int32_t>(node >> 32);
     const uint32_t origin = static_cast<uint32_t>(node);
-    if (rule == g.start_rule()) continue;
-    const size_t end = origin + 1 < set_begin_.size() ? set_begin_[origin + 1] : items_.size();
-    for (size_t j = set_begin_[origin]; j < end; ++j) {
-      const Grammar::Slot& slot = slots[SlotOf(items_[j])];
-      if (slot.kind == Grammar::SlotKind::kRule && slot.value == rule) {
-        visit(rule_of(SlotOf(items_[j])), OriginOf(items_[j]));
+    if (rule == g.start_rule()) {
+      starts.push_back(node);
+      continue;
+    }
+    auto [index, fresh] = waiting.try_emplace(origin);
+    if (fresh) {  // the items of set `origin` by the rule they wait for, built once per set
+      for (size_t j = set_begin_[origin]; j < set_end(origin); ++j) {
+        const Grammar::Slot& slot = slots[SlotOf(items_[j])];
+        if (slot.kind == Grammar::SlotKind::kRule) index->second[slot.value].push_back(j);
       }
     }
+    auto found = index->second.find(rule);
+    if (found == index->second.end()) continue;
+    for (size_t j : found->second) {
+      const uint32_t pos = SlotOf(items_[j]);
+      const uint64_t parent = key(rule_of(pos), OriginOf(items_[j]));
+      visit(rule_of(pos), OriginOf(items_[j]));
+      reverse[parent].emplace_back(node, g.min_bytes_from(pos + 1));
+    }
   }
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (uint64_t node : order) {
-      const int32_t rule = static_cast<int32_t>(node >> 32);
-      const uint32_t origin = static_cast<uint32_t>(node);
-      if (rule == g.start_rule()) continue;
-      const size_t end = origin + 1 < set_begin_.size() ? set_begin_[origin + 1] : items_.size();
-      int64_t& best = up[node];
-      for (size_t j = set_begin_[origin]; j < end; ++j) {
-        const uint32_t pos = SlotOf(items_[j]);
-        if (slots[pos].kind != Grammar::SlotKind::kRule || slots[pos].value != rule) continue;
-        const int64_t cost = g.min_bytes_from(pos + 1) + up[key(rule_of(pos), OriginOf(items_[j]))];
-        if (cost < best) {
-          best = cost;
-          changed = true;
-        }
+  using Entry = std::pair<int64_t, uint64_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  for (uint64_t node : starts) {
+    distance[node] = 0;
+    queue.emplace(0, node);
+  }
+  while (!queue.empty()) {
+    const auto [d, node] = queue.top();
+    queue.pop();
+    if (d > distance[node]) continue;
+    auto it = reverse.find(node);
+    if (it == reverse.end()) continue;
+    for (const auto& [child, weight] : it->second) {
+      int64_t& best = distance[child];
+      if (d + weight < best) {
+        best = d + weight;
+        queue.emplace(best, child);
       }
     }
   }
   int64_t best = kInfinite;
   for (size_t i = last; i < items_.size(); ++i) {
     const uint32_t pos = SlotOf(items_[i]);
-    best = std::min(best, g.min_bytes_from(pos) + up[key(rule_of(pos), OriginOf(items_[i]))]);
+    best = std::min(best, g.min_bytes_from(pos) + distance[key(rule_of(pos), OriginOf(items_[i]))]);
   }
   return best;
 }

@@ -79,6 +79,7 @@ class GrammarMatcher {
   std::vector<int64_t> slot_head_;    // per grammar slot: index into items_, or -1
   std::vector<int64_t> chain_;        // per item of the set being built
   size_t building_begin_ = 0;
+  int64_t work_ = 0;  // item operations spent on the set being built
   absl::Status status_;
 };
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "engine/grammar/ebnf_compiler.h"
 #include "engine/grammar/json_schema_compiler.h"
 #include "engine/grammar/regex_compiler.h"
@@ -124,6 +125,33 @@ TEST(GrammarMatcherTest, DeeplyNestedSchemaIsRefused) {
   absl::StatusOr<GrammarPtr> grammar = CompileJsonSchema(schema);
   ASSERT_FALSE(grammar.ok());
   EXPECT_NE(grammar.status().message().find("nested too deeply"), std::string::npos);
+}
+
+TEST(GrammarMatcherTest, DeeplyNestedSchemaTextIsRefusedBeforeParsing) {
+  const std::string schema = std::string(100000, '[') + std::string(100000, ']');
+  absl::StatusOr<GrammarPtr> grammar = CompileJsonSchema(schema);
+  ASSERT_FALSE(grammar.ok());
+  EXPECT_NE(grammar.status().message().find("deeper than"), std::string::npos);
+}
+
+TEST(GrammarMatcherTest, LongRuleChainCompilesInLinearTime) {
+  // Each rule refers to the next, defined after it: a pass-until-no-change fixpoint would need one
+  // pass per rule (quadratic); the compiler must stay fast on it.
+  std::string ebnf = "root ::= r1\n";
+  constexpr int kRules = 40000;
+  for (int i = 1; i < kRules; ++i) absl::StrAppend(&ebnf, "r", i, " ::= r", i + 1, "\n");
+  absl::StrAppend(&ebnf, "r", kRules, " ::= \"a\"\n");
+  GrammarLimits limits;
+  limits.max_items_per_position = 100000;  // the initial state predicts the whole chain
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<GrammarPtr> grammar = CompileEbnf(ebnf, limits);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  GrammarMatcher m = MatcherFor(grammar);
+  EXPECT_EQ(m.MinBytesToComplete(), 1);
+  // Completing the chain after "a" looks back over the whole first state once per rule: more
+  // than the per-byte work budget, so the byte is refused rather than taking seconds.
+  EXPECT_FALSE(m.Accept('a'));
+  EXPECT_TRUE(absl::IsResourceExhausted(m.status())) << m.status();
 }
 
 TEST(GrammarMatcherTest, AnyJsonObject) {
