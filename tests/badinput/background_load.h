@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+
 namespace tandem::itest {
 
 // Thread-safe. Owns one client thread per port; Stop() (or the destructor) joins them.
@@ -39,7 +41,7 @@ class BackgroundLoad {
   std::atomic<int> sent_{0};
   std::atomic<int> succeeded_{0};
   mutable std::mutex mu_;
-  std::vector<std::string> failures_;  // guarded by mu_
+  std::vector<std::string> failures_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;
 };
 
