@@ -78,6 +78,13 @@ uint64_t KvEventIndex::NextSeq(const std::string& url) const {
   return it == workers_.end() ? 0 : it->second.seq;
 }
 
+std::optional<size_t> KvEventIndex::StoredBlocks(const std::string& url) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(url);
+  if (it == workers_.end() || !it->second.synced) return std::nullopt;
+  return it->second.blocks.size();
+}
+
 std::optional<int64_t> KvEventIndex::PredictCachedTokens(const std::string& url,
                                                          std::span<const int32_t> tokens,
                                                          int64_t max_tokens) const {

@@ -53,6 +53,9 @@ class KvEventIndex {
   bool Synced(const std::string& url) const;
   uint64_t NextSeq(const std::string& url) const;
 
+  // Blocks `url`'s cache holds; nullopt when `url` is not synced.
+  std::optional<size_t> StoredBlocks(const std::string& url) const;
+
   // Leading tokens of `tokens` that `url`'s cache holds, in whole blocks, at most max_tokens;
   // nullopt when `url` is not synced.
   std::optional<int64_t> PredictCachedTokens(const std::string& url,
