@@ -5,7 +5,8 @@
 #
 #   bench/cache_aware_hit_rate.sh [BIN_DIR]        # BIN_DIR defaults to build/bin
 #   GROUPS_N=8 PER_GROUP=8 PREFIX_LEN=256 SUFFIX_LEN=32 CLIENTS=4 bench/cache_aware_hit_rate.sh
-#   GROUPS_N=16 PER_GROUP=8 PREFIX_LEN=1024 bench/cache_aware_hit_rate.sh   # docs/router.md "KV events"
+#   GROUPS_N=16 PER_GROUP=8 PREFIX_LEN=448 bench/cache_aware_hit_rate.sh
+#   (the shipped model has 512 positions; 1,024-token prefixes need MODEL_PATH= a longer one)
 #
 # For each policy, a fresh cluster on 127.0.0.1: 2 tandem-prefill + 2 tandem-decode workers on
 # the shipped model and tandem-router in PD mode with --prefill-policy <policy> (decode policy
