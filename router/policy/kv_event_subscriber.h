@@ -56,7 +56,8 @@ class KvEventSubscriber {
   void Start();
   void Stop();  // idempotent; joins the thread
 
-  // One round over every worker, on the caller's thread (the loop runs this; tests call it).
+  // One round over every worker, on the caller's thread: the loop runs this; a test may call it
+  // only when Start was not called (the followed workers belong to one thread at a time).
   void PollOnce();
 
  private:
