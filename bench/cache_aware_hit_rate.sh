@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The router's cache_aware prefill policy against round_robin on a shared-prefix workload,
-# measured from the prefill workers' own radix-cache counters.
+# The router's cache_aware prefill policy, on its prefix tree and on the workers' KV events
+# (--kv-events), against round_robin on a shared-prefix workload, measured from the prefill
+# workers' own radix-cache counters.
 #
 #   bench/cache_aware_hit_rate.sh [BIN_DIR]        # BIN_DIR defaults to build/bin
 #   GROUPS_N=8 PER_GROUP=8 PREFIX_LEN=256 SUFFIX_LEN=32 CLIENTS=4 bench/cache_aware_hit_rate.sh
+#   GROUPS_N=16 PER_GROUP=8 PREFIX_LEN=448 bench/cache_aware_hit_rate.sh
+#   (the shipped model has 512 positions; 1,024-token prefixes need MODEL_PATH= a longer one)
 #
 # For each policy, a fresh cluster on 127.0.0.1: 2 tandem-prefill + 2 tandem-decode workers on
 # the shipped model and tandem-router in PD mode with --prefill-policy <policy> (decode policy
@@ -11,7 +14,10 @@
 # a group sharing a PREFIX_LEN-token prefix followed by SUFFIX_LEN tokens of their own, are sent
 # by CLIENTS concurrent clients in one shuffled order, the same for both policies. The hit rate is the sum over
 # both prefill workers of tandem_engine_cached_prompt_tokens_total over
-# tandem_engine_prompt_tokens_total. Prints both rates and cache_aware / round_robin.
+# tandem_engine_prompt_tokens_total; the mean TTFT is the router's tandem_router_ttft_seconds;
+# "predicted / reused" is the router's tandem_router_cache_aware_matched_tokens_total (what it
+# expected the chosen worker to reuse) over the tokens the workers reused, summed over the run
+# (1.000 when every prediction was exact in total). Prints every rate and cache_aware / round_robin.
 # Every daemon started is stopped on exit (also on failure or Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,8 +83,12 @@ metric() {  # metric PORT NAME -> the value (0 when absent)
   curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { v = $2 } END { print v + 0 }'
 }
 
-run_policy() {  # run_policy POLICY -> writes "hit query" (summed over the prefill workers) to $work/POLICY.result
-  local policy=$1 log="$work/$1"
+# run_policy NAME POLICY [ROUTER FLAGS...] -> writes "hit query ttft_mean predicted" (hit and
+# query summed over the prefill workers) to $work/NAME.result
+run_policy() {
+  local name=$1 policy=$2 log="$work/$1"
+  shift 2
+  local extra=("$@")
   mkdir -p "$log"
   local secret="$log/secret"
   (umask 077; head -c 24 /dev/urandom | base64 > "$secret")
@@ -103,7 +113,7 @@ run_policy() {  # run_policy POLICY -> writes "hit query" (summed over the prefi
   router_port=$(free_port)
   "$bin/tandem-router" --pd-disaggregation --model-path "$model" --host 127.0.0.1 \
     --port "$router_port" "${prefill_args[@]}" "${decode_args[@]}" --cluster-secret-file "$secret" \
-    --prefill-policy "$policy" --decode-policy round_robin \
+    --prefill-policy "$policy" --decode-policy round_robin "${extra[@]}" \
     --health-check-interval-secs 1 --health-success-threshold 1 > "$log/router.log" 2>&1 &
   pids+=($!)
   local ready=0
@@ -129,7 +139,7 @@ run_policy() {  # run_policy POLICY -> writes "hit query" (summed over the prefi
     -w '%{http_code}\n' -H 'Content-Type: application/json' --max-time 120 \
     --data-binary @{} "http://127.0.0.1:$router_port/generate" | sort | uniq -c || true)
   if [ "$(echo "$codes" | awk '$2 == 200 { print $1 }')" != "$total" ]; then
-    echo "cache_aware_hit_rate: $policy: not every request succeeded (count status):" >&2
+    echo "cache_aware_hit_rate: $name: not every request succeeded (count status):" >&2
     echo "$codes" >&2
     tail -n 5 "$log"/*.log >&2
     exit 1
@@ -139,26 +149,40 @@ run_policy() {  # run_policy POLICY -> writes "hit query" (summed over the prefi
   for http in "${http_ports[@]}"; do
     h=$(metric "$http" tandem_engine_cached_prompt_tokens_total)
     q=$(metric "$http" tandem_engine_prompt_tokens_total)
-    echo "  $policy prefill :$http: $h of $q prompt tokens from the radix cache"
+    echo "  $name prefill :$http: $h of $q prompt tokens from the radix cache"
     hit=$(awk -v a="$hit" -v b="$h" 'BEGIN { print a + b }')
     query=$(awk -v a="$query" -v b="$q" 'BEGIN { print a + b }')
   done
+  local ttft_sum ttft_count predicted
+  ttft_sum=$(metric "$router_port" tandem_router_ttft_seconds_sum)
+  ttft_count=$(metric "$router_port" tandem_router_ttft_seconds_count)
+  predicted=$(metric "$router_port" tandem_router_cache_aware_matched_tokens_total)
   stop_all
-  echo "$hit $query" > "$work/$policy.result"
+  awk -v h="$hit" -v q="$query" -v s="$ttft_sum" -v c="$ttft_count" -v p="$predicted" \
+    'BEGIN { print h, q, (c > 0 ? s / c : 0), p }' > "$work/$name.result"
 }
 
 echo "workload: $groups_n groups x $per_group prompts, $prefix_len shared + $suffix_len own tokens, $clients clients"
-run_policy cache_aware
-run_policy round_robin
-read -r ca_hit ca_query < "$work/cache_aware.result"
-read -r rr_hit rr_query < "$work/round_robin.result"
-awk -v ch="$ca_hit" -v cq="$ca_query" -v rh="$rr_hit" -v rq="$rr_query" \
-    -v best="$(( (per_group - 1) * prefix_len * groups_n ))" -v all="$(( total * (prefix_len + suffix_len) ))" 'BEGIN {
-  ca = cq > 0 ? ch / cq : 0; rr = rq > 0 ? rh / rq : 0
-  printf "%-12s %12s %12s %9s\n", "policy", "hit tokens", "prompt tok", "hit rate"
-  printf "%-12s %12d %12d %9.3f\n", "cache_aware", ch, cq, ca
-  printf "%-12s %12d %12d %9.3f\n", "round_robin", rh, rq, rr
+run_policy cache_aware_tree cache_aware
+run_policy cache_aware_events cache_aware --kv-events --kv-events-poll-ms 10
+run_policy round_robin round_robin
+awk -v best="$(( (per_group - 1) * prefix_len * groups_n ))" \
+    -v all="$(( total * (prefix_len + suffix_len) ))" '
+FNR == 1 { name[++n] = FILENAME; sub(/.*\//, "", name[n]); sub(/\.result$/, "", name[n])
+           hit[n] = $1; query[n] = $2; ttft[n] = $3; pred[n] = $4 }
+END {
+  printf "%-20s %12s %12s %9s %14s %17s\n", "policy", "hit tokens", "prompt tok", "hit rate",
+         "mean TTFT ms", "predicted/reused"
+  for (i = 1; i <= n; i++) {
+    rate[name[i]] = query[i] > 0 ? hit[i] / query[i] : 0
+    agree = name[i] == "round_robin" ? "-" : (hit[i] > 0 ? sprintf("%.3f", pred[i] / hit[i]) : "-")
+    printf "%-20s %12d %12d %9.3f %14.1f %17s\n", name[i], hit[i], query[i], rate[name[i]],
+           1000 * ttft[i], agree
+  }
   printf "ideal (one worker per group): %.3f\n", best / all
-  if (rr > 0) printf "cache_aware_vs_round_robin_hit_rate %.3f\n", ca / rr
-  else printf "cache_aware_vs_round_robin_hit_rate inf (round_robin hit nothing)\n"
-}'
+  rr = rate["round_robin"]
+  for (k in rate) if (k != "round_robin") {
+    if (rr > 0) printf "%s_vs_round_robin_hit_rate %.3f\n", k, rate[k] / rr
+    else printf "%s_vs_round_robin_hit_rate inf (round_robin hit nothing)\n", k
+  }
+}' "$work/cache_aware_tree.result" "$work/cache_aware_events.result" "$work/round_robin.result"

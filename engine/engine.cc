@@ -34,6 +34,7 @@ absl::StatusOr<SchedulerConfig> SchedulerConfigFromOptions(const ServingOptions&
   c.max_queued_requests = o.max_queued_requests;
   c.context_length = o.context_length;
   c.enable_radix_cache = !o.disable_radix_cache;
+  c.kv_events_buffer = static_cast<size_t>(o.kv_events_buffer);
   return c;
 }
 

@@ -83,6 +83,9 @@ class Engine {
   // Its bytes belong to the requests whose blocks they are: read a block only while its request
   // holds it (prefill-only: until ReleaseHeld), write only blocks reported by on_reserved.
   KvCacheStorage* kv_storage() const { return scheduler_->kv_storage(); }
+  // What the radix cache stores and evicts, for the router (docs/router.md "KV events"); null
+  // when events or the cache are off. Thread-safe, fixed at construction, lives with the engine.
+  const KvEventLog* kv_event_log() const { return scheduler_->kv_event_log(); }
   // Blocks until the loop has no live request (tests, drains). False on timeout.
   bool WaitIdle(double timeout_seconds);
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "common/check.h"
+#include "common/kv_block_hash.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::engine {
@@ -38,6 +39,24 @@ RadixCache::~RadixCache() {
     spdlog::error("radix cache: dropping its {} block references failed: {}", held.size(),
                   s.ToString());
   }
+  if (event_log_ != nullptr) {
+    std::vector<uint64_t> removed;
+    removed.reserve(held.size());
+    for (int32_t b : held) removed.push_back(hashes_[b]);
+    event_log_->Removed(removed);
+  }
+}
+
+void RadixCache::SetEventLog(KvEventLog* log) {
+  TANDEM_CHECK(cached_ == 0, "a KV event log is attached only to an empty radix cache");
+  TANDEM_CHECK(log == nullptr || log->block_size() == block_size_,
+               "the KV event log's block size must be the pool's");
+  event_log_ = log;
+  if (log != nullptr) hashes_.assign(static_cast<size_t>(root_), 0);
+}
+
+uint64_t RadixCache::ChildHash(int32_t parent, std::span<const int32_t> tokens) const {
+  return KvBlockHash(parent == root_ ? kKvBlockHashSeed : hashes_[parent], tokens);
 }
 
 RadixCache::Match RadixCache::MatchAndRef(std::span<const int32_t> tokens, int64_t max_tokens) {
@@ -87,6 +106,7 @@ int64_t RadixCache::Insert(std::span<const int32_t> tokens, std::span<const int3
                                         : "the block is free");
       break;
     }
+    if (event_log_ != nullptr) hashes_[b] = ChildHash(node, key);
     AddNode(node, b, key, tick);
     added.push_back(b);
     node = b;
@@ -99,6 +119,12 @@ int64_t RadixCache::Insert(std::span<const int32_t> tokens, std::span<const int3
     spdlog::error("radix cache: cannot reference inserted blocks: {}", s.ToString());
   }
   stats_.inserted_blocks += static_cast<int64_t>(added.size());
+  if (event_log_ != nullptr) {
+    std::vector<uint64_t> stored;
+    stored.reserve(added.size());
+    for (int32_t b : added) stored.push_back(hashes_[b]);
+    event_log_->Stored(stored);
+  }
   return static_cast<int64_t>(added.size());
 }
 
@@ -115,6 +141,12 @@ int64_t RadixCache::Evict(int64_t n) {
                   s.ToString());
   }
   stats_.evicted_blocks += static_cast<int64_t>(freed.size());
+  if (event_log_ != nullptr) {
+    std::vector<uint64_t> removed;
+    removed.reserve(freed.size());
+    for (int32_t b : freed) removed.push_back(hashes_[b]);
+    event_log_->Removed(removed);
+  }
   return static_cast<int64_t>(freed.size());
 }
 

@@ -20,8 +20,14 @@
 // set. evictable_blocks() and cached_blocks() are O(1); Evict(n) is O(n log n). Memory is dense
 // per pool block (about (block_size + 6) * 4 bytes each) plus a hash table entry per cached block.
 //
+// KV events: with an event log attached (SetEventLog), every block the tree gains or loses is
+// reported by its chain hash (common/kv_block_hash.h) in the order the tree changed, so the log's
+// stored set always equals the tree's blocks. Hashing costs one SHA-256 per newly cached block and
+// happens only with a log attached.
+//
 // Thread-safety: none (thread-compatible); the scheduler thread owns the cache and its pool.
-// Ownership: `pool` is not owned and must outlive the cache; at most one cache per pool.
+// Ownership: `pool` is not owned and must outlive the cache; at most one cache per pool. The
+// event log is not owned and must outlive the cache.
 #ifndef TANDEM_ENGINE_RADIX_CACHE_H_
 #define TANDEM_ENGINE_RADIX_CACHE_H_
 
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/kv_event_log.h"
 #include "engine/kv_cache.h"
 
 namespace tandem::engine {
@@ -42,7 +49,8 @@ class RadixCache : private BlockRefObserver {
   // `pool` not owned, must outlive the cache. Aborts if `pool` is null or already observed by
   // another cache (a programming error, not input).
   explicit RadixCache(BlockPool* pool);
-  // Drops the cache's references (blocks nobody else holds return to the pool) and detaches.
+  // Drops the cache's references (blocks nobody else holds return to the pool) and detaches;
+  // reports every cached block removed to the event log, if any.
   ~RadixCache() override;
   RadixCache(const RadixCache&) = delete;
   RadixCache& operator=(const RadixCache&) = delete;
@@ -77,6 +85,11 @@ class RadixCache : private BlockRefObserver {
   // Blocks the tree holds (each with the cache's reference).
   int64_t cached_blocks() const { return cached_; }
   int32_t block_size() const { return block_size_; }
+
+  // Reports stores and evictions to `log` from now on (nullptr: stop). Only while the cache is
+  // empty (aborts otherwise: the log would miss blocks), and `log`'s block size must be the
+  // pool's.
+  void SetEventLog(KvEventLog* log);
 
   // Counters since construction, for metrics.
   struct Stats {
@@ -128,7 +141,12 @@ class RadixCache : private BlockRefObserver {
   // Recomputes `block`'s locked state and walks up while ancestors' states change.
   void UpdateLock(int32_t block);
 
-  BlockPool* const pool_;  // not owned
+  // The chain hash of the block stored under `parent` with `tokens` (events only).
+  uint64_t ChildHash(int32_t parent, std::span<const int32_t> tokens) const;
+
+  BlockPool* const pool_;            // not owned
+  KvEventLog* event_log_ = nullptr;  // not owned; null: no events
+  std::vector<uint64_t> hashes_;     // [num_blocks] chain hash per cached block (events only)
   const int32_t block_size_;
   const int32_t root_;           // == pool_->num_blocks()
   std::vector<int32_t> tokens_;  // [num_blocks, block_size] token ids of cached blocks

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -100,7 +101,17 @@ Scheduler::Scheduler(const SchedulerConfig& config, Model* model, const Tokenize
   for (int32_t id : tokenizer_->eos_token_ids()) {
     if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
   }
-  if (config_.enable_radix_cache) radix_ = std::make_unique<RadixCache>(pool_.get());
+  if (config_.enable_radix_cache) {
+    radix_ = std::make_unique<RadixCache>(pool_.get());
+    if (config_.kv_events_buffer > 0) {
+      // The incarnation tells readers that a restarted worker's cache starts empty.
+      std::random_device rd;
+      const uint64_t incarnation = (uint64_t{rd()} << 32) ^ rd();
+      kv_events_ =
+          std::make_unique<KvEventLog>(incarnation, pool_->block_size(), config_.kv_events_buffer);
+      radix_->SetEventLog(kv_events_.get());
+    }
+  }
 }
 
 Scheduler::~Scheduler() {

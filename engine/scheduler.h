@@ -92,6 +92,9 @@ struct SchedulerConfig {
   int max_queued_requests = 1024;  // waiting requests beyond this are refused
   int64_t context_length = 0;      // 0 = the model's max_position_embeddings
   bool enable_radix_cache = true;
+  // KV events (docs/router.md "KV events"): events the log retains for readers; 0: no events.
+  // Needs the radix cache.
+  size_t kv_events_buffer = 65536;
 };
 
 enum class RequestMode {
@@ -239,6 +242,9 @@ class Scheduler {
   SchedulerLoad Load() const;
   const SchedulerCounters& counters() const { return counters_; }
   const RadixCache::Stats* radix_stats() const;  // null when the cache is disabled
+  // The radix cache's KV event log (thread-safe; any thread may read it), or null when events or
+  // the cache are off. Fixed at construction; lives as long as the scheduler.
+  const KvEventLog* kv_event_log() const { return kv_events_.get(); }
   // Block accounting check for tests: every block's reference count equals the number of live
   // tables listing it plus one if the radix cache holds it, and free + used == total.
   absl::Status CheckInvariants() const;
@@ -288,7 +294,8 @@ class Scheduler {
   grammar::TokenVocabularyPtr grammar_vocabulary_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<KvCacheStorage> storage_;
-  std::unique_ptr<RadixCache> radix_;  // null when disabled
+  std::unique_ptr<KvEventLog> kv_events_;  // null when off; outlives radix_, which writes to it
+  std::unique_ptr<RadixCache> radix_;      // null when disabled
   std::unordered_map<std::string, std::unique_ptr<Sequence>> seqs_;
   std::list<Sequence*> waiting_;  // FCFS; preempted sequences go to the front
   std::list<Sequence*> running_;  // in admission order

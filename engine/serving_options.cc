@@ -33,6 +33,10 @@ void RegisterServingFlags(Flags& flags, ServingOptions* o) {
       ->check(CLI::Range(1, 1 << 24));
   flags.Add("--disable-radix-cache", &o->disable_radix_cache,
             "Do not reuse cached prompt prefixes");
+  flags
+      .Add("--kv-events-buffer", &o->kv_events_buffer,
+           "KV events (radix cache stores and evictions) kept for the router to read; 0: none")
+      ->check(CLI::Range(0, 1 << 24));
   flags.Add("--kv-cache-memory", &o->kv_cache_memory,
             "Memory for the KV cache: bytes, a unit (4GiB, 512MB) or a fraction of RAM (0.25)");
   flags.Add("--page-size", &o->page_size, "Tokens per KV block")->check(CLI::Range(1, 4096));

@@ -19,6 +19,7 @@ struct ServingOptions {
   int chunked_prefill_size = 512;  // prompt tokens per prefill chunk
   int max_prefill_tokens = 2048;   // prompt tokens per prefill batch
   bool disable_radix_cache = false;
+  int kv_events_buffer = 65536;          // KV events retained for the router; 0: none
   std::string kv_cache_memory = "2GiB";  // bytes, a unit, or a fraction of RAM (common/byte_size.h)
   int page_size = 16;                    // tokens per KV block
   int threads = 0;                       // 0 = every core of the machine

@@ -138,6 +138,12 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   AddDuration(flags, "--queue-timeout-secs", &o->queue_timeout, absl::Seconds(1),
               "Longest wait in the queue (408 after)")
       ->check(CLI::PositiveNumber);
+  flags.Add("--kv-events", &o->kv_events,
+            "cache_aware routes on the prefill (or regular) workers' KV events, with its prefix "
+            "tree as the fallback");
+  AddDuration(flags, "--kv-events-poll-ms", &o->kv_events_poll, absl::Milliseconds(1),
+              "How often the router reads each worker's KV events")
+      ->check(CLI::Range(1, 60000));
   flags.Add("--disable-kv-admission", &o->disable_kv_admission,
             "Admit requests without checking that the workers' KV holds them (prompt + "
             "max_new_tokens of every admitted request within the reported KV blocks)");

@@ -71,6 +71,10 @@ struct RouterOptions {
   // max_new_tokens need does not fit beside the needs of the requests already admitted, in the
   // total KV blocks the decode (PD) or regular (plain) workers reported.
   bool disable_kv_admission = false;
+  // cache_aware on the workers' KV events (docs/router.md "KV events"); the prefix tree still
+  // decides for a worker whose events are not in step. Off until measured.
+  bool kv_events = false;
+  absl::Duration kv_events_poll = absl::Milliseconds(50);  // --kv-events-poll-ms
   // Client connections: a request must arrive whole within the read timeout once it started
   // (slow clients cannot hold a connection), a keep-alive connection may sit idle between
   // requests for the idle timeout, and connections beyond the maximum are closed at once.

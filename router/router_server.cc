@@ -115,6 +115,10 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   po.balance_rel_threshold = o.balance_rel_threshold;
   po.max_tree_size = o.max_tree_size;
   po.eviction_interval = o.eviction_interval;
+  if (o.kv_events) {
+    s.kv_index_ = std::make_unique<KvEventIndex>();
+    po.kv_event_index = s.kv_index_.get();
+  }
   ASSIGN_OR_RETURN(s.prefill_policy_, MakePolicy(o.prefill_policy, po, &s.metrics_),
                    "--prefill-policy: ");
   ASSIGN_OR_RETURN(s.decode_policy_,
@@ -165,6 +169,23 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   s.dispatcher_ = std::make_unique<Dispatcher>(dop, s.registry_.get(), s.prefill_policy_.get(),
                                                s.decode_policy_.get(), s.router_metrics_.get());
   s.registry_->Start();
+  if (s.kv_index_ != nullptr) {
+    // The workers whose prompts the router places: prefill workers in PD mode, regular ones else.
+    WorkerRegistry* registry = s.registry_.get();
+    const WorkerType type = o.pd_disaggregation ? WorkerType::kPrefill : WorkerType::kRegular;
+    KvEventSubscriberOptions ko;
+    ko.cluster_secret = ro.cluster_secret;
+    ko.poll_interval = o.kv_events_poll;
+    s.kv_subscriber_ = std::make_unique<KvEventSubscriber>(
+        s.kv_index_.get(),
+        [registry, type] {
+          std::vector<std::string> urls;
+          for (const WorkerPtr& w : registry->List(type)) urls.push_back(w->url());
+          return urls;
+        },
+        ko, &s.metrics_);
+    s.kv_subscriber_->Start();
+  }
 
   HttpServerOptions http;
   http.host = o.host;
@@ -207,6 +228,7 @@ RouterServer::~RouterServer() { Shutdown(); }
 
 void RouterServer::Shutdown() {
   if (http_) http_->Stop();
+  if (kv_subscriber_) kv_subscriber_->Stop();
   if (registry_) registry_->Stop();
 }
 

@@ -37,6 +37,8 @@
 #include "router/admission.h"
 #include "router/api/request.h"
 #include "router/dispatcher.h"
+#include "router/policy/kv_event_index.h"
+#include "router/policy/kv_event_subscriber.h"
 #include "router/policy/policy.h"
 #include "router/router_metrics.h"
 #include "router/router_options.h"
@@ -111,8 +113,10 @@ class RouterServer {
   ApiContext api_;
   int64_t created_ = 0;  // unix seconds, for /v1/models
   std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<KvEventIndex> kv_index_;  // --kv-events; outlives the policies reading it
   std::unique_ptr<Policy> prefill_policy_;
   std::unique_ptr<Policy> decode_policy_;
+  std::unique_ptr<KvEventSubscriber> kv_subscriber_;  // reads registry_; stopped first
   // Declared before the dispatcher: the dispatcher's destructor waits for runs whose last
   // callbacks release admission slots.
   std::unique_ptr<AdmissionQueue> admission_;

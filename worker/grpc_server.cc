@@ -189,6 +189,7 @@ constexpr char kHealthMethod[] = "/tandem.proto.Worker/Health";
 constexpr char kGetLoadMethod[] = "/tandem.proto.Worker/GetLoad";
 constexpr char kFlushCacheMethod[] = "/tandem.proto.Worker/FlushCache";
 constexpr char kGetServerInfoMethod[] = "/tandem.proto.Worker/GetServerInfo";
+constexpr char kGetKvEventsMethod[] = "/tandem.proto.Worker/GetKvEvents";
 
 // A session's legs run on the WorkerCore, as the Prefill and Decode RPCs' do.
 class CoreLegs : public SessionLegs {
@@ -345,6 +346,23 @@ class WorkerService final : public proto::Worker::CallbackService {
     }
     *response = core_->FlushCache();
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetKvEvents(grpc::CallbackServerContext* context,
+                                        const proto::KvEventsRequest* request,
+                                        proto::KvEventsReply* response) override {
+    if (grpc::Status auth = Authenticate(context, kGetKvEventsMethod); !auth.ok()) {
+      return Refuse(context, std::move(auth));
+    }
+    absl::StatusOr<proto::KvEventsReply> reply = core_->GetKvEvents(*request);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (!reply.ok()) {
+      reactor->Finish(ToGrpcStatus(reply.status()));
+      return reactor;
+    }
+    *response = std::move(*reply);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }

@@ -1,5 +1,6 @@
 #include "worker/worker_core.h"
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/kv_event_log.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "worker/conversions.h"
@@ -403,6 +405,43 @@ proto::FlushCacheResponse WorkerCore::FlushCache() {
   absl::Status s = engine_->FlushCache();
   r.set_flushed(s.ok());
   r.set_message(s.ok() ? "flushed the prefix cache" : absl::StrCat("not flushed: ", s.message()));
+  return r;
+}
+
+absl::StatusOr<proto::KvEventsReply> WorkerCore::GetKvEvents(
+    const proto::KvEventsRequest& request) const {
+  const KvEventLog* log = engine_->kv_event_log();
+  if (log == nullptr) {
+    return absl::FailedPreconditionError(
+        "this worker publishes no KV events (radix cache disabled or --kv-events-buffer 0)");
+  }
+  proto::KvEventsReply r;
+  r.set_incarnation(log->incarnation());
+  r.set_block_size(log->block_size());
+  if (request.snapshot()) {
+    KvSnapshot s = log->Snapshot();
+    if (s.block_hashes.size() > kMaxKvSnapshotBlocks) {
+      return absl::ResourceExhaustedError(absl::StrCat("KV event snapshot of ",
+                                                       s.block_hashes.size(), " blocks is above ",
+                                                       kMaxKvSnapshotBlocks));
+    }
+    r.set_seq(s.seq);
+    r.mutable_stored_hashes()->Assign(s.block_hashes.begin(), s.block_hashes.end());
+    return r;
+  }
+  const uint32_t max_events = request.max_events() == 0
+                                  ? kMaxKvEventsPerReply
+                                  : std::min(request.max_events(), kMaxKvEventsPerReply);
+  KvEventBatch batch = log->EventsSince(request.after_seq(), max_events);
+  r.set_gap(batch.gap);
+  r.set_seq(batch.last_seq);
+  r.mutable_events()->Reserve(static_cast<int>(batch.events.size()));
+  for (const KvBlockEvent& e : batch.events) {
+    proto::KvEventsReply::Event* pe = r.add_events();
+    pe->set_seq(e.seq);
+    pe->set_removed(e.kind == KvBlockEvent::Kind::kRemoved);
+    pe->set_block_hash(e.block_hash);
+  }
   return r;
 }
 

@@ -134,6 +134,13 @@ class WorkerCore {
   // Does not wait behind a forward pass: a worker with live requests answers flushed=false.
   proto::FlushCacheResponse FlushCache();
   proto::ServerInfo GetServerInfo() const;
+  // KV events of the engine's radix cache (docs/router.md "KV events"): a snapshot or the events
+  // after request.after_seq, at most kMaxKvEventsPerReply. FailedPrecondition when the engine
+  // publishes none; ResourceExhausted for a snapshot above kMaxKvSnapshotBlocks (the router then
+  // routes on its own tree). Never waits on the engine loop.
+  static constexpr uint32_t kMaxKvEventsPerReply = 16384;
+  static constexpr size_t kMaxKvSnapshotBlocks = size_t{1} << 22;  // 32 MiB of hashes
+  absl::StatusOr<proto::KvEventsReply> GetKvEvents(const proto::KvEventsRequest& request) const;
 
   // Draining: new legs are refused with UNAVAILABLE, Health reports DRAINING.
   void BeginDrain();

@@ -1,8 +1,10 @@
 #include "router/policy/cache_aware.h"
 
 #include <algorithm>
+#include <optional>
 #include <span>
 
+#include "router/policy/kv_event_index.h"
 #include "router/policy/simple_policies.h"
 
 namespace tandem::router {
@@ -20,6 +22,13 @@ CacheAwarePolicy::CacheAwarePolicy(const PolicyOptions& options, MetricsRegistry
                            ->AddCounter("tandem_router_cache_aware_request_tokens_total",
                                         "Prompt tokens routed by cache_aware")
                            .Get();
+    CounterFamily& source =
+        metrics->AddCounter("tandem_router_cache_aware_source_total",
+                            "cache_aware decisions by what they matched prompts against: the "
+                            "workers' KV events or the router's prefix tree",
+                            {"source"});
+    from_events_ = &source.WithLabels({"events"});
+    from_tree_ = &source.WithLabels({"tree"});
     tree_tokens_ = &metrics
                         ->AddGauge("tandem_router_cache_aware_tree_tokens",
                                    "Tokens stored in the cache_aware tree, all workers")
@@ -79,6 +88,28 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
       *max_it - *min_it > options_.balance_abs_threshold &&
       static_cast<double>(*max_it) > static_cast<double>(*min_it) * options_.balance_rel_threshold;
 
+  // The workers' own caches, when the index knows every candidate (outside the tree's lock: the
+  // index has its own and hashes the prompt).
+  struct Predicted {
+    int64_t tokens = 0;
+    size_t blocks = 0;
+  };
+  std::vector<Predicted> predicted;
+  if (options_.kv_event_index != nullptr && r.input_ids != nullptr && !r.input_ids->empty()) {
+    const int64_t max_tokens = static_cast<int64_t>(tokens.size()) - 1;  // as the worker matches
+    for (const WorkerPtr& w : candidates) {
+      std::optional<int64_t> p =
+          options_.kv_event_index->PredictCachedTokens(w->url(), tokens, max_tokens);
+      std::optional<size_t> b = options_.kv_event_index->StoredBlocks(w->url());
+      if (!p.has_value() || !b.has_value()) {
+        predicted.clear();
+        break;
+      }
+      predicted.push_back({*p, *b});
+    }
+  }
+  const bool from_events = !predicted.empty();
+
   WorkerPtr chosen;
   int64_t matched = 0;
   {
@@ -89,6 +120,15 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     PrefixTree::Match match = tree_.MatchPrefix(tokens, urls);
     if (imbalanced) {
       chosen = candidates[static_cast<size_t>(min_it - loads.begin())];
+    } else if (from_events) {
+      size_t best = 0, fewest = 0;
+      for (size_t i = 1; i < predicted.size(); ++i) {
+        if (predicted[i].tokens > predicted[best].tokens) best = i;
+        if (predicted[i].blocks < predicted[fewest].blocks) fewest = i;
+      }
+      const double rate =
+          static_cast<double>(predicted[best].tokens) / static_cast<double>(tokens.size());
+      chosen = candidates[rate > options_.cache_threshold ? best : fewest];
     } else {
       double rate = tokens.empty()
                         ? 0.0
@@ -109,7 +149,13 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
         }
       }
     }
-    if (chosen->url() == match.tenant) matched = match.matched;
+    if (from_events) {
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        if (candidates[i] == chosen) matched = predicted[i].tokens;
+      }
+    } else if (chosen->url() == match.tenant) {
+      matched = match.matched;
+    }
     tree_.Insert(tokens, chosen->url());
     if (tree_.TenantTokens(chosen->url()) > options_.max_tree_size) {
       tree_.EvictTenantToSize(chosen->url(), options_.max_tree_size);
@@ -117,6 +163,7 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     if (tree_tokens_ != nullptr) tree_tokens_->Set(static_cast<double>(tree_.TotalTokens()));
   }
   if (decisions_ != nullptr) decisions_->WithLabels({name(), chosen->url()}).Increment();
+  if (from_events_ != nullptr) (from_events ? from_events_ : from_tree_)->Increment();
   if (matched_tokens_ != nullptr) {
     matched_tokens_->Increment(static_cast<double>(matched));
     request_tokens_->Increment(static_cast<double>(tokens.size()));

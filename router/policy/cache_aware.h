@@ -11,6 +11,12 @@
 // recently used leaves: on Select when a worker goes over, and every eviction_interval on a
 // thread the policy owns (so the tree shrinks back after bursts, as SGLang's does).
 // A request without token ids uses the bytes of its text as tokens.
+// With a KV event index (PolicyOptions::kv_event_index) and token ids, step 2 uses what the
+// workers' radix caches really hold when the index is synced for every candidate: the matched
+// share is the best candidate's predicted cached tokens, and the spread goes to the worker with
+// the fewest cached blocks. Otherwise (an unsynced worker, text only) it uses the tree, which is
+// kept up to date either way so that it is warm when needed.
+// Metrics: tandem_router_cache_aware_source_total{source="events"|"tree"}.
 //
 // Thread-safety: thread-safe (one mutex around the tree; Select does no I/O).
 #ifndef TANDEM_ROUTER_POLICY_CACHE_AWARE_H_
@@ -55,6 +61,8 @@ class CacheAwarePolicy : public Policy {
   Counter* request_tokens_ = nullptr;
   Gauge* tree_tokens_ = nullptr;
   CounterFamily* decisions_ = nullptr;
+  Counter* from_events_ = nullptr;
+  Counter* from_tree_ = nullptr;
 
   mutable absl::Mutex mu_;
   PrefixTree tree_ ABSL_GUARDED_BY(mu_);

@@ -35,6 +35,8 @@
 
 namespace tandem::router {
 
+class KvEventIndex;
+
 // What a policy may look at in a request. Either pointer may be null.
 struct PolicyRequest {
   const std::vector<int32_t>* input_ids = nullptr;
@@ -64,6 +66,9 @@ struct PolicyOptions {
   // of its real ones (scaled by the used share of its blocks). 8 lets a nearly full worker get
   // about 8 fewer of a burst than an empty one, without starving it while it has room.
   double kv_pressure_weight = 8.0;
+  // cache_aware: the workers' KV events (docs/router.md "KV events"); not owned, must outlive the
+  // policy. Null: the prefix tree alone.
+  const KvEventIndex* kv_event_index = nullptr;
 };
 
 // The policy names MakePolicy accepts.

@@ -290,6 +290,12 @@ void ForgedTokensAreRefused(const Cluster& cluster) {
         return stub->GetServerInfo(ctx, proto::ServerInfoRequest(), &r);
       });
       call([&](grpc::ClientContext* ctx) {
+        proto::KvEventsReply r;
+        proto::KvEventsRequest req;
+        req.set_snapshot(true);
+        return stub->GetKvEvents(ctx, req, &r);
+      });
+      call([&](grpc::ClientContext* ctx) {
         auto session = stub->Session(ctx);
         proto::SessionUp up;
         session->Write(up);

@@ -1,11 +1,13 @@
 // WorkerCore without gRPC, over an in-process Engine on the shipped model: role checks, rid
-// generation, room map, drain refusal, Abort, FlushCache, Health and GetLoad.
+// generation, room map, drain refusal, Abort, FlushCache, Health, GetLoad and KV events.
 #include "worker/worker_core.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <vector>
 
+#include "common/kv_block_hash.h"
 #include "gtest/gtest.h"
 
 namespace tandem::worker {
@@ -221,6 +223,64 @@ TEST_F(WorkerCoreTest, HealthProbeRunsThroughTheEngine) {
   absl::Status down = core->CheckHealth();
   EXPECT_EQ(down.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(down.message().find("shutting down"), std::string::npos) << down;
+}
+
+TEST_F(WorkerCoreTest, KvEventsReportWhatTheRadixCacheStoresAndFlushes) {
+  auto core = Core(WorkerRole::kColocated);
+  absl::StatusOr<proto::KvEventsReply> empty = core->GetKvEvents(proto::KvEventsRequest());
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->block_size(), engine_->config().block_size);
+  EXPECT_FALSE(empty->gap());
+  EXPECT_EQ(empty->events_size(), 0);
+
+  Events ev;
+  const proto::DecodeRequest prompt = LongPrompt("kv", 2, "");
+  ASSERT_TRUE(core->StartDecode(prompt, ev.Sink()).ok());
+  ev.Wait();
+  ASSERT_TRUE(engine_->WaitIdle(10));
+  proto::KvEventsRequest ask_snapshot;
+  ask_snapshot.set_snapshot(true);
+  absl::StatusOr<proto::KvEventsReply> snap = core->GetKvEvents(ask_snapshot);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_EQ(snap->incarnation(), empty->incarnation());
+  const std::vector<int32_t> ids(prompt.input_ids().begin(), prompt.input_ids().end());
+  const std::vector<uint64_t> chain = KvBlockHashChain(ids, snap->block_size());
+  ASSERT_EQ(chain.size(), 2u);
+  for (uint64_t h : chain) {
+    EXPECT_NE(std::find(snap->stored_hashes().begin(), snap->stored_hashes().end(), h),
+              snap->stored_hashes().end());
+  }
+  absl::StatusOr<proto::KvEventsReply> events = core->GetKvEvents(proto::KvEventsRequest());
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(static_cast<uint64_t>(events->events_size()), snap->seq());
+  for (int i = 0; i < events->events_size(); ++i) {
+    EXPECT_EQ(events->events(i).seq(), static_cast<uint64_t>(i + 1));
+    EXPECT_FALSE(events->events(i).removed());
+  }
+  EXPECT_EQ(events->events(0).block_hash(), chain[0]);  // parents first
+
+  ASSERT_TRUE(engine_->FlushCache().ok());
+  proto::KvEventsRequest after;
+  after.set_after_seq(snap->seq());
+  absl::StatusOr<proto::KvEventsReply> flushed = core->GetKvEvents(after);
+  ASSERT_TRUE(flushed.ok());
+  EXPECT_EQ(flushed->events_size(), snap->stored_hashes_size());
+  for (const auto& e : flushed->events()) EXPECT_TRUE(e.removed());
+  EXPECT_EQ(core->GetKvEvents(ask_snapshot)->stored_hashes_size(), 0);
+  // A seq from another incarnation (beyond this log's newest) is a gap.
+  after.set_after_seq(flushed->seq() + 100);
+  EXPECT_TRUE(core->GetKvEvents(after)->gap());
+}
+
+TEST(WorkerCoreKvEventsTest, NoRadixCacheNoEvents) {
+  MetricsRegistry metrics;
+  auto engine = NewEngine(/*radix_cache=*/false);
+  WorkerCoreOptions o;
+  o.role = WorkerRole::kColocated;
+  WorkerCore core(engine.get(), o, &metrics);
+  EXPECT_EQ(core.GetKvEvents(proto::KvEventsRequest()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  engine->Shutdown();
 }
 
 }  // namespace

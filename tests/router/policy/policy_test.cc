@@ -11,7 +11,10 @@
 #include <map>
 #include <thread>
 
+#include "common/kv_block_hash.h"
+#include "common/kv_event_log.h"
 #include "router/policy/cache_aware.h"
+#include "router/policy/kv_event_index.h"
 #include "router/policy/simple_policies.h"
 
 namespace tandem::router {
@@ -45,6 +48,38 @@ std::vector<int32_t> Ids(int32_t start, int n) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = start + i;
   return ids;
+}
+
+TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
+  auto workers = Workers(2);
+  KvEventIndex index;
+  KvEventLog log0(1, 16, 64), log1(2, 16, 64);
+  ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
+  ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
+  PolicyOptions o;
+  o.eviction_interval_secs = 0;
+  o.kv_event_index = &index;
+  auto policy = Make("cache_aware", o);
+  const std::vector<int32_t> prompt = Ids(1000, 100);
+  // Nothing cached anywhere: the worker with the fewest cached blocks (the first of equals).
+  EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[0]);
+  // The tree now points at worker 0, but worker 1's cache is what really holds the prompt.
+  log1.Stored(KvBlockHashChain(prompt, 16));
+  ASSERT_EQ(index.ApplyEvents(workers[1]->url(), log1.EventsSince(0, 100)),
+            KvEventIndex::Apply::kApplied);
+  EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]);
+  // Worker 1 restarted: until it is synced again, the tree decides (counted below), which has
+  // the prompt on both workers by now.
+  KvEventLog restarted(3, 16, 64);
+  EXPECT_EQ(index.ApplyEvents(workers[1]->url(), restarted.EventsSince(0, 100)),
+            KvEventIndex::Apply::kNeedSnapshot);
+  EXPECT_NE(policy->Select(workers, {&prompt, nullptr}), nullptr);
+  const std::string text = metrics_.Render();
+  EXPECT_NE(text.find("tandem_router_cache_aware_source_total{source=\"events\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tandem_router_cache_aware_source_total{source=\"tree\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(PolicyTest, MakePolicyRejectsUnknownNamesListingTheValidOnes) {
