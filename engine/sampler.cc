@@ -8,9 +8,6 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "engine/grammar/ebnf_compiler.h"
-#include "engine/grammar/json_schema_compiler.h"
-#include "engine/grammar/regex_compiler.h"
 #include "engine/kernels/cpu.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
@@ -119,22 +116,6 @@ struct Sampler::Scratch {
   std::vector<uint32_t> grammar_mask;               // [MaskWords(vocab_size)] allowed tokens
   std::vector<float> constrained;                   // [vocab_size] logits under the grammar
 };
-
-absl::StatusOr<grammar::GrammarPtr> CompileConstraint(const GrammarConstraint& constraint) {
-  switch (constraint.kind) {
-    case GrammarConstraint::Kind::kNone:
-      return absl::InvalidArgumentError("no grammar constraint");
-    case GrammarConstraint::Kind::kJsonSchema:
-      return grammar::CompileJsonSchema(constraint.text);
-    case GrammarConstraint::Kind::kJsonObject:
-      return grammar::CompileAnyJsonObject();
-    case GrammarConstraint::Kind::kRegex:
-      return grammar::CompileRegex(constraint.text);
-    case GrammarConstraint::Kind::kEbnf:
-      return grammar::CompileEbnf(constraint.text);
-  }
-  return absl::InvalidArgumentError("unknown grammar constraint");
-}
 
 absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size) {
   if (vocab_size < 1) {
