@@ -57,7 +57,7 @@ TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
   ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
   ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
   PolicyOptions o;
-  o.eviction_interval_secs = 0;
+  o.eviction_interval = absl::ZeroDuration();
   o.kv_event_index = &index;
   auto policy = Make("cache_aware", o);
   const std::vector<int32_t> prompt = Ids(1000, 100);
