@@ -1,6 +1,7 @@
 #include "bench/router_bench/stand_in_worker.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/grpc_link.h"
 
 namespace tandem::bench {
 namespace {
