@@ -53,7 +53,7 @@ absl::StatusOr<size_t> SendNow(int fd, std::string_view bytes);
 
 // The write side of a framed socket written from whichever thread holds the write turn: its
 // owner hands out one batch at a time and may hand the next from inside the completion of the
-// last (SessionCore::Written, WorkerLink::WriteDone). Run() sends each batch's frame as far
+// last (RouterLink::Written, WorkerLink::WriteDone). Run() sends each batch's frame as far
 // as the socket takes it at once and, rather than recursing, loops over a batch handed during
 // `complete` on the same thread. The turn may pass to another thread as soon as `complete` has
 // released it, so what marks "inside the loop" and the handed batch are the thread's own. A frame

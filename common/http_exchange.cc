@@ -1,7 +1,7 @@
 // Exchange (declared in common/http_session.h): one request's answer, handed from the handler
-// (HttpResponder / HttpStream, any thread) to its Session's strand. All state sits under mu_; the
-// session is called only through TrySend (a whole answer written by the sending thread) and its
-// Post* methods, and close callbacks run outside the lock.
+// (HttpResponder / HttpStream, any thread) to its HttpConnection's strand. All state sits under
+// mu_; the session is called only through TrySend (a whole answer written by the sending thread)
+// and its Post* methods, and close callbacks run outside the lock.
 #include <exception>
 #include <utility>
 
@@ -10,11 +10,11 @@
 
 namespace tandem::http_internal {
 
-Exchange::Exchange(std::shared_ptr<Session> session, size_t max_buffer_bytes)
+Exchange::Exchange(std::shared_ptr<HttpConnection> session, size_t max_buffer_bytes)
     : max_buffer_bytes_(max_buffer_bytes), session_(std::move(session)) {}
 
 bool Exchange::Send(HttpResponse response) {
-  std::shared_ptr<Session> written;  // released outside the lock
+  std::shared_ptr<HttpConnection> written;  // released outside the lock
   absl::MutexLock lock(&mu_);
   if (state_ != State::kPending || session_ == nullptr) return false;
   // Send runs on the handler's thread (an I/O thread, or a callback thread of the router, e.g.
@@ -57,7 +57,7 @@ bool Exchange::StartStream(int status, const std::string& content_type,
 }
 
 bool Exchange::Write(std::string data) {
-  std::shared_ptr<Session> to_close;
+  std::shared_ptr<HttpConnection> to_close;
   {
     absl::MutexLock lock(&mu_);
     if (state_ != State::kStreaming || finish_requested_ || overflowed_ || session_ == nullptr) {
@@ -132,7 +132,7 @@ std::string Exchange::TakePending(bool* finish) {
 }
 
 void Exchange::MarkDone() {
-  std::shared_ptr<Session> session;  // released outside the lock
+  std::shared_ptr<HttpConnection> session;  // released outside the lock
   absl::MutexLock lock(&mu_);
   if (state_ == State::kClosed) return;
   state_ = State::kDone;
@@ -142,7 +142,7 @@ void Exchange::MarkDone() {
 
 void Exchange::MarkClosed() {
   std::function<void()> callback;
-  std::shared_ptr<Session> session;
+  std::shared_ptr<HttpConnection> session;
   {
     absl::MutexLock lock(&mu_);
     if (state_ == State::kDone || state_ == State::kClosed) return;

@@ -97,7 +97,7 @@ void ServerCore::StartAccepting() {
 
 void ServerCore::Sweep() {
   if (stopping_) return;
-  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<std::shared_ptr<HttpConnection>> sessions;
   {
     absl::MutexLock lock(&mu_);
     sessions.reserve(sessions_.size());
@@ -160,7 +160,7 @@ void ServerCore::OnAccept(beast::error_code ec, tcp::socket socket) {
   beast::error_code endpoint_ec;
   const tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
   std::string peer = endpoint_ec ? "unknown" : FormatEndpoint(remote);
-  std::shared_ptr<Session> session;
+  std::shared_ptr<HttpConnection> session;
   {
     absl::MutexLock lock(&mu_);
     if (static_cast<int>(sessions_.size()) >= options_.max_connections) {
@@ -169,7 +169,7 @@ void ServerCore::OnAccept(beast::error_code ec, tcp::socket socket) {
       socket.close(ignored);
     } else {
       const uint64_t id = next_session_id_++;
-      session = MakeSession(std::move(socket), this, id, std::move(peer), tls_.get());
+      session = MakeHttpConnection(std::move(socket), this, id, std::move(peer), tls_.get());
       sessions_.emplace(id, session);
     }
   }
@@ -198,7 +198,7 @@ void ServerCore::Shutdown() {
     acceptor_.close(ignored);
     accept_retry_.cancel();
     sweep_timer_.cancel();
-    std::vector<std::shared_ptr<Session>> sessions;
+    std::vector<std::shared_ptr<HttpConnection>> sessions;
     {
       absl::MutexLock lock(&mu_);
       for (const auto& [id, weak] : sessions_) {

@@ -1,8 +1,9 @@
-// The per-connection half of HttpServer: StreamSession, one template over the stream type (plain
-// beast::tcp_stream or TLS over it) that reads requests, hands each to ServerCore::Dispatch with
-// an Exchange, and writes the answer (whole, or chunked as the handler streams it) on the
+// The per-connection half of HttpServer: HttpStreamConnection, one template over the stream type
+// (plain beast::tcp_stream or TLS over it) that reads requests, hands each to ServerCore::Dispatch
+// with an Exchange, and writes the answer (whole, or chunked as the handler streams it) on the
 // connection's strand, or lets the answering thread write a whole answer itself (DirectAnswer,
-// http_direct_answer.h); MakeSession picks the stream. Exchange itself is in http_exchange.cc.
+// http_direct_answer.h); MakeHttpConnection picks the stream. Exchange itself is in
+// http_exchange.cc.
 #include "common/http_session.h"
 
 #include <chrono>
@@ -32,16 +33,18 @@ std::string ToString(beast::string_view view) { return std::string(view.data(), 
 
 // One connection over `Stream`: beast::tcp_stream (plain) or beast::ssl_stream<beast::tcp_stream>.
 template <class Stream>
-class StreamSession final : public Session,
-                            public std::enable_shared_from_this<StreamSession<Stream>> {
+class HttpStreamConnection final
+    : public HttpConnection,
+      public std::enable_shared_from_this<HttpStreamConnection<Stream>> {
  public:
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
   // `stream_args` construct the stream: (socket) or (socket, ssl context).
   template <class... StreamArgs>
-  StreamSession(ServerCore* core, uint64_t id, std::string peer, StreamArgs&&... stream_args);
-  StreamSession(const StreamSession&) = delete;
-  StreamSession& operator=(const StreamSession&) = delete;
+  HttpStreamConnection(ServerCore* core, uint64_t id, std::string peer,
+                       StreamArgs&&... stream_args);
+  HttpStreamConnection(const HttpStreamConnection&) = delete;
+  HttpStreamConnection& operator=(const HttpStreamConnection&) = delete;
 
   void Start() override;
   void PostClose() override;
@@ -120,12 +123,12 @@ class StreamSession final : public Session,
 };
 
 // ---------------------------------------------------------------------------------------------
-// StreamSession
+// HttpStreamConnection
 
 template <class Stream>
 template <class... StreamArgs>
-StreamSession<Stream>::StreamSession(ServerCore* core, uint64_t id, std::string peer,
-                                     StreamArgs&&... stream_args)
+HttpStreamConnection<Stream>::HttpStreamConnection(ServerCore* core, uint64_t id, std::string peer,
+                                                   StreamArgs&&... stream_args)
     : stream_(std::forward<StreamArgs>(stream_args)...),
       core_(core),
       options_(core->options()),
@@ -134,7 +137,7 @@ StreamSession<Stream>::StreamSession(ServerCore* core, uint64_t id, std::string 
 
 template <class Stream>
 template <class Step>
-void StreamSession<Stream>::Safely(const char* what, Step&& step) noexcept {
+void HttpStreamConnection<Stream>::Safely(const char* what, Step&& step) noexcept {
   try {
     step();
   } catch (const std::exception& e) {
@@ -145,7 +148,7 @@ void StreamSession<Stream>::Safely(const char* what, Step&& step) noexcept {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnException(const char* what, const char* error) noexcept {
+void HttpStreamConnection<Stream>::OnException(const char* what, const char* error) noexcept {
   try {
     spdlog::error("http: {} for {} threw: {}", what, peer_, error);
     if (closed_) return;
@@ -172,7 +175,7 @@ void StreamSession<Stream>::OnException(const char* what, const char* error) noe
 }
 
 template <class Stream>
-void StreamSession<Stream>::Start() {
+void HttpStreamConnection<Stream>::Start() {
   beast::error_code ec;
   // The disconnect watch peeks without blocking.
   Lowest().socket().non_blocking(true, ec);
@@ -197,7 +200,7 @@ void StreamSession<Stream>::Start() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnHandshake(beast::error_code ec) {
+void HttpStreamConnection<Stream>::OnHandshake(beast::error_code ec) {
   if (ec) {
     spdlog::debug("http: TLS handshake with {} failed: {}", peer_, ec.message());
     DoClose();
@@ -207,14 +210,14 @@ void StreamSession<Stream>::OnHandshake(beast::error_code ec) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::PostClose() {
+void HttpStreamConnection<Stream>::PostClose() {
   net::post(stream_.get_executor(), [self = this->shared_from_this()] {
     self->Safely("closing", [&] { self->DoClose(); });
   });
 }
 
 template <class Stream>
-void StreamSession<Stream>::PostSend(HttpResponse response) {
+void HttpStreamConnection<Stream>::PostSend(HttpResponse response) {
   net::post(stream_.get_executor(),
             [self = this->shared_from_this(), response = std::move(response)]() mutable {
               self->Safely("writing a response", [&] {
@@ -225,8 +228,8 @@ void StreamSession<Stream>::PostSend(HttpResponse response) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::PostStartStream(int status, std::string content_type,
-                                            HttpHeaders headers) {
+void HttpStreamConnection<Stream>::PostStartStream(int status, std::string content_type,
+                                                   HttpHeaders headers) {
   net::post(stream_.get_executor(),
             [self = this->shared_from_this(), status, content_type = std::move(content_type),
              headers = std::move(headers)] {
@@ -238,7 +241,7 @@ void StreamSession<Stream>::PostStartStream(int status, std::string content_type
 }
 
 template <class Stream>
-void StreamSession<Stream>::PostPump() {
+void HttpStreamConnection<Stream>::PostPump() {
   net::post(stream_.get_executor(), [self = this->shared_from_this()] {
     self->Safely("writing a stream", [&] {
       if (self->closed_ || self->current_ == nullptr) return;
@@ -248,7 +251,7 @@ void StreamSession<Stream>::PostPump() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::ReadNext() {
+void HttpStreamConnection<Stream>::ReadNext() {
   if (closed_) return;
   if (buffer_.size() > 0) {  // a pipelined request is already here
     ReadHeader();
@@ -269,7 +272,7 @@ void StreamSession<Stream>::ReadNext() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::ReadHeader() {
+void HttpStreamConnection<Stream>::ReadHeader() {
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
   parser_->body_limit(options_.max_body_bytes);
@@ -285,7 +288,7 @@ void StreamSession<Stream>::ReadHeader() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnHeader(beast::error_code ec) {
+void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
   if (ec) {
     OnReadError(ec);
     return;
@@ -319,7 +322,7 @@ void StreamSession<Stream>::OnHeader(beast::error_code ec) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::ReadBody() {
+void HttpStreamConnection<Stream>::ReadBody() {
   if (parser_->is_done()) {
     OnRequest();
     return;
@@ -337,7 +340,7 @@ void StreamSession<Stream>::ReadBody() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnReadError(beast::error_code ec) {
+void HttpStreamConnection<Stream>::OnReadError(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     SendError(413,
               absl::StrCat("request body exceeds the limit of ", options_.max_body_bytes, " bytes"),
@@ -358,7 +361,7 @@ void StreamSession<Stream>::OnReadError(beast::error_code ec) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnRequest() {
+void HttpStreamConnection<Stream>::OnRequest() {
   // A request already buffered can finish parsing after DoClose (e.g. Stop): starting its
   // exchange then would tie it and the session to each other with nothing left to part them.
   if (closed_) return;
@@ -409,7 +412,7 @@ void StreamSession<Stream>::OnRequest() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::AllowDirect(bool allow) {
+void HttpStreamConnection<Stream>::AllowDirect(bool allow) {
   if constexpr (kTls) return;  // the TLS stream's state belongs to the strand
   // Only the watch can end a directly answered exchange, so not with a pipelined request
   // already read (it would wait for the client, who waits for its answer), and not when the
@@ -418,7 +421,7 @@ void StreamSession<Stream>::AllowDirect(bool allow) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::ArmWatch() {
+void HttpStreamConnection<Stream>::ArmWatch() {
   if (watch_pending_ || closed_) return;
   watch_pending_ = true;
   Lowest().socket().async_wait(
@@ -428,7 +431,7 @@ void StreamSession<Stream>::ArmWatch() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnWatch(beast::error_code ec) {
+void HttpStreamConnection<Stream>::OnWatch(beast::error_code ec) {
   watch_pending_ = false;
   const bool sent = direct_.TakeSent();
   if (closed_) return;
@@ -457,14 +460,14 @@ void StreamSession<Stream>::OnWatch(beast::error_code ec) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::SendError(int status, const std::string& message, bool close) {
+void HttpStreamConnection<Stream>::SendError(int status, const std::string& message, bool close) {
   if (close) keep_alive_ = false;
   current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
   HttpResponder(current_).Send(HttpResponse::Error(status, message));
 }
 
 template <class Stream>
-bool StreamSession<Stream>::TrySend(HttpResponse& response) {
+bool HttpStreamConnection<Stream>::TrySend(HttpResponse& response) {
   if constexpr (kTls) {
     return false;
   } else {
@@ -485,7 +488,7 @@ bool StreamSession<Stream>::TrySend(HttpResponse& response) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::WriteRest() {
+void HttpStreamConnection<Stream>::WriteRest() {
   rest_ = direct_.TakeRest();
   if (closed_) return;
   wire_started_ = true;
@@ -500,7 +503,7 @@ void StreamSession<Stream>::WriteRest() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::SweepIdle(std::chrono::steady_clock::time_point now) {
+void HttpStreamConnection<Stream>::SweepIdle(std::chrono::steady_clock::time_point now) {
   const auto sent_at = direct_.IdleSince(now, options_.idle_timeout);
   if (!sent_at.has_value()) return;
   net::post(stream_.get_executor(), [self = this->shared_from_this(), at = *sent_at] {
@@ -512,7 +515,7 @@ void StreamSession<Stream>::SweepIdle(std::chrono::steady_clock::time_point now)
 }
 
 template <class Stream>
-void StreamSession<Stream>::WriteResponse(HttpResponse response) {
+void HttpStreamConnection<Stream>::WriteResponse(HttpResponse response) {
   response_ = std::make_unique<http::response<http::string_body>>(
       ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header));
   Lowest().expires_after(options_.write_timeout);
@@ -524,7 +527,7 @@ void StreamSession<Stream>::WriteResponse(HttpResponse response) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnWritten(beast::error_code ec) {
+void HttpStreamConnection<Stream>::OnWritten(beast::error_code ec) {
   response_.reset();
   if (ec) {
     DoClose();
@@ -534,7 +537,7 @@ void StreamSession<Stream>::OnWritten(beast::error_code ec) {
 }
 
 template <class Stream>
-void StreamSession<Stream>::EndExchange() {
+void HttpStreamConnection<Stream>::EndExchange() {
   if (current_ != nullptr) current_->MarkDone();
   current_.reset();
   wire_started_ = false;
@@ -547,8 +550,8 @@ void StreamSession<Stream>::EndExchange() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::WriteStreamHeader(int status, const std::string& content_type,
-                                              const HttpHeaders& headers) {
+void HttpStreamConnection<Stream>::WriteStreamHeader(int status, const std::string& content_type,
+                                                     const HttpHeaders& headers) {
   stream_header_ = std::make_unique<http::response<http::empty_body>>();
   stream_header_->version(version_);
   stream_header_->result(static_cast<unsigned>(status));
@@ -589,7 +592,7 @@ void StreamSession<Stream>::WriteStreamHeader(int status, const std::string& con
 }
 
 template <class Stream>
-void StreamSession<Stream>::Pump() {
+void HttpStreamConnection<Stream>::Pump() {
   if (closed_ || current_ == nullptr || !stream_header_done_ || stream_writing_) return;
   bool finish = false;
   stream_chunk_ = current_->TakePending(&finish);
@@ -617,7 +620,7 @@ void StreamSession<Stream>::Pump() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::OnStreamWrite(beast::error_code ec) {
+void HttpStreamConnection<Stream>::OnStreamWrite(beast::error_code ec) {
   stream_writing_ = false;
   if (ec) {
     DoClose();
@@ -637,7 +640,7 @@ void StreamSession<Stream>::OnStreamWrite(beast::error_code ec) {
 // Half-closes, then drains what the client still sends for a moment before closing, so that a
 // client still uploading (e.g. after a 413) reads our response instead of a reset.
 template <class Stream>
-void StreamSession<Stream>::Linger() {
+void HttpStreamConnection<Stream>::Linger() {
   if (closed_) return;
   if constexpr (kTls) {
     // TLS: send close_notify (the end of a body delimited by the close must be authenticated)
@@ -673,7 +676,7 @@ void StreamSession<Stream>::Linger() {
 }
 
 template <class Stream>
-void StreamSession<Stream>::DoClose() {
+void HttpStreamConnection<Stream>::DoClose() {
   if (closed_) return;
   closed_ = true;
   direct_.Close();  // no direct write from here on: the socket closes
@@ -687,14 +690,15 @@ void StreamSession<Stream>::DoClose() {
   core_->RemoveSession(id_);
 }
 
-std::shared_ptr<Session> MakeSession(tcp::socket socket, ServerCore* core, uint64_t id,
-                                     std::string peer, net::ssl::context* tls) {
+std::shared_ptr<HttpConnection> MakeHttpConnection(tcp::socket socket, ServerCore* core,
+                                                   uint64_t id, std::string peer,
+                                                   net::ssl::context* tls) {
   if (tls != nullptr) {
-    return std::make_shared<StreamSession<beast::ssl_stream<beast::tcp_stream>>>(
+    return std::make_shared<HttpStreamConnection<beast::ssl_stream<beast::tcp_stream>>>(
         core, id, std::move(peer), std::move(socket), *tls);
   }
-  return std::make_shared<StreamSession<beast::tcp_stream>>(core, id, std::move(peer),
-                                                            std::move(socket));
+  return std::make_shared<HttpStreamConnection<beast::tcp_stream>>(core, id, std::move(peer),
+                                                                   std::move(socket));
 }
 
 }  // namespace tandem::http_internal

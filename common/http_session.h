@@ -1,12 +1,12 @@
 // Internals of HttpServer (common/http_server.h): the per-request Exchange shared between a
-// connection and the handler's responder/stream (http_exchange.cc), the per-connection Session
-// (http_session.cc), and the ServerCore owning the io_context, the listener and the routes
-// (http_server.cc). Only http_*.cc include this.
+// connection and the handler's responder/stream (http_exchange.cc), the per-connection
+// HttpConnection (http_session.cc), and the ServerCore owning the io_context, the listener and the
+// routes (http_server.cc). Only http_*.cc include this.
 //
-// Ownership: a Session is kept alive by its pending asynchronous operations and by its current
-// Exchange (Exchange::session_), which it drops when the exchange ends (done or closed). The
-// session holds its current exchange; handlers hold exchanges through HttpResponder/HttpStream.
-// All Session members are used on the session's strand only. Exchange is thread-safe.
+// Ownership: an HttpConnection is kept alive by its pending asynchronous operations and by its
+// current Exchange (Exchange::session_), which it drops when the exchange ends (done or closed).
+// The session holds its current exchange; handlers hold exchanges through HttpResponder/HttpStream.
+// All HttpConnection members are used on the session's strand only. Exchange is thread-safe.
 #ifndef TANDEM_COMMON_HTTP_SESSION_H_
 #define TANDEM_COMMON_HTTP_SESSION_H_
 
@@ -36,19 +36,19 @@ namespace http = boost::beast::http;
 namespace net = boost::asio;
 using tcp = boost::asio::ip::tcp;
 
-class Session;
+class HttpConnection;
 class ServerCore;
 
 // One request's answer, from the handler's side to the connection's side.
 //   kPending --Send--> kResponding --(written)--> kDone
-//   kPending --Send, written by the sender (Session::TrySend)--> kDone
+//   kPending --Send, written by the sender (HttpConnection::TrySend)--> kDone
 //   kPending --StartStream--> kStreaming --Finish, (last chunk written)--> kDone
 //   any state but kDone --(client gone, too slow, server stopping)--> kClosed
 class Exchange {
  public:
   enum class State { kPending, kResponding, kStreaming, kDone, kClosed };
 
-  Exchange(std::shared_ptr<Session> session, size_t max_buffer_bytes);
+  Exchange(std::shared_ptr<HttpConnection> session, size_t max_buffer_bytes);
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
@@ -67,7 +67,7 @@ class Exchange {
   bool pending() const ABSL_LOCKS_EXCLUDED(mu_);
   void SetOnClose(std::function<void()> callback) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Session side (its strand).
+  // HttpConnection side (its strand).
   // The queued body data; *finish is true when Finish was called and nothing is left.
   std::string TakePending(bool* finish) ABSL_LOCKS_EXCLUDED(mu_);
   void MarkDone() ABSL_LOCKS_EXCLUDED(mu_);
@@ -81,7 +81,7 @@ class Exchange {
   const size_t max_buffer_bytes_;
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kPending;
-  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);  // null once done or closed
+  std::shared_ptr<HttpConnection> session_ ABSL_GUARDED_BY(mu_);  // null once done or closed
   std::string pending_ ABSL_GUARDED_BY(mu_);
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool pump_scheduled_ ABSL_GUARDED_BY(mu_) = false;
@@ -89,7 +89,7 @@ class Exchange {
   std::function<void()> on_close_ ABSL_GUARDED_BY(mu_);
 };
 
-// One client connection, over plain TCP or TLS (MakeSession picks; the HTTP logic is one
+// One client connection, over plain TCP or TLS (MakeHttpConnection picks; the HTTP logic is one
 // template over the stream type, in http_session.cc). The Post* calls come from the current
 // Exchange (any thread); the work runs on the connection's strand. An exchange can only reach
 // its session while it is the current one (it drops the session when it ends).
@@ -101,9 +101,9 @@ class Exchange {
 // nothing else is reading or writing it; the watch's completion (the client's next request or
 // its close) then ends the exchange on the strand, and ServerCore's idle sweep closes a
 // connection left idle after a direct answer, as idle_timeout does for the others.
-class Session {
+class HttpConnection {
  public:
-  virtual ~Session() = default;
+  virtual ~HttpConnection() = default;
   virtual void Start() = 0;
   // Closes the connection from any thread (posted to the strand).
   virtual void PostClose() = 0;
@@ -123,8 +123,9 @@ class Session {
 // A session for an accepted connection: TLS (server side; the handshake runs first, bounded by
 // read_timeout) when `tls` is non-null, plain HTTP otherwise. `core` and `tls` are borrowed and
 // outlive every session.
-std::shared_ptr<Session> MakeSession(tcp::socket socket, ServerCore* core, uint64_t id,
-                                     std::string peer, net::ssl::context* tls);
+std::shared_ptr<HttpConnection> MakeHttpConnection(tcp::socket socket, ServerCore* core,
+                                                   uint64_t id, std::string peer,
+                                                   net::ssl::context* tls);
 
 // The io_context, listener, routes and live sessions of one HttpServer.
 class ServerCore {
@@ -152,7 +153,8 @@ class ServerCore {
  private:
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
-  // Every idle_timeout / 4 (10 ms to 1 s) on accept_strand_: Session::SweepIdle on each session.
+  // Every idle_timeout / 4 (10 ms to 1 s) on accept_strand_: HttpConnection::SweepIdle on each
+  // session.
   void Sweep();
 
   const HttpServerOptions options_;
@@ -169,7 +171,7 @@ class ServerCore {
 
   absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::weak_ptr<HttpConnection>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::http_internal

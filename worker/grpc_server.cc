@@ -18,6 +18,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/cluster_proof_service.h"
 #include "worker/conversions.h"
+#include "worker/grpc_link.h"
 #include "worker/session_server.h"
 #include "worker/session_socket.h"
 
@@ -192,7 +193,7 @@ constexpr char kGetServerInfoMethod[] = "/tandem.proto.Worker/GetServerInfo";
 constexpr char kGetKvEventsMethod[] = "/tandem.proto.Worker/GetKvEvents";
 
 // A session's legs run on the WorkerCore, as the Prefill and Decode RPCs' do.
-class CoreLegs : public SessionLegs {
+class CoreLegs : public LegHandler {
  public:
   explicit CoreLegs(WorkerCore* core) : core_(core) {}
 
@@ -234,9 +235,9 @@ class WorkerService final : public proto::Worker::CallbackService {
     if (sockets_) sockets_->CloseAll();
     sessions_.CloseAll();
   }
-  SessionLegs* legs() { return &legs_; }
+  LegHandler* legs() { return &legs_; }
   // The session socket Health advertises (none: 0).
-  void SetSessionSockets(std::unique_ptr<SessionSocketServer> sockets) {
+  void SetSessionSockets(std::unique_ptr<LinkSocketServer> sockets) {
     sockets_ = std::move(sockets);
   }
 
@@ -279,9 +280,9 @@ class WorkerService final : public proto::Worker::CallbackService {
   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
       grpc::CallbackServerContext* context) override {
     if (grpc::Status auth = Authenticate(context, kSessionMethod); !auth.ok()) {
-      return SessionServer::Refuse(std::move(auth));
+      return RefuseGrpcLink(std::move(auth));
     }
-    return sessions_.Open(&legs_);
+    return ServeGrpcLink(&sessions_, &legs_);
   }
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
@@ -382,10 +383,10 @@ class WorkerService final : public proto::Worker::CallbackService {
  private:
   WorkerCore* core_;
   CoreLegs legs_;
-  SessionServer sessions_;
-  std::unique_ptr<SessionSocketServer> sockets_;  // set before the gRPC server starts
-  const std::string cluster_secret_;              // empty: calls are not authenticated
-  const std::string instance_id_;                 // every token must name it (its audience)
+  LinkServer sessions_;
+  std::unique_ptr<LinkSocketServer> sockets_;  // set before the gRPC server starts
+  const std::string cluster_secret_;           // empty: calls are not authenticated
+  const std::string instance_id_;              // every token must name it (its audience)
   mutable LogEvery refusal_logs_{absl::Seconds(1)};
 };
 
@@ -423,8 +424,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string&
   impl->proof = std::make_unique<ClusterProofService>(cluster_secret, instance_id);
   if (session_port >= 0) {
     ASSIGN_OR_RETURN(auto sockets,
-                     SessionSocketServer::Start(host, session_port, impl->service->legs(),
-                                                cluster_secret, instance_id, "--session-port: "));
+                     LinkSocketServer::Start(host, session_port, impl->service->legs(),
+                                             cluster_secret, instance_id, "--session-port: "));
     impl->service->SetSessionSockets(std::move(sockets));
   }
   const std::string address = host.find(':') != std::string::npos

@@ -7,16 +7,16 @@
 
 namespace tandem::worker {
 
-void SessionCore::Handle(const proto::SessionUp& up) {
+void RouterLink::Handle(const proto::SessionUp& up) {
   for (const proto::SessionCall& call : up.calls()) HandleCall(call);
 }
 
-bool SessionCore::ended() {
+bool RouterLink::ended() {
   std::lock_guard<std::mutex> lock(mu_);
   return ended_;
 }
 
-void SessionCore::Written(bool ok) {
+void RouterLink::Written(bool ok) {
   bool write = false;
   bool close = false;
   {
@@ -31,11 +31,11 @@ void SessionCore::Written(bool ok) {
     }
   }
   if (write) WriteBatch(&in_flight_);
-  if (!ok) End(grpc::Status(grpc::StatusCode::CANCELLED, "the stream to the router broke"));
+  if (!ok) End(absl::CancelledError("the stream to the router broke"));
   if (close) Close(end_status_);
 }
 
-void SessionCore::End(grpc::Status status) {
+void RouterLink::End(absl::Status status) {
   std::vector<std::function<void()>> cancels;
   bool close = false;
   {
@@ -53,9 +53,9 @@ void SessionCore::End(grpc::Status status) {
   if (close) Close(end_status_);
 }
 
-void SessionCore::Forget() { server_->Forget(this); }
+void RouterLink::Forget() { server_->Forget(this); }
 
-void SessionCore::HandleCall(const proto::SessionCall& call) {
+void RouterLink::HandleCall(const proto::SessionCall& call) {
   const uint64_t id = call.call_id();
   switch (call.body_case()) {
     case proto::SessionCall::kCancel: {
@@ -78,19 +78,19 @@ void SessionCore::HandleCall(const proto::SessionCall& call) {
       break;
   }
   Reply(id, [&](proto::SessionReply* r) {
-    r->mutable_error()->set_code(grpc::StatusCode::INVALID_ARGUMENT);
+    r->mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
     r->mutable_error()->set_message(absl::StrCat("session call ", id, " has no body"));
   });
 }
 
 // Registers call `id` as live (with `cancel`, possibly empty until the leg has started) and
 // takes a reference for it; false (and an error reply) when it cannot start.
-bool SessionCore::Admit(uint64_t id, std::function<void()> cancel) {
+bool RouterLink::Admit(uint64_t id, std::function<void()> cancel) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ended_) return false;
   if (!live_.emplace(id, std::move(cancel)).second) {
     AppendLocked(id, [&](proto::SessionReply* r) {
-      r->mutable_error()->set_code(grpc::StatusCode::INVALID_ARGUMENT);
+      r->mutable_error()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
       r->mutable_error()->set_message(
           absl::StrCat("session call ", id, " is already live in this session"));
     });
@@ -110,7 +110,7 @@ void SetError(proto::SessionReply* r, const absl::Status& status) {
 
 }  // namespace
 
-void SessionCore::StartDecode(uint64_t id, const proto::DecodeRequest& request) {
+void RouterLink::StartDecode(uint64_t id, const proto::DecodeRequest& request) {
   if (!Admit(id, nullptr)) {
     FlushWrite();
     return;
@@ -138,9 +138,9 @@ void SessionCore::StartDecode(uint64_t id, const proto::DecodeRequest& request) 
   if (cancel_now) (*cancel)();
 }
 
-void SessionCore::StartPrefill(uint64_t id, const proto::PrefillRequest& request) {
+void RouterLink::StartPrefill(uint64_t id, const proto::PrefillRequest& request) {
   const uint64_t room = request.bootstrap_room();
-  SessionLegs* legs = legs_;
+  LegHandler* legs = legs_;
   if (!Admit(id, [legs, room] { legs->CancelPrefill(room); })) {
     FlushWrite();
     return;
@@ -162,7 +162,7 @@ void SessionCore::StartPrefill(uint64_t id, const proto::PrefillRequest& request
 }
 
 // Engine thread (or inline from StartDecode).
-void SessionCore::OnEvent(uint64_t id, proto::DecodeEvent event) {
+void RouterLink::OnEvent(uint64_t id, proto::DecodeEvent event) {
   const bool last = event.finished();
   if (last) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -174,7 +174,7 @@ void SessionCore::OnEvent(uint64_t id, proto::DecodeEvent event) {
 
 // Queues the reply `fill` writes for call `id` and starts a write when none is in flight.
 template <typename Fill>
-void SessionCore::Reply(uint64_t id, Fill fill) {
+void RouterLink::Reply(uint64_t id, Fill fill) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ended_) return;
@@ -185,21 +185,21 @@ void SessionCore::Reply(uint64_t id, Fill fill) {
 }
 
 template <typename Fill>
-void SessionCore::AppendLocked(uint64_t id, Fill&& fill) {
+void RouterLink::AppendLocked(uint64_t id, Fill&& fill) {
   proto::SessionReply* r = pending_.add_replies();
   r->set_call_id(id);
   fill(r);
 }
 
 // Moves the pending replies in flight when no write is (the caller then calls FlushWrite).
-void SessionCore::WriteIfIdleLocked() {
+void RouterLink::WriteIfIdleLocked() {
   if (writing_ || close_called_ || pending_.replies_size() == 0) return;
   writing_ = true;
   in_flight_.Swap(&pending_);
   start_write_ = true;
 }
 
-void SessionCore::FlushWrite() {
+void RouterLink::FlushWrite() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!start_write_) return;
@@ -208,94 +208,37 @@ void SessionCore::FlushWrite() {
   WriteBatch(&in_flight_);
 }
 
-namespace {
+LinkServer::~LinkServer() { CloseAll(); }
 
-// One Session call: a SessionCore carried by gRPC's reactor, which holds the core's first
-// reference until OnDone.
-class SessionReactor : public grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>,
-                       public SessionCore {
- public:
-  SessionReactor(SessionServer* server, SessionLegs* legs) : SessionCore(server, legs) {
-    StartRead(&up_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the router half-closed the stream or it broke: the session is over
-      End(grpc::Status::OK);
-      return;
-    }
-    Handle(up_);
-    up_.Clear();
-    if (!ended()) StartRead(&up_);
-  }
-  void OnWriteDone(bool ok) override { Written(ok); }
-  void OnCancel() override {
-    End(grpc::Status(grpc::StatusCode::CANCELLED, "the router cancelled the session"));
-  }
-  void OnDone() override {
-    Forget();
-    Unref();
-  }
-
- protected:
-  void WriteBatch(const proto::SessionDown* batch) override { StartWrite(batch); }
-  void Close(const grpc::Status& status) override { Finish(status); }
-
- private:
-  proto::SessionUp up_;  // the read in flight (gRPC's reactions are serialized)
-};
-
-class RefusedSession : public grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown> {
- public:
-  explicit RefusedSession(grpc::Status status) { Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
-
-SessionServer::~SessionServer() { CloseAll(); }
-
-grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* SessionServer::Open(
-    SessionLegs* legs) {
-  auto* session = new SessionReactor(this, legs);
-  Add(session);
-  return session;
-}
-
-void SessionServer::Add(SessionCore* session) {
+void LinkServer::Add(RouterLink* link) {
   bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed = closed_;
-    open_.insert(session);
+    open_.insert(link);
   }
-  if (closed) session->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is stopping"));
+  if (closed) link->End(absl::UnavailableError("the worker is stopping"));
 }
 
-grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* SessionServer::Refuse(
-    grpc::Status status) {
-  return new RefusedSession(std::move(status));
-}
-
-void SessionServer::CloseAll() {
-  std::vector<SessionCore*> sessions;
+void LinkServer::CloseAll() {
+  std::vector<RouterLink*> links;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
-    for (SessionCore* s : open_) {
+    for (RouterLink* s : open_) {
       s->Ref();  // Forget waits for mu_, so each is alive here
-      sessions.push_back(s);
+      links.push_back(s);
     }
   }
-  for (SessionCore* s : sessions) {
-    s->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker is stopping"));
+  for (RouterLink* s : links) {
+    s->End(absl::UnavailableError("the worker is stopping"));
     s->Unref();
   }
 }
 
-void SessionServer::Forget(SessionCore* session) {
+void LinkServer::Forget(RouterLink* link) {
   std::lock_guard<std::mutex> lock(mu_);
-  open_.erase(session);
+  open_.erase(link);
 }
 
 }  // namespace tandem::worker

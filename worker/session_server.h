@@ -1,24 +1,24 @@
-// The server side of rpc Session (proto/worker.proto): prefill and decode legs multiplexed on one
-// long-lived stream from the router, answered through a SessionLegs. The same SessionCore also
-// serves the session socket (worker/session_socket.h).
+// The worker's end of a router link: prefill and decode legs multiplexed on one long-lived
+// connection from the router (proto/worker.proto: rpc Session, or the session socket), started
+// through a LegHandler. RouterLink is transport-neutral (absl::Status, no gRPC type); its
+// transports are worker/grpc_link.h (rpc Session) and worker/session_socket.h (LinkSocketServer).
+// The names mirror the router's (router/workers/worker_session.h: WorkerLink carries legs to one
+// worker); the leg interface is LegHandler rather than WorkerLegs, which is the router's view of
+// a worker's legs (router/workers/leg.h).
 //
-//   class MyLegs : public SessionLegs { ... };
-//   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(...) override {
-//     return sessions_.Open(&legs_);
-//   }
+//   class MyLegs : public LegHandler { ... };
+//   // in the Worker service's Session(...):  return ServeGrpcLink(&links_, &legs_);
 //   ...
-//   sessions_.CloseAll();   // before grpc::Server::Shutdown: open sessions end at once
+//   links_.CloseAll();   // before the gRPC server's Shutdown: open links end at once
 //
 // Replies are batched: whatever legs produce while a write is in flight goes out in the next
-// SessionDown, so one write serves many legs under load. A session that ends for any reason
+// SessionDown, so one write serves many legs under load. A link that ends for any reason
 // (the router closed or cancelled it, the connection broke, CloseAll) cancels its live legs;
 // their last replies are dropped.
 //
-// Thread-safety: thread-safe. SessionLegs callbacks may run on any thread, also inline.
+// Thread-safety: thread-safe. LegHandler callbacks may run on any thread, also inline.
 #ifndef TANDEM_WORKER_SESSION_SERVER_H_
 #define TANDEM_WORKER_SESSION_SERVER_H_
-
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cstdint>
@@ -28,15 +28,16 @@
 #include <unordered_set>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/worker.pb.h"
 
 namespace tandem::worker {
 
-// What a session runs its legs on (the worker core, or a benchmark's stand-in).
-class SessionLegs {
+// What a link starts its legs through (the worker core, or a benchmark's stand-in).
+class LegHandler {
  public:
-  virtual ~SessionLegs() = default;
+  virtual ~LegHandler() = default;
   // Starts a decode leg. On success `sink` gets every event, the last with `finished` set, and
   // the returned closure cancels the leg (its last event still comes). On error `sink` is never
   // called.
@@ -49,26 +50,26 @@ class SessionLegs {
   virtual void CancelPrefill(uint64_t room) = 0;
 };
 
-class SessionServer;
+class LinkServer;
 
-// One session's legs and reply batching, whatever carries its messages (a gRPC Session call, or
-// the session socket: worker/session_socket.h). The transport hands it each SessionUp (Handle),
-// writes the batches it asks for (WriteBatch, then Written), and finishes once told (Close).
-// Deletes itself when the last reference goes: the transport holds one until it is done, and
-// every live leg holds one until its last reply.
-class SessionCore {
+// One router link's legs and reply batching, whatever carries its messages (a gRPC Session call:
+// worker/grpc_link.h, or the session socket: worker/session_socket.h). The transport hands it each
+// SessionUp (Handle), writes the batches it asks for (WriteBatch, then Written), and finishes once
+// told (Close). Deletes itself when the last reference goes: the transport holds one until it is
+// done, and every live leg holds one until its last reply.
+class RouterLink {
  public:
-  SessionCore(SessionServer* server, SessionLegs* legs) : server_(server), legs_(legs) {}
-  SessionCore(const SessionCore&) = delete;
-  SessionCore& operator=(const SessionCore&) = delete;
+  RouterLink(LinkServer* server, LegHandler* legs) : server_(server), legs_(legs) {}
+  RouterLink(const RouterLink&) = delete;
+  RouterLink& operator=(const RouterLink&) = delete;
 
-  // Starts (or cancels) the legs `up` carries. Ignored once the session has ended.
+  // Starts (or cancels) the legs `up` carries. Ignored once the link has ended.
   void Handle(const proto::SessionUp& up);
   // The write WriteBatch started completed (`ok`: the peer has it).
   void Written(bool ok);
-  // The session is over: no new legs, live legs cancelled, Close(status) once no write is in
+  // The link is over: no new legs, live legs cancelled, Close(status) once no write is in
   // flight. Idempotent.
-  void End(grpc::Status status);
+  void End(absl::Status status);
   bool ended();
 
   void Ref() { refs_.fetch_add(1); }
@@ -77,12 +78,12 @@ class SessionCore {
   }
 
  protected:
-  virtual ~SessionCore() = default;
+  virtual ~RouterLink() = default;
   // Starts writing `batch` (owned by the core until Written); Written follows, on any thread.
   virtual void WriteBatch(const proto::SessionDown* batch) = 0;
   // No write is in flight and none will start: end the transport with `status`. Called once.
-  virtual void Close(const grpc::Status& status) = 0;
-  // The transport is done with the core: it leaves its SessionServer.
+  virtual void Close(const absl::Status& status) = 0;
+  // The transport is done with the core: it leaves its LinkServer.
   void Forget();
 
  private:
@@ -98,8 +99,8 @@ class SessionCore {
   void WriteIfIdleLocked();
   void FlushWrite();
 
-  SessionServer* const server_;
-  SessionLegs* const legs_;
+  LinkServer* const server_;
+  LegHandler* const legs_;
   std::atomic<int> refs_{1};  // the transport + one per live leg
   std::mutex mu_;
   std::unordered_map<uint64_t, std::function<void()>> live_ ABSL_GUARDED_BY(mu_);  // id -> cancel
@@ -109,32 +110,28 @@ class SessionCore {
   bool start_write_ ABSL_GUARDED_BY(mu_) = false;  // in_flight_ is filled, WriteBatch is due
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool close_called_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status end_status_;  // set once, with ended_
+  absl::Status end_status_;  // set once, with ended_
 };
 
-// The open sessions of one worker, over either transport.
-class SessionServer {
+// The open router links of one worker, over either transport.
+class LinkServer {
  public:
-  SessionServer() = default;
-  ~SessionServer();
-  SessionServer(const SessionServer&) = delete;
-  SessionServer& operator=(const SessionServer&) = delete;
+  LinkServer() = default;
+  ~LinkServer();
+  LinkServer(const LinkServer&) = delete;
+  LinkServer& operator=(const LinkServer&) = delete;
 
-  // A reactor for a new Session call; `legs` must outlive it.
-  grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Open(SessionLegs* legs);
-  // A reactor that ends a Session call at once with `status` (refused before anything ran).
-  static grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Refuse(grpc::Status status);
-  // Registers a session another transport opened (ended at once when the server is closed).
-  void Add(SessionCore* session);
-  // Ends every open session (cancelling its legs) and every session opened from now on.
+  // Registers a link a transport opened (ended at once when the server is closed).
+  void Add(RouterLink* link);
+  // Ends every open link (cancelling its legs) and every link opened from now on.
   void CloseAll();
 
  private:
-  friend class SessionCore;
-  void Forget(SessionCore* session);
+  friend class RouterLink;
+  void Forget(RouterLink* link);
 
   std::mutex mu_;
-  std::unordered_set<SessionCore*> open_ ABSL_GUARDED_BY(mu_);
+  std::unordered_set<RouterLink*> open_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

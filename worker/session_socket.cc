@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -43,23 +44,23 @@ std::string NewChallenge() {
 
 }  // namespace
 
-struct SessionSocketServer::Impl {
+struct LinkSocketServer::Impl {
   asio::io_context io;
   std::optional<tcp::acceptor> acceptor;
   std::thread thread;
-  SessionLegs* legs = nullptr;
+  LegHandler* legs = nullptr;
   std::string secret;
   std::string audience;  // the worker's instance id, named by every token
   int port = 0;
-  SessionServer sessions;
+  LinkServer links;
   LogEvery refusal_logs{absl::Seconds(1)};
   PreAuthAdmission preauth;  // I/O thread: connections that have not authenticated yet
   std::atomic<int> accepted{0};
   std::mutex mu;
   std::condition_variable cv;
-  int connections = 0;                    // guarded by mu: transports not yet released
-  bool closed = false;                    // guarded by mu
-  std::unordered_set<SessionCore*> live;  // I/O thread: connections not yet released
+  int connections = 0;                   // guarded by mu: transports not yet released
+  bool closed = false;                   // guarded by mu
+  std::unordered_set<RouterLink*> live;  // I/O thread: connections not yet released
 
   void Accept();
   void Released() {
@@ -80,15 +81,15 @@ struct SessionSocketServer::Impl {
 
 namespace {
 
-// One connection. The transport's reference (SessionCore's first) is let go on the I/O thread
+// One connection. The transport's reference (RouterLink's first) is let go on the I/O thread
 // once the read loop has ended and Close has run; the socket goes with it, so a core that live
 // legs keep alive longer holds no I/O object.
-class SocketSession : public SessionCore {
+class SocketLink : public RouterLink {
  public:
-  // `address`: the peer's, as admitted to server->preauth (the session leaves it).
-  SocketSession(SessionSocketServer::Impl* server, tcp::socket socket, std::string address,
-                std::string peer)
-      : SessionCore(&server->sessions, server->legs),
+  // `address`: the peer's, as admitted to server->preauth (the link leaves it).
+  SocketLink(LinkSocketServer::Impl* server, tcp::socket socket, std::string address,
+             std::string peer)
+      : RouterLink(&server->links, server->legs),
         server_(server),
         socket_(std::move(socket)),
         timer_(std::in_place, server->io),
@@ -102,7 +103,7 @@ class SocketSession : public SessionCore {
   void Start() {
     challenge_ = NewChallenge();
     if (challenge_.empty()) {
-      Refuse(grpc::StatusCode::INTERNAL, "the worker could not draw a random challenge");
+      Refuse(absl::InternalError("the worker could not draw a random challenge"));
       Read();
       return;
     }
@@ -115,9 +116,9 @@ class SocketSession : public SessionCore {
     timer_->expires_after(absl::ToChronoSeconds(kPreAuthTimeout));
     timer_->async_wait([this](const boost::system::error_code& ec) {
       if (ec || authed_) return;
-      Refuse(grpc::StatusCode::DEADLINE_EXCEEDED,
-             absl::StrCat("no first message within ", absl::ToInt64Seconds(kPreAuthTimeout),
-                          " s of the challenge"));
+      Refuse(absl::DeadlineExceededError(absl::StrCat("no first message within ",
+                                                      absl::ToInt64Seconds(kPreAuthTimeout),
+                                                      " s of the challenge")));
     });
     Read();
   }
@@ -132,7 +133,7 @@ class SocketSession : public SessionCore {
   }
 
  protected:
-  // Any thread; one at a time (SessionCore has at most one batch in flight).
+  // Any thread; one at a time (RouterLink has at most one batch in flight).
   void WriteBatch(const proto::SessionDown* batch) override {
     send_.Run(
         fd_, batch, [this] { Written(true); },
@@ -152,12 +153,12 @@ class SocketSession : public SessionCore {
   }
 
   // Any thread, once, with no write in flight.
-  void Close(const grpc::Status& status) override {
+  void Close(const absl::Status& status) override {
     asio::post(server_->io, [this, status] {
-      if (socket_ && !status.ok() && !(status.error_code() == grpc::StatusCode::CANCELLED)) {
+      if (socket_ && !status.ok() && status.code() != absl::StatusCode::kCancelled) {
         proto::SessionDown bye;
-        bye.mutable_ended()->set_code(status.error_code());
-        bye.mutable_ended()->set_message(status.error_message());
+        bye.mutable_ended()->set_code(static_cast<int>(status.code()));
+        bye.mutable_ended()->set_message(std::string(status.message()));
         std::string frame;
         AppendFrame(&frame, bye.SerializeAsString());
         // Best effort, without blocking: a router that stopped reading gets the close alone.
@@ -185,7 +186,7 @@ class SocketSession : public SessionCore {
         asio::buffer(reader_.Prepare(kReadChunk), kReadChunk),
         [this](const boost::system::error_code& ec, size_t n) {
           if (ec) {  // the router closed its end, the connection broke, or Close ran
-            End(grpc::Status::OK);
+            End(absl::OkStatus());
             read_done_ = true;
             MaybeRelease();
             return;
@@ -200,14 +201,13 @@ class SocketSession : public SessionCore {
         });
   }
 
-  // I/O thread: handles every complete message buffered; false once the session has ended.
+  // I/O thread: handles every complete message buffered; false once the link has ended.
   bool OnBytes() {
     while (true) {
       absl::StatusOr<std::optional<std::string_view>> frame = reader_.Next();
       if (!frame.ok()) {
-        Refuse(
-            grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("the session socket is not a session stream: ", frame.status().message()));
+        Refuse(absl::InvalidArgumentError(absl::StrCat(
+            "the session socket is not a session stream: ", frame.status().message())));
         return false;
       }
       if (!frame->has_value()) return true;
@@ -215,8 +215,7 @@ class SocketSession : public SessionCore {
         const absl::Status first = OpenFirstSessionMessage(
             server_->secret, challenge_, server_->audience, **frame, absl::Now(), &up_);
         if (!first.ok()) {
-          // absl and gRPC number their status codes alike.
-          Refuse(static_cast<grpc::StatusCode>(first.code()), std::string(first.message()));
+          Refuse(first);
           return false;
         }
         authed_ = true;
@@ -227,9 +226,8 @@ class SocketSession : public SessionCore {
       } else {
         up_.Clear();
         if (!up_.ParseFromArray((*frame)->data(), static_cast<int>((*frame)->size()))) {
-          Refuse(grpc::StatusCode::INVALID_ARGUMENT,
-                 absl::StrCat("a ", (*frame)->size(),
-                              "-byte message on the session socket is not a SessionUp"));
+          Refuse(absl::InvalidArgumentError(absl::StrCat(
+              "a ", (*frame)->size(), "-byte message on the session socket is not a SessionUp")));
           return false;
         }
       }
@@ -238,10 +236,10 @@ class SocketSession : public SessionCore {
     }
   }
 
-  // I/O thread: ends the session with `code`, `why`, which the router is told before the close.
-  void Refuse(grpc::StatusCode code, const std::string& why) {
-    server_->LogRefusal(peer_, why);
-    End(grpc::Status(code, why));
+  // I/O thread: ends the link with `status` (not OK), which the router is told before the close.
+  void Refuse(const absl::Status& status) {
+    server_->LogRefusal(peer_, std::string(status.message()));
+    End(status);
   }
 
   // I/O thread: the connection no longer counts against the caps on unauthenticated ones.
@@ -258,14 +256,14 @@ class SocketSession : public SessionCore {
     LeavePreAuth();
     timer_.reset();
     socket_.reset();
-    SessionSocketServer::Impl* server = server_;
+    LinkSocketServer::Impl* server = server_;
     server->live.erase(this);
     Forget();
     Unref();  // may delete this
     server->Released();
   }
 
-  SessionSocketServer::Impl* const server_;
+  LinkSocketServer::Impl* const server_;
   std::optional<tcp::socket> socket_;  // I/O thread; reset at release
   const int fd_ = socket_->native_handle();
   std::optional<asio::steady_timer> timer_;  // the first message's deadline; reset at release
@@ -284,7 +282,7 @@ class SocketSession : public SessionCore {
 
 }  // namespace
 
-void SessionSocketServer::Impl::Accept() {
+void LinkSocketServer::Impl::Accept() {
   acceptor->async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
     if (!ec) {
@@ -310,17 +308,17 @@ void SessionSocketServer::Impl::Accept() {
         std::lock_guard<std::mutex> lock(mu);
         ++connections;
       }
-      auto* session = new SocketSession(this, std::move(socket), address, peer);
-      live.insert(session);
-      sessions.Add(session);
-      session->Start();
+      auto* link = new SocketLink(this, std::move(socket), address, peer);
+      live.insert(link);
+      links.Add(link);
+      link->Start();
     }
     Accept();
   });
 }
 
-absl::StatusOr<std::unique_ptr<SessionSocketServer>> SessionSocketServer::Start(
-    const std::string& host, int port, SessionLegs* legs, std::string cluster_secret,
+absl::StatusOr<std::unique_ptr<LinkSocketServer>> LinkSocketServer::Start(
+    const std::string& host, int port, LegHandler* legs, std::string cluster_secret,
     std::string audience, const std::string& port_flag) {
   auto impl = std::make_unique<Impl>();
   impl->legs = legs;
@@ -351,17 +349,17 @@ absl::StatusOr<std::unique_ptr<SessionSocketServer>> SessionSocketServer::Start(
     auto guard = asio::make_work_guard(raw->io);
     raw->io.run();
   });
-  return std::unique_ptr<SessionSocketServer>(new SessionSocketServer(std::move(impl)));
+  return std::unique_ptr<LinkSocketServer>(new LinkSocketServer(std::move(impl)));
 }
 
-SessionSocketServer::SessionSocketServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LinkSocketServer::LinkSocketServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-SessionSocketServer::~SessionSocketServer() {
+LinkSocketServer::~LinkSocketServer() {
   CloseAll();
-  // Sessions whose Close waits for a write the router does not read: cut them.
+  // Links whose Close waits for a write the router does not read: cut them.
   Impl* impl = impl_.get();
   asio::post(impl->io, [impl] {
-    for (SessionCore* session : impl->live) static_cast<SocketSession*>(session)->ForceClose();
+    for (RouterLink* link : impl->live) static_cast<SocketLink*>(link)->ForceClose();
   });
   {
     std::unique_lock<std::mutex> lock(impl_->mu);
@@ -371,11 +369,11 @@ SessionSocketServer::~SessionSocketServer() {
   impl_->thread.join();
 }
 
-int SessionSocketServer::port() const { return impl_->port; }
+int LinkSocketServer::port() const { return impl_->port; }
 
-int SessionSocketServer::accepted() const { return impl_->accepted.load(); }
+int LinkSocketServer::accepted() const { return impl_->accepted.load(); }
 
-void SessionSocketServer::CloseAll() {
+void LinkSocketServer::CloseAll() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->closed) return;
@@ -386,7 +384,7 @@ void SessionSocketServer::CloseAll() {
     boost::system::error_code ec;
     impl->acceptor->close(ec);
   });
-  impl->sessions.CloseAll();
+  impl->links.CloseAll();
 }
 
 }  // namespace tandem::worker

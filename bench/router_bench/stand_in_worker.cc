@@ -1,6 +1,7 @@
 #include "bench/router_bench/stand_in_worker.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/grpc_link.h"
 
 namespace tandem::bench {
 namespace {
@@ -51,8 +52,8 @@ absl::StatusOr<std::unique_ptr<StandInWorker>> StandInWorker::Start(int tokens,
                                                                     bool session_socket) {
   std::unique_ptr<StandInWorker> w(new StandInWorker(tokens, model_path));
   if (session_socket) {
-    absl::StatusOr<std::unique_ptr<worker::SessionSocketServer>> sockets =
-        worker::SessionSocketServer::Start("127.0.0.1", 0, w.get(), "", "", "session socket: ");
+    absl::StatusOr<std::unique_ptr<worker::LinkSocketServer>> sockets =
+        worker::LinkSocketServer::Start("127.0.0.1", 0, w.get(), "", "", "session socket: ");
     if (!sockets.ok()) return sockets.status();
     w->sockets_ = *std::move(sockets);
   }
@@ -78,7 +79,7 @@ StandInWorker::~StandInWorker() {
 
 grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* StandInWorker::Session(
     grpc::CallbackServerContext* /*context*/) {
-  return sessions_.Open(this);
+  return worker::ServeGrpcLink(&sessions_, this);
 }
 
 absl::StatusOr<std::function<void()>> StandInWorker::StartDecode(

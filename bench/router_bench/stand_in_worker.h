@@ -22,7 +22,7 @@
 
 namespace tandem::bench {
 
-class StandInWorker : public proto::Worker::CallbackService, public worker::SessionLegs {
+class StandInWorker : public proto::Worker::CallbackService, public worker::LegHandler {
  public:
   // Listens on 127.0.0.1 at an ephemeral port, and with `session_socket` serves the session
   // socket (worker/session_socket.h) at another, which Health advertises as a worker does.
@@ -55,7 +55,7 @@ class StandInWorker : public proto::Worker::CallbackService, public worker::Sess
                                           const proto::ServerInfoRequest* request,
                                           proto::ServerInfo* response) override;
 
-  // worker::SessionLegs: decode legs end at once; prefill legs are not served.
+  // worker::LegHandler: decode legs end at once; prefill legs are not served.
   absl::StatusOr<std::function<void()>> StartDecode(
       const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override;
   void StartPrefill(const proto::PrefillRequest& request,
@@ -69,8 +69,8 @@ class StandInWorker : public proto::Worker::CallbackService, public worker::Sess
   const int tokens_;
   const std::string model_path_;
   int port_ = 0;
-  worker::SessionServer sessions_;
-  std::unique_ptr<worker::SessionSocketServer> sockets_;
+  worker::LinkServer sessions_;
+  std::unique_ptr<worker::LinkSocketServer> sockets_;
   std::unique_ptr<grpc::Server> server_;
 };
 

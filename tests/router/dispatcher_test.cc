@@ -27,6 +27,7 @@
 #include "router/policy/simple_policies.h"
 #include "router/router_metrics.h"
 #include "router/workers/worker_registry.h"
+#include "worker/grpc_link.h"
 #include "worker/session_server.h"
 
 namespace tandem::router {
@@ -48,7 +49,7 @@ bool WaitFor(const std::function<bool()>& condition) {
 // share_prompt_with fails FAILED_PRECONDITION, as a worker without the feature refuses a decode
 // leg without a bootstrap host; with fail_first_attempts, a decode leg whose rid is not a
 // retry's fails UNAVAILABLE. Prefill legs answer at once.
-class RecordingLegs : public worker::SessionLegs {
+class RecordingLegs : public worker::LegHandler {
  public:
   absl::StatusOr<std::function<void()>> StartDecode(
       const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override {
@@ -160,7 +161,7 @@ class FakeWorker : public proto::Worker::CallbackService {
 
   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
       grpc::CallbackServerContext* /*context*/) override {
-    return sessions_.Open(&legs_);
+    return worker::ServeGrpcLink(&sessions_, &legs_);
   }
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const proto::HealthRequest* /*request*/,
@@ -188,7 +189,7 @@ class FakeWorker : public proto::Worker::CallbackService {
 
  private:
   RecordingLegs legs_;
-  worker::SessionServer sessions_;
+  worker::LinkServer sessions_;
   std::atomic<int> aborts_{0};
   std::atomic<bool> serving_{true};
   int port_ = 0;

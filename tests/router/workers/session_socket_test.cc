@@ -30,6 +30,7 @@
 #include "router/workers/worker_client.h"
 #include "tests/router/workers/session_test_support.h"
 #include "worker/cluster_proof_service.h"
+#include "worker/grpc_link.h"
 
 namespace tandem::router {
 namespace {
@@ -55,7 +56,7 @@ class AdvertisingService : public proto::Worker::CallbackService {
   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
       grpc::CallbackServerContext* /*context*/) override {
     grpc_sessions_.fetch_add(1);
-    return sessions_.Open(legs_);
+    return worker::ServeGrpcLink(&sessions_, legs_);
   }
   int grpc_sessions() const { return grpc_sessions_.load(); }
   void Advertise(int session_port) { session_port_.store(session_port); }
@@ -64,7 +65,7 @@ class AdvertisingService : public proto::Worker::CallbackService {
  private:
   ScriptedLegs* legs_;
   std::atomic<int> session_port_;
-  worker::SessionServer sessions_;
+  worker::LinkServer sessions_;
   std::atomic<int> grpc_sessions_{0};
 };
 
@@ -73,8 +74,8 @@ class AdvertisingService : public proto::Worker::CallbackService {
 class SocketWorker {
  public:
   explicit SocketWorker(std::string secret = "", int advertise = -1) {
-    auto sockets = worker::SessionSocketServer::Start("127.0.0.1", 0, &legs_, secret, kInstanceId,
-                                                      "--session-port: ");
+    auto sockets = worker::LinkSocketServer::Start("127.0.0.1", 0, &legs_, secret, kInstanceId,
+                                                   "--session-port: ");
     EXPECT_TRUE(sockets.ok()) << sockets.status();
     if (sockets.ok()) sockets_ = *std::move(sockets);
     service_ = std::make_unique<AdvertisingService>(
@@ -96,13 +97,13 @@ class SocketWorker {
   bool ok() const { return sockets_ != nullptr && server_ != nullptr && grpc_port_ > 0; }
   std::string url() const { return absl::StrCat("http://127.0.0.1:", grpc_port_); }
   int session_port() const { return sockets_->port(); }
-  worker::SessionSocketServer& sockets() { return *sockets_; }
+  worker::LinkSocketServer& sockets() { return *sockets_; }
   ScriptedLegs& legs() { return legs_; }
   AdvertisingService& service() { return *service_; }
 
  private:
   ScriptedLegs legs_;
-  std::unique_ptr<worker::SessionSocketServer> sockets_;
+  std::unique_ptr<worker::LinkSocketServer> sockets_;
   std::unique_ptr<AdvertisingService> service_;
   std::unique_ptr<worker::ClusterProofService> proof_;
   int grpc_port_ = 0;

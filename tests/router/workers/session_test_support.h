@@ -1,5 +1,5 @@
 // What the session tests of both transports (rpc Session and the session socket) share:
-// ScriptedLegs, worker::SessionLegs whose behaviour each leg's rid picks, and decode legs
+// ScriptedLegs, worker::LegHandler whose behaviour each leg's rid picks, and decode legs
 // started through a WorkerClient and waited for (at most kWait).
 #ifndef TANDEM_TESTS_ROUTER_WORKERS_SESSION_TEST_SUPPORT_H_
 #define TANDEM_TESTS_ROUTER_WORKERS_SESSION_TEST_SUPPORT_H_
@@ -33,7 +33,7 @@ constexpr absl::Duration kWait = absl::Seconds(20);
 // INVALID_ARGUMENT; "hold" starts and waits for a cancel (then ends with an abort event) or
 // Release(). Prefill: "ok" answers first_token_id 7, "err" fails FAILED_PRECONDITION, "hold"
 // waits for CancelPrefill (then fails ABORTED).
-class ScriptedLegs : public worker::SessionLegs {
+class ScriptedLegs : public worker::LegHandler {
  public:
   absl::StatusOr<std::function<void()>> StartDecode(
       const proto::DecodeRequest& request, std::function<void(proto::DecodeEvent)> sink) override {

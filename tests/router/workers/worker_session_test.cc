@@ -26,6 +26,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "router/workers/worker_client.h"
 #include "tests/router/workers/session_test_support.h"
+#include "worker/grpc_link.h"
 #include "worker/session_server.h"
 
 namespace tandem::router {
@@ -37,14 +38,14 @@ class SessionService : public proto::Worker::CallbackService {
   grpc::ServerBidiReactor<proto::SessionUp, proto::SessionDown>* Session(
       grpc::CallbackServerContext* /*context*/) override {
     opened_.fetch_add(1);
-    return sessions_.Open(legs_);
+    return worker::ServeGrpcLink(&sessions_, legs_);
   }
   void CloseSessions() { sessions_.CloseAll(); }
   int opened() const { return opened_.load(); }
 
  private:
   ScriptedLegs* legs_;
-  worker::SessionServer sessions_;
+  worker::LinkServer sessions_;
   std::atomic<int> opened_{0};
 };
 
