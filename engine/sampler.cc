@@ -8,6 +8,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/ebnf_compiler.h"
+#include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/regex_compiler.h"
 #include "engine/kernels/cpu.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
@@ -113,7 +116,25 @@ struct Sampler::Scratch {
   std::vector<std::pair<float, int32_t>> kept;      // (weight, id) of the kept tokens
   std::vector<std::pair<float, int32_t>> boundary;  // KeepTopP: the bucket at the cut
   std::vector<double> bucket_mass;                  // KeepTopP: mass per weight bucket
+  std::vector<uint32_t> grammar_mask;               // [MaskWords(vocab_size)] allowed tokens
+  std::vector<float> constrained;                   // [vocab_size] logits under the grammar
 };
+
+absl::StatusOr<grammar::GrammarPtr> CompileConstraint(const GrammarConstraint& constraint) {
+  switch (constraint.kind) {
+    case GrammarConstraint::Kind::kNone:
+      return absl::InvalidArgumentError("no grammar constraint");
+    case GrammarConstraint::Kind::kJsonSchema:
+      return grammar::CompileJsonSchema(constraint.text);
+    case GrammarConstraint::Kind::kJsonObject:
+      return grammar::CompileAnyJsonObject();
+    case GrammarConstraint::Kind::kRegex:
+      return grammar::CompileRegex(constraint.text);
+    case GrammarConstraint::Kind::kEbnf:
+      return grammar::CompileEbnf(constraint.text);
+  }
+  return absl::InvalidArgumentError("unknown grammar constraint");
+}
 
 absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size) {
   if (vocab_size < 1) {
@@ -191,8 +212,22 @@ absl::Status ValidateFirstToken(const SampleResult& first, int32_t vocab_size) {
 }
 
 absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params, int32_t vocab_size,
-                                        std::vector<int32_t> eos_token_ids) {
+                                        std::vector<int32_t> eos_token_ids,
+                                        grammar::TokenVocabularyPtr vocabulary) {
   if (absl::Status s = ValidateSamplingParams(params, vocab_size); !s.ok()) return s;
+  std::optional<grammar::GrammarMatcher> matcher;
+  if (params.constraint.kind != GrammarConstraint::Kind::kNone) {
+    if (vocabulary == nullptr || vocabulary->vocab_size() != vocab_size) {
+      return absl::InvalidArgumentError(
+          "a grammar constraint needs the tokenizer's vocabulary (vocab_size entries)");
+    }
+    absl::StatusOr<grammar::GrammarPtr> compiled = CompileConstraint(params.constraint);
+    if (!compiled.ok()) return compiled.status();
+    absl::StatusOr<grammar::GrammarMatcher> created =
+        grammar::GrammarMatcher::Create(*std::move(compiled));
+    if (!created.ok()) return created.status();
+    matcher.emplace(*std::move(created));
+  }
   std::vector<int32_t> masked;
   for (int32_t id : eos_token_ids) {
     if (id >= 0 && id < vocab_size) masked.push_back(id);
@@ -200,7 +235,12 @@ absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params, int32_t vo
   masked.insert(masked.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
   std::sort(masked.begin(), masked.end());
   masked.erase(std::unique(masked.begin(), masked.end()), masked.end());
-  return Sampler(params, vocab_size, std::move(masked));
+  Sampler sampler(params, vocab_size, std::move(masked));
+  if (matcher) {
+    sampler.matcher_ = std::move(matcher);
+    sampler.vocabulary_ = std::move(vocabulary);
+  }
+  return sampler;
 }
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, std::vector<int32_t> masked_ids)
@@ -304,10 +344,24 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
     }
   }
   thread_local Scratch scratch;
-  const std::span<const float> row = Penalized(logits, &scratch);
+  std::span<const float> input = logits;
+  if (matcher_) {
+    if (!grammar_status_.ok()) return grammar_status_;
+    scratch.grammar_mask.resize(grammar::MaskWords(vocab_size_));
+    grammar::ComputeTokenMask(*matcher_, *vocabulary_, scratch.grammar_mask);
+    scratch.constrained.assign(logits.begin(), logits.end());
+    for (int32_t id = 0; id < vocab_size_; ++id) {
+      if (!grammar::MaskAllows(scratch.grammar_mask, id)) {
+        scratch.constrained[static_cast<size_t>(id)] = kNegInf;
+      }
+    }
+    input = scratch.constrained;
+  }
+  const std::span<const float> row = Penalized(input, &scratch);
   const int32_t best = Argmax(row);
   const float max_logit = row[static_cast<size_t>(best)];
   if (max_logit == kNegInf) {
+    if (matcher_ && !matcher_->status().ok()) return matcher_->status();
     return absl::InvalidArgumentError(
         "every token of the logits row is -inf (masked): nothing can be sampled");
   }
@@ -328,12 +382,21 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   result.logprob = static_cast<float>(static_cast<double>(row[static_cast<size_t>(token)]) -
                                       max_logit - log_sum);
   result.top = TopLogprobs(row, params_.top_logprobs_num, max_logit, log_sum);
+  if (matcher_ && !grammar::AcceptToken(*matcher_, *vocabulary_, token)) {
+    // The mask allowed it, so only a recognizer limit can refuse it here.
+    return matcher_->status().ok() ? absl::InternalError("the grammar refused an allowed token")
+                                   : matcher_->status();
+  }
   ++counts_[token];
   ++num_generated_;
   return result;
 }
 
 void Sampler::Observe(int32_t token) {
+  if (matcher_ && grammar_status_.ok() && !grammar::AcceptToken(*matcher_, *vocabulary_, token)) {
+    grammar_status_ = absl::InvalidArgumentError(
+        absl::StrCat("token ", token, " generated elsewhere does not fit the grammar"));
+  }
   if (token >= 0 && token < vocab_size_) ++counts_[token];
   ++num_generated_;
   // The worker that sampled `token` drew once from its copy of this request's RNG (Sample

@@ -159,7 +159,16 @@ absl::Status Scheduler::Submit(Request request) {
   sp.max_new_tokens = static_cast<int32_t>(
       std::min<int64_t>(sp.max_new_tokens, config_.context_length - seq->prompt_len));
   sp.min_new_tokens = std::min(sp.min_new_tokens, sp.max_new_tokens);
-  auto sampler = Sampler::Create(sp, model_->config().vocab_size, eos_ids_);
+  if (sp.constraint.kind != GrammarConstraint::Kind::kNone && grammar_vocabulary_ == nullptr) {
+    std::vector<std::string> token_bytes(static_cast<size_t>(model_->config().vocab_size));
+    for (int32_t id = 0; id < model_->config().vocab_size; ++id) {
+      token_bytes[static_cast<size_t>(id)] =
+          tokenizer_->TokenBytes(id, /*skip_special_tokens=*/true);
+    }
+    grammar_vocabulary_ =
+        std::make_shared<const grammar::TokenVocabulary>(std::move(token_bytes), eos_ids_);
+  }
+  auto sampler = Sampler::Create(sp, model_->config().vocab_size, eos_ids_, grammar_vocabulary_);
   if (!sampler.ok()) return sampler.status();
   seq->sampler.emplace(std::move(*sampler));
   seq->output.emplace(*tokenizer_, sp, eos_ids_);

@@ -284,6 +284,8 @@ class Scheduler {
   Model* model_;
   const Tokenizer* tokenizer_;
   std::vector<int32_t> eos_ids_;
+  // Every token's bytes (model vocab_size entries), built at the first constrained request.
+  grammar::TokenVocabularyPtr grammar_vocabulary_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<KvCacheStorage> storage_;
   std::unique_ptr<RadixCache> radix_;  // null when disabled

@@ -13,7 +13,8 @@ packages=(
   libboost-dev libboost-system-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   libdnnl-dev libopenblas-dev libssl-dev libutf8proc-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy curl jq iproute2 procps
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-jsonschema curl jq
+  iproute2 procps
   nginx-light gnuplot-nox
   # the skewed-clock handoff test runs one worker under libfaketime
   faketime

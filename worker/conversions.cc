@@ -35,6 +35,22 @@ absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::Samp
   s.skip_special_tokens = p.skip_special_tokens();
   s.no_stop_trim = p.no_stop_trim();
   s.top_logprobs_num = p.top_logprobs_num();
+  switch (p.constraint_case()) {
+    case proto::SamplingParams::kJsonSchema:
+      s.constraint = {engine::GrammarConstraint::Kind::kJsonSchema, p.json_schema()};
+      break;
+    case proto::SamplingParams::kRegex:
+      s.constraint = {engine::GrammarConstraint::Kind::kRegex, p.regex()};
+      break;
+    case proto::SamplingParams::kEbnf:
+      s.constraint = {engine::GrammarConstraint::Kind::kEbnf, p.ebnf()};
+      break;
+    case proto::SamplingParams::kJsonObject:
+      if (p.json_object()) s.constraint = {engine::GrammarConstraint::Kind::kJsonObject, ""};
+      break;
+    case proto::SamplingParams::CONSTRAINT_NOT_SET:
+      break;
+  }
   if (absl::Status st = engine::ValidateSamplingParams(s, vocab_size); !st.ok()) return st;
   return s;
 }

@@ -10,6 +10,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
+#include "router/api/sampling_params.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -100,6 +101,39 @@ absl::StatusOr<std::vector<engine::ChatMessage>> ReadConversation(const Json* me
   return conversation;
 }
 
+namespace {
+
+// OpenAI's response_format: {"type": "text"}, {"type": "json_object"} (any JSON object) or
+// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}.
+absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampling) {
+  using Kind = engine::GrammarConstraint::Kind;
+  const Json* type = format.is_object() ? Find(format, "type") : nullptr;
+  const std::string name = type != nullptr && type->is_string() ? type->get<std::string>() : "";
+  if (name == "text") return absl::OkStatus();
+  if (name == "json_object") {
+    return SetGrammarConstraint({Kind::kJsonObject, ""}, "response_format", sampling);
+  }
+  if (name == "json_schema") {
+    const Json* spec = Find(format, "json_schema");
+    if (spec == nullptr || !spec->is_object()) {
+      return absl::InvalidArgumentError("response_format.json_schema must be an object");
+    }
+    // ParseJsonObject turned the schema object into its text, keeping its key order.
+    const Json* schema = Find(*spec, "schema");
+    if (schema == nullptr || !(schema->is_object() || schema->is_string())) {
+      return absl::InvalidArgumentError(
+          "response_format.json_schema.schema must be a JSON Schema object");
+    }
+    return SetGrammarConstraint(
+        {Kind::kJsonSchema, schema->is_string() ? schema->get<std::string>() : schema->dump()},
+        "response_format.json_schema.schema", sampling);
+  }
+  return absl::InvalidArgumentError(
+      "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+}
+
+}  // namespace
+
 absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx) {
   RoutedRequest request = NewRequest(ApiKind::kChatCompletions);
   RETURN_IF_ERROR(ReadModel(body, ctx, &request));
@@ -132,11 +166,7 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     }
   }
   if (const Json* v = Find(body, "response_format"); v != nullptr) {
-    const Json* type = v->is_object() ? Find(*v, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-      return absl::InvalidArgumentError(
-          "response_format is not supported: only {\"type\": \"text\"}");
-    }
+    RETURN_IF_ERROR(ReadResponseFormat(*v, &request.sampling));
   }
   // OpenAI's audio output: the models served answer text only, so asking for audio is refused
   // rather than answered without it.

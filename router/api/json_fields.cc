@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,6 +40,23 @@ int NestingDepth(std::string_view body) {
   return max_depth;
 }
 
+// The JSON Schema objects of a request body, as pointers (see ParseJsonObject's header comment).
+std::vector<Json::json_pointer> SchemaObjects(const Json& body) {
+  std::vector<Json::json_pointer> found;
+  auto check = [&](const Json::json_pointer& pointer) {
+    if (body.contains(pointer) && body.at(pointer).is_object()) found.push_back(pointer);
+  };
+  check(Json::json_pointer("/response_format/json_schema/schema"));
+  check(Json::json_pointer("/json_schema"));
+  check(Json::json_pointer("/sampling_params/json_schema"));
+  if (const auto it = body.find("sampling_params"); it != body.end() && it->is_array()) {
+    for (size_t i = 0; i < it->size(); ++i) {
+      check(Json::json_pointer(absl::StrCat("/sampling_params/", i, "/json_schema")));
+    }
+  }
+  return found;
+}
+
 }  // namespace
 
 absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
@@ -58,6 +76,14 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
     if (!parsed.is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(parsed)));
+    }
+    if (const std::vector<Json::json_pointer> schemas = SchemaObjects(parsed); !schemas.empty()) {
+      const nlohmann::ordered_json ordered =
+          nlohmann::ordered_json::parse(body.begin(), body.end());
+      for (const Json::json_pointer& pointer : schemas) {
+        parsed[pointer] =
+            ordered.at(nlohmann::ordered_json::json_pointer(pointer.to_string())).dump();
+      }
     }
     return parsed;
   } catch (const Json::exception& e) {

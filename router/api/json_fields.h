@@ -27,6 +27,9 @@ inline constexpr int kMaxJsonDepth = 64;
 // anything but whitespace after the object, a NUL byte included (the JSON parser would stop at
 // a NUL and ignore what follows it).
 absl::StatusOr<Json> ParseJsonObject(std::string_view body);
+// JSON Schemas given as objects (response_format.json_schema.schema, json_schema at the top level
+// or in sampling_params) list properties in the order the output must follow, which Json's sorted
+// objects lose: ParseJsonObject replaces each with its text, in the body's key order.
 
 // The value of `key` in `object`, or nullptr when absent or null.
 const Json* Find(const Json& object, std::string_view key);

@@ -23,6 +23,38 @@ absl::Status Unsupported(const std::string& path, const Json& value) {
 
 }  // namespace
 
+absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
+                                  const std::string& path, proto::SamplingParams* out) {
+  if (out->constraint_case() != proto::SamplingParams::CONSTRAINT_NOT_SET) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": only one of regex, json_schema, ebnf and response_format may "
+                     "constrain the output"));
+  }
+  absl::StatusOr<engine::grammar::GrammarPtr> compiled = engine::CompileConstraint(constraint);
+  if (!compiled.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", compiled.status().message()));
+  }
+  using Kind = engine::GrammarConstraint::Kind;
+  switch (constraint.kind) {
+    case Kind::kJsonSchema:
+      out->set_json_schema(constraint.text);
+      break;
+    case Kind::kRegex:
+      out->set_regex(constraint.text);
+      break;
+    case Kind::kEbnf:
+      out->set_ebnf(constraint.text);
+      break;
+    case Kind::kJsonObject:
+      out->set_json_object(true);
+      break;
+    case Kind::kNone:
+      break;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& value,
                                         const std::string& path, proto::SamplingParams* out) {
   if (key == "temperature") {
@@ -102,8 +134,20 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
   } else if (key == "min_new_tokens" || key == "min_tokens") {
     ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt32Max));
     if (v != 0) return Unsupported(path, value);
-  } else if (key == "regex" || key == "json_schema" || key == "ebnf" || key == "structural_tag" ||
-             key == "logit_bias" || key == "custom_params") {
+  } else if (key == "regex" || key == "ebnf" || key == "json_schema") {
+    if (!IsSet(value)) return true;  // null or "": unconstrained
+    using Kind = engine::GrammarConstraint::Kind;
+    engine::GrammarConstraint constraint;
+    constraint.kind = key == "regex"  ? Kind::kRegex
+                      : key == "ebnf" ? Kind::kEbnf
+                                      : Kind::kJsonSchema;
+    if (key == "json_schema" && (value.is_object() || value.is_boolean())) {
+      constraint.text = value.dump();
+    } else {
+      ASSIGN_OR_RETURN(constraint.text, ToString(value, path));
+    }
+    RETURN_IF_ERROR(SetGrammarConstraint(constraint, path, out));
+  } else if (key == "structural_tag" || key == "logit_bias" || key == "custom_params") {
     if (IsSet(value)) return Unsupported(path, value);
   } else {
     return false;

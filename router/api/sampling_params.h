@@ -10,9 +10,14 @@
 // repetition_penalty has no field in the proto: 1.0 (its identity) is accepted, anything else in
 // range is a 400 saying it is not supported. n other than 1 is a 400 here: ParseBatch
 // (router/api/request.h) takes n out of the body before a prompt reaches this mapping. Parameters
-// we do not serve (min_new_tokens, regex,
-// json_schema, ebnf, structural_tag, logit_bias, custom_params) are a 400 unless set to their
-// default.
+// we do not serve (min_new_tokens, structural_tag, logit_bias, custom_params) are a 400 unless set
+// to their default.
+//
+// Structured output: regex (a string), ebnf (a string) and json_schema (a schema's JSON text, as
+// SGLang takes it, or the schema object itself) constrain the output (engine/grammar/); null or
+// "" leaves them unset. They are compiled here, so an unsupported feature is a 400 naming it
+// before any worker is involved; at most one constraint per request (OpenAI's response_format
+// counts as one).
 //
 // Thread-safety: pure functions. Internal to router/api.
 #ifndef TANDEM_ROUTER_API_SAMPLING_PARAMS_H_
@@ -21,6 +26,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/sampler.h"
 #include "proto/worker.pb.h"
 #include "router/api/json_fields.h"
 
@@ -32,6 +38,11 @@ namespace tandem::router::api_internal {
 // extension) for min_new_tokens.
 absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& value,
                                         const std::string& path, proto::SamplingParams* out);
+
+// Sets `constraint` on `out` after compiling it; InvalidArgument prefixed with `path` when it does
+// not compile or `out` already carries a constraint.
+absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
+                                  const std::string& path, proto::SamplingParams* out);
 
 // Applies a /generate `sampling_params` object (path "sampling_params"). Unknown names are a 400,
 // as SGLang's SamplingParams(**kwargs) rejects them.

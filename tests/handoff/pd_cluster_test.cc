@@ -22,6 +22,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/grammar/matcher.h"
+#include "engine/grammar/regex_compiler.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -85,12 +88,13 @@ grpc::Status Prefill(proto::Worker::Stub* stub, const proto::PrefillRequest& req
 // One disaggregated request: both legs at once, as the router sends them.
 // `top_logprobs` > 0: with return_logprob and that many alternatives per position.
 DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_t>& prompt,
-                   int max_new, grpc::Status* prefill_status = nullptr, int top_logprobs = 0) {
+                   int max_new, grpc::Status* prefill_status = nullptr, int top_logprobs = 0,
+                   const proto::SamplingParams* sampling = nullptr) {
   proto::PrefillRequest pr;
   pr.set_rid(absl::StrCat("r", room));
   pr.set_bootstrap_room(room);
   pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *pr.mutable_sampling_params() = Greedy(max_new);
+  *pr.mutable_sampling_params() = sampling != nullptr ? *sampling : Greedy(max_new);
   pr.set_return_logprob(top_logprobs > 0);
   pr.mutable_sampling_params()->set_top_logprobs_num(top_logprobs);
   proto::PrefillResponse presp;
@@ -102,7 +106,7 @@ DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_
   dr.set_bootstrap_host("127.0.0.1");
   dr.set_bootstrap_port(p->bootstrap_port);
   dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *dr.mutable_sampling_params() = Greedy(max_new);
+  *dr.mutable_sampling_params() = sampling != nullptr ? *sampling : Greedy(max_new);
   dr.set_return_logprob(top_logprobs > 0);
   dr.mutable_sampling_params()->set_top_logprobs_num(top_logprobs);
   dr.set_stream(true);
@@ -292,6 +296,43 @@ TEST(PdClusterTest, TopLogprobsMatchTheColocatedWorker) {
       }
     }
   }
+  ExpectAllBlocksReturn(prefill.get());
+  ExpectAllBlocksReturn(decode.get());
+}
+
+// Structured output across processes: the prefill worker's first token obeys the grammar and the
+// decode worker continues it, giving the colocated worker's tokens exactly (temperature 1,
+// seeded); the output is a string of the grammar's language.
+TEST(PdClusterTest, GrammarConstrainedRequestMatchesTheColocatedWorker) {
+  auto colocated = Start("colocated");
+  auto prefill = Start("prefill");
+  auto decode = Start("decode");
+  const std::string regex = "(yes|no): [a-z]{2,10}\\.";
+  proto::SamplingParams sampling;
+  sampling.set_temperature(1.0f);
+  sampling.set_seed(5);
+  sampling.set_max_new_tokens(40);
+  sampling.set_skip_special_tokens(true);
+  sampling.set_regex(regex);
+  const std::vector<int32_t> prompt = Prompts(2)[1];
+  DecodeResult pd = RunPd(prefill.get(), decode.get(), 9200, prompt, 40, nullptr, 0, &sampling);
+  proto::DecodeRequest dr;
+  dr.set_rid("c-grammar");
+  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
+  *dr.mutable_sampling_params() = sampling;
+  dr.set_stream(true);
+  DecodeResult ref = Decode(colocated->stub.get(), dr);
+  ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
+  ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
+  EXPECT_EQ(pd.tokens, ref.tokens);
+  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::string bytes;
+  for (int32_t id : pd.tokens) bytes += (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true);
+  auto grammar = engine::grammar::CompileRegex(regex);
+  ASSERT_TRUE(grammar.ok());
+  auto matcher = engine::grammar::GrammarMatcher::Create(*grammar).value();
+  EXPECT_TRUE(matcher.AcceptString(bytes) && matcher.IsComplete()) << bytes;
   ExpectAllBlocksReturn(prefill.get());
   ExpectAllBlocksReturn(decode.get());
 }

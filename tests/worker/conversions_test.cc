@@ -38,6 +38,28 @@ TEST(SamplingParamsFromProtoTest, UnseededRequestsGetDifferentSeeds) {
   EXPECT_NE(a->seed, b->seed);
 }
 
+TEST(SamplingParamsFromProtoTest, GrammarConstraintIsCarried) {
+  using Kind = engine::GrammarConstraint::Kind;
+  proto::SamplingParams p;
+  auto s = SamplingParamsFromProto(p, kVocab);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->constraint.kind, Kind::kNone);
+  p.set_json_schema(R"({"type": "integer"})");
+  s = SamplingParamsFromProto(p, kVocab);
+  EXPECT_EQ(s->constraint.kind, Kind::kJsonSchema);
+  EXPECT_EQ(s->constraint.text, R"({"type": "integer"})");
+  p.set_regex("[a-z]+");
+  s = SamplingParamsFromProto(p, kVocab);
+  EXPECT_EQ(s->constraint.kind, Kind::kRegex);
+  EXPECT_EQ(s->constraint.text, "[a-z]+");
+  p.set_ebnf("root ::= \"x\"");
+  s = SamplingParamsFromProto(p, kVocab);
+  EXPECT_EQ(s->constraint.kind, Kind::kEbnf);
+  p.set_json_object(true);
+  s = SamplingParamsFromProto(p, kVocab);
+  EXPECT_EQ(s->constraint.kind, Kind::kJsonObject);
+}
+
 TEST(SamplingParamsFromProtoTest, EveryFieldIsCarried) {
   proto::SamplingParams p;
   p.set_temperature(0.7f);

@@ -1,5 +1,6 @@
 #include "tests/engine/serving/test_env.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include "gtest/gtest.h"
@@ -85,6 +86,19 @@ SchedulerConfig SmallConfig(int64_t num_blocks, int block_size) {
   c.max_prefill_tokens = 96;
   c.max_queued_requests = 1024;
   return c;
+}
+
+// Copies positions [begin, end) of one layer from one engine's cache into another's blocks.
+void CopyLayer(const KvCacheStorage& from, std::span<const int32_t> from_blocks, KvCacheStorage* to,
+               std::span<const int32_t> to_blocks, int64_t layer, int64_t begin, int64_t end) {
+  const int64_t bs = from.block_size();
+  const size_t row = static_cast<size_t>(from.num_kv_heads() * from.head_dim()) * sizeof(bf16);
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t fb = from_blocks[static_cast<size_t>(p / bs)];
+    const int64_t tb = to_blocks[static_cast<size_t>(p / bs)];
+    std::memcpy(to->K(layer, tb, p % bs), from.K(layer, fb, p % bs), row);
+    std::memcpy(to->V(layer, tb, p % bs), from.V(layer, fb, p % bs), row);
+  }
 }
 
 }  // namespace tandem::engine::testing

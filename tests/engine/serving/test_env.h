@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ void RunToIdle(Scheduler* s, int max_steps = 100000);
 std::vector<int32_t> RandomTokens(std::mt19937* rng, int n, int vocab_limit);
 
 SchedulerConfig SmallConfig(int64_t num_blocks, int block_size = 16);
+
+// Copies positions [begin, end) of one layer from one engine's cache into another's blocks.
+void CopyLayer(const KvCacheStorage& from, std::span<const int32_t> from_blocks, KvCacheStorage* to,
+               std::span<const int32_t> to_blocks, int64_t layer, int64_t begin, int64_t end);
 
 }  // namespace tandem::engine::testing
 

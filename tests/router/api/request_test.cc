@@ -145,7 +145,14 @@ TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
               HasSubstr("sampling_params.max_new_tokens must be"));
   EXPECT_THAT(error(R"({"repetition_penalty":1.2})"),
               HasSubstr("sampling_params.repetition_penalty is not supported"));
-  EXPECT_THAT(error(R"({"regex":"a+"})"), HasSubstr("sampling_params.regex is not supported"));
+  EXPECT_THAT(error(R"j({"regex":"a(?=b)"})j"),
+              HasSubstr("sampling_params.regex: regex: group flags, lookaround"));
+  EXPECT_THAT(error(R"({"json_schema":"{\"type\": \"integer\", \"minimum\": 1}"})"),
+              HasSubstr("sampling_params.json_schema: json_schema: unsupported keyword 'minimum'"));
+  EXPECT_THAT(error(R"({"ebnf":"root ::= missing"})"),
+              HasSubstr("sampling_params.ebnf: ebnf: undefined rule 'missing'"));
+  EXPECT_THAT(error(R"({"regex":"a+","ebnf":"root ::= \"a\""})"), HasSubstr("only one of"));
+  EXPECT_THAT(error(R"({"regex":5})"), HasSubstr("sampling_params.regex must be a string"));
   EXPECT_THAT(error(R"({"n":2})"), HasSubstr("sampling_params.n must be 1"));
   EXPECT_EQ(error(R"({"bogus":1})"), "sampling_params.bogus is not a known sampling parameter");
   EXPECT_EQ(error(R"([{}])"),
@@ -402,9 +409,20 @@ TEST(ParseChatCompletionsTest, Errors) {
       "top_logprobs requires logprobs: true");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"logprobs":1})"),
             "logprobs must be a boolean, got integer");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"xml"}})"),
+            "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+  EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"x"}}})"),
+            "response_format.json_schema.schema must be a JSON Schema object");
   EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"x",
+      "schema":{"type":"string","format":"email"}}}})"),
+              HasSubstr("response_format.json_schema.schema: json_schema: unsupported keyword "
+                        "'format'"));
+  EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"regex":"a",
       "response_format":{"type":"json_object"}})"),
-              HasSubstr("response_format is not supported"));
+              HasSubstr("only one of"));
   EXPECT_THAT(error(R"({"messages":[{"role":"user","content":"a"}],"max_tokens":"9"})"),
               HasSubstr("max_tokens must be an integer, got string"));
   // Audio output is refused; text is what every answer is.
@@ -436,6 +454,51 @@ TEST(ParseChatCompletionsTest, AssistantNullContentIsEmpty) {
       Context());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_NE(parsed->prompt_text.find("<|im_start|>assistant\n<|im_end|>"), std::string::npos);
+}
+
+TEST(StructuredOutputTest, GenerateCarriesRegexEbnfAndJsonSchema) {
+  const ApiContext ctx = Context();
+  auto parsed = ParseGenerate(R"({"text":"x","sampling_params":{"regex":"[a-z]+"}})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.regex(), "[a-z]+");
+  parsed = ParseGenerate(R"({"text":"x","sampling_params":{"ebnf":"root ::= \"yes\""}})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.ebnf(), "root ::= \"yes\"");
+  // SGLang takes the schema as a string; the object itself is accepted too.
+  parsed = ParseGenerate(
+      R"({"text":"x","sampling_params":{"json_schema":"{\"type\": \"integer\"}"}})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.json_schema(), R"({"type": "integer"})");
+  parsed = ParseGenerate(R"({"text":"x","sampling_params":{"json_schema":{"type":"object",
+      "properties":{"z":{"type":"integer"},"a":{"type":"string"}}}}})",
+                         ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  // The schema's own key order: it is the order properties are generated in.
+  EXPECT_EQ(parsed->sampling.json_schema(),
+            R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}}})");
+}
+
+TEST(StructuredOutputTest, ChatResponseFormat) {
+  const ApiContext ctx = Context();
+  auto parsed = ParseChatCompletions(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"json_object"}})",
+                                     ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->sampling.json_object());
+  parsed = ParseChatCompletions(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,
+      "schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],
+      "additionalProperties":false}}}})",
+                                ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.json_schema(),
+            R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],)"
+            R"("additionalProperties":false})");
+  parsed = ParseChatCompletions(R"({"messages":[{"role":"user","content":"a"}],
+      "response_format":{"type":"text"}})",
+                                ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.constraint_case(), proto::SamplingParams::CONSTRAINT_NOT_SET);
 }
 
 }  // namespace

@@ -1,0 +1,171 @@
+// grammar_bench: compile time and per-token mask cost of grammar-constrained decoding, printed
+// as JSON.
+//
+//   grammar_bench [--model-dir models/tandem-tiny-fortunes] [--tokens 128] [--seed 1]
+//
+// For each grammar below: the compile time (median of repeated compiles) and, along one random
+// generation of up to --tokens tokens (uniform among the tokens the mask allows, ending at EOS
+// when it is drawn), the time of ComputeTokenMask and of advancing the matcher by the drawn
+// token, per token (mean, p50, p99). --model-dir picks the tokenizer (any directory with a
+// tokenizer.json), e.g. a Qwen checkpoint for a 151k vocabulary.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "engine/grammar/ebnf_compiler.h"
+#include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/regex_compiler.h"
+#include "engine/grammar/token_mask.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using namespace tandem::engine::grammar;
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct BenchGrammar {
+  std::string name;
+  std::function<absl::StatusOr<GrammarPtr>()> compile;
+};
+
+const char* kEventSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+    "participants": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+    "location": {"type": "object", "properties": {"city": {"type": "string"},
+                 "country": {"enum": ["NO", "SE", "DK", "FI", "IS"]}},
+                 "required": ["city", "country"], "additionalProperties": false},
+    "priority": {"type": "integer"},
+    "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]}
+  },
+  "required": ["name", "date", "participants", "location", "priority", "tags"],
+  "additionalProperties": false
+})";
+
+const char* kRecursiveSchema = R"({
+  "$ref": "#/$defs/node",
+  "$defs": {"node": {"type": "object", "properties": {
+    "value": {"type": "number"},
+    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+    "required": ["value", "children"], "additionalProperties": false}}
+})";
+
+const char* kEbnf =
+    R"(root ::= "<tool_call>" ws "{\"name\": \"" name "\", \"arguments\": " obj "}" ws "</tool_call>"
+name ::= [a-z_]+
+obj ::= "{" ws ( pair ( "," ws pair )* )? "}"
+pair ::= "\"" [a-z_]+ "\"" ws ":" ws value ws
+value ::= "\"" [^"\\]* "\"" | [0-9]+ | obj
+ws ::= [ \n]?)";
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"grammar_bench"};
+  std::string model_dir = "models/tandem-tiny-fortunes";
+  int tokens = 128;
+  uint64_t seed = 1;
+  app.add_option("--model-dir", model_dir, "directory with tokenizer.json");
+  app.add_option("--tokens", tokens, "tokens per generation")->check(CLI::PositiveNumber);
+  app.add_option("--seed", seed, "sampling seed");
+  CLI11_PARSE(app, argc, argv);
+
+  auto tokenizer = tandem::engine::Tokenizer::FromModelDir(model_dir);
+  if (!tokenizer.ok()) {
+    std::cerr << tokenizer.status() << "\n";
+    return 1;
+  }
+  const auto vocab_start = Clock::now();
+  std::vector<std::string> bytes;
+  for (int32_t id = 0; id < (*tokenizer)->vocab_size(); ++id) {
+    bytes.push_back((*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true));
+  }
+  const TokenVocabulary vocab(std::move(bytes), (*tokenizer)->eos_token_ids());
+  const double vocab_us = Micros(vocab_start, Clock::now());
+
+  const std::vector<BenchGrammar> grammars = {
+      {"json_object", [] { return CompileAnyJsonObject(); }},
+      {"schema_event", [] { return CompileJsonSchema(kEventSchema); }},
+      {"schema_recursive", [] { return CompileJsonSchema(kRecursiveSchema); }},
+      {"regex_email",
+       [] { return CompileRegex("[a-z0-9._%+-]{1,32}@[a-z0-9.-]{1,32}\\.[a-z]{2,6}"); }},
+      {"ebnf_tool_call", [] { return CompileEbnf(kEbnf); }},
+  };
+  nlohmann::json report = {{"model_dir", model_dir},
+                           {"vocab_size", vocab.vocab_size()},
+                           {"trie_nodes", vocab.num_trie_nodes()},
+                           {"vocabulary_build_us", vocab_us}};
+  for (const BenchGrammar& g : grammars) {
+    std::vector<double> compile_us;
+    absl::StatusOr<GrammarPtr> grammar;
+    for (int i = 0; i < 21; ++i) {
+      const auto start = Clock::now();
+      grammar = g.compile();
+      compile_us.push_back(Micros(start, Clock::now()));
+    }
+    if (!grammar.ok()) {
+      std::cerr << g.name << ": " << grammar.status() << "\n";
+      return 1;
+    }
+    GrammarMatcher matcher = GrammarMatcher::Create(*grammar).value();
+    std::mt19937_64 rng(seed);
+    std::vector<uint32_t> mask(MaskWords(vocab.vocab_size()));
+    std::vector<double> mask_us, accept_us;
+    int64_t allowed_total = 0;
+    std::string output;
+    for (int step = 0; step < tokens; ++step) {
+      const auto start = Clock::now();
+      ComputeTokenMask(matcher, vocab, mask);
+      mask_us.push_back(Micros(start, Clock::now()));
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
+        if (MaskAllows(mask, id)) allowed.push_back(id);
+      }
+      allowed_total += static_cast<int64_t>(allowed.size());
+      if (allowed.empty()) break;
+      const int32_t id = allowed[rng() % allowed.size()];
+      if (vocab.is_eos(id)) break;
+      const auto accept_start = Clock::now();
+      AcceptToken(matcher, vocab, id);
+      accept_us.push_back(Micros(accept_start, Clock::now()));
+      output += vocab.token_bytes(id);
+    }
+    double mask_sum = 0, accept_sum = 0;
+    for (double v : mask_us) mask_sum += v;
+    for (double v : accept_us) accept_sum += v;
+    report["grammars"].push_back(
+        {{"name", g.name},
+         {"compile_us_median", Percentile(compile_us, 0.5)},
+         {"rules", (*grammar)->num_rules()},
+         {"slots", (*grammar)->slots().size()},
+         {"steps", mask_us.size()},
+         {"mask_us_mean", mask_sum / std::max<size_t>(1, mask_us.size())},
+         {"mask_us_p50", Percentile(mask_us, 0.5)},
+         {"mask_us_p99", Percentile(mask_us, 0.99)},
+         {"accept_token_us_mean", accept_sum / std::max<size_t>(1, accept_us.size())},
+         {"allowed_tokens_mean",
+          static_cast<double>(allowed_total) / std::max<size_t>(1, mask_us.size())},
+         {"output_prefix", output.substr(0, 80)}});
+  }
+  std::cout << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}

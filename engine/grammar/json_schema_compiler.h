@@ -1,0 +1,42 @@
+// JSON Schema (the OpenAI structured-output subset) compiled into the byte-level grammar.
+//
+// Supported keywords: type (object, array, string, number, integer, boolean, null, or a list of
+// them), properties, required, additionalProperties (absent/true, false, or a schema), enum,
+// const, items, minItems, maxItems, anyOf, oneOf (compiled as anyOf: keep its branches
+// disjoint), allOf with one member, $ref to a JSON pointer within the document (`#`,
+// `#/$defs/...`, `#/definitions/...`; recursion allowed), pattern (search semantics, as JSON
+// Schema defines it), minLength, maxLength. Annotations (title, description, default,
+// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Any other
+// keyword, or a combination the compiler cannot express exactly (pattern with a length bound,
+// anyOf beside type), is an InvalidArgument error naming the keyword and its JSON pointer.
+//
+// Output shape: the value alone (no leading or trailing whitespace); inside it, where JSON allows
+// whitespace: nothing, one space, or a line break followed by up to kMaxJsonIndent spaces or
+// tabs (compact or pretty-printed JSON, but no runs of blank lines a small model could loop in).
+// Properties appear in the order `properties` lists them, required ones always, optional ones or
+// not; additional properties (when allowed) follow them, with keys that differ from every listed
+// property and use no escapes. Strings use raw characters or the escapes \" \\ \/ \b \f \n \r \t
+// and \uXXXX (not surrogates). Integers and numbers are JSON numbers without leading zeros;
+// exponents have at most two digits (so every number fits a double).
+#ifndef TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
+#define TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
+
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/grammar/grammar.h"
+
+namespace tandem::engine::grammar {
+
+inline constexpr int kMaxJsonIndent = 16;
+
+// `schema_json` is the schema's JSON text.
+absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,
+                                             const GrammarLimits& limits = GrammarLimits());
+
+// Any JSON object (OpenAI's response_format {"type": "json_object"}).
+absl::StatusOr<GrammarPtr> CompileAnyJsonObject(const GrammarLimits& limits = GrammarLimits());
+
+}  // namespace tandem::engine::grammar
+
+#endif  // TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_

@@ -1,0 +1,232 @@
+#include "engine/grammar/matcher.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine::grammar {
+namespace {
+
+uint32_t SlotOf(uint64_t item) { return static_cast<uint32_t>(item >> 32); }
+uint32_t OriginOf(uint64_t item) { return static_cast<uint32_t>(item); }
+uint64_t MakeItem(uint32_t slot, uint32_t origin) {
+  return (static_cast<uint64_t>(slot) << 32) | origin;
+}
+
+}  // namespace
+
+GrammarMatcher::GrammarMatcher(GrammarPtr grammar)
+    : grammar_(std::move(grammar)),
+      slot_stamp_(grammar_->slots().size(), 0),
+      slot_head_(grammar_->slots().size(), -1) {}
+
+absl::StatusOr<GrammarMatcher> GrammarMatcher::Create(GrammarPtr grammar) {
+  GrammarMatcher matcher(std::move(grammar));
+  matcher.set_begin_.push_back(0);
+  matcher.BeginSet();
+  for (int32_t slot : matcher.grammar_->alternatives(matcher.grammar_->start_rule())) {
+    matcher.Add(static_cast<uint32_t>(slot), 0);
+  }
+  if (!matcher.CloseLastSet()) return matcher.status_;
+  return matcher;
+}
+
+void GrammarMatcher::BeginSet() {
+  ++stamp_;
+  chain_.clear();
+  building_begin_ = items_.size();
+}
+
+void GrammarMatcher::Add(uint32_t slot, uint32_t origin) {
+  if (slot_stamp_[slot] != stamp_) {
+    slot_stamp_[slot] = stamp_;
+    slot_head_[slot] = -1;
+  }
+  for (int64_t i = slot_head_[slot]; i >= 0; i = chain_[i - building_begin_]) {
+    if (OriginOf(items_[i]) == origin) return;
+  }
+  chain_.push_back(slot_head_[slot]);
+  slot_head_[slot] = static_cast<int64_t>(items_.size());
+  items_.push_back(MakeItem(slot, origin));
+}
+
+bool GrammarMatcher::CloseLastSet() {
+  const Grammar& g = *grammar_;
+  const auto& slots = g.slots();
+  const uint32_t k = static_cast<uint32_t>(set_begin_.size() - 1);
+  const size_t begin = set_begin_.back();
+  const size_t max_items = static_cast<size_t>(g.limits().max_items_per_position);
+  int64_t work = 0;
+  ByteSet next;
+  bool complete = false;
+  for (size_t i = begin; i < items_.size(); ++i) {
+    if (items_.size() - begin > max_items || work > g.limits().max_work_per_byte) {
+      status_ = absl::ResourceExhaustedError(
+          absl::StrCat("grammar recognizer exceeded its state limit at byte ", k, " (",
+                       items_.size() - begin, " items, ", work, " operations)"));
+      return false;
+    }
+    const uint64_t item = items_[i];
+    const uint32_t pos = SlotOf(item);
+    const uint32_t origin = OriginOf(item);
+    const Grammar::Slot& slot = slots[pos];
+    ++work;
+    switch (slot.kind) {
+      case Grammar::SlotKind::kTerminal:
+        next |= g.terminal(slot.value);
+        break;
+      case Grammar::SlotKind::kRule:
+        for (int32_t alternative : g.alternatives(slot.value)) {
+          Add(static_cast<uint32_t>(alternative), k);
+        }
+        work += static_cast<int64_t>(g.alternatives(slot.value).size());
+        // Aycock-Horspool: a nullable rule is also skipped over at once, so completions of
+        // empty derivations (origin == k) need not look back into this set.
+        if (g.nullable(slot.value)) Add(pos + 1, origin);
+        break;
+      case Grammar::SlotKind::kEnd: {
+        if (slot.value == g.start_rule()) {
+          complete = true;
+          break;
+        }
+        if (origin == k) break;  // empty derivation: handled by the nullable skip above
+        const size_t from = set_begin_[origin];
+        const size_t to = set_begin_[origin + 1];
+        for (size_t j = from; j < to; ++j) {
+          const uint64_t waiting = items_[j];
+          const Grammar::Slot& next_slot = slots[SlotOf(waiting)];
+          if (next_slot.kind == Grammar::SlotKind::kRule && next_slot.value == slot.value) {
+            Add(SlotOf(waiting) + 1, OriginOf(waiting));
+          }
+        }
+        work += static_cast<int64_t>(to - from);
+        break;
+      }
+    }
+  }
+  next_bytes_.push_back(next);
+  complete_.push_back(complete ? 1 : 0);
+  return true;
+}
+
+bool GrammarMatcher::Accept(uint8_t byte) {
+  if (!next_bytes_.back().test(byte)) return false;
+  const Grammar& g = *grammar_;
+  const auto& slots = g.slots();
+  const size_t from = set_begin_.back();
+  const size_t to = items_.size();
+  set_begin_.push_back(static_cast<uint32_t>(to));
+  BeginSet();
+  for (size_t i = from; i < to; ++i) {
+    const uint64_t item = items_[i];
+    const Grammar::Slot& slot = slots[SlotOf(item)];
+    if (slot.kind == Grammar::SlotKind::kTerminal && g.terminal(slot.value).test(byte)) {
+      Add(SlotOf(item) + 1, OriginOf(item));
+    }
+  }
+  if (!CloseLastSet()) {
+    items_.resize(to);
+    set_begin_.pop_back();
+    return false;
+  }
+  return true;
+}
+
+bool GrammarMatcher::AcceptString(std::string_view bytes) {
+  size_t accepted = 0;
+  for (char c : bytes) {
+    if (!Accept(static_cast<uint8_t>(c))) {
+      Rollback(accepted);
+      return false;
+    }
+    ++accepted;
+  }
+  return true;
+}
+
+void GrammarMatcher::Rollback(size_t n) {
+  if (n == 0) return;
+  const size_t keep_sets = set_begin_.size() - n;
+  items_.resize(set_begin_[keep_sets]);
+  set_begin_.resize(keep_sets);
+  next_bytes_.resize(keep_sets);
+  complete_.resize(keep_sets);
+}
+
+}  // namespace tandem::engine::grammar
+
+namespace tandem::engine::grammar {
+
+int64_t GrammarMatcher::MinBytesToComplete() const {
+  // up[(rule, origin)]: fewest bytes to finish the output once `rule`, begun at set `origin`,
+  // has completed: over the items of set `origin` waiting for `rule`, the rest of their
+  // alternative plus `up` of their own rule and origin. Nonnegative weights, so relaxation to
+  // a fixpoint (Bellman-Ford) gives the shortest paths.
+  const Grammar& g = *grammar_;
+  const auto& slots = g.slots();
+  constexpr int64_t kInfinite = int64_t{1} << 40;
+  // The rule of each slot's alternative: the value of the next kEnd slot.
+  auto rule_of = [&](uint32_t slot) {
+    while (slots[slot].kind != Grammar::SlotKind::kEnd) ++slot;
+    return slots[slot].value;
+  };
+  auto key = [](int32_t rule, uint32_t origin) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(rule)) << 32) | origin;
+  };
+  absl::flat_hash_map<uint64_t, int64_t> up;
+  std::vector<uint64_t> order;
+  // Collect the nodes reachable from the last set's items.
+  std::vector<uint64_t> stack;
+  auto visit = [&](int32_t rule, uint32_t origin) {
+    if (up.try_emplace(key(rule, origin), rule == g.start_rule() ? 0 : kInfinite).second) {
+      stack.push_back(key(rule, origin));
+    }
+  };
+  const size_t last = set_begin_.back();
+  for (size_t i = last; i < items_.size(); ++i)
+    visit(rule_of(SlotOf(items_[i])), OriginOf(items_[i]));
+  while (!stack.empty()) {
+    const uint64_t node = stack.back();
+    stack.pop_back();
+    order.push_back(node);
+    const int32_t rule = static_cast<int32_t>(node >> 32);
+    const uint32_t origin = static_cast<uint32_t>(node);
+    if (rule == g.start_rule()) continue;
+    const size_t end = origin + 1 < set_begin_.size() ? set_begin_[origin + 1] : items_.size();
+    for (size_t j = set_begin_[origin]; j < end; ++j) {
+      const Grammar::Slot& slot = slots[SlotOf(items_[j])];
+      if (slot.kind == Grammar::SlotKind::kRule && slot.value == rule) {
+        visit(rule_of(SlotOf(items_[j])), OriginOf(items_[j]));
+      }
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (uint64_t node : order) {
+      const int32_t rule = static_cast<int32_t>(node >> 32);
+      const uint32_t origin = static_cast<uint32_t>(node);
+      if (rule == g.start_rule()) continue;
+      const size_t end = origin + 1 < set_begin_.size() ? set_begin_[origin + 1] : items_.size();
+      int64_t& best = up[node];
+      for (size_t j = set_begin_[origin]; j < end; ++j) {
+        const uint32_t pos = SlotOf(items_[j]);
+        if (slots[pos].kind != Grammar::SlotKind::kRule || slots[pos].value != rule) continue;
+        const int64_t cost = g.min_bytes_from(pos + 1) + up[key(rule_of(pos), OriginOf(items_[j]))];
+        if (cost < best) {
+          best = cost;
+          changed = true;
+        }
+      }
+    }
+  }
+  int64_t best = kInfinite;
+  for (size_t i = last; i < items_.size(); ++i) {
+    const uint32_t pos = SlotOf(items_[i]);
+    best = std::min(best, g.min_bytes_from(pos) + up[key(rule_of(pos), OriginOf(items_[i]))]);
+  }
+  return best;
+}
+
+}  // namespace tandem::engine::grammar
