@@ -38,9 +38,11 @@
 //   when set to anything but their default; unknown keys inside /generate's sampling_params are a
 //   400 (SGLang's SamplingParams rejects them too); other unknown top-level fields are ignored, as
 //   SGLang and OpenAI servers ignore them.
-// - Chat: roles system, user, assistant ("developer" is read as system); content a string or
-//   an array of text parts; tool/function roles, tool_calls, non-text parts, `tools`, a
-//   tool_choice other than "none"/"auto", and a response_format other than text are 400s.
+// - Chat: roles system, user, assistant, tool ("developer" is read as system); content a string
+//   or an array of text parts (absent/null on assistant turns: ""); assistant tool_calls with
+//   their arguments parsed from JSON text; `tools`, `tool_choice` and `chat_template_kwargs`
+//   as router/api/chat_tools.h reads them; the function role, function_call and non-text parts
+//   are 400s.
 // - skip_special_tokens defaults to true (SGLang's default); the workers take it as sent.
 // - Client strings the router echoes are bounded at parse time with a 400 naming the field:
 //   `rid` (and the request-id headers, router/request_headers.h) at most kMaxRidBytes of
