@@ -268,6 +268,23 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     return absl::InvalidArgumentError("continue_final_message is not supported");
   }
   RETURN_IF_ERROR(ReadOpenAiCommon(body, &request));
+  if (tools.choice != ToolChoice::kNone && ctx.tokenizer != nullptr) {
+    request.tool_call_syntax = ctx.tokenizer->chat_family() == engine::ChatFamily::kLlama3
+                                   ? ToolCallSyntax::kLlama3
+                                   : ToolCallSyntax::kQwen;
+    if (tools.choice == ToolChoice::kNamed) {
+      request.tool_names.push_back(tools.named);
+    } else {
+      for (const nlohmann::ordered_json& tool : tools.tools) {
+        request.tool_names.push_back(tool["function"]["name"].get<std::string>());
+      }
+    }
+  }
+  request.separate_reasoning = ctx.reasoning_parser;
+  if (const Json* v = Find(body, "separate_reasoning"); v != nullptr) {
+    ASSIGN_OR_RETURN(const bool separate, ToBool(*v, "separate_reasoning"));
+    request.separate_reasoning = separate && ctx.reasoning_parser;
+  }
 
   if (ctx.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
