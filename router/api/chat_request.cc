@@ -12,6 +12,7 @@
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
 #include "router/api/sampling_params.h"
+#include "router/api/tool_grammar.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -279,6 +280,17 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
         request.tool_names.push_back(tool["function"]["name"].get<std::string>());
       }
     }
+  }
+  if (request.tool_call_syntax != ToolCallSyntax::kNone &&
+      (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed)) {
+    bool parallel = true;
+    if (const Json* v = Find(body, "parallel_tool_calls"); v != nullptr) {
+      ASSIGN_OR_RETURN(parallel, ToBool(*v, "parallel_tool_calls"));
+    }
+    ASSIGN_OR_RETURN(const std::string grammar,
+                     ToolCallGrammar(request.tool_call_syntax, tools, parallel));
+    RETURN_IF_ERROR(SetGrammarConstraint({engine::GrammarConstraint::Kind::kEbnf, grammar},
+                                         "tool_choice", &request.sampling));
   }
   request.separate_reasoning = ctx.reasoning_parser;
   if (const Json* v = Find(body, "separate_reasoning"); v != nullptr) {

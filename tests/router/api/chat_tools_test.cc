@@ -6,6 +6,8 @@
 #include <sstream>
 #include <string>
 
+#include "engine/grammar/ebnf_compiler.h"
+#include "engine/grammar/matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -140,6 +142,84 @@ TEST(ChatToolsTest, Errors) {
   EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":"a","tool_calls":[]}]})"),
             "messages[0].tool_calls is only allowed on assistant messages");
   EXPECT_EQ(Error(R"({"messages":[{"role":"tool"}]})"), "messages[0].content is required");
+}
+
+}  // namespace
+}  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+// Whether the EBNF a request was constrained with accepts `text` as a whole answer.
+bool GrammarAccepts(const RoutedRequest& request, const std::string& text) {
+  auto grammar = engine::grammar::CompileEbnf(request.sampling.ebnf());
+  EXPECT_TRUE(grammar.ok()) << grammar.status();
+  if (!grammar.ok()) return false;
+  auto matcher = engine::grammar::GrammarMatcher::Create(*grammar);
+  EXPECT_TRUE(matcher.ok()) << matcher.status();
+  return matcher.ok() && matcher->AcceptString(text) && matcher->IsComplete();
+}
+
+TEST(ChatToolsGrammarTest, RequiredConstrainsTheAnswerToCallsOfTheTools) {
+  const auto parsed = ParseChatCompletions(Body(R"("tool_choice":"required")"), QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tool_call_syntax, ToolCallSyntax::kQwen);
+  ASSERT_FALSE(parsed->sampling.ebnf().empty());
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"c\"}}\n</tool_call>";
+  EXPECT_TRUE(GrammarAccepts(*parsed, call));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call + "\n" + call));  // parallel calls by default
+  EXPECT_FALSE(GrammarAccepts(*parsed, "Sure!"));
+  EXPECT_FALSE(GrammarAccepts(  // unit outside its enum
+      *parsed,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"k\"}}\n</tool_call>"));
+  EXPECT_FALSE(GrammarAccepts(  // a function not in tools
+      *parsed, "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>"));
+}
+
+TEST(ChatToolsGrammarTest, NamedChoiceAllowsOneCallOfThatFunction) {
+  const auto parsed = ParseChatCompletions(
+      std::string(R"({"messages":[{"role":"user","content":"x"}],"tools":[)") + kWeatherTool +
+          R"(,{"type":"function","function":{"name":"get_time","parameters":{"type":"object",)"
+          R"("properties":{"tz":{"type":"string"},"n":{"type":"array","items":{"type":)"
+          R"("integer"},"maxItems":2}}}}}],)"
+          R"("tool_choice":{"type":"function","function":{"name":"get_time"}}})",
+      QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", \"n\": [1, -20]}}"
+      "\n</tool_call>";
+  EXPECT_TRUE(GrammarAccepts(*parsed, call));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call + "\n" + call));
+  EXPECT_FALSE(
+      GrammarAccepts(*parsed,
+                     "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", "
+                     "\"n\": [1, 2, 3]}}\n</tool_call>"));
+  EXPECT_FALSE(
+      GrammarAccepts(*parsed,
+                     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", "
+                     "\"unit\": \"c\"}}\n</tool_call>"));
+}
+
+TEST(ChatToolsGrammarTest, AutoAndNoneDoNotConstrain) {
+  for (const char* choice : {R"("tool_choice":"auto")", R"("tool_choice":"none")"}) {
+    const auto parsed = ParseChatCompletions(Body(choice), QwenContext());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(parsed->sampling.ebnf().empty());
+  }
+}
+
+TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+            R"("properties":{"n":{"type":"integer","minimum":1}}}}}]})"),
+      "tools[0].function.parameters: keyword 'minimum' cannot be enforced for a required tool "
+      "call");
+  EXPECT_THAT(Error(Body(R"("tool_choice":"required","response_format":{"type":"json_object"})")),
+              HasSubstr("only one of regex, json_schema, ebnf and response_format"));
 }
 
 }  // namespace
