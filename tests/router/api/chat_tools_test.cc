@@ -224,3 +224,50 @@ TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
 
 }  // namespace
 }  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+// The fortunes vocabulary with Llama 3.2's chat template (the Llama-3 family).
+const engine::Tokenizer& LlamaTokenizer() {
+  static const engine::Tokenizer* tokenizer = [] {
+    const std::string root = TANDEM_SOURCE_DIR;
+    nlohmann::json config = nlohmann::json::parse(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    config["chat_template"] =
+        ReadFile(root + "/tests/engine/jinja_templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
+    config["bos_token"] = "<|im_start|>";
+    auto loaded = engine::Tokenizer::FromStrings(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? loaded->release() : nullptr;
+  }();
+  return *tokenizer;
+}
+
+TEST(ChatToolsGrammarTest, Llama3TemplatesUseTheJsonCallSyntax) {
+  ApiContext ctx = QwenContext();
+  ctx.tokenizer = &LlamaTokenizer();
+  const auto parsed = ParseChatCompletions(Body(R"("tool_choice":"required")"), ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tool_call_syntax, ToolCallSyntax::kLlama3);
+  EXPECT_TRUE(GrammarAccepts(
+      *parsed, R"({"name": "get_weather", "parameters": {"city": "Oslo", "unit": "f"}})"));
+  EXPECT_FALSE(GrammarAccepts(*parsed, "<tool_call>\n{\"name\": \"get_weather\"}"));
+}
+
+TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
+  ApiContext ctx = QwenContext();
+  const std::string plain = R"({"messages":[{"role":"user","content":"x"}]})";
+  const std::string off =
+      R"({"messages":[{"role":"user","content":"x"}],"separate_reasoning":false})";
+  EXPECT_FALSE(ParseChatCompletions(plain, ctx)->separate_reasoning);
+  ctx.reasoning_parser = true;
+  EXPECT_TRUE(ParseChatCompletions(plain, ctx)->separate_reasoning);  // SGLang's default
+  EXPECT_FALSE(ParseChatCompletions(off, ctx)->separate_reasoning);
+  EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":"x"}],"separate_reasoning":1})"),
+            "separate_reasoning must be a boolean, got integer");
+}
+
+}  // namespace
+}  // namespace tandem::router
