@@ -8,7 +8,8 @@
 // - kLlama3: the whole answer is one JSON object {"name": ..., "parameters": {...}} (or
 //   "arguments"), optionally after <|python_tag|>, or several separated by ";".
 // A block that is not valid JSON, lacks a name or an object of arguments, or names a function not
-// in the request's tools stays in the content, as written; so does a call left unfinished.
+// in the request's tools stays in the content, as written; so does a call left unfinished, and
+// one nesting arrays/objects deeper than kMaxJsonDepth.
 // Whitespace right before a call, and after the last one at the end, is dropped from the content.
 //
 // Thread-safety: a splitter is used by one request at a time (not thread-safe).

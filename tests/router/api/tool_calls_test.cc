@@ -91,6 +91,13 @@ TEST(ToolCallSplitterTest, MalformedCallsStayContent) {
     EXPECT_TRUE(split.calls.empty()) << body;
     EXPECT_EQ(split.content, text);
   }
+  // Nesting past the JSON depth limit is never parsed (nor printed back recursively).
+  const std::string deep =
+      "<tool_call>{\"name\": \"get_time\", \"arguments\": {\"a\": " + std::string(100000, '[') +
+      std::string(100000, ']') + "}}</tool_call>";
+  const SplitText deep_split = ToolCallSplitter::SplitAll(ToolCallSyntax::kQwen, kNames, deep);
+  EXPECT_TRUE(deep_split.calls.empty());
+  EXPECT_EQ(deep_split.content, deep);
   // An unfinished call is content too, and a good call beside a bad one still counts.
   const std::string cut = "<tool_call>\n{\"name\": \"get_time\"";
   EXPECT_EQ(ToolCallSplitter::SplitAll(ToolCallSyntax::kQwen, kNames, cut).content, cut);
