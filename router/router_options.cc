@@ -209,6 +209,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--served-model-name", &o->served_model_name,
             "Model id of /v1/models and the accepted \"model\" (default: the model directory's "
             "name)");
+  flags
+      .Add("--reasoning-parser", &o->reasoning_parser,
+           "Reasoning format of the model's chat answers, separated into reasoning_content "
+           "(qwen3: <think>...</think>)")
+      ->check(CLI::IsMember({"qwen3"}));
   flags.Add("--request-id-headers", &o->request_id_headers,
             "Headers checked for a client request id");
   flags.Add("--cluster-secret-file", &o->cluster_secret_file,

@@ -105,6 +105,9 @@ struct RouterOptions {
   std::string model_path;
   std::string tokenizer_path;
   std::string served_model_name;  // /v1/models id; "" = the model directory's name
+  // SGLang's --reasoning-parser: "qwen3" separates <think> reasoning into reasoning_content for
+  // chat requests (unless they send separate_reasoning: false); "" = off.
+  std::string reasoning_parser;
 
   std::vector<std::string> request_id_headers;  // "" = x-request-id, x-correlation-id, ...
   // The cluster secret proven to workers on every gRPC call (router/workers/cluster_credentials.h).

@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   s.api_.context_length = ReadContextLength(!o.model_path.empty() ? o.model_path : tokenizer_dir);
   s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
   s.api_.served_model_name = o.served_model_name;
+  s.api_.reasoning_parser = !o.reasoning_parser.empty();
   if (s.api_.served_model_name.empty()) {
     const std::string dir = !o.model_path.empty() ? o.model_path : o.tokenizer_path;
     std::filesystem::path p(dir);

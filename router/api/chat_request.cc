@@ -8,9 +8,11 @@
 #include "common/status.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "router/api/chat_tools.h"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
 #include "router/api/sampling_params.h"
+#include "router/api/tool_grammar.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -48,6 +50,61 @@ absl::StatusOr<std::string> ReadContent(const Json& content, const std::string& 
   return text;
 }
 
+// An assistant turn's tool_calls as the chat template sees them: OpenAI's list of
+// {"id", "type": "function", "function": {"name", "arguments"}}, each `arguments` JSON text parsed
+// into its value (as vLLM and SGLang do; templates print it with tojson).
+absl::StatusOr<nlohmann::ordered_json> ReadToolCalls(const Json& calls, const std::string& path) {
+  if (!calls.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must be an array, got ", JsonTypeName(calls)));
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Json& call = calls[i];
+    const std::string call_path = absl::StrCat(path, "[", i, "]");
+    if (!call.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(call_path, " must be an object, got ", JsonTypeName(call)));
+    }
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    if (const Json* id = Find(call, "id"); id != nullptr) {
+      ASSIGN_OR_RETURN(const std::string text, ToString(*id, call_path + ".id"));
+      entry["id"] = text;
+    }
+    if (const Json* type = Find(call, "type");
+        type != nullptr && !(type->is_string() && type->get<std::string>() == "function")) {
+      return absl::InvalidArgumentError(call_path + ".type must be \"function\"");
+    }
+    entry["type"] = "function";
+    const Json* function = Find(call, "function");
+    if (function == nullptr || !function->is_object()) {
+      return absl::InvalidArgumentError(call_path + ".function must be an object");
+    }
+    const Json* name = Find(*function, "name");
+    if (name == nullptr)
+      return absl::InvalidArgumentError(call_path + ".function.name is required");
+    ASSIGN_OR_RETURN(const std::string name_text, ToString(*name, call_path + ".function.name"));
+    nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+    if (const Json* args = Find(*function, "arguments"); args != nullptr) {
+      if (args->is_string()) {
+        try {
+          arguments = nlohmann::ordered_json::parse(args->get<std::string>());
+        } catch (const nlohmann::ordered_json::exception&) {
+          return absl::InvalidArgumentError(call_path + ".function.arguments must be a JSON text");
+        }
+      } else if (args->is_object()) {
+        arguments = OrderedValue(*args);
+      } else {
+        return absl::InvalidArgumentError(call_path +
+                                          ".function.arguments must be a string of JSON");
+      }
+    }
+    entry["function"] = {{"name", name_text}, {"arguments", std::move(arguments)}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 absl::StatusOr<engine::ChatMessage> ReadMessage(const Json& message, size_t index) {
   const std::string path = absl::StrCat("messages[", index, "]");
   if (!message.is_object()) {
@@ -59,20 +116,51 @@ absl::StatusOr<engine::ChatMessage> ReadMessage(const Json& message, size_t inde
   engine::ChatMessage out;
   ASSIGN_OR_RETURN(out.role, ToString(*role, path + ".role"));
   if (out.role == "developer") out.role = "system";  // OpenAI's newer name for system
-  if (out.role != "system" && out.role != "user" && out.role != "assistant") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ".role '", Excerpt(out.role), "' is not supported; use system, user or assistant"));
+  if (out.role != "system" && out.role != "user" && out.role != "assistant" && out.role != "tool") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".role '", Excerpt(out.role),
+                                                   "' is not supported; use system, user, "
+                                                   "assistant or tool"));
   }
-  for (const char* key : {"tool_calls", "function_call", "audio"}) {
+  for (const char* key : {"function_call", "audio"}) {
     const Json* value = Find(message, key);
     if (value != nullptr && IsSet(*value)) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".", key, " is not supported"));
     }
   }
+  const bool assistant = out.role == "assistant";
+  if (const Json* calls = Find(message, "tool_calls"); calls != nullptr) {
+    if (!assistant) {
+      return absl::InvalidArgumentError(path + ".tool_calls is only allowed on assistant messages");
+    }
+    ASSIGN_OR_RETURN(nlohmann::ordered_json tool_calls,
+                     ReadToolCalls(*calls, path + ".tool_calls"));
+    if (!tool_calls.empty()) out.extra["tool_calls"] = std::move(tool_calls);
+  }
+  if (out.role == "tool") {
+    if (const Json* id = Find(message, "tool_call_id"); id != nullptr) {
+      ASSIGN_OR_RETURN(const std::string text, ToString(*id, path + ".tool_call_id"));
+      out.extra["tool_call_id"] = text;
+    }
+  }
+  if (out.role == "tool" || assistant) {
+    if (const Json* name = Find(message, "name"); name != nullptr) {
+      ASSIGN_OR_RETURN(const std::string text, ToString(*name, path + ".name"));
+      out.extra["name"] = text;
+    }
+  }
+  if (const Json* reasoning = Find(message, "reasoning_content"); reasoning != nullptr) {
+    if (!assistant) {
+      return absl::InvalidArgumentError(path +
+                                        ".reasoning_content is only allowed on assistant messages");
+    }
+    ASSIGN_OR_RETURN(const std::string text, ToString(*reasoning, path + ".reasoning_content"));
+    out.extra["reasoning_content"] = text;
+  }
   const Json* content = Find(message, "content");
   if (content == nullptr) {
-    // OpenAI allows a null content only on assistant turns (that carried tool calls).
-    if (out.role != "assistant") return absl::InvalidArgumentError(path + ".content is required");
+    // OpenAI allows a null content only on assistant turns (that carried tool calls); the
+    // template sees "" (Qwen3's fails on None), as SGLang passes it.
+    if (!assistant) return absl::InvalidArgumentError(path + ".content is required");
     return out;
   }
   ASSIGN_OR_RETURN(out.content, ReadContent(*content, path + ".content"));
@@ -157,14 +245,8 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     }
     request.top_logprobs = static_cast<int>(n);
   }
-  if (const Json* v = Find(body, "tools"); v != nullptr && IsSet(*v)) {
-    return absl::InvalidArgumentError("tools is not supported: this server does not call tools");
-  }
-  if (const Json* v = Find(body, "tool_choice"); v != nullptr) {
-    if (!v->is_string() || (v->get<std::string>() != "none" && v->get<std::string>() != "auto")) {
-      return absl::InvalidArgumentError("tool_choice is not supported: only \"none\" or \"auto\"");
-    }
-  }
+  ASSIGN_OR_RETURN(const ChatTools tools, ReadChatTools(body));
+  ASSIGN_OR_RETURN(const engine::ChatTemplateOptions options, TemplateOptions(body, tools));
   if (const Json* v = Find(body, "response_format"); v != nullptr) {
     RETURN_IF_ERROR(ReadResponseFormat(*v, &request.sampling));
   }
@@ -187,13 +269,40 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     return absl::InvalidArgumentError("continue_final_message is not supported");
   }
   RETURN_IF_ERROR(ReadOpenAiCommon(body, &request));
+  if (tools.choice != ToolChoice::kNone && ctx.tokenizer != nullptr) {
+    request.tool_call_syntax = ctx.tokenizer->chat_family() == engine::ChatFamily::kLlama3
+                                   ? ToolCallSyntax::kLlama3
+                                   : ToolCallSyntax::kQwen;
+    if (tools.choice == ToolChoice::kNamed) {
+      request.tool_names.push_back(tools.named);
+    } else {
+      for (const nlohmann::ordered_json& tool : tools.tools) {
+        request.tool_names.push_back(tool["function"]["name"].get<std::string>());
+      }
+    }
+  }
+  if (request.tool_call_syntax != ToolCallSyntax::kNone &&
+      (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed)) {
+    bool parallel = true;
+    if (const Json* v = Find(body, "parallel_tool_calls"); v != nullptr) {
+      ASSIGN_OR_RETURN(parallel, ToBool(*v, "parallel_tool_calls"));
+    }
+    ASSIGN_OR_RETURN(const std::string grammar,
+                     ToolCallGrammar(request.tool_call_syntax, tools, parallel));
+    RETURN_IF_ERROR(SetGrammarConstraint({engine::GrammarConstraint::Kind::kEbnf, grammar},
+                                         "tool_choice", &request.sampling));
+  }
+  request.separate_reasoning = ctx.reasoning_parser;
+  if (const Json* v = Find(body, "separate_reasoning"); v != nullptr) {
+    ASSIGN_OR_RETURN(const bool separate, ToBool(*v, "separate_reasoning"));
+    request.separate_reasoning = separate && ctx.reasoning_parser;
+  }
 
   if (ctx.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         "this server has no tokenizer loaded, so it cannot apply the chat template");
   }
-  ASSIGN_OR_RETURN(request.prompt_text,
-                   ctx.tokenizer->ApplyChatTemplate(conversation, /*add_generation_prompt=*/true),
+  ASSIGN_OR_RETURN(request.prompt_text, ctx.tokenizer->ApplyChatTemplate(conversation, options),
                    "cannot apply the chat template: ");
   // The rendered template already carries its special tokens (e.g. BOS).
   RETURN_IF_ERROR(

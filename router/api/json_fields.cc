@@ -77,13 +77,17 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
       return absl::InvalidArgumentError(
           absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(parsed)));
     }
-    if (const std::vector<Json::json_pointer> schemas = SchemaObjects(parsed); !schemas.empty()) {
+    const std::vector<Json::json_pointer> schemas = SchemaObjects(parsed);
+    const auto tools = parsed.find("tools");
+    const bool ordered_tools = tools != parsed.end() && tools->is_array();
+    if (!schemas.empty() || ordered_tools) {
       const nlohmann::ordered_json ordered =
           nlohmann::ordered_json::parse(body.begin(), body.end());
       for (const Json::json_pointer& pointer : schemas) {
         parsed[pointer] =
             ordered.at(nlohmann::ordered_json::json_pointer(pointer.to_string())).dump();
       }
+      if (ordered_tools) parsed["tools"] = Json{{kOrderedJsonKey, ordered.at("tools").dump()}};
     }
     return parsed;
   } catch (const Json::exception& e) {
@@ -91,6 +95,16 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body is not valid JSON: ", e.what()));
   }
+}
+
+nlohmann::ordered_json OrderedValue(const Json& value) {
+  if (value.is_object() && value.size() == 1) {
+    const auto it = value.find(kOrderedJsonKey);
+    if (it != value.end() && it->is_string()) {
+      return nlohmann::ordered_json::parse(it->get<std::string>());
+    }
+  }
+  return nlohmann::ordered_json::parse(value.dump());
 }
 
 const Json* Find(const Json& object, std::string_view key) {

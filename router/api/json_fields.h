@@ -30,6 +30,13 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body);
 // JSON Schemas given as objects (response_format.json_schema.schema, json_schema at the top level
 // or in sampling_params) list properties in the order the output must follow, which Json's sorted
 // objects lose: ParseJsonObject replaces each with its text, in the body's key order.
+// Chat's "tools" (printed by chat templates and compiled into tool-call constraints) keeps its
+// order too: an array there becomes the object {kOrderedJsonKey: its text}, which OrderedValue()
+// turns back into the array.
+inline constexpr char kOrderedJsonKey[] = "\x01ordered_json";
+// `value` as ordered_json: the text of a {kOrderedJsonKey: text} object parsed, else `value`
+// converted (its keys then in sorted order).
+nlohmann::ordered_json OrderedValue(const Json& value);
 
 // The value of `key` in `object`, or nullptr when absent or null.
 const Json* Find(const Json& object, std::string_view key);

@@ -38,9 +38,11 @@
 //   when set to anything but their default; unknown keys inside /generate's sampling_params are a
 //   400 (SGLang's SamplingParams rejects them too); other unknown top-level fields are ignored, as
 //   SGLang and OpenAI servers ignore them.
-// - Chat: roles system, user, assistant ("developer" is read as system); content a string or
-//   an array of text parts; tool/function roles, tool_calls, non-text parts, `tools`, a
-//   tool_choice other than "none"/"auto", and a response_format other than text are 400s.
+// - Chat: roles system, user, assistant, tool ("developer" is read as system); content a string
+//   or an array of text parts (absent/null on assistant turns: ""); assistant tool_calls with
+//   their arguments parsed from JSON text; `tools`, `tool_choice` and `chat_template_kwargs`
+//   as router/api/chat_tools.h reads them; the function role, function_call and non-text parts
+//   are 400s.
 // - skip_special_tokens defaults to true (SGLang's default); the workers take it as sent.
 // - Client strings the router echoes are bounded at parse time with a 400 naming the field:
 //   `rid` (and the request-id headers, router/request_headers.h) at most kMaxRidBytes of
@@ -69,6 +71,10 @@
 namespace tandem::router {
 
 enum class ApiKind { kGenerate, kCompletions, kChatCompletions };
+
+// How a chat answer's tool calls are written (router/api/tool_calls.h), from the chat template's
+// family: kQwen for ChatML templates (Qwen2.5, Qwen3, Hermes style), kLlama3 for Llama 3.x.
+enum class ToolCallSyntax { kNone, kQwen, kLlama3 };
 
 // The longest `rid` / request-id header accepted (bytes of printable ASCII).
 inline constexpr size_t kMaxRidBytes = 256;
@@ -100,6 +106,13 @@ struct RoutedRequest {
   // SGLang's list position and streamed "index"). "" and 0 for a request of one choice.
   std::string batch_rid;
   int index = 0;
+  // Chat with tools and a tool_choice other than "none": the answer's tool calls, in this
+  // syntax and naming one of `tool_names`, are returned as tool_calls. kNone: all text.
+  ToolCallSyntax tool_call_syntax = ToolCallSyntax::kNone;
+  std::vector<std::string> tool_names;
+  // Chat: "<think>...</think>" goes to reasoning_content (the router's --reasoning-parser
+  // and the request's separate_reasoning, default true, as SGLang).
+  bool separate_reasoning = false;
 };
 
 struct ApiContext {
@@ -112,6 +125,9 @@ struct ApiContext {
   // 0 = no early check.
   int max_token_bytes = 0;
   int default_max_new_tokens = 128;  // SGLang's default for /generate
+  // The router runs with --reasoning-parser qwen3: chat answers may have their reasoning
+  // separated (RoutedRequest::separate_reasoning).
+  bool reasoning_parser = false;
 };
 
 // Parse and validate one body. Errors: absl::InvalidArgumentError naming the field

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "router/api/shapes.h"
+#include "router/api/tool_calls.h"
 
 namespace tandem::router {
 namespace {
@@ -58,7 +59,18 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       logprob_start_len_(request.logprob_start_len),
       prompt_text_(echo_ ? request.prompt_text : std::string()),
       input_ids_(request.return_logprob || echo_ ? request.input_ids : std::vector<int32_t>()),
+      tool_call_syntax_(request.kind == ApiKind::kChatCompletions ? request.tool_call_syntax
+                                                                  : ToolCallSyntax::kNone),
+      tool_names_(request.tool_names),
+      separate_reasoning_(request.kind == ApiKind::kChatCompletions && request.separate_reasoning),
       start_(absl::Now()) {
+  if (ParsesChat()) {
+    if (separate_reasoning_) {
+      reasoning_splitter_ = std::make_unique<api_internal::ReasoningSplitter>();
+    }
+    tool_splitter_ =
+        std::make_unique<api_internal::ToolCallSplitter>(tool_call_syntax_, tool_names_);
+  }
   if (kind_ == ApiKind::kGenerate) rid_json_ = Dump(Json(rid_));
   if (kind_ != ApiKind::kGenerate) {
     const char* object =
@@ -68,6 +80,8 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
                                       ",\"choices\":[{\"index\":", index_, ",");
   }
 }
+
+ResponseShaper::~ResponseShaper() = default;
 
 void ResponseShaper::Append(const proto::DecodeEvent& event) {
   text_ += event.text();
@@ -195,6 +209,7 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
     if (kind_ != ApiKind::kChatCompletions || sent_role_) return "";
   }
   const bool chat = kind_ == ApiKind::kChatCompletions;
+  if (chat && ParsesChat()) return ParsedChatChunks(event, first_new_token);
   sent_echo_ = true;
   const std::string text = echo_now ? EchoText() + event.text() : event.text();
   if (!event.finished() && !return_logprob_) {
@@ -373,8 +388,9 @@ std::string ResponseShaper::BatchStreamUsage(const std::vector<const ResponseSha
 nlohmann::json ResponseShaper::OpenAiChoice() const {
   const bool chat = kind_ == ApiKind::kChatCompletions;
   Json choice = {{"index", index_}};
+  bool has_tool_calls = false;
   if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+    choice["message"] = ChatMessage(&has_tool_calls);
   } else {
     choice["text"] = echo_ ? EchoText() + text_ : text_;
   }
@@ -400,6 +416,9 @@ nlohmann::json ResponseShaper::OpenAiChoice() const {
   }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = api_internal::OpenAiFinishReason(final_.finish_reason());
+  if (has_tool_calls && final_.finish_reason().type() == proto::FinishReason::STOP) {
+    choice["finish_reason"] = "tool_calls";
+  }
   choice["matched_stop"] = api_internal::MatchedStop(final_.finish_reason());
   return choice;
 }

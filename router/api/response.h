@@ -36,6 +36,7 @@
 #define TANDEM_ROUTER_API_RESPONSE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,11 @@
 
 namespace tandem::router {
 
+namespace api_internal {
+class ToolCallSplitter;
+class ReasoningSplitter;
+}  // namespace api_internal
+
 // Turns the decode leg's events (proto::DecodeEvent, each with the NEW tokens/text since the
 // previous one; the last has finished=true, finish_reason, counters, timings) into the client's
 // response in the shape of the request's ApiKind. One per request; not thread-safe. Copies what
@@ -59,6 +65,7 @@ class ResponseShaper {
  public:
   explicit ResponseShaper(const RoutedRequest& request,
                           const engine::Tokenizer* tokenizer = nullptr);
+  ~ResponseShaper();
   ResponseShaper(const ResponseShaper&) = delete;
   ResponseShaper& operator=(const ResponseShaper&) = delete;
 
@@ -101,6 +108,16 @@ class ResponseShaper {
   std::string OpenAiStreamChunks(const proto::DecodeEvent& event, size_t first_new_token);
   std::string OpenAiBody() const;
   nlohmann::json OpenAiChoice() const;  // choices[] entry of a non-streamed body
+  // Chat whose answer is read for tool calls or reasoning (chat_response.cc).
+  bool ParsesChat() const;
+  // Chat, non-streamed: the message ({"role","content"[,"reasoning_content"][,"tool_calls"]})
+  // and whether it holds tool calls.
+  nlohmann::json ChatMessage(bool* has_tool_calls) const;
+  // Chat, streamed, with ParsesChat(): the chunks for this event (reasoning, content and
+  // completed calls as deltas; the finish reason on the last).
+  std::string ParsedChatChunks(const proto::DecodeEvent& event, size_t first_new_token);
+  // Chat, streamed: the logprobs of the tokens from `first_new_token` on.
+  nlohmann::json ChatStreamLogprobs(size_t first_new_token) const;
   int64_t PromptTokens() const;
   // The prompt positions scored: [start, prompt length), start's logprob null.
   int64_t InputLogprobStart() const;
@@ -131,7 +148,14 @@ class ResponseShaper {
   const std::string prompt_text_;  // as the client sent it ("" for token ids)
   // The prompt (with return_logprob or echo): /generate's input_token_logprobs, echo.
   const std::vector<int32_t> input_ids_;
-  const absl::Time start_;  // for the streamed /generate e2e_latency
+  const ToolCallSyntax tool_call_syntax_;      // chat: how tool calls are written
+  const std::vector<std::string> tool_names_;  // the functions calls may name
+  const bool separate_reasoning_;              // chat: <think> goes to reasoning_content
+  // Chat streams with ParsesChat(): the splitters, fed each event's text.
+  std::unique_ptr<api_internal::ReasoningSplitter> reasoning_splitter_;
+  std::unique_ptr<api_internal::ToolCallSplitter> tool_splitter_;
+  int tool_calls_sent_ = 0;  // delta.tool_calls[].index of the next streamed call
+  const absl::Time start_;   // for the streamed /generate e2e_latency
   // OpenAI streams: a chunk's JSON up to the choice's fields ({"id":...,"choices":[{"index":0,).
   std::string stream_chunk_head_;
   // /generate: the rid as a JSON string, rendered once.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "router/api/chat_tools.h"
 #include "router/api/json_fields.h"
 #include "router/api/request.h"
 #include "router/api/request_common.h"
@@ -55,8 +56,10 @@ absl::StatusOr<std::string> TokenizeBody(std::string_view body, const engine::To
   if (messages != nullptr) {
     ASSIGN_OR_RETURN(const std::vector<engine::ChatMessage> conversation,
                      api_internal::ReadConversation(messages));
-    ASSIGN_OR_RETURN(const std::string text,
-                     tokenizer.ApplyChatTemplate(conversation, /*add_generation_prompt=*/true),
+    ASSIGN_OR_RETURN(const api_internal::ChatTools tools, api_internal::ReadChatTools(json));
+    ASSIGN_OR_RETURN(const engine::ChatTemplateOptions options,
+                     api_internal::TemplateOptions(json, tools));
+    ASSIGN_OR_RETURN(const std::string text, tokenizer.ApplyChatTemplate(conversation, options),
                      "cannot apply the chat template: ");
     // The rendered template carries its special tokens, as a chat request's does.
     const std::vector<int32_t> ids = tokenizer.Encode(text, /*add_special_tokens=*/false);

@@ -47,6 +47,16 @@ TEST(RouterOptionsTest, SglangPdCommandLineTranslatesAsIs) {
   EXPECT_EQ(p.options.decode_policy, "power_of_two");
 }
 
+TEST(RouterOptionsTest, ReasoningParserIsQwen3OrOff) {
+  EXPECT_EQ(Parse({"--worker-urls", "http://127.0.0.1:8001"}).options.reasoning_parser, "");
+  Parsed qwen3 = Parse({"--worker-urls", "http://127.0.0.1:8001", "--reasoning-parser", "qwen3"});
+  ASSERT_FALSE(qwen3.exit_code.has_value()) << qwen3.error;
+  EXPECT_EQ(qwen3.options.reasoning_parser, "qwen3");
+  Parsed other = Parse({"--worker-urls", "http://127.0.0.1:8001", "--reasoning-parser", "r1"});
+  EXPECT_TRUE(other.exit_code.has_value());
+  EXPECT_NE(other.error.find("reasoning-parser"), std::string::npos) << other.error;
+}
+
 TEST(RouterOptionsTest, PdDecodePolicyDefaultsToLoadUnderCacheAwareAndHonoursAnExplicitOne) {
   const std::vector<std::string> pd = {
       "--pd-disaggregation", "--prefill", "http://10.0.0.1:8000", "8998", "--decode",

@@ -1,6 +1,7 @@
 // libFuzzer entry point: an HTTP body -> RoutedRequest through the parser the first byte picks
 // (0: /generate, 1: /v1/completions, 2: /v1/chat/completions), then, when it parses, the response
-// shaper on a final event; the same body also goes to /tokenize's and /detokenize's parsers.
+// shaper on a final event and, for chat, on the body's bytes as the model's answer (tool calls and
+// reasoning parsed from it); the same body also goes to /tokenize's and /detokenize's parsers.
 // Crashes, exceptions, sanitizer reports and an OK parse with an empty prompt are findings. The
 // tokenizer comes from $TANDEM_MODEL_DIR (default models/tandem-tiny-fortunes relative to the
 // working directory).
@@ -46,6 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx.tokenizer = &GetTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
+  ctx.reasoning_parser = (data[0] / 3) % 2 == 1;  // chat answers' <think> separated
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   // The router's parser: every item of a batch is a complete request within the cap.
   const auto batch = tandem::router::ParseBatch(kinds[data[0] % 3], body, ctx);
@@ -92,5 +94,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shaper.StreamEvent(event);
   shaper.Accumulate(event);
   shaper.Body(0.0);
+  // The body's bytes as a chat answer, in two pieces: tool calls and reasoning read from
+  // arbitrary model output, streamed and not.
+  if (parsed->kind == ApiKind::kChatCompletions) {
+    tandem::router::ResponseShaper streamed(*parsed, ctx.tokenizer);
+    tandem::router::ResponseShaper whole(*parsed, ctx.tokenizer);
+    const size_t half = body.size() / 2;
+    tandem::proto::DecodeEvent first;
+    first.add_token_ids(parsed->input_ids.front());
+    first.set_text(std::string(body.substr(0, half)));
+    tandem::proto::DecodeEvent last = first;
+    last.set_text(std::string(body.substr(half)));
+    last.set_finished(true);
+    last.mutable_finish_reason()->set_type(tandem::proto::FinishReason::STOP);
+    for (const tandem::proto::DecodeEvent* e : {&first, &last}) {
+      streamed.StreamEvent(*e);
+      whole.Accumulate(*e);
+    }
+    whole.Body(0.0);
+  }
   return 0;
 }

@@ -129,13 +129,177 @@ check('completions stream', async () => {
   assert.equal(finish, whole.choices[0].finish_reason);
 });
 
+// The JSON Schema subset the tool and response_format checks use: every failure is thrown.
+function validate(value, schema, path = '$') {
+  const fail = (why) => { throw new Error(`${path}: ${why} (${JSON.stringify(value)})`); };
+  if (schema.enum && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value))) {
+    fail('not in enum');
+  }
+  switch (schema.type) {
+    case 'object':
+      if (value === null || typeof value !== 'object' || Array.isArray(value)) fail('not an object');
+      for (const key of schema.required ?? []) if (!(key in value)) fail(`lacks ${key}`);
+      for (const [key, v] of Object.entries(value)) {
+        if (schema.properties?.[key]) validate(v, schema.properties[key], `${path}.${key}`);
+        else if (schema.additionalProperties === false) fail(`extra key ${key}`);
+      }
+      break;
+    case 'array':
+      if (!Array.isArray(value)) fail('not an array');
+      if (schema.maxItems !== undefined && value.length > schema.maxItems) fail('too many items');
+      if (schema.minItems !== undefined && value.length < schema.minItems) fail('too few items');
+      value.forEach((v, i) => schema.items && validate(v, schema.items, `${path}[${i}]`));
+      break;
+    case 'string': if (typeof value !== 'string') fail('not a string'); break;
+    case 'integer': if (!Number.isInteger(value)) fail('not an integer'); break;
+    case 'number': if (typeof value !== 'number') fail('not a number'); break;
+    case 'boolean': if (typeof value !== 'boolean') fail('not a boolean'); break;
+    default: break;
+  }
+}
+
+const weatherTool = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city',
+    parameters: {
+      type: 'object',
+      properties: {
+        city: { type: 'string', enum: ['Paris', 'Oslo', 'Lima'] },
+        days: { type: 'integer' },
+        hourly: { type: 'boolean' },
+      },
+      required: ['city', 'days'],
+      additionalProperties: false,
+    },
+  },
+};
+const fortuneTool = {
+  type: 'function',
+  function: { name: 'tell_fortune', parameters: { type: 'object', properties: {} } },
+};
+const byName = { get_weather: weatherTool, tell_fortune: fortuneTool };
+
+function checkCall(call) {
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^call_[0-9a-f]{24}$/);
+  const tool = byName[call.function.name];
+  assert.ok(tool, `unknown function ${call.function.name}`);
+  validate(JSON.parse(call.function.arguments), tool.function.parameters);
+}
+
+check('chat: tools with tool_choice required give a valid call', async () => {
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: 'default', messages: [{ role: 'user', content: 'Weather in Paris for 3 days?' }],
+      tools: [weatherTool, fortuneTool], tool_choice: 'required', parallel_tool_calls: false,
+      max_tokens: 120, temperature: 1, seed,
+    });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+    assert.equal(c.message.content, null);
+    assert.equal(c.message.tool_calls.length, 1);
+    checkCall(c.message.tool_calls[0]);
+  }
+});
+
+check('chat: a named tool_choice calls that function', async () => {
+  const r = await client.chat.completions.create({
+    model: 'default', messages: [{ role: 'user', content: 'Anything.' }],
+    tools: [fortuneTool, weatherTool],
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    max_tokens: 120, temperature: 0.8, seed: 5,
+  });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'tool_calls');
+  assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
+  checkCall(c.message.tool_calls[0]);
+});
+
+check('chat stream: tool_choice required streams the call as a delta', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'default', messages: [{ role: 'user', content: 'Weather in Oslo?' }],
+    tools: [weatherTool], tool_choice: 'required', parallel_tool_calls: false, max_tokens: 120,
+    temperature: 1, seed: 9, stream: true,
+  });
+  const calls = [];
+  let finish = null;
+  let content = '';
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      content += c.delta.content ?? '';
+      for (const t of c.delta.tool_calls ?? []) {
+        if (calls[t.index] === undefined) {
+          calls[t.index] = { id: t.id, type: t.type, function: { name: '', arguments: '' } };
+        }
+        calls[t.index].function.name += t.function?.name ?? '';
+        calls[t.index].function.arguments += t.function?.arguments ?? '';
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.equal(content, '');
+  assert.equal(calls.length, 1);
+  checkCall(calls[0]);
+});
+
+check('chat: parallel tool calls are each valid', async () => {
+  // A small model may keep calling until max_tokens; every finished call still validates.
+  const r = await client.chat.completions.create({
+    model: 'default', messages: [{ role: 'user', content: 'Weather in Paris and Lima?' }],
+    tools: [weatherTool, fortuneTool], tool_choice: 'required', max_tokens: 120, temperature: 1,
+    seed: 11,
+  });
+  const c = r.choices[0];
+  assert.ok(['tool_calls', 'length'].includes(c.finish_reason), c.finish_reason);
+  assert.ok(c.message.tool_calls.length >= 1);
+  for (const call of c.message.tool_calls) checkCall(call);
+});
+
+check('chat: a tool conversation is accepted and answered', async () => {
+  const r = await client.chat.completions.create({
+    model: 'default', tools: [weatherTool], max_tokens: 8,
+    messages: [
+      { role: 'user', content: 'Weather in Lima?' },
+      { role: 'assistant', content: null, tool_calls: [{
+        id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city": "Lima", "days": 1}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'Sunny, 24 C' },
+    ],
+  });
+  assert.equal(r.choices[0].message.role, 'assistant');
+});
+
+check('chat: response_format json_schema output validates', async () => {
+  const schema = weatherTool.function.parameters;
+  for (const stream of [false, true]) {
+    const args = {
+      model: 'default', messages: [{ role: 'user', content: 'Weather as JSON.' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'weather', schema } },
+      max_tokens: 120, temperature: 1, seed: 4,
+    };
+    let text = '';
+    if (stream) {
+      for await (const chunk of await client.chat.completions.create({ ...args, stream: true })) {
+        text += chunk.choices[0]?.delta?.content ?? '';
+      }
+    } else {
+      text = (await client.chat.completions.create(args)).choices[0].message.content;
+    }
+    validate(JSON.parse(text), schema);
+  }
+});
+
 check('errors are the SDK\'s typed errors', async () => {
   await assert.rejects(
       client.chat.completions.create({
         model: 'default', messages: [{ role: 'user', content: 'x' }],
         tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
+        tool_choice: { type: 'function', function: { name: 'g' } },
       }),
-      (e) => e instanceof OpenAI.BadRequestError && /tools/.test(e.message));
+      (e) => e instanceof OpenAI.BadRequestError && /tool_choice/.test(e.message));
   await assert.rejects(
       client.completions.create({ model: 'default', prompt: 'x', n: 129 }),
       (e) => e instanceof OpenAI.BadRequestError && /n must be/.test(e.message));

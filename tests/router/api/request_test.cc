@@ -393,15 +393,15 @@ TEST(ParseChatCompletionsTest, Errors) {
             "messages[0].content[0].text is required");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":["a"]}]})"),
             "messages[0].content[0] must be an object, got string");
-  EXPECT_EQ(error(R"({"messages":[{"role":"tool","content":"a","tool_call_id":"1"}]})"),
-            "messages[0].role 'tool' is not supported; use system, user or assistant");
+  EXPECT_EQ(error(R"({"messages":[{"role":"function","content":"a","name":"f"}]})"),
+            "messages[0].role 'function' is not supported; use system, user, assistant or tool");
   EXPECT_EQ(error(R"({"messages":[{"role":"assistant","tool_calls":[{"id":"1"}]}]})"),
-            "messages[0].tool_calls is not supported");
+            "messages[0].tool_calls[0].function must be an object");
   EXPECT_EQ(error(R"({"messages":[{"content":"a"}]})"), "messages[0].role is required");
   EXPECT_EQ(error(R"({"messages":[{"role":"user"}]})"), "messages[0].content is required");
   EXPECT_EQ(error(R"({"messages":[1]})"), "messages[0] must be an object, got integer");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function"}]})"),
-            "tools is not supported: this server does not call tools");
+            "tools[0].function must be an object");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],"top_logprobs":3})"),
             "top_logprobs requires logprobs: true");
   EXPECT_EQ(

@@ -97,7 +97,7 @@ TEST(TokenizeTest, ErrorsNameTheField) {
   EXPECT_THAT(TokenizeError(R"({"prompt":"a","add_special_tokens":"yes"})"),
               HasSubstr("add_special_tokens must be a boolean"));
   EXPECT_THAT(TokenizeError(R"({"messages":[]})"), HasSubstr("messages must not be empty"));
-  EXPECT_THAT(TokenizeError(R"({"messages":[{"role":"tool","content":"x"}]})"),
+  EXPECT_THAT(TokenizeError(R"({"messages":[{"role":"wizard","content":"x"}]})"),
               HasSubstr("messages[0]"));
   EXPECT_THAT(TokenizeError(R"({"prompt":"a","model":7})"), HasSubstr("model must be a string"));
   EXPECT_THAT(TokenizeError("[1,2]"), HasSubstr("object"));

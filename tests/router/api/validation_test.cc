@@ -127,7 +127,7 @@ TEST(EchoedStringsTest, ModelAndUserAreBoundedAndQuotedShort) {
   EXPECT_EQ(Error(ApiKind::kChatCompletions,
                   R"({"messages":[{"role":")" + std::string(1000, 'x') + R"(","content":"a"}]})"),
             "messages[0].role '" + std::string(64, 'x') +
-                "...' is not supported; use system, user or assistant");
+                "...' is not supported; use system, user, assistant or tool");
 }
 
 TEST(BodyEndTest, OnlyWhitespaceMayFollowTheJson) {

@@ -1,0 +1,273 @@
+// Chat requests with tools: tool conversations rendered through the checkpoint's template (here
+// Qwen2.5's, which prints tools and tool calls), tool_choice and chat_template_kwargs, and the
+// 400s naming the field.
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "engine/grammar/ebnf_compiler.h"
+#include "engine/grammar/matcher.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "router/api/request.h"
+#include "tests/router/api/test_tokenizer.h"
+
+namespace tandem::router {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// The fortunes vocabulary with Qwen2.5-7B-Instruct's chat template.
+const engine::Tokenizer& QwenTokenizer() {
+  static const engine::Tokenizer* tokenizer = [] {
+    const std::string root = TANDEM_SOURCE_DIR;
+    nlohmann::json config = nlohmann::json::parse(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    config["chat_template"] =
+        ReadFile(root + "/tests/engine/jinja_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+    auto loaded = engine::Tokenizer::FromStrings(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? loaded->release() : nullptr;
+  }();
+  return *tokenizer;
+}
+
+ApiContext QwenContext() {
+  ApiContext ctx;
+  ctx.tokenizer = &QwenTokenizer();
+  ctx.context_length = 4096;
+  return ctx;
+}
+
+constexpr char kWeatherTool[] =
+    R"({"type":"function","function":{"name":"get_weather","description":"Weather now",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"},)"
+    R"("unit":{"enum":["c","f"]}},"required":["city"]}}})";
+
+std::string Body(const std::string& fields) {
+  return std::string(R"({"messages":[{"role":"user","content":"Paris?"}],"tools":[)") +
+         kWeatherTool + "]" + (fields.empty() ? "" : "," + fields) + "}";
+}
+
+std::string Error(const std::string& body) {
+  const auto parsed = ParseChatCompletions(body, QwenContext());
+  EXPECT_FALSE(parsed.ok());
+  return parsed.ok() ? "" : std::string(parsed.status().message());
+}
+
+TEST(ChatToolsTest, ToolsReachTheTemplateInTheClientsKeyOrder) {
+  const auto parsed = ParseChatCompletions(Body(""), QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->prompt_text,
+              HasSubstr("<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+                        "\"get_weather\", \"description\": \"Weather now\", \"parameters\": "
+                        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": "
+                        "\"string\"}, \"unit\": {\"enum\": [\"c\", \"f\"]}}, \"required\": "
+                        "[\"city\"]}}}\n</tools>"));
+}
+
+TEST(ChatToolsTest, ToolConversationRendersCallsAndResults) {
+  const auto parsed = ParseChatCompletions(
+      std::string(R"({"messages":[{"role":"user","content":"Paris?"},)"
+                  R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1",)"
+                  R"("type":"function","function":{"name":"get_weather",)"
+                  R"("arguments":"{\"unit\": \"c\", \"city\": \"Paris\"}"}}]},)"
+                  R"({"role":"tool","tool_call_id":"call_1","content":"21"}],"tools":[)") +
+          kWeatherTool + "]}",
+      QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  // The arguments string was parsed (printed once, not double-encoded, in its own key order).
+  EXPECT_THAT(parsed->prompt_text,
+              HasSubstr("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", "
+                        "\"arguments\": {\"unit\": \"c\", \"city\": \"Paris\"}}\n</tool_call>"
+                        "<|im_end|>\n<|im_start|>user\n<tool_response>\n21\n</tool_response>"
+                        "<|im_end|>\n<|im_start|>assistant\n"));
+}
+
+TEST(ChatToolsTest, ToolChoiceNoneRendersWithoutTools) {
+  const auto none = ParseChatCompletions(Body(R"("tool_choice":"none")"), QwenContext());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_THAT(none->prompt_text, ::testing::Not(HasSubstr("<tools>")));
+  const auto named = ParseChatCompletions(
+      Body(R"("tool_choice":{"type":"function","function":{"name":"get_weather"}})"),
+      QwenContext());
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_THAT(named->prompt_text, HasSubstr("\"name\": \"get_weather\""));
+}
+
+TEST(ChatToolsTest, ChatTemplateKwargsBecomeTemplateVariables) {
+  // The fortunes template ignores unknown variables; Qwen2.5's too: the kwargs are only checked
+  // to be an object here (their effect is covered by the template tests).
+  EXPECT_TRUE(ParseChatCompletions(Body(R"("chat_template_kwargs":{"enable_thinking":false})"),
+                                   QwenContext())
+                  .ok());
+  EXPECT_EQ(Error(Body(R"("chat_template_kwargs":[1])")),
+            "chat_template_kwargs must be an object, got array");
+}
+
+TEST(ChatToolsTest, Errors) {
+  const std::string user = R"({"messages":[{"role":"user","content":"a"}],)";
+  EXPECT_EQ(Error(user + R"("tools":{"type":"function"}})"),
+            "tools must be an array of functions, got object");
+  EXPECT_EQ(Error(user + R"("tools":[{"type":"retrieval","function":{"name":"f"}}]})"),
+            "tools[0].type must be \"function\"");
+  EXPECT_EQ(Error(user + R"("tools":[{"type":"function","function":{"name":"a b"}}]})"),
+            "tools[0].function.name must be a string of 1 to 64 letters, digits, '_' or '-'");
+  EXPECT_EQ(
+      Error(user + R"("tools":[{"type":"function","function":{"name":"f","parameters":1}}]})"),
+      "tools[0].function.parameters must be a JSON Schema object");
+  EXPECT_EQ(Error(user + R"("tools":[{"type":"function","function":{"name":"f"}},)"
+                         R"({"type":"function","function":{"name":"f"}}]})"),
+            "tools[1].function.name 'f' names a function twice");
+  EXPECT_EQ(Error(user + R"("tool_choice":"required"})"),
+            "tool_choice \"required\" needs a non-empty tools list");
+  EXPECT_EQ(Error(Body(R"("tool_choice":"any")")),
+            "tool_choice 'any' is not supported; use \"none\", \"auto\", \"required\" or "
+            "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+  EXPECT_EQ(Error(Body(R"("tool_choice":{"type":"function","function":{"name":"nope"}})")),
+            "tool_choice.function.name 'nope' is not a function of tools");
+  EXPECT_EQ(Error(R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function",)"
+                  R"("function":{"name":"f","arguments":"{oops"}}]}]})"),
+            "messages[0].tool_calls[0].function.arguments must be a JSON text");
+  EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":"a","tool_calls":[]}]})"),
+            "messages[0].tool_calls is only allowed on assistant messages");
+  EXPECT_EQ(Error(R"({"messages":[{"role":"tool"}]})"), "messages[0].content is required");
+}
+
+}  // namespace
+}  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+// Whether the EBNF a request was constrained with accepts `text` as a whole answer.
+bool GrammarAccepts(const RoutedRequest& request, const std::string& text) {
+  auto grammar = engine::grammar::CompileEbnf(request.sampling.ebnf());
+  EXPECT_TRUE(grammar.ok()) << grammar.status();
+  if (!grammar.ok()) return false;
+  auto matcher = engine::grammar::GrammarMatcher::Create(*grammar);
+  EXPECT_TRUE(matcher.ok()) << matcher.status();
+  return matcher.ok() && matcher->AcceptString(text) && matcher->IsComplete();
+}
+
+TEST(ChatToolsGrammarTest, RequiredConstrainsTheAnswerToCallsOfTheTools) {
+  const auto parsed = ParseChatCompletions(Body(R"("tool_choice":"required")"), QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tool_call_syntax, ToolCallSyntax::kQwen);
+  ASSERT_FALSE(parsed->sampling.ebnf().empty());
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"c\"}}\n</tool_call>";
+  EXPECT_TRUE(GrammarAccepts(*parsed, call));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call + "\n" + call));  // parallel calls by default
+  EXPECT_FALSE(GrammarAccepts(*parsed, "Sure!"));
+  EXPECT_FALSE(GrammarAccepts(  // unit outside its enum
+      *parsed,
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"k\"}}\n</tool_call>"));
+  EXPECT_FALSE(GrammarAccepts(  // a function not in tools
+      *parsed, "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>"));
+}
+
+TEST(ChatToolsGrammarTest, NamedChoiceAllowsOneCallOfThatFunction) {
+  const auto parsed = ParseChatCompletions(
+      std::string(R"({"messages":[{"role":"user","content":"x"}],"tools":[)") + kWeatherTool +
+          R"(,{"type":"function","function":{"name":"get_time","parameters":{"type":"object",)"
+          R"("properties":{"tz":{"type":"string"},"n":{"type":"array","items":{"type":)"
+          R"("integer"},"maxItems":2}}}}}],)"
+          R"("tool_choice":{"type":"function","function":{"name":"get_time"}}})",
+      QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", \"n\": [1, -20]}}"
+      "\n</tool_call>";
+  EXPECT_TRUE(GrammarAccepts(*parsed, call));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call + "\n" + call));
+  EXPECT_FALSE(
+      GrammarAccepts(*parsed,
+                     "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\", "
+                     "\"n\": [1, 2, 3]}}\n</tool_call>"));
+  EXPECT_FALSE(
+      GrammarAccepts(*parsed,
+                     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", "
+                     "\"unit\": \"c\"}}\n</tool_call>"));
+}
+
+TEST(ChatToolsGrammarTest, AutoAndNoneDoNotConstrain) {
+  for (const char* choice : {R"("tool_choice":"auto")", R"("tool_choice":"none")"}) {
+    const auto parsed = ParseChatCompletions(Body(choice), QwenContext());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(parsed->sampling.ebnf().empty());
+  }
+}
+
+TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+            R"("properties":{"n":{"type":"integer","minimum":1}}}}}]})"),
+      "tools[0].function.parameters: keyword 'minimum' cannot be enforced for a required tool "
+      "call");
+  EXPECT_THAT(Error(Body(R"("tool_choice":"required","response_format":{"type":"json_object"})")),
+              HasSubstr("only one of regex, json_schema, ebnf and response_format"));
+}
+
+}  // namespace
+}  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+// The fortunes vocabulary with Llama 3.2's chat template (the Llama-3 family).
+const engine::Tokenizer& LlamaTokenizer() {
+  static const engine::Tokenizer* tokenizer = [] {
+    const std::string root = TANDEM_SOURCE_DIR;
+    nlohmann::json config = nlohmann::json::parse(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    config["chat_template"] =
+        ReadFile(root + "/tests/engine/jinja_templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
+    config["bos_token"] = "<|im_start|>";
+    auto loaded = engine::Tokenizer::FromStrings(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? loaded->release() : nullptr;
+  }();
+  return *tokenizer;
+}
+
+TEST(ChatToolsGrammarTest, Llama3TemplatesUseTheJsonCallSyntax) {
+  ApiContext ctx = QwenContext();
+  ctx.tokenizer = &LlamaTokenizer();
+  const auto parsed = ParseChatCompletions(Body(R"("tool_choice":"required")"), ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tool_call_syntax, ToolCallSyntax::kLlama3);
+  EXPECT_TRUE(GrammarAccepts(
+      *parsed, R"({"name": "get_weather", "parameters": {"city": "Oslo", "unit": "f"}})"));
+  EXPECT_FALSE(GrammarAccepts(*parsed, "<tool_call>\n{\"name\": \"get_weather\"}"));
+}
+
+TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
+  ApiContext ctx = QwenContext();
+  const std::string plain = R"({"messages":[{"role":"user","content":"x"}]})";
+  const std::string off =
+      R"({"messages":[{"role":"user","content":"x"}],"separate_reasoning":false})";
+  EXPECT_FALSE(ParseChatCompletions(plain, ctx)->separate_reasoning);
+  ctx.reasoning_parser = true;
+  EXPECT_TRUE(ParseChatCompletions(plain, ctx)->separate_reasoning);  // SGLang's default
+  EXPECT_FALSE(ParseChatCompletions(off, ctx)->separate_reasoning);
+  EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":"x"}],"separate_reasoning":1})"),
+            "separate_reasoning must be a boolean, got integer");
+}
+
+}  // namespace
+}  // namespace tandem::router

@@ -1,0 +1,151 @@
+// Tool calling end to end: tandem-router with the shipped model's chat template in front of a
+// plain worker and of a prefill/decode pair. tool_choice "required" and a named function make
+// the tiny model write calls (the grammar constrains the prefill worker's first token too) whose
+// arguments validate against the tool's schema — checked with the engine's own JSON Schema
+// compiler, independent of the router's call grammar — streamed and not.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/matcher.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/process.h"
+#include "tests/integration/router_process.h"
+#include "tests/integration/worker_process.h"
+
+namespace tandem::itest {
+namespace {
+
+using nlohmann::json;
+
+const json kWeatherParameters = json::parse(R"({"type":"object","properties":{
+    "city":{"type":"string","enum":["Paris","Oslo"]},"days":{"type":"integer"},
+    "hourly":{"type":"boolean"}},"required":["city","days"],"additionalProperties":false})");
+
+json ChatBody(const json& tool_choice, bool stream, int seed) {
+  return {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+          {"tools",
+           {{{"type", "function"},
+             {"function", {{"name", "get_weather"}, {"parameters", kWeatherParameters}}}},
+            {{"type", "function"}, {"function", {{"name", "tell_fortune"}}}}}},
+          {"tool_choice", tool_choice},
+          {"parallel_tool_calls", false},
+          {"max_tokens", 120},
+          {"temperature", 1},
+          {"seed", seed},
+          {"stream", stream}};
+}
+
+// Whether `arguments` (JSON text) is an instance of the weather schema.
+bool ValidWeatherArguments(const std::string& arguments) {
+  auto grammar = engine::grammar::CompileJsonSchema(kWeatherParameters.dump());
+  EXPECT_TRUE(grammar.ok()) << grammar.status();
+  if (!grammar.ok()) return false;
+  auto matcher = engine::grammar::GrammarMatcher::Create(*grammar);
+  // The schema grammar takes compact JSON in the schema's property order, as the router writes.
+  return matcher.ok() && matcher->AcceptString(arguments) && matcher->IsComplete();
+}
+
+// The one call of a chat answer (non-streamed body or SSE), checked for shape.
+json OneCall(const testing::ClientResponse& response, bool stream) {
+  EXPECT_EQ(response.status, 200) << response.body;
+  json call;
+  std::string finish;
+  if (!stream) {
+    const json body = json::parse(response.body);
+    const json& choice = body["choices"][0];
+    finish = choice["finish_reason"];
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << response.body;
+    EXPECT_EQ(choice["message"]["tool_calls"].size(), 1u) << response.body;
+    call = choice["message"]["tool_calls"][0];
+  } else {
+    bool done = false;
+    for (const json& event : SseEvents(response.body, &done)) {
+      if (event["choices"].empty()) continue;
+      const json& choice = event["choices"][0];
+      const json& delta = choice["delta"];
+      if (delta.contains("content") && delta["content"].is_string()) {
+        EXPECT_EQ(delta["content"], "") << response.body;
+      }
+      if (delta.contains("tool_calls")) {
+        EXPECT_TRUE(call.is_null()) << "a second call: " << response.body;
+        call = delta["tool_calls"][0];
+        EXPECT_EQ(call["index"], 0);
+      }
+      if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    }
+    EXPECT_TRUE(done);
+  }
+  EXPECT_EQ(finish, "tool_calls") << response.body;
+  EXPECT_EQ(call["type"], "function") << response.body;
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u) << response.body;
+  return call;
+}
+
+class RouterToolsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
+    prefill_ = StartWorker("prefill").release();
+    decode_ = StartWorker("decode").release();
+  }
+  static void TearDownTestSuite() {
+    for (WorkerProcess* w : {colocated_, prefill_, decode_}) delete w;
+  }
+  static std::vector<std::unique_ptr<RouterProcess>> Routers() {
+    std::vector<std::unique_ptr<RouterProcess>> routers;
+    routers.push_back(
+        StartRouter({"--cluster-secret", kTestClusterSecret, "--worker-urls", colocated_->url()}));
+    routers.push_back(StartRouter(
+        {"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
+         prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode", decode_->url()}));
+    return routers;
+  }
+
+  static WorkerProcess* colocated_;
+  static WorkerProcess* prefill_;
+  static WorkerProcess* decode_;
+};
+WorkerProcess* RouterToolsTest::colocated_ = nullptr;
+WorkerProcess* RouterToolsTest::prefill_ = nullptr;
+WorkerProcess* RouterToolsTest::decode_ = nullptr;
+
+TEST_F(RouterToolsTest, RequiredGivesAValidCallStreamedAndNotInPlainAndPdMode) {
+  for (const auto& router : Routers()) {
+    for (const bool stream : {false, true}) {
+      for (int seed = 1; seed <= 3; ++seed) {
+        SCOPED_TRACE(::testing::Message()
+                     << "port " << router->port << " stream " << stream << " seed " << seed);
+        const json call = OneCall(RouterRequest(router->port, "POST", "/v1/chat/completions",
+                                                ChatBody("required", stream, seed).dump()),
+                                  stream);
+        const std::string name = call["function"]["name"];
+        const std::string arguments = call["function"]["arguments"];
+        if (name == "get_weather") {
+          EXPECT_TRUE(ValidWeatherArguments(arguments)) << arguments;
+        } else {
+          EXPECT_EQ(name, "tell_fortune");
+          EXPECT_TRUE(json::parse(arguments).is_object()) << arguments;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(RouterToolsTest, NamedFunctionIsCalledWithValidArguments) {
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (const auto& router : Routers()) {
+    for (const bool stream : {false, true}) {
+      const json call = OneCall(RouterRequest(router->port, "POST", "/v1/chat/completions",
+                                              ChatBody(named, stream, 7).dump()),
+                                stream);
+      EXPECT_EQ(call["function"]["name"], "get_weather");
+      EXPECT_TRUE(ValidWeatherArguments(call["function"]["arguments"])) << call.dump();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::itest
