@@ -7,6 +7,7 @@
 // callback runs on the test thread.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -242,6 +243,8 @@ class DispatcherRulesTest : public ::testing::Test {
 
   void TearDown() override {
     // End every leg still running so that no callback holds a run, then drop what is scheduled.
+    // The runs' Outcomes were locals of the test body and are gone: their callbacks must not run.
+    tearing_down_ = true;
     for (const LegBook::Started& s : book_.legs) s.leg->Fail(absl::CancelledError("teardown"));
     clock_.RunDue();
     clock_.Clear();
@@ -255,8 +258,12 @@ class DispatcherRulesTest : public ::testing::Test {
     r->sampling.set_max_new_tokens(4);
     r->stream = stream;
     return dispatcher_->Start(
-        r, [out](const proto::DecodeEvent& e) { out->events.push_back(e); },
-        [out](absl::Status s) {
+        r,
+        [this, out](const proto::DecodeEvent& e) {
+          if (!tearing_down_) out->events.push_back(e);
+        },
+        [this, out](absl::Status s) {
+          if (tearing_down_) return;
           EXPECT_FALSE(out->status.has_value()) << "on_done ran twice";
           out->status = std::move(s);
         });
@@ -283,6 +290,7 @@ class DispatcherRulesTest : public ::testing::Test {
   std::unique_ptr<Policy> prefill_policy_;
   std::unique_ptr<Policy> decode_policy_;
   std::unique_ptr<Dispatcher> dispatcher_;
+  std::atomic<bool> tearing_down_{false};
 };
 
 TEST_F(DispatcherRulesTest, BeforeTheFirstTokenAFailureIsRetriedWithANewPairAndANewRoom) {
