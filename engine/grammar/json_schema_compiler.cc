@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "common/status.h"
 #include "engine/grammar/regex_compiler.h"
 #include "engine/grammar/utf8_class.h"
@@ -49,32 +50,6 @@ std::string Escape(std::string_view token) {
 // JSON nesting deeper than this is refused before parsing (a schema nested to the compiler's own
 // depth limit stays far below it).
 constexpr int kMaxSchemaJsonDepth = 256;
-
-// The deepest nesting of arrays/objects in `text` (strings skipped), counting up to just past
-// kMaxSchemaJsonDepth.
-int JsonNestingDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > kMaxSchemaJsonDepth) break;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 // Trie over code points of the listed property names: the keys an additional property may not
 // use.
@@ -548,7 +523,7 @@ class JsonSchemaCompiler {
 absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,
                                              const GrammarLimits& limits) {
   // The JSON parser recurses per nesting level: bound it before parsing untrusted text.
-  if (JsonNestingDepth(schema_json) > kMaxSchemaJsonDepth) {
+  if (JsonNestingDepth(schema_json, kMaxSchemaJsonDepth) > kMaxSchemaJsonDepth) {
     return absl::InvalidArgumentError(absl::StrCat(
         "json_schema: the schema nests JSON deeper than ", kMaxSchemaJsonDepth, " levels"));
   }

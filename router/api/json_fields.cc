@@ -5,40 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 
 namespace tandem::router::api_internal {
 namespace {
-
-// The deepest nesting of arrays/objects in `body`, counting only brackets outside strings.
-// Stops early once past kMaxJsonDepth. Malformed input is left for the parser to report.
-int NestingDepth(std::string_view body) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      ++depth;
-      if (depth > max_depth) max_depth = depth;
-      if (max_depth > kMaxJsonDepth) break;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 // The JSON Schema objects of a request body, as pointers (see ParseJsonObject's header comment).
 std::vector<Json::json_pointer> SchemaObjects(const Json& body) {
@@ -67,7 +37,7 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
         absl::StrCat("the request body is not valid JSON: a NUL byte at offset ", nul,
                      "; only whitespace may follow the JSON object"));
   }
-  if (NestingDepth(body) > kMaxJsonDepth) {
+  if (JsonNestingDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
   }

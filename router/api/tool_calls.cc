@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "common/json_depth.h"
 #include "nlohmann/json.hpp"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
@@ -50,32 +51,6 @@ std::string_view DropLeadingSpace(std::string_view text, bool* started) {
   return text;
 }
 
-// Whether `text` nests arrays/objects deeper than kMaxJsonDepth (brackets outside strings):
-// such model output is not parsed, so printing it back can never recurse that deep.
-bool NestsTooDeep(std::string_view text) {
-  int depth = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 ToolCallSplitter::ToolCallSplitter(ToolCallSyntax syntax, std::vector<std::string> tool_names)
@@ -96,7 +71,8 @@ void ToolCallSplitter::AddCall(ParsedToolCall call, SplitText* out) {
 }
 
 bool ToolCallSplitter::ParseCall(std::string_view json, ParsedToolCall* call) const {
-  if (NestsTooDeep(json)) return false;
+  // Deeper output is not parsed, so printing it back can never recurse that deep.
+  if (JsonNestingDepth(json, kMaxJsonDepth) > kMaxJsonDepth) return false;
   const OrderedJson parsed = OrderedJson::parse(StripSpace(json), nullptr,
                                                 /*allow_exceptions=*/false);
   if (!parsed.is_object()) return false;
