@@ -123,21 +123,27 @@ void Run::StartAttempt() {
   } else {
     decodes = d_->registry_->Available(pd() ? WorkerType::kDecode : WorkerType::kRegular);
   }
+  std::vector<WorkerPtr> prefills;
+  if (paired(*a)) prefills = d_->registry_->Available(WorkerType::kPrefill);
+  if (paired(*a) && !prefill_only() && !decodes.empty()) {
+    DecideDisaggregation(a.get(), decodes, prefills, policy_request);
+  }
   if (paired(*a)) {
-    std::vector<WorkerPtr> prefills = d_->registry_->Available(WorkerType::kPrefill);
     if (!prefills.empty()) a->prefill = d_->prefill_policy_->Select(prefills, policy_request);
     if (a->prefill == nullptr) {
+      a->decode = nullptr;  // chosen for the saturation rule, not yet counted (BeginRequest)
       Fail(a, absl::UnavailableError("no healthy prefill worker to route to"), true);
       return;
     }
     a->prefill->BeginRequest();
+    a->prefill->AddPrefillTokens(static_cast<int64_t>(request_->input_ids.size()));
   }
-  if (!a->pinned && !decodes.empty() && !prefill_only()) {
+  if (!a->pinned && a->decode == nullptr && !decodes.empty() && !prefill_only()) {
     a->decode = d_->decode_policy_->Select(decodes, policy_request);
   }
   if (a->decode == nullptr && !prefill_only()) {
     if (a->prefill) {
-      a->prefill->EndRequest(true);
+      EndPrefill(*a, true);
       a->prefill = nullptr;
     }
     Fail(a,
@@ -152,7 +158,7 @@ void Run::StartAttempt() {
     absl::MutexLock lock(&mu_);
     if (done()) {
       a->over = true;
-      if (a->prefill) a->prefill->EndRequest(true);
+      if (a->prefill) EndPrefill(*a, true);
       if (a->decode) a->decode->EndRequest(true);
       return;
     }
@@ -235,6 +241,30 @@ void Run::StartAttempt() {
   if (on_routed_) Announce(a, /*gone=*/false);
 }
 
+void Run::DecideDisaggregation(Attempt* a, const std::vector<WorkerPtr>& decodes,
+                               const std::vector<WorkerPtr>& prefills,
+                               const PolicyRequest& policy_request) {
+  const DisaggregationOptions& o = d_->options_.disaggregation;
+  const auto prompt = static_cast<int64_t>(request_->input_ids.size());
+  Disaggregation decision = Disaggregation::kPd;
+  if (ShortEnoughForLocalPrefill(o, prompt)) {
+    decision = Disaggregation::kLocalShort;
+  } else if (PrefillPoolSaturated(o, prefills)) {
+    a->decode = d_->decode_policy_->Select(decodes, policy_request);
+    const int64_t need = prompt + request_->sampling.max_new_tokens();
+    if (a->decode != nullptr && DecodeHasHeadroom(a->decode->load(), need)) {
+      decision = Disaggregation::kLocalSaturated;
+    }
+  }
+  a->local = decision != Disaggregation::kPd;
+  d_->metrics_->CountDisaggregation(DisaggregationName(decision));
+}
+
+void Run::EndPrefill(const Attempt& a, bool success) {
+  a.prefill->AddPrefillTokens(-static_cast<int64_t>(request_->input_ids.size()));
+  a.prefill->EndRequest(success);
+}
+
 void Run::ArmLease(const AttemptPtr& a, MonoClock::time_point when) {
   if (d_->options_.stall_timeout <= absl::ZeroDuration()) return;
   std::weak_ptr<Run> weak_self = weak_from_this();
@@ -284,7 +314,7 @@ void Run::OnPrefillDone(const AttemptPtr& a, const absl::Status& s,
       Apply(RunEvent::kEnded);
     }
   }
-  a->prefill->EndRequest(s.ok() || over || !IsWorkerFault(s.code()));
+  EndPrefill(*a, s.ok() || over || !IsWorkerFault(s.code()));
   if (answers_alone && !over && s.ok()) {
     if (!response.final_event().finished()) {
       Finish(absl::InternalError(
