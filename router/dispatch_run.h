@@ -149,7 +149,7 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   // decode worker first when the saturation rule needs its load, and counts the decision.
   void DecideDisaggregation(Attempt* a, const std::vector<WorkerPtr>& decodes,
                             const std::vector<WorkerPtr>& prefills,
-                            const PolicyRequest& policy_request);
+                            const PolicyRequest& policy_request) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the attempt's prefill worker's count of it (BeginRequest, AddPrefillTokens).
   void EndPrefill(const Attempt& a, bool success);
   // The first attempt of a sibling whose leader's worker can still take it.
@@ -177,7 +177,11 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   RunState state_ ABSL_GUARDED_BY(mu_) = RunState::kRouting;
   AttemptPtr current_ ABSL_GUARDED_BY(mu_);
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
-  int pinned_attempts_ ABSL_GUARDED_BY(mu_) = 0;  // not counted against max_retries
+  // Attempts not counted against max_retries: pinned siblings' and refused local ones'.
+  int uncounted_attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  // A decode worker refused a local attempt (FAILED_PRECONDITION: --allow-local-prefill=false):
+  // every later attempt is PD.
+  bool local_refused_ ABSL_GUARDED_BY(mu_) = false;
   Timers::Id deadline_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Serializes calls into the caller's callbacks.

@@ -22,7 +22,9 @@
 // each attempt of a request that is not a pinned sibling and decodes something is decided anew,
 // pd or local; a local attempt sends one plain decode leg (no prefill leg, no room, no bootstrap
 // host) to the policy-chosen decode worker, which prefills the prompt itself, and is aborted by
-// rid as a plain-mode leg is. Every decision is counted
+// rid as a plain-mode leg is. A decode worker that refuses it (FAILED_PRECONDITION: started with
+// --allow-local-prefill=false) makes the run try again at once as PD, outside max_retries, and
+// every later attempt of the run is PD. Every decision is counted
 // (tandem_router_disaggregation_decisions_total{decision}).
 //
 // Sharing a prompt (docs/router.md "Several choices in one request"): a run started with

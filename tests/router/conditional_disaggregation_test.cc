@@ -305,5 +305,33 @@ TEST_F(ConditionalDisaggregationTest, ALocalAttemptIsAbortedByRidAndDecidedAgain
   EXPECT_TRUE(absl::IsCancelled(*gone.status));
 }
 
+TEST_F(ConditionalDisaggregationTest, ADecodeWorkerThatRefusesToPrefillGetsThePromptAsKv) {
+  DisaggregationOptions o;
+  o.local_prefill_max_tokens = 16;
+  SetUpCluster(o);
+  Outcome out;
+  Start("r", 8, &out);
+  std::vector<LegBook::Started> legs = book_.Named("r");
+  ASSERT_EQ(legs.size(), 1u);
+  legs[0].leg->Fail(absl::FailedPreconditionError("runs with --allow-local-prefill=false"));
+  EXPECT_FALSE(out.status.has_value());  // not the caller's error: tried again
+  clock_.RunDue();                       // at once, without a backoff
+  legs = book_.Named("r-retry1");
+  ASSERT_EQ(legs.size(), 2u);  // as a pair, whatever the prompt's length
+  EXPECT_TRUE(legs[0].prefill);
+  EXPECT_EQ(Decisions("pd"), 1);
+  EXPECT_EQ(Decisions("local_short"), 1);
+  legs[0].leg->Answer();
+  legs[1].leg->Answer();
+  ASSERT_TRUE(out.status.has_value());
+  EXPECT_TRUE(out.status->ok()) << *out.status;
+  // A PD attempt's FAILED_PRECONDITION is still the caller's error.
+  Outcome bad;
+  Start("bad", 40, &bad);
+  book_.Decode("bad")->Fail(absl::FailedPreconditionError("bad request"));
+  ASSERT_TRUE(bad.status.has_value());
+  EXPECT_EQ(bad.status->code(), absl::StatusCode::kFailedPrecondition) << *bad.status;
+}
+
 }  // namespace
 }  // namespace tandem::router

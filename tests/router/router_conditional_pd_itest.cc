@@ -173,5 +173,31 @@ TEST_F(RouterConditionalPdTest, ALocalRequestEndedEarlyFreesEveryBlock) {
   ExpectAllBlocksFree(conditional->port);
 }
 
+TEST_F(RouterConditionalPdTest, ADecodeWorkerThatRefusesToPrefillGetsThePromptAsKv) {
+  auto refusing = StartWorker("decode", {"--allow-local-prefill=false"});
+  ASSERT_NE(refusing, nullptr);
+  auto conditional =
+      StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
+                   prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode",
+                   refusing->url(), "--pd-local-prefill-max-tokens", "32"});
+  auto always_pd = Pd();
+  ASSERT_NE(conditional, nullptr);
+  ASSERT_NE(always_pd, nullptr);
+  const json tokens = OutputIds(conditional->port, Generate(32, 12, false));
+  ASSERT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(OutputIds(always_pd->port, Generate(32, 12, false)), tokens);
+  // Decided local, refused, sent as a pair at once.
+  EXPECT_EQ(Metric(conditional->port,
+                   "tandem_router_disaggregation_decisions_total{decision=\"local_short\"}"),
+            1);
+  EXPECT_EQ(
+      Metric(conditional->port, "tandem_router_disaggregation_decisions_total{decision=\"pd\"}"),
+      1);
+  EXPECT_EQ(Metric(conditional->port, "tandem_router_retries_total"), 0);
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(conditional->port, kTestAdminKey, refusing->http_port, &why))
+      << why;
+}
+
 }  // namespace
 }  // namespace tandem::itest
