@@ -20,6 +20,9 @@ void RegisterDecodeFlags(Flags& flags, DecodeOptions* o) {
             "Accepted for SGLang launch scripts; must be 'decode' for this binary");
   flags.Add("--local-prefill", &o->local_prefill,
             "Prefill locally (colocated mode, no prefill workers or KV transfer)");
+  flags.Add("--allow-local-prefill", &o->allow_local_prefill,
+            "Disaggregated: also prefill requests the router sends without a prefill worker "
+            "(conditional disaggregation); --allow-local-prefill=false refuses them");
   flags
       .Add("--drain-timeout", &o->drain_timeout_s,
            "Seconds allowed on SIGTERM to finish in-flight streams before aborting them")

@@ -18,7 +18,11 @@ struct DecodeOptions {
   int http_port = 9001;            // /metrics, /health (0: ephemeral)
   int session_port = 0;            // the session socket (0: ephemeral, -1: none)
   std::string disaggregation_mode = "decode";
-  bool local_prefill = false;   // colocated mode: prefill locally, no KV transfer
+  bool local_prefill = false;  // colocated mode: prefill locally, no KV transfer
+  // Disaggregated: also prefill the legs that name no prefill worker (the router's conditional
+  // disaggregation, docs/router.md "Conditional disaggregation"). Refusing them protects the
+  // decode batch's step time from prompt compute; the router sends such legs only when told to.
+  bool allow_local_prefill = true;
   double drain_timeout_s = 30;  // on SIGTERM: finish or abort streams within this
   engine::ServingOptions serving;
   kv::TransferFlags transfer;

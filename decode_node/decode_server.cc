@@ -24,10 +24,10 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   std::unique_ptr<DecodeServer> server(new DecodeServer(std::move(options)));
   const DecodeOptions& o = server->options_;
   engine::ServingOptions serving = o.serving;
-  // A disaggregated decode worker keeps no prefix cache: its prompts arrive as KV, and the few
+  // A disaggregated decode worker keeps no prefix cache: its prompts arrive as KV, and the
   // prompt tokens it computes (parallel-sampling siblings' tails, or their whole prompts when
-  // they cannot share) would otherwise stay cached, so an idle worker would not show every block
-  // free.
+  // they cannot share; the short prompts the router's conditional disaggregation sends it) would
+  // otherwise stay cached, so an idle worker would not show every block free.
   if (!o.local_prefill) serving.disable_radix_cache = true;
   ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(serving));
   server->engine_->ExportMetrics(&server->metrics_);
@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   core.model_path = o.serving.model_path;
   core.served_model_name = engine::ServedModelName(o.serving);
   core.transfer_backend = o.local_prefill ? "" : o.transfer.backend;
+  core.decode_takes_colocated_legs = !o.local_prefill && o.allow_local_prefill;
   // The gRPC service demands the cluster secret whenever the worker has one: always when
   // disaggregated, and when a colocated worker is given one (it is optional there).
   std::string grpc_secret;

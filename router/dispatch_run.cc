@@ -114,7 +114,7 @@ void Run::StartAttempt() {
   a->pinned = PinFirstAttempt(*a);
   if (a->pinned) {
     absl::MutexLock lock(&mu_);
-    ++pinned_attempts_;
+    ++uncounted_attempts_;
   }
   const PolicyRequest policy_request{&request_->input_ids, &request_->prompt_text};
   std::vector<WorkerPtr> decodes;
@@ -123,21 +123,27 @@ void Run::StartAttempt() {
   } else {
     decodes = d_->registry_->Available(pd() ? WorkerType::kDecode : WorkerType::kRegular);
   }
+  std::vector<WorkerPtr> prefills;
+  if (paired(*a)) prefills = d_->registry_->Available(WorkerType::kPrefill);
+  if (paired(*a) && !prefill_only() && !decodes.empty()) {
+    DecideDisaggregation(a.get(), decodes, prefills, policy_request);
+  }
   if (paired(*a)) {
-    std::vector<WorkerPtr> prefills = d_->registry_->Available(WorkerType::kPrefill);
     if (!prefills.empty()) a->prefill = d_->prefill_policy_->Select(prefills, policy_request);
     if (a->prefill == nullptr) {
+      a->decode = nullptr;  // chosen for the saturation rule, not yet counted (BeginRequest)
       Fail(a, absl::UnavailableError("no healthy prefill worker to route to"), true);
       return;
     }
     a->prefill->BeginRequest();
+    a->prefill->AddPrefillTokens(static_cast<int64_t>(request_->input_ids.size()));
   }
-  if (!a->pinned && !decodes.empty() && !prefill_only()) {
+  if (!a->pinned && a->decode == nullptr && !decodes.empty() && !prefill_only()) {
     a->decode = d_->decode_policy_->Select(decodes, policy_request);
   }
   if (a->decode == nullptr && !prefill_only()) {
     if (a->prefill) {
-      a->prefill->EndRequest(true);
+      EndPrefill(*a, true);
       a->prefill = nullptr;
     }
     Fail(a,
@@ -152,7 +158,7 @@ void Run::StartAttempt() {
     absl::MutexLock lock(&mu_);
     if (done()) {
       a->over = true;
-      if (a->prefill) a->prefill->EndRequest(true);
+      if (a->prefill) EndPrefill(*a, true);
       if (a->decode) a->decode->EndRequest(true);
       return;
     }
@@ -235,6 +241,37 @@ void Run::StartAttempt() {
   if (on_routed_) Announce(a, /*gone=*/false);
 }
 
+void Run::DecideDisaggregation(Attempt* a, const std::vector<WorkerPtr>& decodes,
+                               const std::vector<WorkerPtr>& prefills,
+                               const PolicyRequest& policy_request) {
+  const DisaggregationOptions& o = d_->options_.disaggregation;
+  const auto prompt = static_cast<int64_t>(request_->input_ids.size());
+  bool refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = local_refused_;
+  }
+  Disaggregation decision = Disaggregation::kPd;
+  if (refused) {
+    // A decode worker refused to prefill this request: PD from now on.
+  } else if (ShortEnoughForLocalPrefill(o, prompt)) {
+    decision = Disaggregation::kLocalShort;
+  } else if (PrefillPoolSaturated(o, prefills)) {
+    a->decode = d_->decode_policy_->Select(decodes, policy_request);
+    const int64_t need = prompt + request_->sampling.max_new_tokens();
+    if (a->decode != nullptr && DecodeHasHeadroom(a->decode->load(), need)) {
+      decision = Disaggregation::kLocalSaturated;
+    }
+  }
+  a->local = decision != Disaggregation::kPd;
+  d_->metrics_->CountDisaggregation(DisaggregationName(decision));
+}
+
+void Run::EndPrefill(const Attempt& a, bool success) {
+  a.prefill->AddPrefillTokens(-static_cast<int64_t>(request_->input_ids.size()));
+  a.prefill->EndRequest(success);
+}
+
 void Run::ArmLease(const AttemptPtr& a, MonoClock::time_point when) {
   if (d_->options_.stall_timeout <= absl::ZeroDuration()) return;
   std::weak_ptr<Run> weak_self = weak_from_this();
@@ -284,7 +321,7 @@ void Run::OnPrefillDone(const AttemptPtr& a, const absl::Status& s,
       Apply(RunEvent::kEnded);
     }
   }
-  a->prefill->EndRequest(s.ok() || over || !IsWorkerFault(s.code()));
+  EndPrefill(*a, s.ok() || over || !IsWorkerFault(s.code()));
   if (answers_alone && !over && s.ok()) {
     if (!response.final_event().finished()) {
       Finish(absl::InternalError(
@@ -399,12 +436,18 @@ void Run::OnDecodeDone(const AttemptPtr& a, const absl::Status& s) {
   if (s.code() == absl::StatusCode::kUnavailable) {
     d_->registry_->ReportFailure(a->decode->url(), std::string(s.message()));
   }
+  if (a->local && s.code() == absl::StatusCode::kFailedPrecondition) {
+    absl::MutexLock lock(&mu_);
+    local_refused_ = true;  // Fail sends it through a prefill worker at once
+  }
   Fail(a, LegFailure(s, a->rid, "decode", a->decode->url()), !IsCallerError(s.code()));
 }
 
 void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
   int retry = 0;
-  bool unpin = false;  // a pinned leg failed: the ordinary way at once
+  // A pinned leg failed, or a decode worker refused to prefill: the ordinary way at once.
+  bool unpin = false;
+  bool refused_local = false;
   bool announced;
   {
     absl::MutexLock lock(&mu_);
@@ -419,12 +462,14 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
           absl::StrCat("upstream timeout: the request exceeded --request-timeout-secs (",
                        absl::ToInt64Seconds(d_->options_.request_timeout), " s); ", why.message()));
     }
-    if (a->pinned && !delivered() && !timed_out) {
+    refused_local = a->local && local_refused_;
+    if ((a->pinned || refused_local) && !delivered() && !timed_out) {
       unpin = true;
+      if (refused_local) ++uncounted_attempts_;
       retry = attempts_;
       Apply(RunEvent::kRetryScheduled);
     } else if (delivered() || !retryable || timed_out ||
-               attempts_ - pinned_attempts_ > d_->options_.backoff.max_retries) {
+               attempts_ - uncounted_attempts_ > d_->options_.backoff.max_retries) {
       const bool retries_spent = retryable && !delivered() && !timed_out && attempts_ > 1;
       Apply(RunEvent::kEnded);
       if (retries_spent) {
@@ -443,6 +488,15 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
     return;
   }
   auto self = shared_from_this();
+  if (unpin && refused_local) {
+    spdlog::warn(
+        "rid {}: the decode worker refused to prefill it ({}); sending it through a prefill "
+        "worker (start decode workers with --allow-local-prefill for conditional "
+        "disaggregation)",
+        request_->rid, std::string(why.message()));
+    d_->timers_->Post([self] { self->StartAttempt(); });
+    return;
+  }
   if (unpin) {
     spdlog::info("rid {}: the leg sharing {}'s prompt failed ({}); sending it on its own",
                  request_->rid, share_with_->rid, std::string(why.message()));

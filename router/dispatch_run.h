@@ -17,6 +17,7 @@
 #include "common/timer_queue.h"
 #include "proto/worker.pb.h"
 #include "router/dispatcher.h"
+#include "router/policy/policy.h"
 #include "router/workers/leg.h"
 #include "router/workers/worker_registry.h"
 
@@ -85,6 +86,9 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     WorkerPtr decode;
     // A sibling's plain decode leg to share_with_'s worker, sharing that leg's prompt.
     bool pinned = false;
+    // PD mode, conditional disaggregation: the decode worker prefills the prompt itself (one
+    // plain decode leg, no room).
+    bool local = false;
     bool announced ABSL_GUARDED_BY(mu) = false;  // on_routed_ was told where its leg went
     LegPtr prefill_call ABSL_GUARDED_BY(mu);
     LegPtr decode_call ABSL_GUARDED_BY(mu);
@@ -139,8 +143,15 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
     return state_ == RunState::kStreaming;
   }
   bool pd() const { return d_->options_.pd_mode; }
-  // The attempt has a room and a prefill leg (PD mode, not a pinned sibling).
-  bool paired(const Attempt& a) const { return pd() && !a.pinned; }
+  // The attempt has a room and a prefill leg (PD mode, not a pinned sibling, not local).
+  bool paired(const Attempt& a) const { return pd() && !a.pinned && !a.local; }
+  // PD mode: decides whether the attempt's decode worker prefills it (a->local), choosing the
+  // decode worker first when the saturation rule needs its load, and counts the decision.
+  void DecideDisaggregation(Attempt* a, const std::vector<WorkerPtr>& decodes,
+                            const std::vector<WorkerPtr>& prefills,
+                            const PolicyRequest& policy_request) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the attempt's prefill worker's count of it (BeginRequest, AddPrefillTokens).
+  void EndPrefill(const Attempt& a, bool success);
   // The first attempt of a sibling whose leader's worker can still take it.
   bool PinFirstAttempt(const Attempt& a) const;
   void Announce(const AttemptPtr& a, bool gone);
@@ -166,7 +177,11 @@ class Run : public DispatchRun, public std::enable_shared_from_this<Run> {
   RunState state_ ABSL_GUARDED_BY(mu_) = RunState::kRouting;
   AttemptPtr current_ ABSL_GUARDED_BY(mu_);
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
-  int pinned_attempts_ ABSL_GUARDED_BY(mu_) = 0;  // not counted against max_retries
+  // Attempts not counted against max_retries: pinned siblings' and refused local ones'.
+  int uncounted_attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  // A decode worker refused a local attempt (FAILED_PRECONDITION: --allow-local-prefill=false):
+  // every later attempt is PD.
+  bool local_refused_ ABSL_GUARDED_BY(mu_) = false;
   Timers::Id deadline_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Serializes calls into the caller's callbacks.

@@ -18,6 +18,15 @@
 // the stream; the caller then sees the error. Caller errors reported by a worker
 // (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE) are not retried.
 //
+// Conditional disaggregation (PD mode, DispatchOptions::disaggregation, router/disaggregation.h):
+// each attempt of a request that is not a pinned sibling and decodes something is decided anew,
+// pd or local; a local attempt sends one plain decode leg (no prefill leg, no room, no bootstrap
+// host) to the policy-chosen decode worker, which prefills the prompt itself, and is aborted by
+// rid as a plain-mode leg is. A decode worker that refuses it (FAILED_PRECONDITION: started with
+// --allow-local-prefill=false) makes the run try again at once as PD, outside max_retries, and
+// every later attempt of the run is PD. Every decision is counted
+// (tandem_router_disaggregation_decisions_total{decision}).
+//
 // Sharing a prompt (docs/router.md "Several choices in one request"): a run started with
 // StartOptions::on_routed reports where each of its attempts sent its decode leg (PD) or plain
 // leg (LegPlace), after the leg was handed to that worker's session, and that the place is gone
@@ -78,6 +87,7 @@
 #include "common/timer_queue.h"
 #include "proto/worker.pb.h"
 #include "router/api/request.h"
+#include "router/disaggregation.h"
 #include "router/policy/policy.h"
 #include "router/retry.h"
 #include "router/router_metrics.h"
@@ -91,6 +101,8 @@ struct DispatchOptions {
   absl::Duration request_timeout = absl::Seconds(1800);
   // The lease (--stall-timeout-secs; zero: none): see "Stalled legs" in the class comment.
   absl::Duration stall_timeout = absl::Seconds(30);
+  // PD mode: which prompts their decode worker prefills itself (router/disaggregation.h).
+  DisaggregationOptions disaggregation;
 };
 
 // One request being dispatched. Cancel() (client gone) cancels its legs, aborts its room on both

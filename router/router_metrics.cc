@@ -23,10 +23,24 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
                       .Get()),
       requests_(
           r->AddCounter("tandem_router_requests_total", "Requests answered", {"route", "status"})),
-      errors_(r->AddCounter("tandem_router_errors_total", "Failed requests by kind", {"kind"})) {}
+      errors_(r->AddCounter("tandem_router_errors_total", "Failed requests by kind", {"kind"})),
+      disaggregation_(r->AddCounter(
+          "tandem_router_disaggregation_decisions_total",
+          "PD attempts by where the prompt was prefilled: pd (a prefill worker), local_short or "
+          "local_saturated (the decode worker itself)",
+          {"decision"})) {
+  // Every decision's series shows from start-up, at 0 until it is taken.
+  for (const char* decision : {"pd", "local_short", "local_saturated"}) {
+    disaggregation_.WithLabels({decision});
+  }
+}
 
 void RouterMetrics::CountRequest(const std::string& route, int status) {
   requests_.WithLabels({route, std::to_string(status)}).Increment();
+}
+
+void RouterMetrics::CountDisaggregation(const char* decision) {
+  disaggregation_.WithLabels({decision}).Increment();
 }
 
 void RouterMetrics::CountError(const std::string& kind) { errors_.WithLabels({kind}).Increment(); }

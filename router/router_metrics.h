@@ -22,6 +22,9 @@ class RouterMetrics {
   // kind: "bad_request", "unauthorized", "queue_full", "queue_timeout", "no_worker",
   // "upstream", "timeout", "client_gone", "internal".
   void CountError(const std::string& kind);
+  // One PD attempt's conditional-disaggregation decision: "pd", "local_short" or
+  // "local_saturated" (router/disaggregation.h).
+  void CountDisaggregation(const char* decision);
 
   Counter& retries;
   Histogram& ttft;  // seconds, request received -> first token sent to the client
@@ -33,6 +36,7 @@ class RouterMetrics {
  private:
   MetricFamily<Counter>& requests_;
   MetricFamily<Counter>& errors_;
+  MetricFamily<Counter>& disaggregation_;
 };
 
 }  // namespace tandem::router

@@ -84,6 +84,17 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       ->expected(1, 2);
   flags.Add("--decode", &o->decode_urls, "Decode worker URL; repeat");
   flags.Add("--worker-urls", &o->worker_urls, "Colocated workers (plain mode)");
+  flags
+      .Add("--pd-local-prefill-max-tokens", &o->pd_local_prefill_max_tokens,
+           "PD mode: prompts of at most this many tokens are prefilled on their decode worker, "
+           "without a prefill worker or KV transfer (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  flags
+      .Add("--pd-prefill-saturation-tokens", &o->pd_prefill_saturation_tokens,
+           "PD mode: while every prefill worker has more than this many prompt tokens of the "
+           "router's legs in flight, a prompt goes to a decode worker with KV headroom to "
+           "prefill (0: off)")
+      ->check(CLI::NonNegativeNumber);
 
   auto policies = CLI::IsMember(kPolicies);
   flags
@@ -283,6 +294,10 @@ absl::Status ValidateRouterOptions(RouterOptions* o) {
     }
   } else if (!o->prefill.empty() || !o->decode_urls.empty()) {
     return absl::InvalidArgumentError("--prefill and --decode need --pd-disaggregation");
+  } else if (o->pd_local_prefill_max_tokens > 0 || o->pd_prefill_saturation_tokens > 0) {
+    return absl::InvalidArgumentError(
+        "--pd-local-prefill-max-tokens and --pd-prefill-saturation-tokens need "
+        "--pd-disaggregation (in plain mode every worker prefills)");
   }
   if (o->prefill_policy.empty()) o->prefill_policy = o->policy;
   if (o->decode_policy.empty()) {

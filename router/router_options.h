@@ -53,6 +53,12 @@ struct RouterOptions {
   int64_t max_tree_size = int64_t{1} << 26;
   absl::Duration worker_load_check_interval =
       absl::Seconds(10);  // --worker-load-check-interval (s)
+  // Conditional disaggregation (PD mode; router/disaggregation.h): prompts of at most this many
+  // tokens are prefilled on their decode worker (0: off), and so are prompts arriving while every
+  // prefill worker has more than --pd-prefill-saturation-tokens prompt tokens in flight and the
+  // decode worker has KV headroom (0: off). Off until measured.
+  int64_t pd_local_prefill_max_tokens = 0;
+  int64_t pd_prefill_saturation_tokens = 0;
 
   // Limits.
   // 32 MiB: far above the largest prompt a served model takes as JSON (a 128K-token context is a

@@ -167,6 +167,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   dop.backoff.jitter_factor = o.retry_jitter_factor;
   dop.request_timeout = o.request_timeout;
   dop.stall_timeout = o.stall_timeout;
+  dop.disaggregation.local_prefill_max_tokens = o.pd_local_prefill_max_tokens;
+  dop.disaggregation.prefill_saturation_tokens = o.pd_prefill_saturation_tokens;
   s.dispatcher_ = std::make_unique<Dispatcher>(dop, s.registry_.get(), s.prefill_policy_.get(),
                                                s.decode_policy_.get(), s.router_metrics_.get());
   s.registry_->Start();

@@ -159,10 +159,16 @@ absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& reques
       return reject(absl::FailedPreconditionError(
           "share_prompt_with is for decode and colocated workers: this is a prefill worker"));
     }
-  } else if (!remote && options_.role != WorkerRole::kColocated) {
+  } else if (!remote && options_.role != WorkerRole::kColocated &&
+             !(options_.role == WorkerRole::kDecode && options_.decode_takes_colocated_legs)) {
     return reject(absl::FailedPreconditionError(
-        "the request names no prefill worker (bootstrap_host is empty) but this worker runs "
-        "without --local-prefill and cannot prefill it"));
+        options_.role == WorkerRole::kDecode
+            ? "the request names no prefill worker (bootstrap_host is empty) but this decode "
+              "worker runs with --allow-local-prefill=false (and without --local-prefill) and does "
+              "not "
+              "prefill it"
+            : "the request names no prefill worker (bootstrap_host is empty) but this worker runs "
+              "without --local-prefill and cannot prefill it"));
   }
   if (remote && options_.role == WorkerRole::kColocated) {
     return reject(absl::FailedPreconditionError(

@@ -9,10 +9,12 @@
 // event, holding everything. Every successful StartDecode ends with exactly one last event,
 // whatever happens (finish, Abort, client cancellation, drain, engine shutdown).
 //
-// Colocated legs (no bootstrap_host) need role kColocated (--local-prefill); otherwise
-// FAILED_PRECONDITION. Legs naming a prefill worker need a KvHandoff; without one they fail with
-// UNIMPLEMENTED. A colocated worker refuses them (FAILED_PRECONDITION): the prefill worker named
-// would hold the KV for a decode side that never comes.
+// Colocated legs (no bootstrap_host) need role kColocated (--local-prefill), or role kDecode with
+// WorkerCoreOptions::decode_takes_colocated_legs (the router's conditional disaggregation:
+// docs/router.md "Conditional disaggregation"); otherwise FAILED_PRECONDITION. Legs naming a
+// prefill worker need a KvHandoff; without one they fail with UNIMPLEMENTED. A colocated worker
+// refuses them (FAILED_PRECONDITION): the prefill worker named would hold the KV for a decode side
+// that never comes.
 //
 // Parallel sampling: a leg with share_prompt_with (and no bootstrap_host) is accepted by decode
 // and colocated workers alike. The engine shares the named live leg's full prompt blocks once
@@ -56,6 +58,9 @@ struct WorkerCoreOptions {
   std::string served_model_name;
   std::string transfer_backend;  // tcp | rdma ("" on a colocated worker)
   int bootstrap_port = 0;        // prefill workers
+  // A decode worker also prefills legs that name no prefill worker (tandem-decode
+  // --allow-local-prefill, on by default), with its own engine, while it keeps taking KV handoffs.
+  bool decode_takes_colocated_legs = false;
   // Health(generate) counts a token produced this recently as proof that the model answers, so
   // a busy worker is not declared dead because its probe waits behind real requests (as SGLang).
   double health_recent_output_s = 2.0;

@@ -393,6 +393,11 @@ void WorkerRegistry::RecordHealthCheck(const std::string& url, bool serving) {
       "");
 }
 
+void WorkerRegistry::RecordLoad(const std::string& url, const proto::LoadReport& load) {
+  WorkerPtr worker = Find(url);
+  if (worker != nullptr) worker->OnLoad(load);
+}
+
 void WorkerRegistry::Start() {
   absl::MutexLock lock(&mu_);
   if (started_ || stopping_) return;

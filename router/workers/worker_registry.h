@@ -141,6 +141,13 @@ class Worker {
   void BeginRequest();
   // Ends one BeginRequest; `success` feeds the circuit breaker.
   void EndRequest(bool success);
+  // Prompt tokens of this router's prefill legs on the worker, counted from selection until the
+  // leg answers (the dispatcher adds and takes away; conditional disaggregation reads it: a burst
+  // sees its own earlier legs, where a polled report lags). Never negative in use.
+  void AddPrefillTokens(int64_t delta) {
+    prefill_tokens_.fetch_add(delta, std::memory_order_relaxed);
+  }
+  int64_t prefill_tokens() const { return prefill_tokens_.load(std::memory_order_relaxed); }
 
   WorkerState Snapshot() const;
 
@@ -177,6 +184,7 @@ class Worker {
   const int success_threshold_;
   const Gauges gauges_;
   std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> prefill_tokens_{0};
 
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = false;
@@ -230,6 +238,8 @@ class WorkerRegistry {
   // A health check's result, as a probe's answer would apply it (`serving`: SERVING, else
   // NOT_SERVING): for a health source outside the loop (tests drive one without a network).
   void RecordHealthCheck(const std::string& url, bool serving);
+  // A load report, as a poll's answer would apply it (tests drive one without a network).
+  void RecordLoad(const std::string& url, const proto::LoadReport& load);
 
   // The health/load loop; the first round runs at once. Stop() cancels probes in flight and
   // joins; both are idempotent.

@@ -243,6 +243,30 @@ TEST(RouterOptionsTest, StallTimeoutDefaultsToThirtySecondsZeroDisablesNegativeI
   EXPECT_NE(bad.error.find("--stall-timeout-secs"), std::string::npos) << bad.error;
 }
 
+TEST(RouterOptionsTest, ConditionalDisaggregationIsOffByDefaultAndOnlyForPdMode) {
+  const std::vector<std::string> pd = {
+      "--pd-disaggregation", "--prefill", "http://p:1", "8998", "--decode", "http://d:1"};
+  Parsed p = Parse(pd);
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.pd_local_prefill_max_tokens, 0);
+  EXPECT_EQ(p.options.pd_prefill_saturation_tokens, 0);
+
+  std::vector<std::string> args = pd;
+  args.insert(args.end(),
+              {"--pd-local-prefill-max-tokens", "256", "--pd-prefill-saturation-tokens", "4096"});
+  p = Parse(args);
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_EQ(p.options.pd_local_prefill_max_tokens, 256);
+  EXPECT_EQ(p.options.pd_prefill_saturation_tokens, 4096);
+
+  p = Parse({"--worker-urls", "http://w:1", "--pd-local-prefill-max-tokens", "256"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  absl::Status s = ValidateRouterOptions(&p.options);
+  EXPECT_NE(s.message().find("--pd-disaggregation"), std::string::npos) << s;
+  EXPECT_EQ(Parse({"--pd-prefill-saturation-tokens", "-1"}).exit_code, 2);
+}
+
 TEST(RouterOptionsTest, BadFlagsExitWithTwo) {
   EXPECT_EQ(Parse({"--policy", "fastest"}).exit_code, 2);
   EXPECT_EQ(Parse({"--cache-threshold", "1.5"}).exit_code, 2);

@@ -112,6 +112,54 @@ TEST_F(WorkerCoreTest, RolesDecideWhichLegsAreServed) {
   EXPECT_EQ(decode->GetServerInfo().role(), proto::ServerInfo::DECODE);
 }
 
+// Conditional disaggregation: a decode worker allowed to prefill computes a leg that names no
+// prefill worker as a colocated worker would (the same tokens), still refuses nothing it took
+// before, and (without a radix cache, as tandem-decode runs) frees every block afterwards.
+TEST_F(WorkerCoreTest, ADecodeWorkerAllowedToPrefillComputesColocatedLegs) {
+  engine::Engine* colocated_engine = engine_.get();
+  std::vector<int32_t> colocated_tokens;
+  {
+    auto colocated = Core(WorkerRole::kColocated);
+    Events ev;
+    ASSERT_TRUE(colocated->StartDecode(LongPrompt("c", 6, ""), ev.Sink()).ok());
+    ev.Wait();
+    ASSERT_TRUE(colocated_engine->WaitIdle(10));
+    colocated_tokens = ev.Tokens();
+  }
+  ASSERT_EQ(colocated_tokens.size(), 6u);
+
+  std::unique_ptr<engine::Engine> decode_engine = NewEngine(/*radix_cache=*/false);
+  WorkerCoreOptions o;
+  o.role = WorkerRole::kDecode;
+  o.served_model_name = "tiny";
+  o.decode_takes_colocated_legs = true;
+  auto decode = std::make_unique<WorkerCore>(decode_engine.get(), o, &metrics_);
+  Events ev;
+  ASSERT_TRUE(decode->StartDecode(LongPrompt("d", 6, ""), ev.Sink()).ok());
+  ev.Wait();
+  ASSERT_TRUE(decode_engine->WaitIdle(10));
+  EXPECT_EQ(ev.Tokens(), colocated_tokens);
+  EXPECT_EQ(ev.events.back().finish_reason().type(), proto::FinishReason::LENGTH);
+  // A leg naming a prefill worker still goes to the KV handoff (none in this build).
+  proto::DecodeRequest pd = Request("e", 2);
+  pd.set_bootstrap_host("10.0.0.1");
+  pd.set_bootstrap_port(8998);
+  Events unused;
+  EXPECT_EQ(decode->StartDecode(pd, unused.Sink()).status().code(),
+            absl::StatusCode::kUnimplemented);
+  // Cancelled mid-leg, the local prefill frees its blocks too.
+  Events cancelled;
+  absl::StatusOr<LegId> leg = decode->StartDecode(LongPrompt("f", 400, ""), cancelled.Sink());
+  ASSERT_TRUE(leg.ok()) << leg.status();
+  decode->CancelDecode(*leg);
+  cancelled.Wait();
+  ASSERT_TRUE(decode_engine->WaitIdle(10));
+  const proto::LoadReport load = decode->GetLoad();
+  EXPECT_EQ(load.free_kv_blocks(), load.total_kv_blocks());
+  EXPECT_GT(load.total_kv_blocks(), 0);
+  decode_engine->Shutdown();
+}
+
 TEST_F(WorkerCoreTest, SharingLegsAreServedByDecodeAndColocatedWorkersAndChecked) {
   auto decode = Core(WorkerRole::kDecode);
   Events alone;
