@@ -1,4 +1,5 @@
-// Model: a decoder-only transformer (Llama / Qwen2 / Qwen3) forward pass over a paged KV cache.
+// Model: a decoder-only transformer (Llama / Qwen2 / Qwen3 / Qwen3-MoE) forward pass over a paged
+// KV cache. Qwen3-MoE's sparse layers run their mixture of experts in moe.h.
 //
 // Reads top to bottom like llama2.c: ModelConfig (hyper-parameters), Weights (read-only, in huge
 // pages), RunState (per-batch activations, preallocated and grown only between batches), and
@@ -73,12 +74,13 @@ struct ForwardProfile {
   double mlp_gate_up = 0;  // gate and up matmuls
   double mlp_act = 0;      // SiLU * up
   double mlp_down = 0;     // down matmul
+  double moe = 0;          // mixture-of-experts layers' MLP: routing, experts, combine
   double norms = 0;        // RMSNorms, residual adds, embedding
   double lm_head = 0;      // final norm + lm_head matmul
   int64_t calls = 0;
   double total() const {
-    return qkv_proj + rope_kv + attention + o_proj + mlp_gate_up + mlp_act + mlp_down + norms +
-           lm_head;
+    return qkv_proj + rope_kv + attention + o_proj + mlp_gate_up + mlp_act + mlp_down + moe +
+           norms + lm_head;
   }
 };
 
