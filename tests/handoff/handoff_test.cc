@@ -29,10 +29,16 @@ std::string ModelDir() {
   return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes").string();
 }
 
+// The tiny Qwen3-MoE test checkpoint (tests/engine/models).
+std::string MoeModelDir() {
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/engine/models/qwen3-moe-tiny").string();
+}
+
 // quantization: the --quantization value ("" for bf16, "w8a8" for int8).
-std::unique_ptr<engine::Engine> NewEngine(const std::string& quantization = "") {
+std::unique_ptr<engine::Engine> NewEngine(const std::string& quantization = "",
+                                          const std::string& model_dir = ModelDir()) {
   engine::ServingOptions o;
-  o.model_path = ModelDir();
+  o.model_path = model_dir;
   o.quantization = quantization;
   o.kv_cache_memory = "16MiB";
   o.threads = 1;
@@ -145,10 +151,10 @@ struct Pair {
 };
 
 Pair MakePair(const HandoffOptions& decode_options = Options("decode-0"),
-              const std::string& quantization = "") {
+              const std::string& quantization = "", const std::string& model_dir = ModelDir()) {
   Pair p;
-  p.pe = NewEngine(quantization);
-  p.de = NewEngine(quantization);
+  p.pe = NewEngine(quantization, model_dir);
+  p.de = NewEngine(quantization, model_dir);
   auto ph = PrefillHandoff::Create(p.pe.get(), Options("prefill-0"));
   EXPECT_TRUE(ph.ok()) << ph.status();
   p.ph = std::move(*ph);
@@ -205,10 +211,11 @@ TEST(CompletionNoticeTest, FirstTokenAlternativesAndErrors) {
 }
 
 // Prefill on one engine, KV over TCP, decode on another: the same tokens as one engine alone, with
-// the engines' linear layers in `quantization` ("" bf16, "w8a8" int8).
-void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization) {
+// the engines' linear layers in `quantization` ("" bf16, "w8a8" int8), serving `model_dir`.
+void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization,
+                                             const std::string& model_dir = ModelDir()) {
   const std::vector<Case> cases = Cases(24);
-  Pair p = MakePair(Options("decode-0"), quantization);
+  Pair p = MakePair(Options("decode-0"), quantization, model_dir);
   Sink dsink;
   std::mutex pmu;
   std::map<uint64_t, absl::StatusOr<proto::PrefillResponse>> presp;
@@ -230,7 +237,7 @@ void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization) {
   }
   ASSERT_TRUE(p.de->WaitIdle(120));
   // Colocated reference.
-  auto colocated = NewEngine(quantization);
+  auto colocated = NewEngine(quantization, model_dir);
   Sink csink;
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(colocated->Submit(DecodeRequest("c" + std::to_string(i), cases[i], &csink)).ok());
@@ -265,6 +272,16 @@ TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokens) {
 
 TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensInt8) {
   ExpectDisaggregatedTokensEqualColocated("w8a8");
+}
+
+// Qwen3-MoE: the prefill and decode workers batch a request with different others, so its
+// routing and expert matmuls must not depend on them (engine/moe.h).
+TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensMoe) {
+  ExpectDisaggregatedTokensEqualColocated("", MoeModelDir());
+}
+
+TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensMoeInt8) {
+  ExpectDisaggregatedTokensEqualColocated("w8a8", MoeModelDir());
 }
 
 TEST(HandoffTest, WrongSecretAndOtherModelAreRefusedWithBothValues) {
