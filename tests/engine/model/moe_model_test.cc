@@ -150,6 +150,28 @@ TEST(MoeConfigTest, Qwen3MoeKeysAndSparseLayers) {
   }
 }
 
+// A compressed-tensors config may leave the routers unquantized by name; nothing else but lm_head.
+TEST(MoeConfigTest, CompressedTensorsIgnoreMayNameRouterGates) {
+  const std::string path = ModelDir("qwen3-moe-tiny-w8a8") + "/config.json";
+  const nlohmann::json base = nlohmann::json::parse(ReadText(path));
+  ASSERT_EQ(base["quantization_config"]["ignore"],
+            nlohmann::json::array({"lm_head", "re:.*mlp.gate$"}));
+  nlohmann::json j = base;
+  j["quantization_config"]["ignore"] =
+      nlohmann::json::array({"lm_head", "model.layers.0.mlp.gate", "model.layers.2.mlp.gate"});
+  auto c = ModelConfig::FromJsonText(j.dump(), path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->int8_checkpoint);
+  for (const char* bad : {"model.layers.x.mlp.gate", "model.layers.0.mlp.experts.0.gate_proj",
+                          "re:.*mlp.gate_proj$", "model.layers..mlp.gate"}) {
+    j["quantization_config"]["ignore"] = nlohmann::json::array({"lm_head", bad});
+    c = ModelConfig::FromJsonText(j.dump(), path);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("unsupported ignore entry"), std::string::npos)
+        << c.status();
+  }
+}
+
 TEST(MoeRoutingTest, SoftmaxTopKTiesAndRenormalisation) {
   // Logits ln(1), ln(4), ln(2), ln(4), ln(1): probabilities 1/12, 4/12, 2/12, 4/12, 1/12.
   const float logits[] = {0.0f, std::log(4.0f), std::log(2.0f), std::log(4.0f), 0.0f};
