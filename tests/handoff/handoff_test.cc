@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -318,6 +319,36 @@ TEST(HandoffTest, WrongSecretAndOtherModelAreRefusedWithBothValues) {
     EXPECT_TRUE(absl::IsUnavailable(s)) << s;
     EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
   }
+}
+
+// Two Qwen3-MoE checkpoints of the same attention shape under the same served name, one routing
+// with norm_topk_prob and one without: their KV would fit, their tokens would not agree, so the
+// pair is refused.
+TEST(HandoffTest, MoeCheckpointsWithOtherRoutingAreRefused) {
+  const std::string other = ::testing::TempDir() + "/handoff-moe-no-norm";
+  std::filesystem::remove_all(other);
+  std::filesystem::create_directories(other);
+  for (const char* f :
+       {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    std::filesystem::copy_file(MoeModelDir() + "/" + f, other + "/" + f);
+  }
+  std::ifstream in(MoeModelDir() + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "\"norm_topk_prob\": true";
+  ASSERT_NE(config.find(from), std::string::npos);
+  config.replace(config.find(from), from.size(), "\"norm_topk_prob\": false");
+  std::ofstream(other + "/config.json") << config;
+
+  Pair good = MakePair(Options("decode-0"), "", MoeModelDir());
+  auto de = NewEngine("", other);
+  ASSERT_TRUE(de);
+  auto dh = DecodeHandoff::Create(de.get(), Options("decode-moe"));
+  ASSERT_TRUE(dh.ok());
+  engine::Request r;
+  r.rid = "moe";
+  r.input_ids = {1, 2, 3};
+  absl::Status s = (*dh)->PrepareDecodeLeg(Leg(10, good.ph->bootstrap_port()), &r);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
 }
 
 TEST(HandoffTest, RoomWhosePrefillNeverStartsFailsOnBothSidesAndFreesBlocks) {
