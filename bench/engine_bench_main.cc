@@ -34,16 +34,15 @@
 //     prefill_int8_tok_s: the int8 prefill (no bound: no oneDNN int8 GEMM is measured).
 //   Mixture-of-experts models (qwen3_moe): a token reads only its num_experts_per_tok experts of
 //     each sparse layer, so the batch-1 bound counts the active weights (attention, routers, top-k
-//     experts, lm_head: Weights::active_matrix_bytes_per_token) and batch B the experts B tokens
-//     are expected to touch under uniform routing, E (1 - (1 - k / E)^B) of E per layer; FLOPs per
-//     token count the active weights only.
+//     experts, lm_head: Weights::active_matrix_bytes_per_token) and batch B the experts its steps
+//     did run per layer (ForwardProfile::moe_expert_runs; uniform routing would touch
+//     E (1 - (1 - k / E)^B) of E); FLOPs per token count the active weights only.
 //   prefill_bound_tok_s = GEMM rate / FLOPs per prompt token, the GEMM rate being the best of
 //     the first measurement and one after every prefill repetition, where FLOPs per token =
 //     2 x (linear-layer weights) + attention (4 x layers x heads x head_dim x mean context) +
 //     2 x lm_head / prompt length (the lm_head runs for the last token only).
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -141,7 +140,10 @@ struct Bench {
     }
     double best = 0;
     model->ResetProfile();
-    std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+    // Each sequence decodes its own tokens: with a mixture of experts, equal tokens (and the equal
+    // KV copied above) would route every row of a step to the same experts.
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) next[b] = static_cast<int32_t>((1 + 977 * b) % vocab);
     for (int rep = 0; rep < repeats; ++rep) {
       const auto t0 = Clock::now();
       for (int s = 0; s < steps; ++s) {
@@ -278,19 +280,24 @@ int main(int argc, char** argv) {
       static_cast<double>((*model)->weights().active_matrix_bytes_per_token()) +
       2.0 * c.hidden_size;
   // Mixture of experts: the bytes of the experts a batch-1 step does not read, and the weight bytes
-  // of a batch-`b` step, whose tokens are expected to touch E (1 - (1 - k / E)^b) experts per layer
-  // under uniform routing (== weight_bytes for a dense model).
+  // of a step that ran `touched` experts per sparse layer on average (== weight_bytes for a dense
+  // model).
   const double idle_expert_bytes =
       static_cast<double>((*model)->weights().matrix_bytes_per_step() -
                           (*model)->weights().active_matrix_bytes_per_token());
-  auto step_weight_bytes = [&](int b) {
-    if (c.moe.num_experts == 0 || c.moe.num_experts == c.moe.num_experts_per_tok) {
-      return weight_bytes;
-    }
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+  auto step_weight_bytes = [&](double touched) {
+    if (moe_layers == 0 || c.moe.num_experts == c.moe.num_experts_per_tok) return weight_bytes;
     const double e = static_cast<double>(c.moe.num_experts);
     const double k = static_cast<double>(c.moe.num_experts_per_tok);
-    const double touched = e * (1.0 - std::pow(1.0 - k / e, b));
     return weight_bytes + idle_expert_bytes * (touched - k) / (e - k);
+  };
+  // Experts the profiled steps ran per sparse layer, on average.
+  auto touched_experts = [&](const engine::ForwardProfile& p) {
+    return moe_layers == 0 || p.calls == 0
+               ? 0.0
+               : static_cast<double>(p.moe_expert_runs) / static_cast<double>(p.calls * moe_layers);
   };
   const double decode_bound_probe = bandwidth * 1e9 / (weight_bytes + kv_bytes);
   out["decode_bytes_per_step_b1"] = weight_bytes + kv_bytes;
@@ -330,10 +337,11 @@ int main(int argc, char** argv) {
       4.0 * c.num_layers * c.num_heads * c.head_dim * mean_ctx;
   out["decode_flops_per_token"] = decode_flops_per_token;
   // At `gbs`, the bandwidth the batch-1 figure is held to.
-  auto speedup_cap = [&](int b, double gflops, double gbs) {
+  // `touched`: experts a batch-b step runs per sparse layer.
+  auto speedup_cap = [&](int b, double touched, double gflops, double gbs) {
     const double t1 =
         std::max((weight_bytes + kv_bytes) / (gbs * 1e9), decode_flops_per_token / (gflops * 1e9));
-    const double tb = std::max((step_weight_bytes(b) + b * kv_bytes) / (gbs * 1e9),
+    const double tb = std::max((step_weight_bytes(touched) + b * kv_bytes) / (gbs * 1e9),
                                b * decode_flops_per_token / (gflops * 1e9));
     return b * t1 / tb;
   };
@@ -362,8 +370,14 @@ int main(int argc, char** argv) {
           same_bytes_gbs, bandwidth, decode_bound_probe, tps / decode_bound_probe);
       out["profile_decode_b1"] = PrintProfile("decode b1", (*model)->profile());
     } else {
-      const double cap = speedup_cap(b, gemm, b1_gbs);
-      const double cap_peak = speedup_cap(b, path_peak, b1_gbs);
+      const double touched = touched_experts((*model)->profile());
+      const double cap = speedup_cap(b, touched, gemm, b1_gbs);
+      const double cap_peak = speedup_cap(b, touched, path_peak, b1_gbs);
+      if (moe_layers > 0) {
+        std::printf("  decode b%d ran %.1f of %lld experts per sparse layer and step\n", b, touched,
+                    (long long)c.moe.num_experts);
+        out["decode_b" + std::to_string(b) + "_moe_experts_run"] = touched;
+      }
       std::printf(
           "%-22s %12.1f %12s %8s   (%.2fx batch 1; cap on this machine %.2fx at the GEMM rate, "
           "%.2fx at the path peak; %.1f GFLOP/s)\n",

@@ -307,7 +307,7 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
 
   if (c.IsMoeLayer(l)) {
     // Mixture of experts (moe.h) instead of the dense MLP, then the residual.
-    MoeForward(c, w, rs.xb.data(), xs, T, &rs.moe, &pool_, rs.proj.data());
+    pr.moe_expert_runs += MoeForward(c, w, rs.xb.data(), xs, T, &rs.moe, &pool_, rs.proj.data());
     timer.Lap(&pr.moe);
     pool_.ParallelFor(T, T * h, [&](int64_t b, int64_t e) {
       for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];

@@ -71,8 +71,8 @@ void RouteToken(float* probs, int64_t num_experts, int64_t k, bool normalize, in
   }
 }
 
-void MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int64_t ldx, int64_t T,
-                MoeScratch* s, ThreadPool* pool, float* out) {
+int64_t MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int64_t ldx,
+                   int64_t T, MoeScratch* s, ThreadPool* pool, float* out) {
   const int64_t h = c.hidden_size, f = c.moe.moe_intermediate_size;
   const int64_t E = c.moe.num_experts, K = c.moe.num_experts_per_tok;
 
@@ -103,9 +103,11 @@ void MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int
   });
 
   // Each expert once over its rows: gate/up, SiLU * up (bf16), down.
+  int64_t ran = 0;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = s->expert_begin[e], m = s->expert_begin[e + 1] - r0;
     if (m == 0) continue;
+    ++ran;
     const ExpertWeights& x = w.experts[e];
     float* gu = s->gate_up.data() + r0 * 2 * f;
     bf16* act = s->act.data() + r0 * f;
@@ -130,6 +132,7 @@ void MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int
       }
     }
   });
+  return ran;
 }
 
 }  // namespace tandem::engine

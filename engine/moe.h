@@ -58,9 +58,10 @@ void RouteToken(float* probs, int64_t num_experts, int64_t k, bool normalize, in
                 float* weights);
 
 // out [T, hidden] (row stride hidden) = the mixture of experts of layer `w` applied to xb
-// [T, hidden] (row stride ldx). w must be a mixture-of-experts layer of `c`.
-void MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int64_t ldx, int64_t T,
-                MoeScratch* s, ThreadPool* pool, float* out);
+// [T, hidden] (row stride ldx). w must be a mixture-of-experts layer of `c`. Returns how many
+// experts ran (had at least one token).
+int64_t MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int64_t ldx,
+                   int64_t T, MoeScratch* s, ThreadPool* pool, float* out);
 
 }  // namespace tandem::engine
 
