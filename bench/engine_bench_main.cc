@@ -32,6 +32,11 @@
 //     linear layers, bf16 embedding and lm_head): its own bytes per step over a plain read of its
 //     own weight buffer after every int8 batch-1 repetition (decode_int8_ratio_b1 against it).
 //     prefill_int8_tok_s: the int8 prefill (no bound: no oneDNN int8 GEMM is measured).
+//   Mixture-of-experts models (qwen3_moe): a token reads only its num_experts_per_tok experts of
+//     each sparse layer, so the batch-1 bound counts the active weights (attention, routers, top-k
+//     experts, lm_head: Weights::active_matrix_bytes_per_token) and batch B the experts its steps
+//     did run per layer (ForwardProfile::moe_expert_runs; uniform routing would touch
+//     E (1 - (1 - k / E)^B) of E); FLOPs per token count the active weights only.
 //   prefill_bound_tok_s = GEMM rate / FLOPs per prompt token, the GEMM rate being the best of
 //     the first measurement and one after every prefill repetition, where FLOPs per token =
 //     2 x (linear-layer weights) + attention (4 x layers x heads x head_dim x mean context) +
@@ -77,12 +82,16 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
 // Where the time of the profiled Forward calls went, as shares of their total.
 nlohmann::json PrintProfile(const char* label, const engine::ForwardProfile& p) {
   const double t = p.total() > 0 ? p.total() : 1;
-  const std::pair<const char*, double> parts[] = {
-      {"qkv_proj", p.qkv_proj},       {"rope_kv", p.rope_kv},
-      {"attention", p.attention},     {"o_proj", p.o_proj},
-      {"mlp_gate_up", p.mlp_gate_up}, {"mlp_act", p.mlp_act},
-      {"mlp_down", p.mlp_down},       {"norms", p.norms},
-      {"lm_head", p.lm_head}};
+  const std::pair<const char*, double> parts[] = {{"qkv_proj", p.qkv_proj},
+                                                  {"rope_kv", p.rope_kv},
+                                                  {"attention", p.attention},
+                                                  {"o_proj", p.o_proj},
+                                                  {"mlp_gate_up", p.mlp_gate_up},
+                                                  {"mlp_act", p.mlp_act},
+                                                  {"mlp_down", p.mlp_down},
+                                                  {"moe", p.moe},
+                                                  {"norms", p.norms},
+                                                  {"lm_head", p.lm_head}};
   nlohmann::json j;
   std::printf("  %s time split:", label);
   for (const auto& [name, v] : parts) {
@@ -131,7 +140,10 @@ struct Bench {
     }
     double best = 0;
     model->ResetProfile();
-    std::vector<int32_t> next(static_cast<size_t>(batch), 1);
+    // Each sequence decodes its own tokens: with a mixture of experts, equal tokens (and the equal
+    // KV copied above) would route every row of a step to the same experts.
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) next[b] = static_cast<int32_t>((1 + 977 * b) % vocab);
     for (int rep = 0; rep < repeats; ++rep) {
       const auto t0 = Clock::now();
       for (int s = 0; s < steps; ++s) {
@@ -217,6 +229,11 @@ int main(int argc, char** argv) {
       c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
       (long long)c.num_heads, (long long)c.num_kv_heads, (long long)c.intermediate_size,
       (long long)c.vocab_size, engine::SimdLevelName(engine::DetectSimd()), threads);
+  if (c.moe.num_experts > 0) {
+    std::printf("mixture of experts: %lld experts, top %lld, expert intermediate %lld\n",
+                (long long)c.moe.num_experts, (long long)c.moe.num_experts_per_tok,
+                (long long)c.moe.moe_intermediate_size);
+  }
 
   std::string gemm_impl;
   const double bandwidth = bench::MeasureReadBandwidthGBs(threads);
@@ -260,9 +277,32 @@ int main(int argc, char** argv) {
   const double mean_ctx = context + (steps - 1) / 2.0 + 1;
   const double kv_bytes = 2.0 * c.num_layers * c.kv_dim() * 2 * mean_ctx;
   const double weight_bytes =
-      static_cast<double>((*model)->weights().matrix_bytes_per_step()) + 2.0 * c.hidden_size;
+      static_cast<double>((*model)->weights().active_matrix_bytes_per_token()) +
+      2.0 * c.hidden_size;
+  // Mixture of experts: the bytes of the experts a batch-1 step does not read, and the weight bytes
+  // of a step that ran `touched` experts per sparse layer on average (== weight_bytes for a dense
+  // model).
+  const double idle_expert_bytes =
+      static_cast<double>((*model)->weights().matrix_bytes_per_step() -
+                          (*model)->weights().active_matrix_bytes_per_token());
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.IsMoeLayer(l) ? 1 : 0;
+  auto step_weight_bytes = [&](double touched) {
+    if (moe_layers == 0 || c.moe.num_experts == c.moe.num_experts_per_tok) return weight_bytes;
+    const double e = static_cast<double>(c.moe.num_experts);
+    const double k = static_cast<double>(c.moe.num_experts_per_tok);
+    return weight_bytes + idle_expert_bytes * (touched - k) / (e - k);
+  };
+  // Experts the profiled steps ran per sparse layer, on average.
+  auto touched_experts = [&](const engine::ForwardProfile& p) {
+    return moe_layers == 0 || p.calls == 0
+               ? 0.0
+               : static_cast<double>(p.moe_expert_runs) / static_cast<double>(p.calls * moe_layers);
+  };
   const double decode_bound_probe = bandwidth * 1e9 / (weight_bytes + kv_bytes);
   out["decode_bytes_per_step_b1"] = weight_bytes + kv_bytes;
+  out["moe_experts"] = c.moe.num_experts;
+  out["moe_experts_per_tok"] = c.moe.num_experts_per_tok;
   out["decode_bound_probe_tok_s_b1"] = decode_bound_probe;
   // A plain read of the weight buffer on `threads` threads (each its contiguous share, as the
   // matmuls split their rows) after every batch-1 repetition: a block of `steps` passes read
@@ -290,16 +330,18 @@ int main(int argc, char** argv) {
   double best_read_s = 1e30;
   const std::function<void()> read_weights = weights_reader(weights, &best_read_s);
 
-  // FLOPs of one decode token: every matrix (lm_head included) plus attention over the context.
+  // FLOPs of one decode token: every matrix it reads (lm_head included; with mixture of experts
+  // the active ones) plus attention over the context.
   const double decode_flops_per_token =
-      2.0 * (static_cast<double>((*model)->weights().matrix_bytes_per_step()) / 2.0) +
+      2.0 * (static_cast<double>((*model)->weights().active_matrix_bytes_per_token()) / 2.0) +
       4.0 * c.num_layers * c.num_heads * c.head_dim * mean_ctx;
   out["decode_flops_per_token"] = decode_flops_per_token;
   // At `gbs`, the bandwidth the batch-1 figure is held to.
-  auto speedup_cap = [&](int b, double gflops, double gbs) {
+  // `touched`: experts a batch-b step runs per sparse layer.
+  auto speedup_cap = [&](int b, double touched, double gflops, double gbs) {
     const double t1 =
         std::max((weight_bytes + kv_bytes) / (gbs * 1e9), decode_flops_per_token / (gflops * 1e9));
-    const double tb = std::max((weight_bytes + b * kv_bytes) / (gbs * 1e9),
+    const double tb = std::max((step_weight_bytes(touched) + b * kv_bytes) / (gbs * 1e9),
                                b * decode_flops_per_token / (gflops * 1e9));
     return b * t1 / tb;
   };
@@ -328,8 +370,14 @@ int main(int argc, char** argv) {
           same_bytes_gbs, bandwidth, decode_bound_probe, tps / decode_bound_probe);
       out["profile_decode_b1"] = PrintProfile("decode b1", (*model)->profile());
     } else {
-      const double cap = speedup_cap(b, gemm, b1_gbs);
-      const double cap_peak = speedup_cap(b, path_peak, b1_gbs);
+      const double touched = touched_experts((*model)->profile());
+      const double cap = speedup_cap(b, touched, gemm, b1_gbs);
+      const double cap_peak = speedup_cap(b, touched, path_peak, b1_gbs);
+      if (moe_layers > 0) {
+        std::printf("  decode b%d ran %.1f of %lld experts per sparse layer and step\n", b, touched,
+                    (long long)c.moe.num_experts);
+        out["decode_b" + std::to_string(b) + "_moe_experts_run"] = touched;
+      }
       std::printf(
           "%-22s %12.1f %12s %8s   (%.2fx batch 1; cap on this machine %.2fx at the GEMM rate, "
           "%.2fx at the path peak; %.1f GFLOP/s)\n",
@@ -344,9 +392,17 @@ int main(int argc, char** argv) {
     }
   }
 
-  const double linear_params =
-      static_cast<double>(c.num_layers) * (c.hidden_size * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) +
-                                           3.0 * c.hidden_size * c.intermediate_size);
+  // Multiply-adds per prompt token of the linear layers (with mixture of experts: the router and
+  // the token's k experts).
+  double linear_params = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    linear_params +=
+        c.hidden_size * (2.0 * c.q_dim() + 2.0 * c.kv_dim()) +
+        (c.IsMoeLayer(l)
+             ? c.hidden_size * (static_cast<double>(c.moe.num_experts) +
+                                3.0 * c.moe.num_experts_per_tok * c.moe.moe_intermediate_size)
+             : 3.0 * c.hidden_size * c.intermediate_size);
+  }
   const double attn_flops =
       4.0 * c.num_layers * c.num_heads * c.head_dim * (prefill_tokens + 1) / 2.0;
   const double flops_per_token =
@@ -387,7 +443,8 @@ int main(int argc, char** argv) {
     double best_read8_s = 1e30;
     const double tps8 =
         bench8.Decode(1, context, steps, repeats, weights_reader(w8, &best_read8_s));
-    const double bytes8 = static_cast<double>(w8.matrix_bytes_per_step()) + 2.0 * c.hidden_size;
+    const double bytes8 =
+        static_cast<double>(w8.active_matrix_bytes_per_token()) + 2.0 * c.hidden_size;
     const double gbs8 = w8.resident_bytes() / best_read8_s / 1e9;
     const double bound8 = gbs8 * 1e9 / (bytes8 + kv_bytes);
     std::printf(

@@ -9,6 +9,7 @@
 #include "engine/attention.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/matmul_int8.h"
+#include "engine/moe.h"
 #include "engine/ops.h"
 
 namespace tandem::engine {
@@ -51,6 +52,7 @@ struct Model::RunState {
   std::vector<int64_t> logit_rows;           // [R] token index of each wanted row
   std::vector<bf16> xl;                      // [R, hidden] final-normed rows, bf16
   std::vector<float> logits;                 // [R, vocab]
+  MoeScratch moe;                            // mixture-of-experts layers (qwen3_moe)
   int64_t xb_stride = 0;
 
   void Reserve(const ModelConfig& c, int64_t tokens, int64_t rows) {
@@ -68,6 +70,7 @@ struct Model::RunState {
       att.resize(T * c.q_dim());
       proj.resize(T * c.hidden_size);
       gate_up.resize(T * 2 * c.intermediate_size);
+      moe.Reserve(c, tokens);
     }
     if (rows > logit_capacity) {
       logit_capacity = rows;
@@ -301,6 +304,17 @@ void Model::Layer(int64_t l, int64_t T, KvCacheStorage* cache, const LayerKvCall
   });
 
   timer.Lap(&pr.norms);
+
+  if (c.IsMoeLayer(l)) {
+    // Mixture of experts (moe.h) instead of the dense MLP, then the residual.
+    pr.moe_expert_runs += MoeForward(c, w, rs.xb.data(), xs, T, &rs.moe, &pool_, rs.proj.data());
+    timer.Lap(&pr.moe);
+    pool_.ParallelFor(T, T * h, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * h; i < e * h; ++i) rs.x[i] += rs.proj[i];
+    });
+    timer.Lap(&pr.norms);
+    return;
+  }
 
   // MLP: down(bf16(silu(gate) * up)), residual; gate and up in one pass over w_gate_up.
   Linear(rs.xb.data(), xs, T, h, w.w_gate_up, w.w_gate_up_layout, w.w_gate_up_i8, 2 * f,

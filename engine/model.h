@@ -1,4 +1,5 @@
-// Model: a decoder-only transformer (Llama / Qwen2 / Qwen3) forward pass over a paged KV cache.
+// Model: a decoder-only transformer (Llama / Qwen2 / Qwen3 / Qwen3-MoE) forward pass over a paged
+// KV cache. Qwen3-MoE's sparse layers run their mixture of experts in moe.h.
 //
 // Reads top to bottom like llama2.c: ModelConfig (hyper-parameters), Weights (read-only, in huge
 // pages), RunState (per-batch activations, preallocated and grown only between batches), and
@@ -66,19 +67,21 @@ struct ModelOptions {
 // Wall time per phase of Forward, summed over calls (seconds), when ModelOptions::profile is set.
 // For benchmarks: says where a step's time goes without a profiler.
 struct ForwardProfile {
-  double qkv_proj = 0;     // q/k/v matmuls
-  double rope_kv = 0;      // bias, q/k norm, RoPE, K/V write to the cache
-  double attention = 0;    // paged attention
-  double o_proj = 0;       // o matmul
-  double mlp_gate_up = 0;  // gate and up matmuls
-  double mlp_act = 0;      // SiLU * up
-  double mlp_down = 0;     // down matmul
-  double norms = 0;        // RMSNorms, residual adds, embedding
-  double lm_head = 0;      // final norm + lm_head matmul
+  double qkv_proj = 0;          // q/k/v matmuls
+  double rope_kv = 0;           // bias, q/k norm, RoPE, K/V write to the cache
+  double attention = 0;         // paged attention
+  double o_proj = 0;            // o matmul
+  double mlp_gate_up = 0;       // gate and up matmuls
+  double mlp_act = 0;           // SiLU * up
+  double mlp_down = 0;          // down matmul
+  double moe = 0;               // mixture-of-experts layers' MLP: routing, experts, combine
+  int64_t moe_expert_runs = 0;  // experts run, summed over the mixture-of-experts layers
+  double norms = 0;             // RMSNorms, residual adds, embedding
+  double lm_head = 0;           // final norm + lm_head matmul
   int64_t calls = 0;
   double total() const {
-    return qkv_proj + rope_kv + attention + o_proj + mlp_gate_up + mlp_act + mlp_down + norms +
-           lm_head;
+    return qkv_proj + rope_kv + attention + o_proj + mlp_gate_up + mlp_act + mlp_down + moe +
+           norms + lm_head;
   }
 };
 

@@ -1,5 +1,6 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numbers>
@@ -136,6 +137,56 @@ absl::Status CheckInt8Args(const json& args, const std::string& ctx, const char*
   return absl::OkStatus();
 }
 
+// An `ignore` entry naming MoE router gates: "re:.*mlp.gate$" or "model.layers.<N>.mlp.gate".
+bool IsRouterGateName(const json& name) {
+  if (!name.is_string()) return false;
+  const std::string s = name.get<std::string>();
+  if (s == "re:.*mlp.gate$") return true;
+  const std::string prefix = "model.layers.", suffix = ".mlp.gate";
+  if (s.size() <= prefix.size() + suffix.size() || s.rfind(prefix, 0) != 0 ||
+      s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string index = s.substr(prefix.size(), s.size() - prefix.size() - suffix.size());
+  return std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+// The qwen3_moe fields (MoeConfig), checked against the layer count.
+absl::Status ParseMoe(const json& j, const std::string& source, int64_t num_layers, MoeConfig* m) {
+  RETURN_IF_ERROR(GetInt(j, source, "num_experts", true, &m->num_experts));
+  RETURN_IF_ERROR(GetInt(j, source, "num_experts_per_tok", true, &m->num_experts_per_tok));
+  RETURN_IF_ERROR(GetInt(j, source, "moe_intermediate_size", true, &m->moe_intermediate_size));
+  RETURN_IF_ERROR(GetBool(j, source, "norm_topk_prob", &m->norm_topk_prob));
+  RETURN_IF_ERROR(GetInt(j, source, "decoder_sparse_step", false, &m->decoder_sparse_step));
+  if (m->num_experts <= 0 || m->num_experts > 4096) {
+    return Invalid(source, absl::StrCat("num_experts must be in [1, 4096], got ", m->num_experts));
+  }
+  if (m->num_experts_per_tok <= 0 || m->num_experts_per_tok > m->num_experts) {
+    return Invalid(source, absl::StrCat("num_experts_per_tok must be in [1, num_experts = ",
+                                        m->num_experts, "], got ", m->num_experts_per_tok));
+  }
+  if (m->moe_intermediate_size <= 0 || m->moe_intermediate_size > (int64_t{1} << 24)) {
+    return Invalid(source,
+                   absl::StrCat("moe_intermediate_size out of range: ", m->moe_intermediate_size));
+  }
+  if (m->decoder_sparse_step <= 0) {
+    return Invalid(
+        source, absl::StrCat("decoder_sparse_step must be positive, got ", m->decoder_sparse_step));
+  }
+  auto it = j.find("mlp_only_layers");
+  if (it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return Invalid(source, "field 'mlp_only_layers' must be a list");
+    for (const json& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= num_layers) {
+        return Invalid(source, absl::StrCat("mlp_only_layers entry ", Dump(v),
+                                            " is not a layer index below ", num_layers));
+      }
+      m->mlp_only_layers.push_back(v.get<int64_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
 // quantization_config: absent or null, or compressed-tensors W8A8 int8 (model_config.h).
 absl::Status ParseQuantization(const json& j, const std::string& source, bool* int8) {
   *int8 = false;
@@ -176,9 +227,10 @@ absl::Status ParseQuantization(const json& j, const std::string& source, bool* i
   if (q.contains("ignore") && !q["ignore"].is_null()) {
     if (!q["ignore"].is_array()) return Invalid(ctx, "'ignore' must be an array");
     for (const json& name : q["ignore"]) {
-      if (name != json("lm_head")) {
+      if (name != json("lm_head") && !IsRouterGateName(name)) {
         return Invalid(ctx, absl::StrCat("unsupported ignore entry ", Dump(name),
-                                         " (only lm_head may stay unquantized)"));
+                                         " (only lm_head and MoE router gates may stay "
+                                         "unquantized)"));
       }
     }
   }
@@ -198,9 +250,10 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string()) return Invalid(source, "missing string 'model_type'");
   c.model_type = mt->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3") {
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
+      c.model_type != "qwen3_moe") {
     return Invalid(source, absl::StrCat("unsupported architecture: model_type '", c.model_type,
-                                        "' (supported: llama, qwen2, qwen3)"));
+                                        "' (supported: llama, qwen2, qwen3, qwen3_moe)"));
   }
   RETURN_IF_ERROR(GetInt(j, source, "hidden_size", true, &c.hidden_size));
   RETURN_IF_ERROR(GetInt(j, source, "num_hidden_layers", true, &c.num_layers));
@@ -253,11 +306,19 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJsonText(const std::string& text,
   } else {
     RETURN_IF_ERROR(GetBool(j, source, "attention_bias", &c.attention_bias));
   }
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (c.model_type == "qwen3_moe") RETURN_IF_ERROR(ParseMoe(j, source, c.num_layers, &c.moe));
   for (int32_t id : c.eos_token_ids) {
     if (id >= c.vocab_size) return Invalid(source, absl::StrCat("eos_token_id ", id, " >= vocab"));
   }
   return c;
+}
+
+bool ModelConfig::IsMoeLayer(int64_t l) const {
+  return moe.num_experts > 0 &&
+         std::find(moe.mlp_only_layers.begin(), moe.mlp_only_layers.end(), l) ==
+             moe.mlp_only_layers.end() &&
+         (l + 1) % moe.decoder_sparse_step == 0;
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::FromFile(const std::string& path) {

@@ -174,13 +174,9 @@ class Weights::Loader {
     next_ += Int8PackedBytes(p.n, k);
     p.row_offset = int8_rows_;
     int8_rows_ += p.n;
-    int8_bytes_ += Int8PackedBytes(p.n, k);
     int8_pending_.push_back(std::move(p));
     return absl::OkStatus();
   }
-
-  // Bytes of the int8 matrices reserved so far.
-  int64_t int8_bytes() const { return int8_bytes_; }
 
   // Reserves room in the matrix buffer for `name` (which must have exactly `shape`, [rows, k]) and
   // records where *slot must point once the buffer is filled, the matrix stored in `layout`.
@@ -192,6 +188,34 @@ class Weights::Loader {
     if (group_start) next_ = (next_ + kAlign - 1) / kAlign * kAlign;
     pending_.push_back({v, slot, next_, layout, shape[0], shape[1]});
     next_ += v.info->num_elements() * static_cast<int64_t>(sizeof(bf16));
+    return absl::OkStatus();
+  }
+
+  // Reserves a mixture-of-experts layer's router (bf16) and experts (bf16, or int8 with `int8`).
+  absl::Status MoeLayer(const ModelConfig& c, bool int8, const std::string& p, LayerWeights* L) {
+    const int64_t h = c.hidden_size, fm = c.moe.moe_intermediate_size;
+    L->router_layout = PreferredWeightLayout(c.moe.num_experts, h);
+    RETURN_IF_ERROR(
+        Matrix(p + "mlp.gate.weight", {c.moe.num_experts, h}, &L->router, L->router_layout));
+    const WeightLayout gate_up_layout =
+        fm % 4 == 0 ? PreferredWeightLayout(2 * fm, h) : WeightLayout::kRows;
+    const WeightLayout down_layout = PreferredWeightLayout(h, fm);
+    L->experts.resize(static_cast<size_t>(c.moe.num_experts));
+    for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+      ExpertWeights& x = L->experts[e];
+      const std::string ep = absl::StrCat(p, "mlp.experts.", e, ".");
+      x.w_gate_up_layout = gate_up_layout;
+      x.w_down_layout = down_layout;
+      if (int8) {
+        RETURN_IF_ERROR(Int8Fused({{ep + "gate_proj.weight", fm}, {ep + "up_proj.weight", fm}}, h,
+                                  &x.w_gate_up_i8));
+        RETURN_IF_ERROR(Int8Fused({{ep + "down_proj.weight", h}}, fm, &x.w_down_i8));
+      } else {
+        RETURN_IF_ERROR(Matrix(ep + "gate_proj.weight", {fm, h}, &x.w_gate_up, gate_up_layout));
+        RETURN_IF_ERROR(Matrix(ep + "up_proj.weight", {fm, h}, &x.w_up, gate_up_layout, false));
+        RETURN_IF_ERROR(Matrix(ep + "down_proj.weight", {h, fm}, &x.w_down, down_layout));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -357,9 +381,8 @@ class Weights::Loader {
   std::vector<Pending> pending_;
   std::vector<Int8Pending> int8_pending_;
   bool int8_checkpoint_;
-  int64_t next_ = 0;        // bytes reserved in the matrix buffer so far
-  int64_t int8_rows_ = 0;   // rows of the int8 matrices reserved so far
-  int64_t int8_bytes_ = 0;  // their packed bytes
+  int64_t next_ = 0;       // bytes reserved in the matrix buffer so far
+  int64_t int8_rows_ = 0;  // rows of the int8 matrices reserved so far
 };
 
 absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_dir,
@@ -410,9 +433,11 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
                                    {p + "self_attn.v_proj.weight", kv}},
                                   h, &L.wqkv_i8));
       RETURN_IF_ERROR(l.Int8Fused({{p + "self_attn.o_proj.weight", h}}, q, &L.wo_i8));
-      RETURN_IF_ERROR(l.Int8Fused({{p + "mlp.gate_proj.weight", f}, {p + "mlp.up_proj.weight", f}},
-                                  h, &L.w_gate_up_i8));
-      RETURN_IF_ERROR(l.Int8Fused({{p + "mlp.down_proj.weight", h}}, f, &L.w_down_i8));
+      if (!c.IsMoeLayer(i)) {
+        RETURN_IF_ERROR(l.Int8Fused(
+            {{p + "mlp.gate_proj.weight", f}, {p + "mlp.up_proj.weight", f}}, h, &L.w_gate_up_i8));
+        RETURN_IF_ERROR(l.Int8Fused({{p + "mlp.down_proj.weight", h}}, f, &L.w_down_i8));
+      }
     } else {
       RETURN_IF_ERROR(l.Matrix(p + "self_attn.q_proj.weight", {q, h}, &L.wq, qkv_layout));
       RETURN_IF_ERROR(l.Matrix(p + "self_attn.k_proj.weight", {kv, h}, &L.wk, qkv_layout, false));
@@ -428,7 +453,9 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
       ASSIGN_OR_RETURN(L.q_norm, l.Vector(p + "self_attn.q_norm.weight", c.head_dim));
       ASSIGN_OR_RETURN(L.k_norm, l.Vector(p + "self_attn.k_norm.weight", c.head_dim));
     }
-    if (!w->int8_) {
+    if (c.IsMoeLayer(i)) {
+      RETURN_IF_ERROR(l.MoeLayer(c, w->int8_, p, &L));
+    } else if (!w->int8_) {
       RETURN_IF_ERROR(l.Matrix(p + "mlp.gate_proj.weight", {f, h}, &L.w_gate, gate_up_layout));
       RETURN_IF_ERROR(l.Matrix(p + "mlp.up_proj.weight", {f, h}, &L.w_up, gate_up_layout, false));
       RETURN_IF_ERROR(l.Matrix(p + "mlp.down_proj.weight", {h, f}, &L.w_down, down_layout));
@@ -441,9 +468,21 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
     L.wqkv = L.wq;
     L.w_gate_up = L.w_gate;
   }
-  w->matrix_bytes_per_step_ =
-      w->int8_ ? l.int8_bytes() + 2 * c.vocab_size * h
-               : 2 * (c.num_layers * (h * q * 2 + h * kv * 2 + 3 * h * f) + c.vocab_size * h);
+  // Bytes per layer part: attention, dense MLP, one expert, a router.
+  const int64_t fm = c.moe.moe_intermediate_size, e = c.moe.num_experts;
+  const int64_t attn = w->int8_ ? Int8PackedBytes(q + 2 * kv, h) + Int8PackedBytes(h, q)
+                                : 2 * (h * q * 2 + h * kv * 2);
+  const int64_t mlp = w->int8_ ? Int8PackedBytes(2 * f, h) + Int8PackedBytes(h, f) : 2 * 3 * h * f;
+  const int64_t expert =
+      w->int8_ ? Int8PackedBytes(2 * fm, h) + Int8PackedBytes(h, fm) : 2 * 3 * h * fm;
+  int64_t all = 2 * c.vocab_size * h, active = all;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const bool moe = c.IsMoeLayer(i);
+    all += attn + (moe ? 2 * e * h + e * expert : mlp);
+    active += attn + (moe ? 2 * e * h + c.moe.num_experts_per_tok * expert : mlp);
+  }
+  w->matrix_bytes_per_step_ = all;
+  w->active_matrix_bytes_per_token_ = active;
   return w;
 }
 

@@ -26,7 +26,8 @@
 // stored instead as packed int8 matrices (Int8Matrix, matmul_int8.h) in the same buffer, their
 // per-row scales and sums in vectors beside it, and the bf16 pointers of those matrices are null.
 // A bf16/fp16/fp32 checkpoint is quantized at load, per output channel; an int8 checkpoint's
-// `weight` and `weight_scale` are used as they are. The embedding and lm_head stay bf16.
+// `weight` and `weight_scale` are used as they are. The embedding and lm_head stay bf16, and so do
+// the mixture-of-experts routers; the experts are int8 like the dense MLP.
 //
 // Thread-safety: immutable after Load; safe to share between threads.
 // Ownership: a Weights object owns the buffer its pointers refer to.
@@ -46,6 +47,19 @@
 #include "engine/safetensors.h"
 
 namespace tandem::engine {
+
+// One expert of a mixture-of-experts layer (qwen3_moe): a SiLU-gated MLP of
+// moe_intermediate_size, its gate and up rows fused as in the dense MLP. bf16, or int8 under W8A8
+// (then the bf16 pointers are null).
+struct ExpertWeights {
+  const bf16* w_gate_up = nullptr;  // [2 * moe_intermediate, hidden]: w_gate; w_up
+  const bf16* w_up = nullptr;       // [moe_intermediate, hidden] (follows w_gate_up's gate rows)
+  WeightLayout w_gate_up_layout = WeightLayout::kRows;
+  const bf16* w_down = nullptr;  // [hidden, moe_intermediate]
+  WeightLayout w_down_layout = WeightLayout::kRows;
+  Int8Matrix w_gate_up_i8;
+  Int8Matrix w_down_i8;
+};
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
@@ -74,6 +88,11 @@ struct LayerWeights {
   Int8Matrix wo_i8;
   Int8Matrix w_gate_up_i8;
   Int8Matrix w_down_i8;
+  // Mixture-of-experts layers (ModelConfig::IsMoeLayer) instead of the dense MLP above: the router
+  // `mlp.gate` (bf16 even under W8A8) and the experts `mlp.experts.E`.
+  const bf16* router = nullptr;  // [num_experts, hidden]
+  WeightLayout router_layout = WeightLayout::kRows;
+  std::vector<ExpertWeights> experts;
 };
 
 class Weights {
@@ -100,8 +119,12 @@ class Weights {
   // True when the linear layers are int8 (the *_i8 matrices of each layer are set).
   bool int8() const { return int8_; }
 
-  // Bytes of matrix weights one decode step reads (all layers + lm_head, embedding rows aside).
+  // Bytes of matrix weights one decode step reads (all layers + lm_head, embedding rows aside);
+  // with mixture-of-experts layers, every expert of them.
   int64_t matrix_bytes_per_step() const { return matrix_bytes_per_step_; }
+  // Bytes of matrix weights one token reads: as above, but with only num_experts_per_tok experts
+  // of each mixture-of-experts layer (the active weights; == matrix_bytes_per_step() when dense).
+  int64_t active_matrix_bytes_per_token() const { return active_matrix_bytes_per_token_; }
   // Bytes of the matrix buffer (resident after Load) and how many of them are huge pages now.
   int64_t resident_bytes() const { return static_cast<int64_t>(matrices_.size()); }
   // The matrix buffer itself (resident_bytes() long), e.g. for timing a plain read of it.
@@ -116,6 +139,7 @@ class Weights {
   std::vector<int32_t> int8_sums_;  // and their row sums
   bool int8_ = false;
   int64_t matrix_bytes_per_step_ = 0;
+  int64_t active_matrix_bytes_per_token_ = 0;
 };
 
 }  // namespace tandem::engine

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -29,10 +30,16 @@ std::string ModelDir() {
   return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes").string();
 }
 
+// The tiny Qwen3-MoE test checkpoint (tests/engine/models).
+std::string MoeModelDir() {
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/engine/models/qwen3-moe-tiny").string();
+}
+
 // quantization: the --quantization value ("" for bf16, "w8a8" for int8).
-std::unique_ptr<engine::Engine> NewEngine(const std::string& quantization = "") {
+std::unique_ptr<engine::Engine> NewEngine(const std::string& quantization = "",
+                                          const std::string& model_dir = ModelDir()) {
   engine::ServingOptions o;
-  o.model_path = ModelDir();
+  o.model_path = model_dir;
   o.quantization = quantization;
   o.kv_cache_memory = "16MiB";
   o.threads = 1;
@@ -145,10 +152,10 @@ struct Pair {
 };
 
 Pair MakePair(const HandoffOptions& decode_options = Options("decode-0"),
-              const std::string& quantization = "") {
+              const std::string& quantization = "", const std::string& model_dir = ModelDir()) {
   Pair p;
-  p.pe = NewEngine(quantization);
-  p.de = NewEngine(quantization);
+  p.pe = NewEngine(quantization, model_dir);
+  p.de = NewEngine(quantization, model_dir);
   auto ph = PrefillHandoff::Create(p.pe.get(), Options("prefill-0"));
   EXPECT_TRUE(ph.ok()) << ph.status();
   p.ph = std::move(*ph);
@@ -205,10 +212,11 @@ TEST(CompletionNoticeTest, FirstTokenAlternativesAndErrors) {
 }
 
 // Prefill on one engine, KV over TCP, decode on another: the same tokens as one engine alone, with
-// the engines' linear layers in `quantization` ("" bf16, "w8a8" int8).
-void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization) {
+// the engines' linear layers in `quantization` ("" bf16, "w8a8" int8), serving `model_dir`.
+void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization,
+                                             const std::string& model_dir = ModelDir()) {
   const std::vector<Case> cases = Cases(24);
-  Pair p = MakePair(Options("decode-0"), quantization);
+  Pair p = MakePair(Options("decode-0"), quantization, model_dir);
   Sink dsink;
   std::mutex pmu;
   std::map<uint64_t, absl::StatusOr<proto::PrefillResponse>> presp;
@@ -230,7 +238,7 @@ void ExpectDisaggregatedTokensEqualColocated(const std::string& quantization) {
   }
   ASSERT_TRUE(p.de->WaitIdle(120));
   // Colocated reference.
-  auto colocated = NewEngine(quantization);
+  auto colocated = NewEngine(quantization, model_dir);
   Sink csink;
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(colocated->Submit(DecodeRequest("c" + std::to_string(i), cases[i], &csink)).ok());
@@ -267,6 +275,16 @@ TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensInt8) {
   ExpectDisaggregatedTokensEqualColocated("w8a8");
 }
 
+// Qwen3-MoE: the prefill and decode workers batch a request with different others, so its
+// routing and expert matmuls must not depend on them (engine/moe.h).
+TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensMoe) {
+  ExpectDisaggregatedTokensEqualColocated("", MoeModelDir());
+}
+
+TEST(HandoffTest, DisaggregatedTokensEqualColocatedTokensMoeInt8) {
+  ExpectDisaggregatedTokensEqualColocated("w8a8", MoeModelDir());
+}
+
 TEST(HandoffTest, WrongSecretAndOtherModelAreRefusedWithBothValues) {
   Pair good = MakePair();
   {
@@ -301,6 +319,36 @@ TEST(HandoffTest, WrongSecretAndOtherModelAreRefusedWithBothValues) {
     EXPECT_TRUE(absl::IsUnavailable(s)) << s;
     EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
   }
+}
+
+// Two Qwen3-MoE checkpoints of the same attention shape under the same served name, one routing
+// with norm_topk_prob and one without: their KV would fit, their tokens would not agree, so the
+// pair is refused.
+TEST(HandoffTest, MoeCheckpointsWithOtherRoutingAreRefused) {
+  const std::string other = ::testing::TempDir() + "/handoff-moe-no-norm";
+  std::filesystem::remove_all(other);
+  std::filesystem::create_directories(other);
+  for (const char* f :
+       {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    std::filesystem::copy_file(MoeModelDir() + "/" + f, other + "/" + f);
+  }
+  std::ifstream in(MoeModelDir() + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string from = "\"norm_topk_prob\": true";
+  ASSERT_NE(config.find(from), std::string::npos);
+  config.replace(config.find(from), from.size(), "\"norm_topk_prob\": false");
+  std::ofstream(other + "/config.json") << config;
+
+  Pair good = MakePair(Options("decode-0"), "", MoeModelDir());
+  auto de = NewEngine("", other);
+  ASSERT_TRUE(de);
+  auto dh = DecodeHandoff::Create(de.get(), Options("decode-moe"));
+  ASSERT_TRUE(dh.ok());
+  engine::Request r;
+  r.rid = "moe";
+  r.input_ids = {1, 2, 3};
+  absl::Status s = (*dh)->PrepareDecodeLeg(Leg(10, good.ph->bootstrap_port()), &r);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
 }
 
 TEST(HandoffTest, RoomWhosePrefillNeverStartsFailsOnBothSidesAndFreesBlocks) {

@@ -1,4 +1,4 @@
-"""PyTorch reference forward of the engine's models (Llama, Qwen2, Qwen3).
+"""PyTorch reference forward of the engine's models (Llama, Qwen2, Qwen3, Qwen3-MoE).
 
 It implements the numerical contract of docs/numerics.md.
 
@@ -6,7 +6,8 @@ Written to Hugging Face's modeling conventions (modeling_llama / modeling_qwen2 
 RMSNorm as (x * rsqrt(mean(x^2) + eps)) * w, rotate_half RoPE with inv_freq computed in fp32 and
 rope_scaling (default, linear, llama3), GQA by repeat_kv (query head h reads KV head
 h // (n_heads / n_kv_heads)), Qwen2 q/k/v bias, Qwen3 q/k RMSNorm before RoPE, tied or untied
-lm_head, SiLU-gated MLP. On top of HF's fp32 computation it applies the engine's rounding points:
+lm_head, SiLU-gated MLP, Qwen3-MoE's sparse MLP (below). On top of HF's fp32 computation it
+applies the engine's rounding points:
   - weights are bf16 (fp16/fp32 checkpoints rounded to bf16, nearest-even, at load);
   - every linear layer rounds its input to bf16 and accumulates in fp32; biases added in fp32;
   - K (after RoPE) and V are rounded to bf16, as the KV cache stores them;
@@ -26,6 +27,13 @@ quantize their bf16-rounded input per token (scale max|x| / 127, round half to e
 products are summed exactly (float64 holds them) and scaled as the engine does:
 (float(acc) * sx) * sw. Embeddings and lm_head stay bf16.
 
+Qwen3-MoE (docs/numerics.md "Mixture of experts"): in a sparse layer the router `mlp.gate` (bf16,
+never int8) is a linear layer (bf16-rounded input, fp32 result); softmax over all experts (float64
+rounded once here, like the attention softmax); the top num_experts_per_tok by probability, the
+lower expert index first on ties; renormalised in fp32 when norm_topk_prob; each chosen expert is
+a SiLU-gated MLP like the dense one (bf16 or int8); the outputs are combined in fp32 in rank order:
+out = 0, then out = out + w_k * y_k for k = 0, 1, ... (what the engine does, bit for bit).
+
 Usage as a library:
   model = load_model("models/tandem-tiny-fortunes")
   logits = model.forward(ids)            # [len(ids), vocab] fp32, causal, positions 0..n-1
@@ -44,7 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hf_safetensors import read_model_tensors, round_to_bf16, to_f32  # noqa: E402
 
 SUPPORTED = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-             "qwen3": "Qwen3ForCausalLM"}
+             "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 
 class ModelError(ValueError):
@@ -83,13 +91,27 @@ class Config:
         self.qkv_bias = self.model_type == "qwen2" or bool(c.get("attention_bias", False))
         if c.get("attention_bias") and self.model_type != "qwen2":
             raise ModelError(f"{path}: attention_bias (o_proj bias) is not in the engine contract")
-        self.qk_norm = self.model_type == "qwen3"
+        self.qk_norm = self.model_type in ("qwen3", "qwen3_moe")
+        self.experts = 0
+        if self.model_type == "qwen3_moe":
+            self.experts = int(c["num_experts"])
+            self.experts_per_tok = int(c["num_experts_per_tok"])
+            self.moe_intermediate = int(c["moe_intermediate_size"])
+            self.norm_topk_prob = bool(c.get("norm_topk_prob", False))
+            self.sparse_step = int(c.get("decoder_sparse_step", 1))
+            self.mlp_only_layers = [int(i) for i in c.get("mlp_only_layers") or []]
         if self.heads % self.kv_heads:
             raise ModelError(f"{path}: {self.heads} heads not a multiple of {self.kv_heads}")
         q = c.get("quantization_config")
         if q is not None and q.get("quant_method") != "compressed-tensors":
             raise ModelError(f"{path}: unsupported quantization_config {q.get('quant_method')!r}")
         self.int8_checkpoint = q is not None
+
+
+def is_moe_layer(cfg, i):
+    """HF Qwen3MoeDecoderLayer: sparse unless in mlp_only_layers, every decoder_sparse_step."""
+    return (cfg.experts > 0 and i not in cfg.mlp_only_layers and
+            (i + 1) % cfg.sparse_step == 0)
 
 
 def rope_inv_freq(cfg):
@@ -191,10 +213,21 @@ class Model:
                 "v": get_linear(p + "self_attn.v_proj.weight", (nkv * hd, h)),
                 "o": get_linear(p + "self_attn.o_proj.weight", (h, nh * hd)),
                 "post_norm": get(p + "post_attention_layernorm.weight", (h,)),
-                "gate": get_linear(p + "mlp.gate_proj.weight", (cfg.intermediate, h)),
-                "up": get_linear(p + "mlp.up_proj.weight", (cfg.intermediate, h)),
-                "down": get_linear(p + "mlp.down_proj.weight", (h, cfg.intermediate)),
             }
+            if is_moe_layer(cfg, i):
+                fm = cfg.moe_intermediate
+                layer["router"] = get(p + "mlp.gate.weight", (cfg.experts, h))
+                layer["experts"] = [{
+                    "gate": get_linear(p + f"mlp.experts.{e}.gate_proj.weight", (fm, h)),
+                    "up": get_linear(p + f"mlp.experts.{e}.up_proj.weight", (fm, h)),
+                    "down": get_linear(p + f"mlp.experts.{e}.down_proj.weight", (h, fm)),
+                } for e in range(cfg.experts)]
+            else:
+                layer.update({
+                    "gate": get_linear(p + "mlp.gate_proj.weight", (cfg.intermediate, h)),
+                    "up": get_linear(p + "mlp.up_proj.weight", (cfg.intermediate, h)),
+                    "down": get_linear(p + "mlp.down_proj.weight", (h, cfg.intermediate)),
+                })
             if cfg.qkv_bias:
                 layer["q_bias"] = get(p + "self_attn.q_proj.bias", (nh * hd,))
                 layer["k_bias"] = get(p + "self_attn.k_proj.bias", (nkv * hd,))
@@ -279,10 +312,42 @@ class Model:
             attn = self.matmul(probs, values).transpose(0, 1).reshape(n, nh * hd)
             x = x + self.linear(attn, L["o"])
             h = self.rms_norm(x, L["post_norm"])
-            g = torch.nn.functional.silu(self.linear(h, L["gate"]))
-            x = x + self.linear(g * self.linear(h, L["up"]), L["down"])
+            x = x + (self.moe(h, L) if "router" in L else self.mlp(h, L))
         cache["len"] = start + n
         return self.linear(self.rms_norm(x, self.norm), self.lm_head)  # [n, vocab]
+
+    def mlp(self, h, L):
+        """SiLU-gated MLP: down(bf16(silu(gate(h)) * up(h)))."""
+        g = torch.nn.functional.silu(self.linear(h, L["gate"]))
+        return self.linear(g * self.linear(h, L["up"]), L["down"])
+
+    def route(self, h, router):
+        """(experts [n, k] int64, weights [n, k] fp32) of each token (module docstring)."""
+        cfg = self.cfg
+        probs = self.softmax(self.linear(h, router))  # [n, experts]
+        # A stable descending sort keeps the lower index first among equal probabilities.
+        weights, experts = torch.sort(probs, dim=-1, descending=True, stable=True)
+        weights, experts = weights[:, :cfg.experts_per_tok], experts[:, :cfg.experts_per_tok]
+        if cfg.norm_topk_prob:
+            total = weights[:, 0].clone()
+            for r in range(1, cfg.experts_per_tok):
+                total = total + weights[:, r]
+            weights = weights / total[:, None]
+        return experts, weights
+
+    def moe(self, h, L):
+        """Qwen3-MoE sparse MLP: each expert over its tokens, combined in rank order."""
+        experts, weights = self.route(h, L["router"])
+        n, k = experts.shape
+        ys = torch.zeros((n, k, h.shape[1]), dtype=torch.float32)
+        for e, ex in enumerate(L["experts"]):
+            rows, ranks = torch.nonzero(experts == e, as_tuple=True)
+            if rows.numel():
+                ys[rows, ranks] = self.mlp(h[rows], ex)
+        out = torch.zeros_like(h)
+        for r in range(k):
+            out = out + weights[:, r:r + 1] * ys[:, r]
+        return out
 
     def softmax(self, scores):
         """Softmax over the last axis with max-subtraction (exact: float64, rounded once)."""

@@ -167,6 +167,32 @@ def naive_rope(vec, pos, inv_freq):
     return out
 
 
+def naive_mlp(h, W, p):
+    g = naive_linear(h, W[p + "gate_proj.weight"]).astype(np.float64)
+    u = naive_linear(h, W[p + "up_proj.weight"]).astype(np.float64)
+    act = f32(g / (1.0 + np.exp(-g)) * u)
+    return naive_linear(act, W[p + "down_proj.weight"])
+
+
+def naive_moe(h, W, p, c):
+    """Qwen3-MoE sparse MLP of one token, from docs/numerics.md "Mixture of experts"."""
+    logits = naive_linear(h, W[p + "mlp.gate.weight"]).astype(np.float64)
+    e = np.exp(logits - logits.max())
+    probs = f32(e / e.sum())
+    chosen = sorted(range(len(probs)), key=lambda i: (-float(probs[i]), i))
+    chosen = chosen[:c["num_experts_per_tok"]]
+    weights = [probs[i] for i in chosen]
+    if c.get("norm_topk_prob"):
+        total = np.float32(0)
+        for w in weights:
+            total = f32(total + w)
+        weights = [f32(w / total) for w in weights]
+    out = np.zeros(len(h), np.float32)
+    for i, w in zip(chosen, weights):
+        out = f32(out + f32(w * naive_mlp(h, W, p + f"mlp.experts.{i}.")))
+    return out
+
+
 def naive_forward(model_dir, ids):
     """Last-position logits for `ids`, written from docs/numerics.md, not from
     reference.py."""
@@ -190,12 +216,12 @@ def naive_forward(model_dir, ids):
             qh, kh = [], []
             for head in range(nh):
                 vec = q[head * hd:(head + 1) * hd]
-                if c["model_type"] == "qwen3":
+                if c["model_type"] in ("qwen3", "qwen3_moe"):
                     vec = naive_rms(vec, W[p + "self_attn.q_norm.weight"], eps)
                 qh.append(naive_rope(vec, pos, inv_freq))
             for head in range(nkv):
                 vec = k[head * hd:(head + 1) * hd]
-                if c["model_type"] == "qwen3":
+                if c["model_type"] in ("qwen3", "qwen3_moe"):
                     vec = naive_rms(vec, W[p + "self_attn.k_norm.weight"], eps)
                 kh.append(bf(naive_rope(vec, pos, inv_freq)))
             qs.append(qh)
@@ -218,10 +244,10 @@ def naive_forward(model_dir, ids):
                 out[head * hd:(head + 1) * hd] = f32(acc)
             x = f32(x + naive_linear(out, W[p + "self_attn.o_proj.weight"]))
             h = naive_rms(x, W[p + "post_attention_layernorm.weight"], eps)
-            g = naive_linear(h, W[p + "mlp.gate_proj.weight"]).astype(np.float64)
-            u = naive_linear(h, W[p + "mlp.up_proj.weight"]).astype(np.float64)
-            act = f32(g / (1.0 + np.exp(-g)) * u)
-            new_xs.append(f32(x + naive_linear(act, W[p + "mlp.down_proj.weight"])))
+            if p + "mlp.gate.weight" in W:
+                new_xs.append(f32(x + naive_moe(h, W, p, c)))
+            else:
+                new_xs.append(f32(x + naive_mlp(h, W, p + "mlp.")))
         xs = new_xs
     head = W["model.embed_tokens.weight"] if c["tie_word_embeddings"] else W["lm_head.weight"]
     return naive_linear(naive_rms(xs[-1], W["model.norm.weight"], eps), head)
@@ -229,7 +255,8 @@ def naive_forward(model_dir, ids):
 
 def check_reference(msm, tmp):
     presets = [("qwen3-tiny", ["--dtype", "bf16"]), ("llama-tiny", ["--dtype", "fp16"]),
-               ("qwen2-tiny", ["--dtype", "fp32", "--shards", "2"])]
+               ("qwen2-tiny", ["--dtype", "fp32", "--shards", "2"]),
+               ("qwen3-moe-tiny", ["--dtype", "bf16", "--mlp-only-layers", "1"])]
     for preset, extra in presets:
         out = os.path.join(tmp, "ref-" + preset)
         msm.main(["--out", out, "--preset", preset, "--vocab", "512", "--no-tokenizer",

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "kvtransfer/factory.h"
 #include "spdlog/spdlog.h"
@@ -18,7 +19,15 @@ kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
       absl::StrCat(m.model_type, "|", m.hidden_size, "|", m.num_layers, "|", m.num_heads, "|",
                    m.num_kv_heads, "|", m.head_dim, "|", m.intermediate_size, "|", m.vocab_size,
                    "|", m.rope_theta, "|", m.rms_norm_eps, "|", m.tie_word_embeddings, "|",
-                   m.qk_norm, "|", m.attention_bias, int8_linear ? "|w8a8" : "");
+                   m.qk_norm, "|", m.attention_bias, int8_linear ? "|w8a8" : "",
+                   // Mixture of experts: the experts change the tokens, not the KV shape, but a
+                   // pair serving different experts would not give the colocated tokens.
+                   m.moe.num_experts == 0
+                       ? ""
+                       : absl::StrCat("|moe|", m.moe.num_experts, "|", m.moe.num_experts_per_tok,
+                                      "|", m.moe.moe_intermediate_size, "|", m.moe.norm_topk_prob,
+                                      "|", m.moe.decoder_sparse_step, "|",
+                                      absl::StrJoin(m.moe.mlp_only_layers, ",")));
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(canonical.data()), canonical.size(), digest);
   char hex[17];

@@ -28,8 +28,9 @@ inline constexpr kv::RegionId kKvRegion = 1;
 inline constexpr char kKvLayoutName[] = "layer-major/[block][kv][token][head][dim]";
 
 // model_id = served model name + "/" + the first 16 hex digits of SHA-256 of config.json's
-// canonical fields and how the linear layers compute (`int8_linear`: W8A8), so two workers agree
-// only on the same model run the same way (a bf16 prefill worker never feeds an int8 decode one).
+// canonical fields (with a mixture of experts, its settings too) and how the linear layers compute
+// (`int8_linear`: W8A8), so two workers agree only on the same model run the same way (a bf16
+// prefill worker never feeds an int8 decode one).
 kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
                                         const engine::ModelConfig& model,
                                         const engine::KvCacheStorage& storage, bool int8_linear);

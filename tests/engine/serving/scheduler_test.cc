@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -15,8 +16,9 @@ namespace {
 
 constexpr int kVocabLimit = 3000;  // the shipped model's ordinary tokens
 
-std::unique_ptr<Scheduler> NewScheduler(const SchedulerConfig& config) {
-  auto s = Scheduler::Create(config, &SharedModel(), &SharedTokenizer());
+std::unique_ptr<Scheduler> NewScheduler(const SchedulerConfig& config,
+                                        Model* model = &SharedModel()) {
+  auto s = Scheduler::Create(config, model, &SharedTokenizer());
   EXPECT_TRUE(s.ok()) << s.status();
   return std::move(*s);
 }
@@ -24,12 +26,12 @@ std::unique_ptr<Scheduler> NewScheduler(const SchedulerConfig& config) {
 // Each request run on its own, in a fresh scheduler without a prefix cache, prefilled in one
 // chunk: the reference every other arrangement must reproduce bit for bit.
 std::vector<int32_t> RunAlone(const std::vector<int32_t>& prompt, int max_new, float temperature,
-                              uint64_t seed) {
+                              uint64_t seed, Model* model = &SharedModel()) {
   SchedulerConfig c = SmallConfig(64);
   c.enable_radix_cache = false;
   c.chunked_prefill_size = 512;
   c.max_prefill_tokens = 512;
-  auto s = NewScheduler(c);
+  auto s = NewScheduler(c, model);
   std::map<std::string, Collected> out;
   EXPECT_TRUE(s->Submit(MakeRequest("alone", prompt, max_new, &out, temperature, seed)).ok());
   RunToIdle(s.get());
@@ -66,9 +68,11 @@ std::vector<Case> MixedCases(int n, uint32_t seed) {
   return cases;
 }
 
-TEST(SchedulerTest, BatchOf64MixedRequestsMatchesEachRequestAlone) {
+// Every request of a mixed batch (chunked prefills, decodes, prefix-cache hits, sampling) gets the
+// tokens it gets alone, on `model`.
+void ExpectBatchOf64MatchesAlone(Model* model) {
   const std::vector<Case> cases = MixedCases(64, 7);
-  auto s = NewScheduler(SmallConfig(2048));
+  auto s = NewScheduler(SmallConfig(2048), model);
   std::map<std::string, Collected> out;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -82,7 +86,8 @@ TEST(SchedulerTest, BatchOf64MixedRequestsMatchesEachRequestAlone) {
     const Case& c = cases[i];
     const Collected& got = out[absl::StrCat("r", i)];
     ASSERT_TRUE(got.last);
-    EXPECT_EQ(got.tokens, RunAlone(c.prompt, c.max_new, c.temperature, c.seed)) << "request " << i;
+    EXPECT_EQ(got.tokens, RunAlone(c.prompt, c.max_new, c.temperature, c.seed, model))
+        << "request " << i;
     ASSERT_TRUE(got.finish.has_value());
     EXPECT_EQ(got.finish->kind, FinishReason::Kind::kLength);
     EXPECT_EQ(got.final_output.completion_tokens, c.max_new);
@@ -90,6 +95,23 @@ TEST(SchedulerTest, BatchOf64MixedRequestsMatchesEachRequestAlone) {
   }
   ASSERT_TRUE(s->FlushCache().ok());
   EXPECT_EQ(s->Load().free_blocks, s->Load().total_blocks);
+}
+
+TEST(SchedulerTest, BatchOf64MixedRequestsMatchesEachRequestAlone) {
+  ExpectBatchOf64MatchesAlone(&SharedModel());
+}
+
+// Qwen3-MoE: a request's tokens are routed with whichever others share its steps, and its experts
+// run over their rows (engine/moe.h); neither may change its tokens. bf16 and int8 experts.
+TEST(SchedulerTest, MoeBatchOf64MixedRequestsMatchesEachRequestAlone) {
+  const std::string dir =
+      (std::filesystem::path(TANDEM_SOURCE_DIR) / "tests/engine/models/qwen3-moe-tiny").string();
+  for (Quantization q : {Quantization::kNone, Quantization::kW8A8}) {
+    auto model = Model::Load(dir, {.threads = 2, .quantization = q});
+    ASSERT_TRUE(model.ok()) << model.status();
+    (*model)->pool()->set_min_parallel_work(0);
+    ExpectBatchOf64MatchesAlone(model->get());
+  }
 }
 
 TEST(SchedulerTest, PrefixCacheHitGivesIdenticalTokensAndCountsCachedTokens) {

@@ -1,0 +1,138 @@
+#include "engine/moe.h"
+
+#include <algorithm>
+
+#include "engine/kernels/matmul.h"
+#include "engine/kernels/matmul_int8.h"
+#include "engine/ops.h"
+
+namespace tandem::engine {
+namespace {
+
+// y [m, n] = x [m, k] (row stride ldx) times a bf16 matrix in `layout`, or the int8 `w8` when
+// `w` is null.
+void Linear(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, WeightLayout layout,
+            const Int8Matrix& w8, int64_t n, float* y, ThreadPool* pool) {
+  if (w != nullptr) {
+    MatmulBf16(x, ldx, m, k, w, n, y, n, pool, layout);
+  } else {
+    MatmulInt8(x, ldx, m, w8, y, n, pool);
+  }
+}
+
+}  // namespace
+
+void MoeScratch::Reserve(const ModelConfig& c, int64_t tokens) {
+  if (c.moe.num_experts == 0 || tokens <= capacity) return;
+  capacity = tokens;
+  const auto T = static_cast<size_t>(tokens);
+  const auto k = static_cast<size_t>(c.moe.num_experts_per_tok);
+  const auto e = static_cast<size_t>(c.moe.num_experts);
+  const auto h = static_cast<size_t>(c.hidden_size);
+  const auto f = static_cast<size_t>(c.moe.moe_intermediate_size);
+  router.resize(T * e);
+  expert.resize(T * k);
+  weight.resize(T * k);
+  row.resize(T * k);
+  expert_begin.resize(e + 1);
+  expert_next.resize(e);
+  row_token.resize(T * k);
+  x.resize(T * k * h);
+  gate_up.resize(T * k * 2 * f);
+  act.resize(T * k * f);
+  down.resize(T * k * h);
+}
+
+void RouteToken(float* probs, int64_t num_experts, int64_t k, bool normalize, int32_t* experts,
+                float* weights) {
+  float max = probs[0];
+  for (int64_t e = 1; e < num_experts; ++e) max = std::max(max, probs[e]);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    probs[e] = ExpF(probs[e] - max);
+    sum += probs[e];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t e = 0; e < num_experts; ++e) probs[e] *= inv;
+  // Top k by repeated selection: strictly greater wins, so the lower index wins a tie.
+  for (int64_t r = 0; r < k; ++r) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (std::find(experts, experts + r, static_cast<int32_t>(e)) != experts + r) continue;
+      if (best < 0 || probs[e] > probs[best]) best = static_cast<int32_t>(e);
+    }
+    experts[r] = best;
+    weights[r] = probs[best];
+  }
+  if (normalize) {
+    float total = 0.0f;
+    for (int64_t r = 0; r < k; ++r) total += weights[r];
+    for (int64_t r = 0; r < k; ++r) weights[r] /= total;
+  }
+}
+
+int64_t MoeForward(const ModelConfig& c, const LayerWeights& w, const bf16* xb, int64_t ldx,
+                   int64_t T, MoeScratch* s, ThreadPool* pool, float* out) {
+  const int64_t h = c.hidden_size, f = c.moe.moe_intermediate_size;
+  const int64_t E = c.moe.num_experts, K = c.moe.num_experts_per_tok;
+
+  // 1-2. Router logits, softmax and top k per token.
+  MatmulBf16(xb, ldx, T, h, w.router, E, s->router.data(), E, pool, w.router_layout);
+  pool->ParallelFor(T, 16 * T * E * (K + 1), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      RouteToken(s->router.data() + t * E, E, K, c.moe.norm_topk_prob, s->expert.data() + t * K,
+                 s->weight.data() + t * K);
+    }
+  });
+
+  // 3. Group the (token, rank) pairs by expert (a counting sort: tokens in batch order within an
+  // expert) and gather their inputs.
+  std::fill(s->expert_begin.begin(), s->expert_begin.end(), 0);
+  for (int64_t i = 0; i < T * K; ++i) ++s->expert_begin[s->expert[i] + 1];
+  for (int64_t e = 0; e < E; ++e) s->expert_begin[e + 1] += s->expert_begin[e];
+  std::copy_n(s->expert_begin.begin(), E, s->expert_next.begin());
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int64_t r = s->expert_next[s->expert[i]]++;
+    s->row[i] = static_cast<int32_t>(r);
+    s->row_token[r] = static_cast<int32_t>(i / K);
+  }
+  pool->ParallelFor(T * K, T * K * h, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      std::copy_n(xb + s->row_token[r] * ldx, h, s->x.data() + r * h);
+    }
+  });
+
+  // Each expert once over its rows: gate/up, SiLU * up (bf16), down.
+  int64_t ran = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = s->expert_begin[e], m = s->expert_begin[e + 1] - r0;
+    if (m == 0) continue;
+    ++ran;
+    const ExpertWeights& x = w.experts[e];
+    float* gu = s->gate_up.data() + r0 * 2 * f;
+    bf16* act = s->act.data() + r0 * f;
+    Linear(s->x.data() + r0 * h, h, m, h, x.w_gate_up, x.w_gate_up_layout, x.w_gate_up_i8, 2 * f,
+           gu, pool);
+    pool->ParallelFor(m, 8 * m * f, [&](int64_t b, int64_t end) {
+      for (int64_t r = b; r < end; ++r)
+        SiluMulToBf16(gu + r * 2 * f, gu + r * 2 * f + f, f, act + r * f);
+    });
+    Linear(act, f, m, f, x.w_down, x.w_down_layout, x.w_down_i8, h, s->down.data() + r0 * h, pool);
+  }
+
+  // 4. Combine per token in rank order.
+  pool->ParallelFor(T, 2 * T * K * h, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* o = out + t * h;
+      std::fill(o, o + h, 0.0f);
+      for (int64_t r = 0; r < K; ++r) {
+        const float wt = s->weight[t * K + r];
+        const float* d = s->down.data() + static_cast<int64_t>(s->row[t * K + r]) * h;
+        for (int64_t i = 0; i < h; ++i) o[i] += wt * d[i];
+      }
+    }
+  });
+  return ran;
+}
+
+}  // namespace tandem::engine
