@@ -211,13 +211,68 @@ TEST(ChatToolsGrammarTest, AutoAndNoneDoNotConstrain) {
   }
 }
 
+// A required call of `tool` (one function "f" whose parameters are `parameters`).
+absl::StatusOr<RoutedRequest> RequiredCall(const std::string& parameters) {
+  return ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+      R"({"type":"function","function":{"name":"f","parameters":)" +
+          parameters + "}}]}",
+      QwenContext());
+}
+
+std::string CallOfF(const std::string& arguments) {
+  return "<tool_call>\n{\"name\": \"f\", \"arguments\": " + arguments + "}\n</tool_call>";
+}
+
+TEST(ChatToolsGrammarTest, RefsAndStringLengthsAreEnforced) {
+  const auto parsed =
+      RequiredCall(R"({"type":"object","properties":{"who":{"$ref":"#/$defs/name"},)"
+                   R"("tree":{"$ref":"#/definitions/node"}},"required":["who","tree"],)"
+                   R"("$defs":{"name":{"type":"string","minLength":2,"maxLength":4}},)"
+                   R"("definitions":{"node":{"type":"object","properties":{"kids":{"type":"array",)"
+                   R"("items":{"$ref":"#/definitions/node"},"maxItems":2}}}}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(GrammarAccepts(*parsed, CallOfF(R"({"who": "Ann", "tree": {"kids": []}})")));
+  EXPECT_TRUE(GrammarAccepts(  // recursion through the $ref, escapes count as one character
+      *parsed, CallOfF(R"({"who": "\"a\"", "tree": {"kids": [{"kids": []}, {"kids": []}]}})")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, CallOfF(R"({"who": "A", "tree": {"kids": []}})")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, CallOfF(R"({"who": "Annie", "tree": {"kids": []}})")));
+}
+
+TEST(ChatToolsGrammarTest, IntegerBoundsAreExactNumberBoundsOnlyTheSign) {
+  const auto parsed = RequiredCall(
+      R"({"type":"object","properties":{"n":{"type":"integer","minimum":-12,"maximum":345},)"
+      R"("k":{"type":"integer","exclusiveMinimum":0},"x":{"type":"number","minimum":0}},)"
+      R"("required":["n","k","x"]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto call = [](int64_t n, const std::string& k, const std::string& x) {
+    return CallOfF(R"({"n": )" + std::to_string(n) + R"(, "k": )" + k + R"(, "x": )" + x + "}");
+  };
+  for (int64_t n = -30; n <= 400; ++n) {
+    EXPECT_EQ(GrammarAccepts(*parsed, call(n, "1", "0.5")), n >= -12 && n <= 345) << n;
+  }
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(1, "0", "1")));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call(1, "999999999999999999", "1e5")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(1, "2", "-1")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(1, "02", "1")));
+}
+
 TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
   EXPECT_EQ(
       Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
             R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
-            R"("properties":{"n":{"type":"integer","minimum":1}}}}}]})"),
-      "tools[0].function.parameters: keyword 'minimum' cannot be enforced for a required tool "
+            R"("properties":{"n":{"type":"integer","multipleOf":2}}}}}]})"),
+      "tools[0].function.parameters: keyword 'multipleOf' cannot be enforced for a required tool "
       "call");
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"$ref":"#/$defs/no"}}}]})"),
+      "tools[0].function.parameters: $ref '#/$defs/no' points to nothing");
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+            R"("properties":{"n":{"type":"integer","minimum":5,"maximum":4}}}}}]})"),
+      "tools[0].function.parameters: the bounds leave no integer");
   EXPECT_THAT(Error(Body(R"("tool_choice":"required","response_format":{"type":"json_object"})")),
               HasSubstr("only one of regex, json_schema, ebnf and response_format"));
 }
