@@ -29,6 +29,13 @@ anyarr ::= "[" ws ( any ( "," ws any )* )? "]"
 anyobj ::= "{" ws ( str ":" ws any ( "," ws str ":" ws any )* )? "}"
 )";
 
+// A reasoning block before the calls: its text never contains "</think>" (every '<' run is
+// followed by a byte that breaks the tag), so the reasoning parser ends it where the grammar does.
+constexpr char kThinkRules[] = R"(think ::= "<think>" thinktext "</think>" "\n"{0,2}
+thinktext ::= ( [^<] | "<"+ thinkbreak )*
+thinkbreak ::= [^/<] | "/" ( [^t<] | "t" ( [^h<] | "h" ( [^i<] | "i" ( [^n<] | "n" ( [^k<] | "k" [^<>] ) ) ) ) )
+)";
+
 // `text` as an EBNF string literal: bytes outside printable ASCII, '"' and '\' as \xHH;
 // UTF-8 above ASCII as is.
 std::string Literal(std::string_view text) {
@@ -404,7 +411,7 @@ class SchemaRules {
 }  // namespace
 
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallSyntax syntax, const ChatTools& tools,
-                                            bool parallel_tool_calls) {
+                                            bool parallel_tool_calls, bool allow_thinking) {
   std::string rules;
   std::vector<std::string> calls;
   for (size_t i = 0; i < tools.tools.size(); ++i) {
@@ -427,7 +434,12 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallSyntax syntax, const ChatToo
   std::string root = absl::StrCat("call ::= ", absl::StrJoin(calls, " | "), "\n");
   const bool several = syntax == ToolCallSyntax::kQwen && parallel_tool_calls &&
                        tools.choice == ToolChoice::kRequired;
-  absl::StrAppend(&root, several ? "root ::= call ( \"\\n\" call )*\n" : "root ::= call\n");
+  const std::string calls_rule = several ? "call ( \"\\n\" call )*" : "call";
+  if (allow_thinking && syntax == ToolCallSyntax::kQwen) {
+    absl::StrAppend(&root, "root ::= think? ", calls_rule, "\n", kThinkRules);
+  } else {
+    absl::StrAppend(&root, "root ::= ", calls_rule, "\n");
+  }
   return root + kCommonRules + rules;
 }
 

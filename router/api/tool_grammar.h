@@ -34,8 +34,11 @@
 namespace tandem::router::api_internal {
 
 // The EBNF for `tools` under `tools.choice` (kRequired or kNamed) in `syntax` (not kNone).
+// `allow_thinking` (kQwen only: a Qwen3 template with thinking enabled): the calls may be
+// preceded by one "<think>...</think>" block (text without "</think>", as the reasoning parser
+// splits it) and up to two line breaks, as SGLang's structural tags allow.
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallSyntax syntax, const ChatTools& tools,
-                                            bool parallel_tool_calls);
+                                            bool parallel_tool_calls, bool allow_thinking = false);
 
 }  // namespace tandem::router::api_internal
 

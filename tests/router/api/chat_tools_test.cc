@@ -311,6 +311,55 @@ TEST(ChatToolsGrammarTest, Llama3TemplatesUseTheJsonCallSyntax) {
   EXPECT_FALSE(GrammarAccepts(*parsed, "<tool_call>\n{\"name\": \"get_weather\"}"));
 }
 
+// The fortunes vocabulary with Qwen3's chat template (thinking by default).
+const engine::Tokenizer& Qwen3Tokenizer() {
+  static const engine::Tokenizer* tokenizer = [] {
+    const std::string root = TANDEM_SOURCE_DIR;
+    nlohmann::json config = nlohmann::json::parse(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    config["chat_template"] = ReadFile(root + "/tests/engine/jinja_templates/Qwen-Qwen3.jinja");
+    auto loaded = engine::Tokenizer::FromStrings(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? loaded->release() : nullptr;
+  }();
+  return *tokenizer;
+}
+
+TEST(ChatToolsGrammarTest, Qwen3MayThinkBeforeARequiredCall) {
+  ApiContext ctx = QwenContext();
+  ctx.tokenizer = &Qwen3Tokenizer();
+  ASSERT_EQ(ctx.tokenizer->chat_family(), engine::ChatFamily::kQwen3);
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"c\"}}\n</tool_call>";
+  const std::string thought = "<think>\nThe user wants <b>Paris</b>; </thin no.\n</think>\n\n";
+  for (const char* choice :
+       {R"("tool_choice":"required")",
+        R"("tool_choice":{"type":"function","function":{"name":"get_weather"}})"}) {
+    const auto parsed = ParseChatCompletions(Body(choice), ctx);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(GrammarAccepts(*parsed, call));
+    EXPECT_TRUE(GrammarAccepts(*parsed, thought + call));
+    EXPECT_TRUE(GrammarAccepts(*parsed, "<think></think>" + call));
+    // One block, ended by the first "</think>", and nothing but the call after it.
+    EXPECT_FALSE(GrammarAccepts(*parsed, "<think>a</think>b</think>" + call));
+    EXPECT_FALSE(GrammarAccepts(*parsed, thought + thought + call));
+    EXPECT_FALSE(GrammarAccepts(*parsed, thought + "Sure! " + call));
+    EXPECT_FALSE(GrammarAccepts(*parsed, thought));
+  }
+  // enable_thinking false: the template closes the block in the prompt; the answer is the call.
+  const auto off = ParseChatCompletions(
+      Body(R"("tool_choice":"required","chat_template_kwargs":{"enable_thinking":false})"), ctx);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(GrammarAccepts(*off, call));
+  EXPECT_FALSE(GrammarAccepts(*off, thought + call));
+  // Qwen2.5 templates do not think.
+  const auto qwen25 = ParseChatCompletions(Body(R"("tool_choice":"required")"), QwenContext());
+  ASSERT_TRUE(qwen25.ok()) << qwen25.status();
+  EXPECT_FALSE(GrammarAccepts(*qwen25, thought + call));
+}
+
 TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
   ApiContext ctx = QwenContext();
   const std::string plain = R"({"messages":[{"role":"user","content":"x"}]})";
