@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "router/api/pattern_ebnf.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -174,7 +175,8 @@ class SchemaRules {
                                                       "minimum",
                                                       "maximum",
                                                       "exclusiveMinimum",
-                                                      "exclusiveMaximum"};
+                                                      "exclusiveMaximum",
+                                                      "pattern"};
       if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
             path_, ": keyword '", Excerpt(key), "' cannot be enforced for a required tool call"));
@@ -206,7 +208,10 @@ class SchemaRules {
     }
     const auto type = schema.find("type");
     if (type == schema.end()) {  // the type the keywords imply, as JSON Schema validates them
-      if (schema.contains("minLength") || schema.contains("maxLength")) return StringBody(schema);
+      if (schema.contains("minLength") || schema.contains("maxLength") ||
+          schema.contains("pattern")) {
+        return StringBody(schema);
+      }
       for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
         if (schema.contains(key)) return NumberBody(schema);
       }
@@ -327,8 +332,18 @@ class SchemaRules {
   }
 
   // Strings: minLength/maxLength count characters (a JSON escape is one character, as JSON
-  // Schema counts code points). `pattern` is refused (see the header).
+  // Schema counts code points); `pattern` (router/api/pattern_ebnf.h), not beside them.
   absl::StatusOr<std::string> StringBody(const OrderedJson& schema) {
+    if (const auto it = schema.find("pattern"); it != schema.end()) {
+      if (!it->is_string()) return absl::InvalidArgumentError(path_ + ": pattern must be a string");
+      if (schema.contains("minLength") || schema.contains("maxLength")) {
+        return absl::InvalidArgumentError(
+            path_ + ": pattern beside minLength/maxLength cannot be enforced together");
+      }
+      ASSIGN_OR_RETURN(const std::string content, PatternEbnf(it->get<std::string>()),
+                       absl::StrCat(path_, ": "));
+      return absl::StrCat("\"\\\"\" ", content, " \"\\\"\"");
+    }
     ASSIGN_OR_RETURN(const int64_t min, Count(schema, "minLength", 0));
     ASSIGN_OR_RETURN(const int64_t max, Count(schema, "maxLength", -1));
     if (max >= 0 && max < min) {

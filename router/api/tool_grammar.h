@@ -13,13 +13,14 @@
 // properties, required, additionalProperties, items, minItems, maxItems, enum, const, anyOf, oneOf
 // (as anyOf: a value matching several branches is accepted), $ref to a JSON pointer within the
 // parameters schema ("#", "#/$defs/...", "#/definitions/...", recursion allowed), minLength and
-// maxLength (exact, in characters, up to 1000), minimum / maximum / exclusiveMinimum /
+// maxLength (exact, in characters, up to 1000), pattern (router/api/pattern_ebnf.h: search
+// semantics, not beside minLength/maxLength), minimum / maximum / exclusiveMinimum /
 // exclusiveMaximum (exact for integers, as a digit-by-digit grammar of the range; for numbers only
 // the sign is enforced: a lower bound >= 0 forbids a minus sign, an upper bound below 0 requires
 // one); annotations (description, title, default, examples, $schema, $comment, format, $defs and
 // definitions themselves) ignored. An absent or empty schema allows any JSON value (an object
-// for the arguments). Any other keyword (pattern, multipleOf, ...) is an InvalidArgument naming
-// the tool and keyword. Integers have at most 18 digits, exponents at most 2.
+// for the arguments). Any other keyword (multipleOf, patternProperties, ...) is an InvalidArgument
+// naming the tool and keyword. Integers have at most 18 digits, exponents at most 2.
 //
 // Thread-safety: pure function.
 #ifndef TANDEM_ROUTER_API_TOOL_GRAMMAR_H_

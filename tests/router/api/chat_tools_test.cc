@@ -239,6 +239,32 @@ TEST(ChatToolsGrammarTest, RefsAndStringLengthsAreEnforced) {
   EXPECT_FALSE(GrammarAccepts(*parsed, CallOfF(R"({"who": "Annie", "tree": {"kids": []}})")));
 }
 
+TEST(ChatToolsGrammarTest, PatternsAreEnforcedOnTheStringsValue) {
+  const auto parsed = RequiredCall(
+      R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},)"
+      R"("note":{"pattern":"a\"b|\\\\n"},"any":{"type":"string","pattern":"^(?:x.)+$"}},)"
+      R"("required":["code","note","any"]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto call = [](const std::string& code, const std::string& note, const std::string& any) {
+    return CallOfF(R"({"code": ")" + code + R"(", "note": ")" + note + R"(", "any": ")" + any +
+                   R"("})");
+  };
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("AB-123", "a\\\"b", "xy")));
+  // Search semantics without anchors: anything around the match; "\\n" is a backslash then n.
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("ZZ-000", "say a\\\"b!", "x\\\"xn")));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("ZZ-000", "\\\\n", "xé")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-12", "a\\\"b", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("ab-123", "a\\\"b", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(" AB-123", "a\\\"b", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-123", "ab", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-123", "a\\\"b", "x")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-123", "a\\\"b", "x\\n")));  // . is not \n
+  EXPECT_THAT(Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required",)"
+                    R"("tools":[{"type":"function","function":{"name":"f","parameters":)"
+                    R"({"type":"object","properties":{"s":{"pattern":"(a)\\1"}}}}}]})"),
+              HasSubstr("tools[0].function.parameters: pattern: unsupported escape \\1"));
+}
+
 TEST(ChatToolsGrammarTest, IntegerBoundsAreExactNumberBoundsOnlyTheSign) {
   const auto parsed = RequiredCall(
       R"({"type":"object","properties":{"n":{"type":"integer","minimum":-12,"maximum":345},)"
