@@ -105,7 +105,8 @@ class PatternParser {
   bool AtEnd() const { return pos_ >= end_; }
   char Peek() const { return text_[pos_]; }
   absl::Status Error(std::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("pattern: ", std::string(what), " at offset ", pos_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pattern: ", std::string(what), " at offset ", pos_));
   }
 
   absl::StatusOr<std::string> Alternation(int depth) {
