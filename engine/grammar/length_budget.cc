@@ -11,7 +11,12 @@ namespace tandem::engine::grammar {
 bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabulary,
                           int64_t tokens_after, bool eos_selectable, std::span<uint32_t> mask) {
   tokens_after = std::max<int64_t>(tokens_after, 0);
-  if (matcher.MinBytesToComplete() + kLengthBudgetSlackBytes < tokens_after) return false;
+  // Every try below starts from this state: the search over its chart is shared.
+  GrammarMatcher::MinBytesMemo memo;
+  const size_t frozen_sets = matcher.num_bytes() + 1;
+  if (matcher.MinBytesToComplete(&memo, frozen_sets) + kLengthBudgetSlackBytes < tokens_after) {
+    return false;
+  }
   // The shortest completion after every allowed byte-carrying token. Consecutive tokens share
   // the matcher's bytes up to their common prefix, so only the differing tail is re-accepted.
   std::vector<std::pair<int32_t, int64_t>> after;  // (token, shortest completion after it)
@@ -35,7 +40,7 @@ bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabu
       continue;
     }
     accepted = bytes;
-    const int64_t shortest = matcher.MinBytesToComplete();
+    const int64_t shortest = matcher.MinBytesToComplete(&memo, frozen_sets);
     after.emplace_back(id, shortest);
     best = std::min(best, shortest);
   }

@@ -14,11 +14,13 @@
 // completion most) and may still end incomplete.
 //
 // Cost: the shortest completion is a search over the recognizer's chart, and the restriction
-// runs it once per allowed token, so it runs only near the end of the budget: when the current
-// shortest completion plus kLengthBudgetSlackBytes reaches the tokens left. A single token that
-// raises the shortest completion by more than the slack (e.g. the opening quote of a key whose
-// required value is a large object) while the budget is still far is not caught; the steps after
-// it then keep the shortest completion as small as they can.
+// runs it once per allowed token (sharing the search over the chart before the token), so it
+// runs only near the end of the budget: when the current shortest completion plus
+// kLengthBudgetSlackBytes reaches the tokens left. Inside a JSON string, where nearly every token
+// is allowed, it costs about six token masks (the shipped model's 3,072 tokens: ~9 ms). A single
+// token that raises the shortest completion by more than the slack (e.g. the opening quote of a key
+// whose required value is a large object) while the budget is still far is not caught; the steps
+// after it then keep the shortest completion as small as they can.
 //
 // Thread-compatible: mutates only the matcher it is given, and restores it.
 #ifndef TANDEM_ENGINE_GRAMMAR_LENGTH_BUDGET_H_

@@ -67,6 +67,35 @@ TEST(LengthBudgetTest, CorpusOutputsCompleteWithinTheBudget) {
   EXPECT_GE(outputs, 50 * 6);  // at least 50 schemas, patterns and grammars
 }
 
+// The memoised search over a frozen prefix gives the plain search's answer for every token tried
+// from one state.
+TEST(LengthBudgetTest, MemoisedShortestCompletionMatchesThePlainSearch) {
+  const TokenVocabulary& vocab = FortunesVocabulary();
+  int compared = 0;
+  for (const CorpusCase& c : LoadCorpus()) {
+    SCOPED_TRACE(c.kind + "/" + c.name);
+    GrammarPtr grammar = CompileCase(c.kind, c.grammar).value();
+    std::vector<int32_t> tokens;
+    const std::string prefix = SampleOutput(grammar, vocab, /*seed=*/7, /*max_tokens=*/6, &tokens);
+    GrammarMatcher matcher = GrammarMatcher::Create(grammar).value();
+    for (int32_t id : tokens) ASSERT_TRUE(AcceptToken(matcher, vocab, id));
+    GrammarMatcher::MinBytesMemo memo;
+    const size_t frozen = matcher.num_bytes() + 1;
+    EXPECT_EQ(matcher.MinBytesToComplete(&memo, frozen), matcher.MinBytesToComplete());
+    std::vector<uint32_t> mask(MaskWords(vocab.vocab_size()));
+    ComputeTokenMask(matcher, vocab, mask);
+    for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
+      if (!MaskAllows(mask, id) || vocab.is_eos(id)) continue;
+      ASSERT_TRUE(matcher.AcceptString(vocab.token_bytes(id)));
+      ASSERT_EQ(matcher.MinBytesToComplete(&memo, frozen), matcher.MinBytesToComplete())
+          << prefix << " + " << vocab.token_bytes(id);
+      matcher.Rollback(vocab.token_bytes(id).size());
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
 TEST(LengthBudgetTest, FarFromTheBudgetTheMaskIsUnchanged) {
   const TokenVocabulary& vocab = FortunesVocabulary();
   for (const CorpusCase& c : LoadCorpus()) {
