@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/length_budget.h"
 #include "engine/kernels/cpu.h"
 #include "engine/ops.h"
 #include "engine/ops_internal.h"
@@ -330,6 +331,11 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
     if (!grammar_status_.ok()) return grammar_status_;
     scratch.grammar_mask.resize(grammar::MaskWords(vocab_size_));
     grammar::ComputeTokenMask(*matcher_, *vocabulary_, scratch.grammar_mask);
+    // Length-aware closing: near the end of the budget, only tokens after which the output can
+    // still complete in the tokens left after this one.
+    grammar::RestrictMaskToBudget(*matcher_, *vocabulary_,
+                                  int64_t{params_.max_new_tokens} - num_generated_ - 1,
+                                  /*eos_selectable=*/!MaskActive(), scratch.grammar_mask);
     scratch.constrained.assign(logits.begin(), logits.end());
     for (int32_t id = 0; id < vocab_size_; ++id) {
       if (!grammar::MaskAllows(scratch.grammar_mask, id)) {

@@ -25,7 +25,15 @@
 // the output outside the grammar's language gets -inf (engine/grammar/token_mask.h; EOS only
 // once the output is complete), so logprobs are those of the constrained distribution; each
 // sampled or observed token then advances the grammar. Special tokens other than EOS and
-// stop_token_ids have no bytes and are never allowed under a constraint.
+// stop_token_ids have no bytes and are never allowed under a constraint. Near the end of the
+// budget the mask also drops the tokens after which the output could no longer be completed
+// within max_new_tokens (engine/grammar/length_budget.h): a constrained output that runs out of
+// tokens still ends as a string of the language (finish reason "length"). The decision depends
+// only on the grammar state and num_generated(), so a prefill worker's first token and a
+// decode worker's next ones are those one worker would sample. min_new_tokens and ignore_eos do
+// not change it: EOS stays masked until min_new_tokens (the grammar then has to keep accepting
+// bytes, e.g. whitespace, or Sample fails as above), and under ignore_eos a sampled EOS counts as
+// a token of the budget that leaves the output as it was.
 // The RNG (mt19937_64) is seeded per request, so a seeded request samples the same tokens
 // whatever else runs in the batch.
 //

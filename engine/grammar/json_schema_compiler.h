@@ -17,7 +17,8 @@
 // not; additional properties (when allowed) follow them, with keys that differ from every listed
 // property and use no escapes. Strings use raw characters or the escapes \" \\ \/ \b \f \n \r \t
 // and \uXXXX (not surrogates). Integers and numbers are JSON numbers without leading zeros;
-// exponents have at most two digits (so every number fits a double).
+// exponents have at most two digits (integer and fraction digits are unbounded, so a number
+// only fits a double while its integer part has at most 308 digits).
 #ifndef TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 #define TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 

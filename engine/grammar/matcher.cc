@@ -163,7 +163,7 @@ void GrammarMatcher::Rollback(size_t n) {
 
 namespace tandem::engine::grammar {
 
-int64_t GrammarMatcher::MinBytesToComplete() const {
+int64_t GrammarMatcher::MinBytesToComplete(MinBytesMemo* memo, size_t frozen_sets) const {
   // Nodes (rule, origin): "`rule`, begun at set `origin`, has just completed". A node's edges go
   // to the items of set `origin` waiting for `rule`, i.e. to node (their rule, their origin),
   // costing the shortest rest of their alternative. The answer is the shortest path from an item
@@ -187,10 +187,18 @@ int64_t GrammarMatcher::MinBytesToComplete() const {
   absl::flat_hash_map<uint64_t, int64_t> distance;
   absl::flat_hash_map<uint32_t, absl::flat_hash_map<int32_t, std::vector<size_t>>> waiting;
   std::vector<uint64_t> stack, starts;
+  // A node of a frozen set already searched: its distance is final (a node's edges lead only to
+  // sets at or before its own), so it is a source of the search instead of being expanded.
+  std::vector<std::pair<int64_t, uint64_t>> known;
   auto visit = [&](int32_t rule, uint32_t origin) {
-    if (distance.try_emplace(key(rule, origin), kInfinite).second) {
-      stack.push_back(key(rule, origin));
+    const uint64_t node = key(rule, origin);
+    if (memo != nullptr && origin < frozen_sets) {
+      if (const auto it = memo->find(node); it != memo->end()) {
+        if (distance.try_emplace(node, it->second).second) known.emplace_back(it->second, node);
+        return;
+      }
     }
+    if (distance.try_emplace(node, kInfinite).second) stack.push_back(node);
   };
   const size_t last = set_begin_.back();
   for (size_t i = last; i < items_.size(); ++i) {
@@ -227,6 +235,7 @@ int64_t GrammarMatcher::MinBytesToComplete() const {
     distance[node] = 0;
     queue.emplace(0, node);
   }
+  for (const auto& [d, node] : known) queue.emplace(d, node);
   while (!queue.empty()) {
     const auto [d, node] = queue.top();
     queue.pop();
@@ -239,6 +248,11 @@ int64_t GrammarMatcher::MinBytesToComplete() const {
         best = d + weight;
         queue.emplace(best, child);
       }
+    }
+  }
+  if (memo != nullptr) {
+    for (const auto& [node, d] : distance) {
+      if (static_cast<uint32_t>(node) < frozen_sets) memo->try_emplace(node, d);
     }
   }
   int64_t best = kInfinite;

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/grammar/grammar.h"
@@ -52,7 +53,13 @@ class GrammarMatcher {
   size_t num_bytes() const { return set_begin_.size() - 1; }
   // The fewest bytes that make the output complete (0 when IsComplete()). Costs a shortest-path
   // search over the chart: for tests and for forcing an output to a close, not for every step.
-  int64_t MinBytesToComplete() const;
+  int64_t MinBytesToComplete() const { return MinBytesToComplete(nullptr, 0); }
+  // The same, for many calls over one chart prefix (the budget-restricted token mask tries every
+  // token from one state): `memo` keeps the search's results for the first `frozen_sets` sets
+  // (positions 0 .. frozen_sets - 1), which the caller keeps unchanged while it reuses `memo`, so
+  // a call only searches the sets after them. An empty memo starts afresh.
+  using MinBytesMemo = absl::flat_hash_map<uint64_t, int64_t>;
+  int64_t MinBytesToComplete(MinBytesMemo* memo, size_t frozen_sets) const;
   // OK, or the ResourceExhausted error of the last refused byte that hit a limit.
   const absl::Status& status() const { return status_; }
   const Grammar& grammar() const { return *grammar_; }

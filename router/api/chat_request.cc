@@ -287,8 +287,14 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     if (const Json* v = Find(body, "parallel_tool_calls"); v != nullptr) {
       ASSIGN_OR_RETURN(parallel, ToBool(*v, "parallel_tool_calls"));
     }
+    // Qwen3 templates let the model think first unless chat_template_kwargs.enable_thinking is
+    // false (the template then closes an empty <think></think> block in the prompt).
+    const auto thinking = options.kwargs.find("enable_thinking");
+    const bool allow_thinking =
+        ctx.tokenizer->chat_family() == engine::ChatFamily::kQwen3 &&
+        !(thinking != options.kwargs.end() && thinking->is_boolean() && !thinking->get<bool>());
     ASSIGN_OR_RETURN(const std::string grammar,
-                     ToolCallGrammar(request.tool_call_syntax, tools, parallel));
+                     ToolCallGrammar(request.tool_call_syntax, tools, parallel, allow_thinking));
     RETURN_IF_ERROR(SetGrammarConstraint({engine::GrammarConstraint::Kind::kEbnf, grammar},
                                          "tool_choice", &request.sampling));
   }

@@ -1,12 +1,16 @@
 #include "router/api/tool_grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "router/api/pattern_ebnf.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -26,6 +30,13 @@ anyarr ::= "[" ws ( any ( "," ws any )* )? "]"
 anyobj ::= "{" ws ( str ":" ws any ( "," ws str ":" ws any )* )? "}"
 )";
 
+// A reasoning block before the calls: its text never contains "</think>" (every '<' run is
+// followed by a byte that breaks the tag), so the reasoning parser ends it where the grammar does.
+constexpr char kThinkRules[] = R"(think ::= "<think>" thinktext "</think>" "\n"{0,2}
+thinktext ::= ( [^<] | "<"+ thinkbreak )*
+thinkbreak ::= [^/<] | "/" ( [^t<] | "t" ( [^h<] | "h" ( [^i<] | "i" ( [^n<] | "n" ( [^k<] | "k" [^<>] ) ) ) ) )
+)";
+
 // `text` as an EBNF string literal: bytes outside printable ASCII, '"' and '\' as \xHH;
 // UTF-8 above ASCII as is.
 std::string Literal(std::string_view text) {
@@ -42,11 +53,78 @@ std::string Literal(std::string_view text) {
   return out;
 }
 
+constexpr int64_t kMaxBound = 1000;                  // minLength/maxLength
+constexpr int64_t kMaxInteger = 999999999999999999;  // 18 digits, as the int rule
+
+// The decimal strings from `lo` to `hi` (same length, lo <= hi) as EBNF: digit by digit, with
+// one alternative for the shared prefix's low edge, one for the full middle and one for the
+// high edge, so the size is quadratic in the digits.
+std::string SameLengthRange(const std::string& lo, const std::string& hi) {
+  if (lo.empty()) return "\"\"";
+  if (lo == hi) return Literal(lo);
+  if (lo.find_first_not_of('0') == std::string::npos &&
+      hi.find_first_not_of('9') == std::string::npos) {
+    return absl::StrCat("[0-9]{", lo.size(), "}");
+  }
+  const std::string rest_lo = lo.substr(1);
+  const std::string rest_hi = hi.substr(1);
+  if (lo[0] == hi[0]) {
+    return absl::StrCat(Literal(lo.substr(0, 1)), " ", SameLengthRange(rest_lo, rest_hi));
+  }
+  std::vector<std::string> alternatives;
+  alternatives.push_back(absl::StrCat(Literal(lo.substr(0, 1)), " ",
+                                      SameLengthRange(rest_lo, std::string(rest_lo.size(), '9'))));
+  if (hi[0] - lo[0] > 1) {
+    alternatives.push_back(
+        absl::StrCat("[", std::string(1, static_cast<char>(lo[0] + 1)), "-",
+                     std::string(1, static_cast<char>(hi[0] - 1)), "]",
+                     rest_lo.empty() ? "" : absl::StrCat(" [0-9]{", rest_lo.size(), "}")));
+  }
+  alternatives.push_back(absl::StrCat(Literal(hi.substr(0, 1)), " ",
+                                      SameLengthRange(std::string(rest_hi.size(), '0'), rest_hi)));
+  return absl::StrCat("( ", absl::StrJoin(alternatives, " | "), " )");
+}
+
+// The canonical decimal integers from `lo` to `hi` (0 <= lo <= hi): one SameLengthRange per
+// number of digits.
+std::vector<std::string> NonNegativeRange(int64_t lo, int64_t hi) {
+  std::vector<std::string> alternatives;
+  int64_t first = 0;  // smallest number with `digits` digits
+  int64_t last = 9;   // largest
+  for (int digits = 1; digits <= 18; ++digits) {
+    const int64_t from = std::max(lo, first);
+    const int64_t to = std::min(hi, last);
+    if (from <= to) {
+      alternatives.push_back(SameLengthRange(absl::StrCat(from), absl::StrCat(to)));
+    }
+    first = last + 1;
+    if (digits < 18) last = last * 10 + 9;
+  }
+  return alternatives;
+}
+
+// The JSON integers from `lo` to `hi` (|lo|, |hi| <= kMaxInteger, lo <= hi).
+std::string IntegerRange(int64_t lo, int64_t hi) {
+  std::vector<std::string> alternatives;
+  if (lo < 0) {  // -1 .. lo, written as "-" then 1 .. -lo
+    for (const std::string& a : NonNegativeRange(std::max<int64_t>(1, -hi), -lo)) {
+      alternatives.push_back(absl::StrCat("\"-\" ", a));
+    }
+  }
+  if (hi >= 0) {
+    for (std::string& a : NonNegativeRange(std::max<int64_t>(0, lo), hi)) {
+      alternatives.push_back(std::move(a));
+    }
+  }
+  return absl::StrCat("( ", absl::StrJoin(alternatives, " | "), " )");
+}
+
 // Builds the rules of one function's arguments; each schema node becomes a rule.
 class SchemaRules {
  public:
-  SchemaRules(std::string prefix, std::string path, std::string* rules)
-      : prefix_(std::move(prefix)), path_(std::move(path)), rules_(rules) {}
+  // `root` (the parameters schema) is what `$ref`s point into; it must outlive this object.
+  SchemaRules(std::string prefix, std::string path, const OrderedJson* root, std::string* rules)
+      : prefix_(std::move(prefix)), path_(std::move(path)), root_(root), rules_(rules) {}
 
   // The rule name for `schema` (a new rule), or an error naming the keyword.
   absl::StatusOr<std::string> Rule(const OrderedJson& schema, int depth) {
@@ -69,17 +147,42 @@ class SchemaRules {
       return absl::InvalidArgumentError(path_ + ": a schema must be an object");
     }
     for (const auto& [key, value] : schema.items()) {
-      static const std::vector<std::string> kKnown = {
-          "type",     "properties", "required", "additionalProperties",
-          "items",    "minItems",   "maxItems", "enum",
-          "const",    "anyOf",      "oneOf",    "description",
-          "title",    "default",    "examples", "$schema",
-          "$comment", "format",     "strict",   "nullable"};
+      static const std::vector<std::string> kKnown = {"type",
+                                                      "properties",
+                                                      "required",
+                                                      "additionalProperties",
+                                                      "items",
+                                                      "minItems",
+                                                      "maxItems",
+                                                      "enum",
+                                                      "const",
+                                                      "anyOf",
+                                                      "oneOf",
+                                                      "description",
+                                                      "title",
+                                                      "default",
+                                                      "examples",
+                                                      "$schema",
+                                                      "$comment",
+                                                      "format",
+                                                      "strict",
+                                                      "nullable",
+                                                      "$ref",
+                                                      "$defs",
+                                                      "definitions",
+                                                      "minLength",
+                                                      "maxLength",
+                                                      "minimum",
+                                                      "maximum",
+                                                      "exclusiveMinimum",
+                                                      "exclusiveMaximum",
+                                                      "pattern"};
       if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
             path_, ": keyword '", Excerpt(key), "' cannot be enforced for a required tool call"));
       }
     }
+    if (const auto it = schema.find("$ref"); it != schema.end()) return Ref(*it, depth);
     if (const auto it = schema.find("const"); it != schema.end()) return Literal(it->dump());
     if (const auto it = schema.find("enum"); it != schema.end()) {
       if (!it->is_array() || it->empty()) {
@@ -104,7 +207,16 @@ class SchemaRules {
       return absl::StrCat("( ", absl::StrJoin(alternatives, " | "), " )");
     }
     const auto type = schema.find("type");
-    if (type == schema.end()) return std::string("any");
+    if (type == schema.end()) {  // the type the keywords imply, as JSON Schema validates them
+      if (schema.contains("minLength") || schema.contains("maxLength") ||
+          schema.contains("pattern")) {
+        return StringBody(schema);
+      }
+      for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (schema.contains(key)) return NumberBody(schema);
+      }
+      return std::string("any");
+    }
     std::vector<std::string> types;
     if (type->is_string()) {
       types.push_back(type->get<std::string>());
@@ -128,9 +240,9 @@ class SchemaRules {
 
   absl::StatusOr<std::string> TypeBody(const std::string& type, const OrderedJson& schema,
                                        int depth) {
-    if (type == "string") return std::string("str");
-    if (type == "integer") return std::string("int");
-    if (type == "number") return std::string("num");
+    if (type == "string") return StringBody(schema);
+    if (type == "integer") return IntegerBody(schema);
+    if (type == "number") return NumberBody(schema);
     if (type == "boolean") return std::string("( \"true\" | \"false\" )");
     if (type == "null") return std::string("\"null\"");
     if (type == "array") {
@@ -180,16 +292,141 @@ class SchemaRules {
         absl::StrCat(path_, ": type '", Excerpt(type), "' is not a JSON Schema type"));
   }
 
+  // A rule per `$ref` target (a JSON pointer into the parameters schema: "#", "#/$defs/x",
+  // "#/definitions/x", ...), named before its body is built so that recursive schemas refer to
+  // themselves.
+  absl::StatusOr<std::string> Ref(const OrderedJson& ref, int depth) {
+    if (!ref.is_string()) return absl::InvalidArgumentError(path_ + ": $ref must be a string");
+    const std::string target = ref.get<std::string>();
+    if (const auto it = refs_.find(target); it != refs_.end()) return it->second;
+    if (target.empty() || target[0] != '#') {
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": $ref '", Excerpt(target),
+                                                     "' must point into the same schema (#/...)"));
+    }
+    const OrderedJson* resolved = nullptr;
+    try {  // json_pointer throws on a malformed pointer
+      const OrderedJson::json_pointer pointer(target.substr(1));
+      if (root_->contains(pointer)) resolved = &root_->at(pointer);
+    } catch (const nlohmann::json::exception&) {
+    }
+    if (resolved == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": $ref '", Excerpt(target), "' points to nothing"));
+    }
+    const std::string name = absl::StrCat(prefix_, "-", next_++);
+    refs_.emplace(target, name);
+    ASSIGN_OR_RETURN(const std::string body, Body(*resolved, depth + 1));
+    absl::StrAppend(rules_, name, " ::= ", body, "\n");
+    return name;
+  }
+
+  // A non-negative integer keyword (absent: `absent`), at most kMaxBound.
+  absl::StatusOr<int64_t> Count(const OrderedJson& schema, const char* key, int64_t absent) {
+    const auto it = schema.find(key);
+    if (it == schema.end()) return absent;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxBound) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": ", key, " must be an integer within 0..", kMaxBound));
+    }
+    return it->get<int64_t>();
+  }
+
+  // Strings: minLength/maxLength count characters (a JSON escape is one character, as JSON
+  // Schema counts code points); `pattern` (router/api/pattern_ebnf.h), not beside them.
+  absl::StatusOr<std::string> StringBody(const OrderedJson& schema) {
+    if (const auto it = schema.find("pattern"); it != schema.end()) {
+      if (!it->is_string()) return absl::InvalidArgumentError(path_ + ": pattern must be a string");
+      if (schema.contains("minLength") || schema.contains("maxLength")) {
+        return absl::InvalidArgumentError(
+            path_ + ": pattern beside minLength/maxLength cannot be enforced together");
+      }
+      ASSIGN_OR_RETURN(const std::string content, PatternEbnf(it->get<std::string>()),
+                       absl::StrCat(path_, ": "));
+      return absl::StrCat("\"\\\"\" ", content, " \"\\\"\"");
+    }
+    ASSIGN_OR_RETURN(const int64_t min, Count(schema, "minLength", 0));
+    ASSIGN_OR_RETURN(const int64_t max, Count(schema, "maxLength", -1));
+    if (max >= 0 && max < min) {
+      return absl::InvalidArgumentError(path_ + ": maxLength is below minLength");
+    }
+    if (min == 0 && max < 0) return std::string("str");
+    return absl::StrCat("\"\\\"\" chr{", min, ",", max < 0 ? "" : absl::StrCat(max), "} \"\\\"\"");
+  }
+
+  // The integer bounds of minimum/maximum/exclusiveMinimum/exclusiveMaximum, clamped to the
+  // 18-digit integers the grammar writes.
+  absl::StatusOr<std::pair<int64_t, int64_t>> IntegerBounds(const OrderedJson& schema) {
+    int64_t lo = -kMaxInteger;
+    int64_t hi = kMaxInteger;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      const auto it = schema.find(key);
+      if (it == schema.end()) continue;
+      if (!it->is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(path_, ": ", key, " must be a number"));
+      }
+      const double v = std::clamp(it->get<double>(), -1e18, 1e18);
+      const std::string_view k = key;
+      if (k == "minimum") lo = std::max(lo, static_cast<int64_t>(std::ceil(v)));
+      if (k == "exclusiveMinimum") lo = std::max(lo, static_cast<int64_t>(std::floor(v)) + 1);
+      if (k == "maximum") hi = std::min(hi, static_cast<int64_t>(std::floor(v)));
+      if (k == "exclusiveMaximum") hi = std::min(hi, static_cast<int64_t>(std::ceil(v)) - 1);
+    }
+    lo = std::max(lo, -kMaxInteger);
+    hi = std::min(hi, kMaxInteger);
+    if (lo > hi) {
+      return absl::InvalidArgumentError(path_ + ": the bounds leave no integer");
+    }
+    return std::make_pair(lo, hi);
+  }
+
+  // Integers: the bounds exactly (a digit-by-digit grammar of the range).
+  absl::StatusOr<std::string> IntegerBody(const OrderedJson& schema) {
+    ASSIGN_OR_RETURN(const auto bounds, IntegerBounds(schema));
+    if (bounds.first == -kMaxInteger && bounds.second == kMaxInteger) return std::string("int");
+    return IntegerRange(bounds.first, bounds.second);
+  }
+
+  // Numbers: bounds only through the sign (minimum >= 0: no minus sign; maximum < 0 or
+  // exclusiveMaximum <= 0: a minus sign), the rest of the range is not enforced.
+  absl::StatusOr<std::string> NumberBody(const OrderedJson& schema) {
+    bool nonnegative = false;
+    bool negative = false;
+    for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      const auto it = schema.find(key);
+      if (it == schema.end()) continue;
+      if (!it->is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(path_, ": ", key, " must be a number"));
+      }
+      const double v = it->get<double>();
+      const std::string_view k = key;
+      if ((k == "minimum" || k == "exclusiveMinimum") && v >= 0) nonnegative = true;
+      if ((k == "maximum" && v < 0) || (k == "exclusiveMaximum" && v <= 0)) negative = true;
+    }
+    if (nonnegative && negative) {
+      return absl::InvalidArgumentError(path_ + ": the bounds leave no number");
+    }
+    const std::string frac = "( \".\" [0-9]{1,16} )? ( [eE] [+-]? [0-9]{1,2} )?";
+    if (nonnegative) return absl::StrCat("( \"0\" | [1-9] [0-9]{0,17} ) ", frac);
+    // A negative number: a non-zero digit before or after the point.
+    if (negative) {
+      return absl::StrCat("\"-\" ( [1-9] [0-9]{0,17} ( \".\" [0-9]{1,16} )? | \"0.\" [0-9]{0,15} ",
+                          "[1-9] [0-9]{0,15} ) ( [eE] [+-]? [0-9]{1,2} )?");
+    }
+    return std::string("num");
+  }
+
   const std::string prefix_;
   const std::string path_;
+  const OrderedJson* root_;
   std::string* rules_;
   int next_ = 0;
+  absl::flat_hash_map<std::string, std::string> refs_;  // $ref target -> its rule
 };
 
 }  // namespace
 
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallSyntax syntax, const ChatTools& tools,
-                                            bool parallel_tool_calls) {
+                                            bool parallel_tool_calls, bool allow_thinking) {
   std::string rules;
   std::vector<std::string> calls;
   for (size_t i = 0; i < tools.tools.size(); ++i) {
@@ -199,7 +436,7 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallSyntax syntax, const ChatToo
     std::string args = "anyobj";
     if (const auto it = function.find("parameters"); it != function.end() && !it->empty()) {
       SchemaRules schema(absl::StrCat("args", i),
-                         absl::StrCat("tools[", i, "].function.parameters"), &rules);
+                         absl::StrCat("tools[", i, "].function.parameters"), &*it, &rules);
       ASSIGN_OR_RETURN(args, schema.Rule(*it, 0));
     }
     const std::string head =
@@ -212,7 +449,12 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallSyntax syntax, const ChatToo
   std::string root = absl::StrCat("call ::= ", absl::StrJoin(calls, " | "), "\n");
   const bool several = syntax == ToolCallSyntax::kQwen && parallel_tool_calls &&
                        tools.choice == ToolChoice::kRequired;
-  absl::StrAppend(&root, several ? "root ::= call ( \"\\n\" call )*\n" : "root ::= call\n");
+  const std::string calls_rule = several ? "call ( \"\\n\" call )*" : "call";
+  if (allow_thinking && syntax == ToolCallSyntax::kQwen) {
+    absl::StrAppend(&root, "root ::= think? ", calls_rule, "\n", kThinkRules);
+  } else {
+    absl::StrAppend(&root, "root ::= ", calls_rule, "\n");
+  }
   return root + kCommonRules + rules;
 }
 

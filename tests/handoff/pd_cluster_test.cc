@@ -337,6 +337,51 @@ TEST(PdClusterTest, GrammarConstrainedRequestMatchesTheColocatedWorker) {
   ExpectAllBlocksReturn(decode.get());
 }
 
+// Length-aware closing across processes: json_object with a budget of a few tokens (the
+// prefill worker's first token already under it) ends as a JSON object that parses, and the PD
+// pair samples exactly the colocated worker's tokens.
+TEST(PdClusterTest, TightBudgetJsonObjectParsesAndMatchesTheColocatedWorker) {
+  auto colocated = Start("colocated");
+  auto prefill = Start("prefill");
+  auto decode = Start("decode");
+  const std::vector<int32_t> prompt = Prompts(2)[0];
+  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  for (int max_new : {2, 5, 9}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      SCOPED_TRACE(absl::StrCat("max_new_tokens ", max_new, " seed ", seed));
+      proto::SamplingParams sampling;
+      sampling.set_temperature(1.0f);
+      sampling.set_seed(seed);
+      sampling.set_max_new_tokens(max_new);
+      sampling.set_skip_special_tokens(true);
+      sampling.set_json_object(true);
+      const uint64_t room = 9300 + static_cast<uint64_t>(max_new) * 10 + seed;
+      DecodeResult pd =
+          RunPd(prefill.get(), decode.get(), room, prompt, max_new, nullptr, 0, &sampling);
+      proto::DecodeRequest dr;
+      dr.set_rid(absl::StrCat("c-tight-", room));
+      dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
+      *dr.mutable_sampling_params() = sampling;
+      dr.set_stream(true);
+      DecodeResult ref = Decode(colocated->stub.get(), dr);
+      ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
+      ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
+      EXPECT_EQ(pd.tokens, ref.tokens);
+      EXPECT_LE(pd.tokens.size(), static_cast<size_t>(max_new));
+      std::string bytes;
+      for (int32_t id : pd.tokens) {
+        bytes += (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true);
+      }
+      const nlohmann::json parsed =
+          nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+      EXPECT_TRUE(parsed.is_object()) << bytes;
+    }
+  }
+  ExpectAllBlocksReturn(prefill.get());
+  ExpectAllBlocksReturn(decode.get());
+}
+
 // Every leg a worker ended, whatever the outcome (tandem_worker_requests_total summed).
 double LegsEnded(Worker* w) {
   const std::string body = HttpGet(w->http_port, "/metrics").body;

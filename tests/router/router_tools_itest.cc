@@ -3,7 +3,10 @@
 // the tiny model write calls (the grammar constrains the prefill worker's first token too) whose
 // arguments validate against the tool's schema — checked with the engine's own JSON Schema
 // compiler, independent of the router's call grammar — streamed and not.
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -143,6 +146,109 @@ TEST_F(RouterToolsTest, NamedFunctionIsCalledWithValidArguments) {
                                 stream);
       EXPECT_EQ(call["function"]["name"], "get_weather");
       EXPECT_TRUE(ValidWeatherArguments(call["function"]["arguments"])) << call.dump();
+    }
+  }
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// A tokenizer directory with the shipped vocabulary and Qwen3's chat template (it thinks first).
+std::string Qwen3TokenizerDir() {
+  const std::string dir = ::testing::TempDir() + "/router_tools_qwen3";
+  std::filesystem::create_directories(dir);
+  const std::string model = SourcePath("models/tandem-tiny-fortunes");
+  std::filesystem::copy_file(model + "/tokenizer.json", dir + "/tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  json config = json::parse(ReadWholeFile(model + "/tokenizer_config.json"));
+  config["chat_template"] =
+      ReadWholeFile(SourcePath("tests/engine/jinja_templates/Qwen-Qwen3.jinja"));
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  return dir;
+}
+
+// Qwen3 with thinking and the qwen3 reasoning parser: the grammar lets the model think before the
+// call; whatever it does, the answer is one valid call (reasoning, if any, apart), plain and PD.
+// (The tiny model, not trained on the template, goes straight to the call: the think block
+// itself is covered by router_api_test's ChatToolsGrammarTest.Qwen3MayThinkBeforeARequiredCall.)
+TEST_F(RouterToolsTest, Qwen3ThinkingThenRequiredCall) {
+  const std::string tokenizer = Qwen3TokenizerDir();
+  std::vector<std::unique_ptr<RouterProcess>> routers;
+  routers.push_back(
+      StartRouter({"--cluster-secret", kTestClusterSecret, "--worker-urls", colocated_->url(),
+                   "--tokenizer-path", tokenizer, "--reasoning-parser", "qwen3"}));
+  routers.push_back(
+      StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
+                   prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode",
+                   decode_->url(), "--tokenizer-path", tokenizer, "--reasoning-parser", "qwen3"}));
+  for (const auto& router : routers) {
+    for (const bool stream : {false, true}) {
+      for (int seed = 1; seed <= 3; ++seed) {
+        SCOPED_TRACE(::testing::Message()
+                     << "port " << router->port << " stream " << stream << " seed " << seed);
+        json body = ChatBody("required", stream, seed);
+        body["max_tokens"] = 400;
+        const testing::ClientResponse response =
+            RouterRequest(router->port, "POST", "/v1/chat/completions", body.dump());
+        if (!stream) {  // reasoning, when the model thought, is apart from the (null) content
+          const json& message = json::parse(response.body)["choices"][0]["message"];
+          if (message.contains("reasoning_content") && !message["reasoning_content"].is_null()) {
+            EXPECT_TRUE(message["reasoning_content"].is_string()) << response.body;
+          }
+        }
+        const json call = OneCall(response, stream);
+        const std::string name = call["function"]["name"];
+        const std::string arguments = call["function"]["arguments"];
+        if (name == "get_weather") {
+          EXPECT_TRUE(ValidWeatherArguments(arguments)) << arguments;
+        } else {
+          EXPECT_EQ(name, "tell_fortune");
+          EXPECT_TRUE(json::parse(arguments).is_object()) << arguments;
+        }
+      }
+    }
+  }
+}
+
+// Structured output with a small max_tokens through the router, plain and PD: the content always
+// parses (length-aware closing, guaranteed from a budget of the shortest valid output in bytes:
+// 24 for the weather schema, {"city":"Oslo","days":0}); finish_reason is "stop" when the model
+// ended it, "length" when the budget did.
+TEST_F(RouterToolsTest, SmallMaxTokensStructuredOutputParses) {
+  const json formats[] = {{{"type", "json_object"}},
+                          {{"type", "json_schema"},
+                           {"json_schema", {{"name", "weather"}, {"schema", kWeatherParameters}}}}};
+  for (const auto& router : Routers()) {
+    for (const json& format : formats) {
+      for (int max_tokens : {24, 32}) {
+        for (int seed = 1; seed <= 3; ++seed) {
+          SCOPED_TRACE(::testing::Message() << "port " << router->port << " " << format.dump()
+                                            << " max_tokens " << max_tokens << " seed " << seed);
+          const json body = {{"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+                             {"response_format", format},
+                             {"max_tokens", max_tokens},
+                             {"temperature", 1},
+                             {"seed", seed}};
+          const testing::ClientResponse response =
+              RouterRequest(router->port, "POST", "/v1/chat/completions", body.dump());
+          ASSERT_EQ(response.status, 200) << response.body;
+          const json choice = json::parse(response.body)["choices"][0];
+          const std::string content = choice["message"]["content"];
+          EXPECT_TRUE(json::accept(content)) << content;
+          const std::string finish = choice["finish_reason"];
+          EXPECT_TRUE(finish == "stop" || finish == "length") << finish;
+          if (format["type"] == "json_schema") {
+            auto grammar = engine::grammar::CompileJsonSchema(kWeatherParameters.dump());
+            ASSERT_TRUE(grammar.ok());
+            auto matcher = engine::grammar::GrammarMatcher::Create(*grammar);
+            EXPECT_TRUE(matcher->AcceptString(content) && matcher->IsComplete()) << content;
+          }
+        }
+      }
     }
   }
 }

@@ -130,8 +130,17 @@ check('completions stream', async () => {
 });
 
 // The JSON Schema subset the tool and response_format checks use: every failure is thrown.
-function validate(value, schema, path = '$') {
+function validate(value, schema, path = '$', root = schema) {
   const fail = (why) => { throw new Error(`${path}: ${why} (${JSON.stringify(value)})`); };
+  if (schema.$ref) {  // '#/$defs/x' within the same parameters schema
+    const target = schema.$ref.slice(2).split('/').reduce((node, key) => node[key], root);
+    validate(value, target, path, root);
+    return;
+  }
+  if (schema.minimum !== undefined && value < schema.minimum) fail('below minimum');
+  if (schema.maximum !== undefined && value > schema.maximum) fail('above maximum');
+  if (schema.minLength !== undefined && [...value].length < schema.minLength) fail('too short');
+  if (schema.maxLength !== undefined && [...value].length > schema.maxLength) fail('too long');
   if (schema.enum && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value))) {
     fail('not in enum');
   }
@@ -140,7 +149,7 @@ function validate(value, schema, path = '$') {
       if (value === null || typeof value !== 'object' || Array.isArray(value)) fail('not an object');
       for (const key of schema.required ?? []) if (!(key in value)) fail(`lacks ${key}`);
       for (const [key, v] of Object.entries(value)) {
-        if (schema.properties?.[key]) validate(v, schema.properties[key], `${path}.${key}`);
+        if (schema.properties?.[key]) validate(v, schema.properties[key], `${path}.${key}`, root);
         else if (schema.additionalProperties === false) fail(`extra key ${key}`);
       }
       break;
@@ -148,7 +157,7 @@ function validate(value, schema, path = '$') {
       if (!Array.isArray(value)) fail('not an array');
       if (schema.maxItems !== undefined && value.length > schema.maxItems) fail('too many items');
       if (schema.minItems !== undefined && value.length < schema.minItems) fail('too few items');
-      value.forEach((v, i) => schema.items && validate(v, schema.items, `${path}[${i}]`));
+      value.forEach((v, i) => schema.items && validate(v, schema.items, `${path}[${i}]`, root));
       break;
     case 'string': if (typeof value !== 'string') fail('not a string'); break;
     case 'integer': if (!Number.isInteger(value)) fail('not an integer'); break;
@@ -215,6 +224,53 @@ check('chat: a named tool_choice calls that function', async () => {
   assert.equal(c.finish_reason, 'tool_calls');
   assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
   checkCall(c.message.tool_calls[0]);
+});
+
+const bookTool = {
+  type: 'function',
+  function: {
+    name: 'book_table',
+    parameters: {
+      type: 'object',
+      properties: {
+        guest: { $ref: '#/$defs/name' },
+        seats: { type: 'integer', minimum: 1, maximum: 12 },
+        hour: { type: 'integer', minimum: 17, maximum: 22 },
+      },
+      required: ['guest', 'seats', 'hour'],
+      additionalProperties: false,
+      $defs: { name: { type: 'string', minLength: 2, maxLength: 10 } },
+    },
+  },
+};
+byName.book_table = bookTool;
+
+check('chat: tool parameters with $ref, integer bounds and string lengths validate', async () => {
+  for (const seed of [1, 2, 3]) {
+    for (const stream of [false, true]) {
+      const request = {
+        model: 'default', messages: [{ role: 'user', content: 'A table for two at 8pm.' }],
+        tools: [bookTool], tool_choice: 'required', parallel_tool_calls: false, max_tokens: 120,
+        temperature: 1, seed,
+      };
+      let call;
+      if (!stream) {
+        const r = await client.chat.completions.create(request);
+        assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0]));
+        call = r.choices[0].message.tool_calls[0];
+      } else {
+        const chunks = await client.chat.completions.create({ ...request, stream: true });
+        for await (const chunk of chunks) {
+          for (const t of chunk.choices[0]?.delta.tool_calls ?? []) {
+            call ??= { id: t.id, type: t.type, function: { name: '', arguments: '' } };
+            call.function.name += t.function?.name ?? '';
+            call.function.arguments += t.function?.arguments ?? '';
+          }
+        }
+      }
+      checkCall(call);
+    }
+  }
 });
 
 check('chat stream: tool_choice required streams the call as a delta', async () => {

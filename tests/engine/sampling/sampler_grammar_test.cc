@@ -1,6 +1,7 @@
 // The Sampler under a grammar constraint, on a small hand-made vocabulary: disallowed tokens
 // are never drawn whatever their logits, EOS only once the output is complete, Observe advances
-// the grammar exactly as Sample does (so a PD pair continues as one worker), errors at Create.
+// the grammar exactly as Sample does (so a PD pair continues as one worker), outputs close
+// within max_new_tokens, errors at Create.
 #include <random>
 #include <string>
 #include <vector>
@@ -94,6 +95,58 @@ TEST(SamplerGrammarTest, ObserveAdvancesTheGrammarLikeSample) {
       absl::StatusOr<SampleResult> b = two.Sample(rows[i]);
       ASSERT_EQ(a.ok(), b.ok());
       if (!a.ok()) break;
+      EXPECT_EQ(a->token, b->token);
+      EXPECT_EQ(a->logprob, b->logprob);
+      if (a->token == kEos) break;
+    }
+  }
+}
+
+// Length-aware closing: whatever the logits favour ("a" and "ab", which never complete), an
+// output of at most max_new_tokens tokens ends complete; the last tokens close it.
+TEST(SamplerGrammarTest, OutputCompletesWithinMaxNewTokens) {
+  const std::vector<std::string> bytes = {"a", "b", "ab", "ba", "c"};
+  auto grammar = CompileConstraint({Kind::kRegex, "(a|b)*c"}).value();
+  for (int32_t budget = 1; budget <= 8; ++budget) {
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      SamplingParams p = Params("(a|b)*c", 1.0f, seed);
+      p.max_new_tokens = budget;
+      Sampler s = Sampler::Create(p, kVocab, {kEos}, Vocabulary()).value();
+      std::mt19937 rng(static_cast<uint32_t>(seed));
+      std::string output;
+      for (int32_t step = 0; step < budget; ++step) {
+        std::vector<float> logits = RandomLogits(&rng);
+        logits[0] += 6.0f;
+        logits[2] += 6.0f;
+        absl::StatusOr<SampleResult> r = s.Sample(logits);
+        ASSERT_TRUE(r.ok()) << r.status();
+        if (r->token == kEos) break;
+        output += bytes[static_cast<size_t>(r->token)];
+      }
+      grammar::GrammarMatcher m = grammar::GrammarMatcher::Create(grammar).value();
+      EXPECT_TRUE(m.AcceptString(output) && m.IsComplete())
+          << "budget " << budget << " seed " << seed << ": " << output;
+    }
+  }
+}
+
+// The budget rule depends on the tokens generated so far, observed ones included, so a PD pair
+// (first token sampled elsewhere) still matches one worker when the budget is tight.
+TEST(SamplerGrammarTest, ObserveMatchesSampleNearTheBudget) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SamplingParams p = Params("(a|b)*c", 1.0f, seed);
+    p.max_new_tokens = 4;
+    Sampler one = Sampler::Create(p, kVocab, {kEos}, Vocabulary()).value();
+    Sampler two = one;
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    absl::StatusOr<SampleResult> first = one.Sample(RandomLogits(&rng));
+    ASSERT_TRUE(first.ok());
+    two.Observe(first->token);
+    for (int step = 1; step < 4; ++step) {
+      const std::vector<float> row = RandomLogits(&rng);
+      absl::StatusOr<SampleResult> a = one.Sample(row);
+      absl::StatusOr<SampleResult> b = two.Sample(row);
+      ASSERT_TRUE(a.ok() && b.ok());
       EXPECT_EQ(a->token, b->token);
       EXPECT_EQ(a->logprob, b->logprob);
       if (a->token == kEos) break;

@@ -1,7 +1,9 @@
 // Grammar-constrained requests through the Scheduler on the shipped model: sampled outputs
 // (temperature 1, several seeds) belong to the grammar's language and end at EOS once complete;
-// a PD pair (prefill-only first token, decode-only rest) produces the colocated tokens bit for
-// bit; a constraint that does not compile is refused at Submit.
+// small max_new_tokens still end complete (length-aware closing); a PD pair (prefill-only first
+// token, decode-only rest) produces the colocated tokens bit for bit, tight budgets included; a
+// constraint that does not compile is refused at Submit.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -24,9 +26,10 @@ std::unique_ptr<Scheduler> NewScheduler() {
 }
 
 Request ConstrainedRequest(const std::string& rid, const GrammarConstraint& constraint,
-                           uint64_t seed, std::map<std::string, Collected>* sink) {
-  Request r =
-      MakeRequest(rid, SharedTokenizer().Encode("Here is the answer:"), 96, sink, 1.0f, seed);
+                           uint64_t seed, std::map<std::string, Collected>* sink,
+                           int32_t max_new_tokens = 96) {
+  Request r = MakeRequest(rid, SharedTokenizer().Encode("Here is the answer:"), max_new_tokens,
+                          sink, 1.0f, seed);
   r.sampling.ignore_eos = false;
   r.sampling.constraint = constraint;
   return r;
@@ -86,40 +89,92 @@ TEST(GrammarConstraintTest, SampledOutputsBelongToTheLanguage) {
   EXPECT_GT(completed, 0);
 }
 
+// The fewest bytes of a string of the constraint's language.
+int32_t ShortestOutput(const GrammarConstraint& constraint) {
+  grammar::GrammarPtr grammar = CompileConstraint(constraint).value();
+  return static_cast<int32_t>(grammar::GrammarMatcher::Create(grammar)->MinBytesToComplete());
+}
+
+// Length-aware closing: with a budget too small for what the model would write (from the
+// shortest string's length in bytes, which the closing guarantees, up), every output still ends
+// as a string of the language, by EOS (finish reason stop) or on its last token (length).
+TEST(GrammarConstraintTest, SmallMaxNewTokensStillEndsInTheLanguage) {
+  auto s = NewScheduler();
+  std::map<std::string, Collected> out;
+  const auto& constraints = Constraints();
+  const std::vector<int32_t> extras = {0, 6, 16};
+  for (size_t c = 0; c < constraints.size(); ++c) {
+    for (int32_t extra : extras) {
+      for (uint64_t seed = 1; seed <= 4; ++seed) {
+        const int32_t budget = std::max(1, ShortestOutput(constraints[c]) + extra);
+        ASSERT_TRUE(s->Submit(ConstrainedRequest(absl::StrCat(c, "/", extra, "/", seed),
+                                                 constraints[c], seed, &out, budget))
+                        .ok());
+      }
+    }
+  }
+  RunToIdle(s.get());
+  for (size_t c = 0; c < constraints.size(); ++c) {
+    grammar::GrammarPtr grammar = CompileConstraint(constraints[c]).value();
+    for (int32_t extra : extras) {
+      for (uint64_t seed = 1; seed <= 4; ++seed) {
+        const int32_t budget = std::max(1, ShortestOutput(constraints[c]) + extra);
+        const Collected& got = out[absl::StrCat(c, "/", extra, "/", seed)];
+        ASSERT_TRUE(got.last && got.finish.has_value());
+        EXPECT_LE(got.tokens.size(), static_cast<size_t>(budget));
+        const std::string bytes = OutputBytes(got.tokens);
+        grammar::GrammarMatcher matcher = grammar::GrammarMatcher::Create(grammar).value();
+        EXPECT_TRUE(matcher.AcceptString(bytes) && matcher.IsComplete())
+            << c << "/" << budget << "/" << seed << ": " << bytes;
+        if (constraints[c].kind == Kind::kJsonSchema || constraints[c].kind == Kind::kJsonObject) {
+          EXPECT_TRUE(nlohmann::json::accept(bytes)) << bytes;
+        }
+        if (got.finish->kind == FinishReason::Kind::kLength) {
+          EXPECT_EQ(got.tokens.size(), static_cast<size_t>(budget));
+        } else {
+          EXPECT_EQ(got.finish->kind, FinishReason::Kind::kStop) << got.finish->message;
+        }
+      }
+    }
+  }
+}
+
 TEST(GrammarConstraintTest, PrefillThenDecodeMatchesColocated) {
   for (const GrammarConstraint& constraint : Constraints()) {
-    const uint64_t seed = 11;
-    auto colocated = NewScheduler();
-    std::map<std::string, Collected> cout;
-    ASSERT_TRUE(colocated->Submit(ConstrainedRequest("r", constraint, seed, &cout)).ok());
-    RunToIdle(colocated.get());
+    for (int32_t budget : {96, 16}) {  // 16: the length-aware closing decides every token
+      const uint64_t seed = 11;
+      auto colocated = NewScheduler();
+      std::map<std::string, Collected> cout;
+      ASSERT_TRUE(colocated->Submit(ConstrainedRequest("r", constraint, seed, &cout, budget)).ok());
+      RunToIdle(colocated.get());
 
-    auto prefill = NewScheduler();
-    auto decode = NewScheduler();
-    std::map<std::string, Collected> pout, dout;
-    std::vector<int32_t> reserved;
-    Request d = ConstrainedRequest("r", constraint, seed, &dout);
-    d.mode = RequestMode::kDecodeOnly;
-    d.callbacks.on_reserved = [&reserved](const std::vector<int32_t>& blocks) {
-      reserved = blocks;
-    };
-    ASSERT_TRUE(decode->Submit(std::move(d)).ok());
-    ASSERT_TRUE(decode->Step().ok());
-    Request p = ConstrainedRequest("r", constraint, seed, &pout);
-    p.mode = RequestMode::kPrefillOnly;
-    p.callbacks.on_kv_layer = [&](const KvLayerEvent& e) {
-      CopyLayer(*prefill->kv_storage(), e.block_ids, decode->kv_storage(), reserved, e.layer,
-                e.begin_pos, e.end_pos);
-    };
-    ASSERT_TRUE(prefill->Submit(std::move(p)).ok());
-    RunToIdle(prefill.get());
-    ASSERT_EQ(pout["r"].tokens.size(), 1u);
-    ASSERT_TRUE(
-        decode->CompleteTransfer("r", {pout["r"].tokens[0], pout["r"].logprobs[0], {}}).ok());
-    ASSERT_TRUE(prefill->ReleaseHeld("r").ok());
-    RunToIdle(decode.get());
-    EXPECT_EQ(dout["r"].tokens, cout["r"].tokens) << OutputBytes(cout["r"].tokens);
-    EXPECT_EQ(dout["r"].logprobs, cout["r"].logprobs);
+      auto prefill = NewScheduler();
+      auto decode = NewScheduler();
+      std::map<std::string, Collected> pout, dout;
+      std::vector<int32_t> reserved;
+      Request d = ConstrainedRequest("r", constraint, seed, &dout, budget);
+      d.mode = RequestMode::kDecodeOnly;
+      d.callbacks.on_reserved = [&reserved](const std::vector<int32_t>& blocks) {
+        reserved = blocks;
+      };
+      ASSERT_TRUE(decode->Submit(std::move(d)).ok());
+      ASSERT_TRUE(decode->Step().ok());
+      Request p = ConstrainedRequest("r", constraint, seed, &pout, budget);
+      p.mode = RequestMode::kPrefillOnly;
+      p.callbacks.on_kv_layer = [&](const KvLayerEvent& e) {
+        CopyLayer(*prefill->kv_storage(), e.block_ids, decode->kv_storage(), reserved, e.layer,
+                  e.begin_pos, e.end_pos);
+      };
+      ASSERT_TRUE(prefill->Submit(std::move(p)).ok());
+      RunToIdle(prefill.get());
+      ASSERT_EQ(pout["r"].tokens.size(), 1u);
+      ASSERT_TRUE(
+          decode->CompleteTransfer("r", {pout["r"].tokens[0], pout["r"].logprobs[0], {}}).ok());
+      ASSERT_TRUE(prefill->ReleaseHeld("r").ok());
+      RunToIdle(decode.get());
+      EXPECT_EQ(dout["r"].tokens, cout["r"].tokens) << OutputBytes(cout["r"].tokens);
+      EXPECT_EQ(dout["r"].logprobs, cout["r"].logprobs);
+    }
   }
 }
 

@@ -211,13 +211,94 @@ TEST(ChatToolsGrammarTest, AutoAndNoneDoNotConstrain) {
   }
 }
 
+// A required call of `tool` (one function "f" whose parameters are `parameters`).
+absl::StatusOr<RoutedRequest> RequiredCall(const std::string& parameters) {
+  return ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+      R"({"type":"function","function":{"name":"f","parameters":)" +
+          parameters + "}}]}",
+      QwenContext());
+}
+
+std::string CallOfF(const std::string& arguments) {
+  return "<tool_call>\n{\"name\": \"f\", \"arguments\": " + arguments + "}\n</tool_call>";
+}
+
+TEST(ChatToolsGrammarTest, RefsAndStringLengthsAreEnforced) {
+  const auto parsed =
+      RequiredCall(R"({"type":"object","properties":{"who":{"$ref":"#/$defs/name"},)"
+                   R"("tree":{"$ref":"#/definitions/node"}},"required":["who","tree"],)"
+                   R"("$defs":{"name":{"type":"string","minLength":2,"maxLength":4}},)"
+                   R"("definitions":{"node":{"type":"object","properties":{"kids":{"type":"array",)"
+                   R"("items":{"$ref":"#/definitions/node"},"maxItems":2}}}}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(GrammarAccepts(*parsed, CallOfF(R"({"who": "Ann", "tree": {"kids": []}})")));
+  EXPECT_TRUE(GrammarAccepts(  // recursion through the $ref, escapes count as one character
+      *parsed, CallOfF(R"({"who": "\"a\"", "tree": {"kids": [{"kids": []}, {"kids": []}]}})")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, CallOfF(R"({"who": "A", "tree": {"kids": []}})")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, CallOfF(R"({"who": "Annie", "tree": {"kids": []}})")));
+}
+
+TEST(ChatToolsGrammarTest, PatternsAreEnforcedOnTheStringsValue) {
+  const auto parsed = RequiredCall(
+      R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},)"
+      R"("note":{"pattern":"a\"b|\\\\n"},"any":{"type":"string","pattern":"^(?:x.)+$"}},)"
+      R"("required":["code","note","any"]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto call = [](const std::string& code, const std::string& note, const std::string& any) {
+    return CallOfF(R"({"code": ")" + code + R"(", "note": ")" + note + R"(", "any": ")" + any +
+                   R"("})");
+  };
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("AB-123", "a\\\"b", "xy")));
+  // Search semantics without anchors: anything around the match; "\\n" is a backslash then n.
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("ZZ-000", "say a\\\"b!", "x\\\"xn")));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("ZZ-000", "\\\\n", "xé")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-12", "a\\\"b", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("ab-123", "a\\\"b", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(" AB-123", "a\\\"b", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-123", "ab", "xy")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-123", "a\\\"b", "x")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("AB-123", "a\\\"b", "x\\n")));  // . is not \n
+  EXPECT_THAT(Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required",)"
+                    R"("tools":[{"type":"function","function":{"name":"f","parameters":)"
+                    R"({"type":"object","properties":{"s":{"pattern":"(a)\\1"}}}}}]})"),
+              HasSubstr("tools[0].function.parameters: pattern: unsupported escape \\1"));
+}
+
+TEST(ChatToolsGrammarTest, IntegerBoundsAreExactNumberBoundsOnlyTheSign) {
+  const auto parsed = RequiredCall(
+      R"({"type":"object","properties":{"n":{"type":"integer","minimum":-12,"maximum":345},)"
+      R"("k":{"type":"integer","exclusiveMinimum":0},"x":{"type":"number","minimum":0}},)"
+      R"("required":["n","k","x"]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto call = [](int64_t n, const std::string& k, const std::string& x) {
+    return CallOfF(R"({"n": )" + std::to_string(n) + R"(, "k": )" + k + R"(, "x": )" + x + "}");
+  };
+  for (int64_t n = -30; n <= 400; ++n) {
+    EXPECT_EQ(GrammarAccepts(*parsed, call(n, "1", "0.5")), n >= -12 && n <= 345) << n;
+  }
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(1, "0", "1")));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call(1, "999999999999999999", "1e5")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(1, "2", "-1")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call(1, "02", "1")));
+}
+
 TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
   EXPECT_EQ(
       Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
             R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
-            R"("properties":{"n":{"type":"integer","minimum":1}}}}}]})"),
-      "tools[0].function.parameters: keyword 'minimum' cannot be enforced for a required tool "
+            R"("properties":{"n":{"type":"integer","multipleOf":2}}}}}]})"),
+      "tools[0].function.parameters: keyword 'multipleOf' cannot be enforced for a required tool "
       "call");
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"$ref":"#/$defs/no"}}}]})"),
+      "tools[0].function.parameters: $ref '#/$defs/no' points to nothing");
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+            R"("properties":{"n":{"type":"integer","minimum":5,"maximum":4}}}}}]})"),
+      "tools[0].function.parameters: the bounds leave no integer");
   EXPECT_THAT(Error(Body(R"("tool_choice":"required","response_format":{"type":"json_object"})")),
               HasSubstr("only one of regex, json_schema, ebnf and response_format"));
 }
@@ -254,6 +335,55 @@ TEST(ChatToolsGrammarTest, Llama3TemplatesUseTheJsonCallSyntax) {
   EXPECT_TRUE(GrammarAccepts(
       *parsed, R"({"name": "get_weather", "parameters": {"city": "Oslo", "unit": "f"}})"));
   EXPECT_FALSE(GrammarAccepts(*parsed, "<tool_call>\n{\"name\": \"get_weather\"}"));
+}
+
+// The fortunes vocabulary with Qwen3's chat template (thinking by default).
+const engine::Tokenizer& Qwen3Tokenizer() {
+  static const engine::Tokenizer* tokenizer = [] {
+    const std::string root = TANDEM_SOURCE_DIR;
+    nlohmann::json config = nlohmann::json::parse(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    config["chat_template"] = ReadFile(root + "/tests/engine/jinja_templates/Qwen-Qwen3.jinja");
+    auto loaded = engine::Tokenizer::FromStrings(
+        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    return loaded.ok() ? loaded->release() : nullptr;
+  }();
+  return *tokenizer;
+}
+
+TEST(ChatToolsGrammarTest, Qwen3MayThinkBeforeARequiredCall) {
+  ApiContext ctx = QwenContext();
+  ctx.tokenizer = &Qwen3Tokenizer();
+  ASSERT_EQ(ctx.tokenizer->chat_family(), engine::ChatFamily::kQwen3);
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"c\"}}\n</tool_call>";
+  const std::string thought = "<think>\nThe user wants <b>Paris</b>; </thin no.\n</think>\n\n";
+  for (const char* choice :
+       {R"("tool_choice":"required")",
+        R"("tool_choice":{"type":"function","function":{"name":"get_weather"}})"}) {
+    const auto parsed = ParseChatCompletions(Body(choice), ctx);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(GrammarAccepts(*parsed, call));
+    EXPECT_TRUE(GrammarAccepts(*parsed, thought + call));
+    EXPECT_TRUE(GrammarAccepts(*parsed, "<think></think>" + call));
+    // One block, ended by the first "</think>", and nothing but the call after it.
+    EXPECT_FALSE(GrammarAccepts(*parsed, "<think>a</think>b</think>" + call));
+    EXPECT_FALSE(GrammarAccepts(*parsed, thought + thought + call));
+    EXPECT_FALSE(GrammarAccepts(*parsed, thought + "Sure! " + call));
+    EXPECT_FALSE(GrammarAccepts(*parsed, thought));
+  }
+  // enable_thinking false: the template closes the block in the prompt; the answer is the call.
+  const auto off = ParseChatCompletions(
+      Body(R"("tool_choice":"required","chat_template_kwargs":{"enable_thinking":false})"), ctx);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(GrammarAccepts(*off, call));
+  EXPECT_FALSE(GrammarAccepts(*off, thought + call));
+  // Qwen2.5 templates do not think.
+  const auto qwen25 = ParseChatCompletions(Body(R"("tool_choice":"required")"), QwenContext());
+  ASSERT_TRUE(qwen25.ok()) << qwen25.status();
+  EXPECT_FALSE(GrammarAccepts(*qwen25, thought + call));
 }
 
 TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
