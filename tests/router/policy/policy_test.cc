@@ -13,6 +13,7 @@
 
 #include "common/kv_block_hash.h"
 #include "common/kv_event_log.h"
+#include "common/manual_clock.h"
 #include "router/policy/cache_aware.h"
 #include "router/policy/kv_event_index.h"
 #include "router/policy/simple_policies.h"
@@ -52,7 +53,8 @@ std::vector<int32_t> Ids(int32_t start, int n) {
 
 TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
   auto workers = Workers(2);
-  KvEventIndex index;
+  ManualClock clock;
+  KvEventIndex index(size_t{1} << 22, std::chrono::seconds(5), clock);
   KvEventLog log0(1, 16, 64), log1(2, 16, 64);
   ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
   ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
@@ -63,7 +65,9 @@ TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
   const std::vector<int32_t> prompt = Ids(1000, 100);
   // Nothing cached anywhere: the worker with the fewest cached blocks (the first of equals).
   EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[0]);
-  // The tree now points at worker 0, but worker 1's cache is what really holds the prompt.
+  // That request never reached worker 0's cache (its pending blocks expire unconfirmed). The tree
+  // still points at worker 0, but worker 1's cache is what really holds the prompt.
+  clock.Advance(std::chrono::seconds(5));
   log1.Stored(KvBlockHashChain(prompt, 16));
   ASSERT_EQ(index.ApplyEvents(workers[1]->url(), log1.EventsSince(0, 100)),
             KvEventIndex::Apply::kApplied);
@@ -79,6 +83,37 @@ TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("tandem_router_cache_aware_source_total{source=\"tree\"} 1"),
+            std::string::npos);
+}
+
+// Nothing of the prefix cached anywhere yet: a burst sharing it follows the first placement (its
+// blocks are pending on that worker) instead of being spread before the first prefill is
+// reported; a prompt sharing only the start of the prefix is predicted that far.
+TEST_F(PolicyTest, CacheAwareKeepsABurstOnTheWorkerComputingItsPrefix) {
+  auto workers = Workers(2);
+  KvEventIndex index;
+  KvEventLog log0(1, 16, 64), log1(2, 16, 64);
+  const std::vector<int32_t> other = Ids(5000, 64);  // another prefix, cached on worker 0
+  log0.Stored(KvBlockHashChain(other, 16));
+  ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
+  ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
+  PolicyOptions o;
+  o.eviction_interval = absl::ZeroDuration();
+  o.kv_event_index = &index;
+  auto policy = Make("cache_aware", o);
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int32_t> prompt = Ids(0, 128);
+    prompt.push_back(1000 + k);
+    // The first goes to the worker with fewer cached blocks, the rest follow it.
+    EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]) << k;
+    EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), prompt, 128), 128) << k;
+    EXPECT_EQ(index.PredictCachedTokens(workers[0]->url(), prompt, 128), 0) << k;
+  }
+  std::vector<int32_t> half = Ids(0, 40);
+  half.push_back(7);
+  EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), half, 40), 32);
+  EXPECT_EQ(index.Describe()[1].pending, 8u);  // the prompt's 8 full blocks, once
+  EXPECT_NE(metrics_.Render().find("tandem_router_cache_aware_source_total{source=\"events\"} 4"),
             std::string::npos);
 }
 
