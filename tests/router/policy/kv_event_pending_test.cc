@@ -52,7 +52,7 @@ TEST_F(KvEventPendingTest, PendingCountsUntilConfirmedThenEvictionIsReflected) {
   index_.AddPending(kUrl, kBs, chain);
   EXPECT_EQ(index_.PredictCachedTokens(kUrl, prompt, 12), 12);
   EXPECT_EQ(index_.PredictCachedTokens(kUrl, prompt, 11), 8);  // whole blocks, capped
-  EXPECT_EQ(index_.StoredBlocks(kUrl), 0u);                      // pending is not stored
+  EXPECT_EQ(index_.StoredBlocks(kUrl), 0u);                    // pending is not stored
   EXPECT_EQ(index_.Describe()[0].pending, 3u);
   // The worker stores them: the stored set answers from now on, the overlay lets go.
   log_.Stored(chain);
