@@ -12,7 +12,8 @@
 #
 # For each policy, a fresh cluster on 127.0.0.1: 2 tandem-prefill + 2 tandem-decode workers on
 # the shipped model and tandem-router in PD mode with --prefill-policy <policy> (decode policy
-# round_robin). GROUPS_N x PER_GROUP prompts (token ids via /generate input_ids), the prompts of
+# round_robin); with MODE=plain, 2 colocated workers (tandem-decode --local-prefill) and the
+# router in plain mode with --policy <policy>. GROUPS_N x PER_GROUP prompts (token ids via /generate input_ids), the prompts of
 # a group sharing a PREFIX_LEN-token prefix followed by SUFFIX_LEN tokens of their own, are sent
 # by CLIENTS concurrent clients in one shuffled order, the same for both policies. The hit rate is the sum over
 # both prefill workers of tandem_engine_cached_prompt_tokens_total over
@@ -21,8 +22,9 @@
 # expected the chosen worker to reuse) over the tokens the workers reused, summed over the run
 # (1.000 when every prediction was exact in total). "agree" is per request: the share of requests
 # whose cached tokens predicted by cache_aware when it routed them (its debug log line) equal the
-# cached_tokens the response reports (meta_info, the prefill worker's reuse). Prints every rate
-# and cache_aware / round_robin.
+# cached_tokens the response reports (meta_info). Only MODE=plain measures it: a PD response's
+# meta_info.cached_tokens is the decode worker's (0), not what the prefill worker reused, so in
+# PD mode the column is "-". Prints every rate and cache_aware / round_robin.
 # Every daemon started is stopped on exit (also on failure or Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,7 @@ per_group=${PER_GROUP:-8}
 prefix_len=${PREFIX_LEN:-256}
 suffix_len=${SUFFIX_LEN:-32}
 clients=${CLIENTS:-4}
+mode=${MODE:-pd}
 for b in tandem-router tandem-prefill tandem-decode; do
   if [ ! -x "$bin/$b" ]; then
     echo "cache_aware_hit_rate: $bin/$b was not built" >&2
@@ -98,20 +101,20 @@ metric() {  # metric PORT NAME -> the value (0 when absent)
 
 # agreement LOG_DIR -> "agreeing requests" (cache_aware's predicted cached tokens per prompt,
 # from the router's debug log, against the cached_tokens of its response; prompts are told apart
-# by their last 8 token ids), "- -" for a policy that predicts nothing.
+# by their first and last 8 token ids), "- -" for a policy that predicts nothing.
 agreement() {
-  /usr/bin/python3 - "$1" "$work/bodies" <<'PY'
+  /usr/bin/python3 - "$1" "$work/bodies" "$mode" <<'PY'
 import json, os, re, sys
 log_dir, bodies = sys.argv[1], sys.argv[2]
 predicted = {}
-line_re = re.compile(r"cache_aware: prompt_tokens=\d+ tail=([\d,]+) worker=\S+ source=\w+ "
-                     r"predicted=(\d+)")
+line_re = re.compile(r"cache_aware: prompt_tokens=\d+ head=([\d,]+) tail=([\d,]+) worker=\S+ "
+                     r"source=\w+ predicted=(\d+)")
 with open(os.path.join(log_dir, "router.log"), errors="replace") as f:
     for line in f:
         m = line_re.search(line)
-        if m:
-            predicted[m.group(1)] = int(m.group(2))
-if not predicted:
+        if m:  # a request retried on another worker: its last decision counts
+            predicted[(m.group(1), m.group(2))] = int(m.group(3))
+if not predicted or sys.argv[3] != "plain":
     print("- -")
     sys.exit(0)
 agree = total = 0
@@ -119,7 +122,8 @@ for name in sorted(os.listdir(bodies)):
     ids = json.load(open(os.path.join(bodies, name)))["input_ids"]
     resp = json.load(open(os.path.join(log_dir, "resp", name)))
     total += 1
-    agree += predicted.get(",".join(map(str, ids[-8:]))) == resp["meta_info"]["cached_tokens"]
+    key = (",".join(map(str, ids[:8])), ",".join(map(str, ids[-8:])))
+    agree += predicted.get(key) == resp["meta_info"]["cached_tokens"]
 print(agree, total)
 PY
 }
@@ -133,9 +137,19 @@ run_policy() {
   mkdir -p "$log"
   local secret="$log/secret"
   (umask 077; head -c 24 /dev/urandom | base64 > "$secret")
-  local prefill_args=() decode_args=() http_ports=()
+  local prefill_args=() decode_args=() http_ports=() router_args=()
   for i in 0 1; do
     local port http boot
+    if [ "$mode" = plain ]; then
+      port=$(free_port); http=$(free_port)
+      "$bin/tandem-decode" --local-prefill --model-path "$model" --port "$port" \
+        --http-port "$http" --kv-cache-memory 64MiB --threads 1 \
+        --cluster-secret-file "$secret" > "$log/colocated$i.log" 2>&1 &
+      pids+=($!)
+      router_args+=("http://127.0.0.1:$port")
+      http_ports+=("$http")
+      continue
+    fi
     port=$(free_port); http=$(free_port); boot=$(free_port)
     "$bin/tandem-prefill" --model-path "$model" --port "$port" --http-port "$http" \
       --disaggregation-bootstrap-port "$boot" --kv-cache-memory 64MiB --threads 1 \
@@ -150,11 +164,16 @@ run_policy() {
     pids+=($!)
     decode_args+=(--decode "http://127.0.0.1:$port")
   done
+  if [ "$mode" = plain ]; then
+    router_args=(--worker-urls "${router_args[@]}" --policy "$policy")
+  else
+    router_args=(--pd-disaggregation "${prefill_args[@]}" "${decode_args[@]}"
+                 --prefill-policy "$policy" --decode-policy round_robin)
+  fi
   local router_port
   router_port=$(free_port)
-  "$bin/tandem-router" --pd-disaggregation --model-path "$model" --host 127.0.0.1 \
-    --port "$router_port" "${prefill_args[@]}" "${decode_args[@]}" --cluster-secret-file "$secret" \
-    --prefill-policy "$policy" --decode-policy round_robin "${extra[@]}" --log-level debug \
+  "$bin/tandem-router" --model-path "$model" --host 127.0.0.1 --port "$router_port" \
+    "${router_args[@]}" --cluster-secret-file "$secret" "${extra[@]}" --log-level debug \
     --health-check-interval-secs 1 --health-success-threshold 1 > "$log/router.log" 2>&1 &
   pids+=($!)
   local ready=0
@@ -207,7 +226,7 @@ run_policy() {
     -v a="$agree" 'BEGIN { print h, q, (c > 0 ? s / c : 0), p, a }' > "$work/$name.result"
 }
 
-echo "workload: $groups_n groups x $per_group prompts, $prefix_len shared + $suffix_len own tokens, $clients clients"
+echo "workload: $groups_n groups x $per_group prompts, $prefix_len shared + $suffix_len own tokens, $clients clients, $mode mode"
 run_policy cache_aware_tree cache_aware
 run_policy cache_aware_events cache_aware --kv-events --kv-events-poll-ms 10
 run_policy round_robin round_robin

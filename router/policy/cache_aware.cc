@@ -114,7 +114,7 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     for (const WorkerPtr& w : candidates) {
       Predicted p;
       p.block_size = index->BlockSize(w->url());
-      std::optional<size_t> stored = index->StoredBlocks(w->url());
+      std::optional<size_t> stored = index->HeldBlocks(w->url());
       if (p.block_size < 1 || !stored.has_value()) {
         predicted.clear();
         break;
@@ -205,12 +205,14 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
       index->AddPending(chosen->url(), bs, KvBlockHashChain(tokens, bs));
     }
   }
-  // One line per decision at debug level: what the worker is expected to reuse, by the last
-  // prompt tokens (bench/cache_aware_hit_rate.sh compares it with the cached_tokens answered).
+  // One line per decision at debug level: what the worker is expected to reuse, the prompt named
+  // by its first and last 8 tokens (bench/cache_aware_hit_rate.sh compares it with the
+  // cached_tokens answered).
   if (spdlog::should_log(spdlog::level::debug)) {
-    const size_t tail = std::min<size_t>(tokens.size(), 8);
-    spdlog::debug("cache_aware: prompt_tokens={} tail={} worker={} source={} predicted={}",
-                  tokens.size(), absl::StrJoin(tokens.last(tail), ","), chosen->url(),
+    const size_t ends = std::min<size_t>(tokens.size(), 8);
+    spdlog::debug("cache_aware: prompt_tokens={} head={} tail={} worker={} source={} predicted={}",
+                  tokens.size(), absl::StrJoin(tokens.first(ends), ","),
+                  absl::StrJoin(tokens.last(ends), ","), chosen->url(),
                   from_events ? "events" : "tree", matched);
   }
   if (decisions_ != nullptr) decisions_->WithLabels({name(), chosen->url()}).Increment();

@@ -14,12 +14,12 @@
 // With a KV event index (PolicyOptions::kv_event_index) and token ids, step 2 uses what the
 // workers' radix caches really hold when the index is synced for every candidate: the matched
 // share is the best candidate's predicted cached tokens, and the spread goes to the worker with
-// the fewest cached blocks. Otherwise (an unsynced worker, text only) it uses the tree, which is
-// kept up to date either way so that it is warm when needed. Every placement of a prompt with
-// token ids on a synced worker is recorded in the index as pending there (KvEventIndex::
-// AddPending), so the requests of a burst sharing a prefix see it before the worker reports it.
-// At debug level each decision is logged with its predicted cached tokens.
-// Metrics: tandem_router_cache_aware_source_total{source="events"|"tree"}.
+// the fewest cached blocks (stored and pending). Otherwise (an unsynced worker, text only) it uses
+// the tree, which is kept up to date either way so that it is warm when needed. Every placement of
+// a prompt with token ids on a synced worker is recorded in the index as pending there
+// (KvEventIndex:: AddPending), so the requests of a burst sharing a prefix see it before the worker
+// reports it. At debug level each decision is logged with its predicted cached tokens. Metrics:
+// tandem_router_cache_aware_source_total{source="events"|"tree"}.
 //
 // Thread-safety: thread-safe (one mutex around the tree; Select does no I/O).
 #ifndef TANDEM_ROUTER_POLICY_CACHE_AWARE_H_

@@ -113,7 +113,11 @@ TEST_F(PolicyTest, CacheAwareKeepsABurstOnTheWorkerComputingItsPrefix) {
   half.push_back(7);
   EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), half, 40), 32);
   EXPECT_EQ(index.Describe()[1].pending, 8u);  // the prompt's 8 full blocks, once
-  EXPECT_NE(metrics_.Render().find("tandem_router_cache_aware_source_total{source=\"events\"} 4"),
+  // A new prefix spreads by the blocks held once in-flight requests have prefilled: worker 0's 4
+  // stored against worker 1's 8 pending.
+  const std::vector<int32_t> fresh = Ids(9000, 40);
+  EXPECT_EQ(policy->Select(workers, {&fresh, nullptr}), workers[0]);
+  EXPECT_NE(metrics_.Render().find("tandem_router_cache_aware_source_total{source=\"events\"} 5"),
             std::string::npos);
 }
 
