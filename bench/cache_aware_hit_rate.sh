@@ -6,6 +6,7 @@
 #   bench/cache_aware_hit_rate.sh [BIN_DIR]        # BIN_DIR defaults to build/bin
 #   GROUPS_N=8 PER_GROUP=8 PREFIX_LEN=256 SUFFIX_LEN=32 CLIENTS=4 bench/cache_aware_hit_rate.sh
 #   GROUPS_N=16 PER_GROUP=8 PREFIX_LEN=1024 bench/cache_aware_hit_rate.sh
+#   MODE=plain KV_MEMORY=3MiB GROUPS_N=16 PER_GROUP=8 PREFIX_LEN=1024 bench/cache_aware_hit_rate.sh
 #   (the shipped model has 512 positions: for longer prompts, unless MODEL_PATH is set, a small
 #   synthetic model with 4,096 positions, tools/make_synthetic_model --preset qwen3-tiny, is made
 #   in the run's temporary directory and removed with it)
@@ -37,6 +38,7 @@ prefix_len=${PREFIX_LEN:-256}
 suffix_len=${SUFFIX_LEN:-32}
 clients=${CLIENTS:-4}
 mode=${MODE:-pd}
+kv_memory=${KV_MEMORY:-64MiB}  # per worker; small enough and the radix caches evict
 for b in tandem-router tandem-prefill tandem-decode; do
   if [ ! -x "$bin/$b" ]; then
     echo "cache_aware_hit_rate: $bin/$b was not built" >&2
@@ -143,7 +145,7 @@ run_policy() {
     if [ "$mode" = plain ]; then
       port=$(free_port); http=$(free_port)
       "$bin/tandem-decode" --local-prefill --model-path "$model" --port "$port" \
-        --http-port "$http" --kv-cache-memory 64MiB --threads 1 \
+        --http-port "$http" --kv-cache-memory "$kv_memory" --threads 1 \
         --cluster-secret-file "$secret" > "$log/colocated$i.log" 2>&1 &
       pids+=($!)
       router_args+=("http://127.0.0.1:$port")
@@ -152,7 +154,7 @@ run_policy() {
     fi
     port=$(free_port); http=$(free_port); boot=$(free_port)
     "$bin/tandem-prefill" --model-path "$model" --port "$port" --http-port "$http" \
-      --disaggregation-bootstrap-port "$boot" --kv-cache-memory 64MiB --threads 1 \
+      --disaggregation-bootstrap-port "$boot" --kv-cache-memory "$kv_memory" --threads 1 \
       --cluster-secret-file "$secret" > "$log/prefill$i.log" 2>&1 &
     pids+=($!)
     prefill_args+=(--prefill "http://127.0.0.1:$port" "$boot")
@@ -226,7 +228,7 @@ run_policy() {
     -v a="$agree" 'BEGIN { print h, q, (c > 0 ? s / c : 0), p, a }' > "$work/$name.result"
 }
 
-echo "workload: $groups_n groups x $per_group prompts, $prefix_len shared + $suffix_len own tokens, $clients clients, $mode mode"
+echo "workload: $groups_n groups x $per_group prompts, $prefix_len shared + $suffix_len own tokens, $clients clients, $mode mode, $kv_memory KV per worker"
 run_policy cache_aware_tree cache_aware
 run_policy cache_aware_events cache_aware --kv-events --kv-events-poll-ms 10
 run_policy round_robin round_robin
