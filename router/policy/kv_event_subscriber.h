@@ -19,7 +19,8 @@
 // tandem_router_kv_index_synced{worker} (1 or 0), tandem_router_kv_index_seq{worker}.
 //
 // Bounds: per worker one thread and one call at a time, each with `call_timeout`; per worker the
-// index's own cap. Stop waits at most about one call_timeout for a follower inside a call.
+// index's own cap. Stop waits for each follower's poll in progress (every call in it bounded by
+// call_timeout; a worker that does not answer fails its first).
 // Thread-safety: Start/Stop/PollOnce from one thread; `workers` (which must not block long) is
 // called without any lock of the subscriber held. The index must outlive the subscriber.
 #ifndef TANDEM_ROUTER_POLICY_KV_EVENT_SUBSCRIBER_H_
