@@ -4,7 +4,12 @@
 // whose cache holds it, decided from the events, and that worker's cache reuses it. A prefill
 // worker restarted on the same port is a new incarnation: the router's index for it empties,
 // resyncs from a snapshot, and routing follows what the new process caches. Evictions in a small
-// cache are reflected block for block. Bounded waits only.
+// cache are reflected block for block. A worker that never answers delays only its own index.
+// Bounded waits only.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -252,6 +257,65 @@ TEST(RouterKvEventsTest, EvictionsAreReflectedBlockForBlock) {
   const double reused = WorkerMetric(*p0, "tandem_engine_cached_prompt_tokens_total");
   ASSERT_EQ(RouterRequest(port, "POST", "/generate", Generate(Prompt(0, 1)).dump()).status, 200);
   EXPECT_EQ(WorkerMetric(*p0, "tandem_engine_cached_prompt_tokens_total"), reused);
+}
+
+// A loopback port that accepts connections (the kernel's backlog) and never answers: a worker
+// hung or behind a black-holing network. Closed on destruction.
+class SilentPort {
+ public:
+  SilentPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(fd_, 64) != 0 || getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+  }
+  ~SilentPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  SilentPort(const SilentPort&) = delete;
+  SilentPort& operator=(const SilentPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// A prefill worker that never answers (each call to it waits out its 5 s deadline) does not hold
+// up the index of the one that does: a new prefix is indexed well within that time, every time.
+TEST(RouterKvEventsTest, SilentWorkerDoesNotDelayTheOthersIndex) {
+  SilentPort silent;
+  ASSERT_GT(silent.port(), 0);
+  auto p0 = StartWorker("prefill");
+  auto decode = StartWorker("decode");
+  const std::string silent_url = "http://127.0.0.1:" + std::to_string(silent.port());
+  auto router =
+      StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--policy",
+                   "cache_aware", "--kv-events", "--kv-events-poll-ms", "10", "--prefill",
+                   silent_url, std::to_string(FreePort()), "--prefill", p0->url(),
+                   std::to_string(p0->bootstrap_port), "--decode", decode->url()});
+  ASSERT_NE(router, nullptr);
+  const int port = router->port;
+  ASSERT_TRUE(WaitForMetricAtLeast(port, Synced(*p0), 1));
+  for (int group = 0; group < 3; ++group) {
+    const double before = Metric(port, Blocks(*p0));
+    ASSERT_EQ(RouterRequest(port, "POST", "/generate", Generate(Prompt(group, 0)).dump()).status,
+              200);
+    const auto answered = std::chrono::steady_clock::now();
+    bool indexed = false;
+    while (!indexed && std::chrono::steady_clock::now() - answered < std::chrono::seconds(2)) {
+      indexed = Metric(port, Blocks(*p0)) >= before + 12;
+      if (!indexed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(indexed) << "group " << group << " was not indexed within 2 s";
+  }
+  EXPECT_EQ(Metric(port, "tandem_router_kv_index_synced{worker=\"" + silent_url + "\"}"), 0);
 }
 
 }  // namespace
