@@ -99,7 +99,7 @@ void KvEventSubscriber::Loop() {
       }
       {
         absl::MutexLock lock(&mu_);
-        it->second->stop = true;
+        it->second->stop.store(true);
         stop_cv_.SignalAll();
       }
       retiring_.push_back(std::move(it->second));
@@ -136,11 +136,11 @@ void KvEventSubscriber::FollowLoop(Follower* f) {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_ || f->stop) break;
+      if (stopping_ || f->stop.load()) break;
     }
     UpdateOrReset(f->url, follow);
     absl::MutexLock lock(&mu_);
-    if (stopping_ || f->stop) break;
+    if (stopping_ || f->stop.load()) break;
     stop_cv_.WaitWithTimeout(&mu_, options_.poll_interval);
   }
   f->done.store(true);

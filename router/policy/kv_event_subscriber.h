@@ -74,10 +74,11 @@ class KvEventSubscriber {
   struct Follow {
     std::unique_ptr<proto::Worker::Stub> stub;  // holds the channel
   };
-  // A follower thread and its stop flag (under mu_); `done` once the thread has returned.
+  // A follower thread; `stop` is set with mu_ held (then stop_cv_ signalled) so that a follower
+  // checking it under mu_ before waiting cannot miss it; `done` once the thread has returned.
   struct Follower {
     std::string url;
-    bool stop = false;
+    std::atomic<bool> stop{false};
     std::atomic<bool> done{false};
     std::thread thread;
   };
