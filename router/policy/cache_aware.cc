@@ -96,7 +96,6 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
   // full chain is also what is recorded as pending on the chosen worker below.
   struct Predicted {
     int64_t tokens = 0;
-    size_t blocks = 0;
     int32_t block_size = 0;
     const std::vector<uint64_t>* chain = nullptr;
   };
@@ -114,8 +113,7 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     for (const WorkerPtr& w : candidates) {
       Predicted p;
       p.block_size = index->BlockSize(w->url());
-      std::optional<size_t> stored = index->HeldBlocks(w->url());
-      if (p.block_size < 1 || !stored.has_value()) {
+      if (p.block_size < 1) {  // not synced
         predicted.clear();
         break;
       }
@@ -135,7 +133,6 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
         break;
       }
       p.tokens = *m * p.block_size;
-      p.blocks = *stored;
       predicted.push_back(p);
     }
   }
@@ -152,28 +149,29 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     PrefixTree::Match match = tree_.MatchPrefix(tokens, urls);
     if (imbalanced) {
       chosen = candidates[static_cast<size_t>(min_it - loads.begin())];
-    } else if (from_events) {
-      size_t best = 0, fewest = 0;
-      for (size_t i = 1; i < predicted.size(); ++i) {
-        if (predicted[i].tokens > predicted[best].tokens) best = i;
-        if (predicted[i].blocks < predicted[fewest].blocks) fewest = i;
-      }
-      const double rate =
-          static_cast<double>(predicted[best].tokens) / static_cast<double>(tokens.size());
-      chosen = candidates[rate > options_.cache_threshold ? best : fewest];
     } else {
-      double rate = tokens.empty()
-                        ? 0.0
-                        : static_cast<double>(match.matched) / static_cast<double>(tokens.size());
-      if (rate > options_.cache_threshold) {
+      auto share = [&](int64_t n) {
+        return tokens.empty() ? 0.0 : static_cast<double>(n) / static_cast<double>(tokens.size());
+      };
+      if (from_events) {  // the best predicted match
+        size_t best = 0;
+        for (size_t i = 1; i < predicted.size(); ++i) {
+          if (predicted[i].tokens > predicted[best].tokens) best = i;
+        }
+        if (share(predicted[best].tokens) > options_.cache_threshold) chosen = candidates[best];
+      }
+      // Else the tree's match: without events, or with events for a prefix cached nowhere now but
+      // placed before (its cache dropped it), so that a prefix evicted everywhere is recomputed
+      // on the worker it went to, not on each in turn.
+      if (chosen == nullptr && share(match.matched) > options_.cache_threshold) {
         for (const WorkerPtr& w : candidates) {
           if (w->url() == match.tenant) chosen = w;
         }
       }
-      if (chosen == nullptr) {  // the worker storing the fewest tokens
+      if (chosen == nullptr) {  // a new prefix: the worker the tree stores the fewest tokens for
         int64_t fewest = 0;
         for (const WorkerPtr& w : candidates) {
-          int64_t stored = tree_.TenantTokens(w->url());
+          const int64_t stored = tree_.TenantTokens(w->url());
           if (chosen == nullptr || stored < fewest) {
             chosen = w;
             fewest = stored;

@@ -96,16 +96,6 @@ std::optional<size_t> KvEventIndex::StoredBlocks(const std::string& url) const {
   return it->second.blocks.size();
 }
 
-std::optional<size_t> KvEventIndex::HeldBlocks(const std::string& url) const {
-  const MonoClock::time_point now = clock_.Now();
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(url);
-  if (it == workers_.end() || !it->second.synced) return std::nullopt;
-  size_t held = it->second.blocks.size();
-  for (const auto& [hash, expiry] : it->second.pending) held += expiry > now ? 1 : 0;
-  return held;
-}
-
 int32_t KvEventIndex::BlockSize(const std::string& url) const {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(url);

@@ -75,9 +75,6 @@ class KvEventIndex {
 
   // Blocks `url`'s cache holds; nullopt when `url` is not synced.
   std::optional<size_t> StoredBlocks(const std::string& url) const;
-  // Stored plus unexpired pending blocks of `url` (what it holds once its requests in flight have
-  // prefilled); nullopt when `url` is not synced. O(pending).
-  std::optional<size_t> HeldBlocks(const std::string& url) const;
 
   // The block size `url` hashes with; 0 when `url` is not synced.
   int32_t BlockSize(const std::string& url) const;

@@ -86,39 +86,70 @@ TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
             std::string::npos);
 }
 
-// Nothing of the prefix cached anywhere yet: a burst sharing it follows the first placement (its
-// blocks are pending on that worker) instead of being spread before the first prefill is
-// reported; a prompt sharing only the start of the prefix is predicted that far.
-TEST_F(PolicyTest, CacheAwareKeepsABurstOnTheWorkerComputingItsPrefix) {
+// A request with a prefix is in flight to worker 1 (pending there, not yet reported) while worker
+// 0's cache holds only the prefix's first 2 blocks: the burst that follows goes to worker 1, where
+// the whole prefix will be, and is predicted so; a prompt sharing only the start of the prefix is
+// predicted that far.
+TEST_F(PolicyTest, CacheAwareFollowsPlacementsStillInFlight) {
   auto workers = Workers(2);
   KvEventIndex index;
   KvEventLog log0(1, 16, 64), log1(2, 16, 64);
-  const std::vector<int32_t> other = Ids(5000, 64);  // another prefix, cached on worker 0
-  log0.Stored(KvBlockHashChain(other, 16));
+  const std::vector<int32_t> prefix = Ids(0, 128);
+  log0.Stored(KvBlockHashChain(Ids(0, 32), 16));
+  ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
+  ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
+  index.AddPending(workers[1]->url(), 16, KvBlockHashChain(prefix, 16));
+  PolicyOptions o;
+  o.eviction_interval = absl::ZeroDuration();
+  o.cache_threshold = 0.1;  // 32 of 129 tokens on worker 0 would be enough
+  o.kv_event_index = &index;
+  auto policy = Make("cache_aware", o);
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int32_t> prompt = prefix;
+    prompt.push_back(1000 + k);
+    EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]) << k;
+    EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), prompt, 128), 128) << k;
+    EXPECT_EQ(index.PredictCachedTokens(workers[0]->url(), prompt, 128), 32) << k;
+  }
+  std::vector<int32_t> half = Ids(0, 40);
+  half.push_back(7);
+  EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), half, 40), 32);
+  EXPECT_EQ(index.Describe()[1].pending, 8u);  // the prompt's 8 full blocks, once
+  // A new prefix goes to the worker the router has placed less on.
+  const std::vector<int32_t> fresh = Ids(9000, 40);
+  EXPECT_EQ(policy->Select(workers, {&fresh, nullptr}), workers[0]);
+  EXPECT_NE(metrics_.Render().find("tandem_router_cache_aware_source_total{source=\"events\"} 5"),
+            std::string::npos);
+}
+
+// A prefix every cache dropped goes back to the worker the tree placed it on, although the other
+// holds fewer blocks: evicted everywhere, it is recomputed on one worker, not on each in turn.
+TEST_F(PolicyTest, CacheAwareSendsAnEvictedPrefixBackToItsWorker) {
+  auto workers = Workers(2);
+  KvEventIndex index;
+  KvEventLog log0(1, 16, 64), log1(2, 16, 64);
+  const std::vector<int32_t> prompt = Ids(0, 129);
+  const std::vector<uint64_t> chain = KvBlockHashChain(prompt, 16);
+  log1.Stored(chain);
+  log1.Stored(KvBlockHashChain(Ids(5000, 64), 16));  // and something else
   ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
   ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
   PolicyOptions o;
   o.eviction_interval = absl::ZeroDuration();
   o.kv_event_index = &index;
   auto policy = Make("cache_aware", o);
-  for (int k = 0; k < 4; ++k) {
-    std::vector<int32_t> prompt = Ids(0, 128);
-    prompt.push_back(1000 + k);
-    // The first goes to the worker with fewer cached blocks, the rest follow it.
-    EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]) << k;
-    EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), prompt, 128), 128) << k;
-    EXPECT_EQ(index.PredictCachedTokens(workers[0]->url(), prompt, 128), 0) << k;
-  }
-  std::vector<int32_t> half = Ids(0, 40);
-  half.push_back(7);
-  EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), half, 40), 32);
-  EXPECT_EQ(index.Describe()[1].pending, 8u);  // the prompt's 8 full blocks, once
-  // A new prefix spreads by the blocks held once in-flight requests have prefilled: worker 0's 4
-  // stored against worker 1's 8 pending.
+  EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]);  // where it is cached
+  log1.Removed(chain);                                                 // then evicted
+  ASSERT_EQ(index.ApplyEvents(workers[1]->url(), log1.EventsSince(0, 100)),
+            KvEventIndex::Apply::kApplied);
+  std::vector<int32_t> again = prompt;
+  again.back() = 7;
+  EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), again, 128), 0);
+  EXPECT_EQ(index.StoredBlocks(workers[1]->url()), 4u);  // worker 0 holds none
+  EXPECT_EQ(policy->Select(workers, {&again, nullptr}), workers[1]);
+  // A new prefix still spreads to the worker placed on less.
   const std::vector<int32_t> fresh = Ids(9000, 40);
   EXPECT_EQ(policy->Select(workers, {&fresh, nullptr}), workers[0]);
-  EXPECT_NE(metrics_.Render().find("tandem_router_cache_aware_source_total{source=\"events\"} 5"),
-            std::string::npos);
 }
 
 TEST_F(PolicyTest, MakePolicyRejectsUnknownNamesListingTheValidOnes) {
