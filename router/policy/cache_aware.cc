@@ -4,8 +4,11 @@
 #include <optional>
 #include <span>
 
+#include "absl/strings/str_join.h"
+#include "common/kv_block_hash.h"
 #include "router/policy/kv_event_index.h"
 #include "router/policy/simple_policies.h"
+#include "spdlog/spdlog.h"
 
 namespace tandem::router {
 
@@ -89,29 +92,55 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
       static_cast<double>(*max_it) > static_cast<double>(*min_it) * options_.balance_rel_threshold;
 
   // The workers' own caches, when the index knows every candidate (outside the tree's lock: the
-  // index has its own and hashes the prompt).
+  // index has its own). The prompt is hashed once per block size (one SHA-256 per block); the
+  // full chain is also what is recorded as pending on the chosen worker below.
   struct Predicted {
     int64_t tokens = 0;
-    size_t blocks = 0;
+    int32_t block_size = 0;
+    const std::vector<uint64_t>* chain = nullptr;
   };
+  struct Chain {
+    int32_t block_size;
+    std::vector<uint64_t> hashes;
+  };
+  std::vector<Chain> chains;  // a handful at most: one per block size among the candidates
+  chains.reserve(candidates.size());
   std::vector<Predicted> predicted;
-  if (options_.kv_event_index != nullptr && r.input_ids != nullptr && !r.input_ids->empty()) {
+  KvEventIndex* const index = options_.kv_event_index;
+  const bool with_ids = r.input_ids != nullptr && !r.input_ids->empty();
+  if (index != nullptr && with_ids) {
     const int64_t max_tokens = static_cast<int64_t>(tokens.size()) - 1;  // as the worker matches
     for (const WorkerPtr& w : candidates) {
-      std::optional<int64_t> p =
-          options_.kv_event_index->PredictCachedTokens(w->url(), tokens, max_tokens);
-      std::optional<size_t> b = options_.kv_event_index->StoredBlocks(w->url());
-      if (!p.has_value() || !b.has_value()) {
+      Predicted p;
+      p.block_size = index->BlockSize(w->url());
+      if (p.block_size < 1) {  // not synced
         predicted.clear();
         break;
       }
-      predicted.push_back({*p, *b});
+      auto c = std::find_if(chains.begin(), chains.end(),
+                            [&](const Chain& k) { return k.block_size == p.block_size; });
+      if (c == chains.end()) {
+        chains.push_back({p.block_size, KvBlockHashChain(tokens, p.block_size)});
+        c = chains.end() - 1;
+      }
+      p.chain = &c->hashes;
+      const size_t usable = static_cast<size_t>(std::max<int64_t>(max_tokens, 0) / p.block_size);
+      std::optional<int64_t> m = index->MatchedBlocks(
+          w->url(), p.block_size,
+          std::span<const uint64_t>(c->hashes).first(std::min(usable, c->hashes.size())));
+      if (!m.has_value()) {
+        predicted.clear();
+        break;
+      }
+      p.tokens = *m * p.block_size;
+      predicted.push_back(p);
     }
   }
   const bool from_events = !predicted.empty();
 
   WorkerPtr chosen;
   int64_t matched = 0;
+  const Predicted* chosen_events = nullptr;
   {
     absl::MutexLock lock(&mu_);
     std::vector<std::string> urls;
@@ -120,28 +149,29 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     PrefixTree::Match match = tree_.MatchPrefix(tokens, urls);
     if (imbalanced) {
       chosen = candidates[static_cast<size_t>(min_it - loads.begin())];
-    } else if (from_events) {
-      size_t best = 0, fewest = 0;
-      for (size_t i = 1; i < predicted.size(); ++i) {
-        if (predicted[i].tokens > predicted[best].tokens) best = i;
-        if (predicted[i].blocks < predicted[fewest].blocks) fewest = i;
-      }
-      const double rate =
-          static_cast<double>(predicted[best].tokens) / static_cast<double>(tokens.size());
-      chosen = candidates[rate > options_.cache_threshold ? best : fewest];
     } else {
-      double rate = tokens.empty()
-                        ? 0.0
-                        : static_cast<double>(match.matched) / static_cast<double>(tokens.size());
-      if (rate > options_.cache_threshold) {
+      auto share = [&](int64_t n) {
+        return tokens.empty() ? 0.0 : static_cast<double>(n) / static_cast<double>(tokens.size());
+      };
+      if (from_events) {  // the best predicted match
+        size_t best = 0;
+        for (size_t i = 1; i < predicted.size(); ++i) {
+          if (predicted[i].tokens > predicted[best].tokens) best = i;
+        }
+        if (share(predicted[best].tokens) > options_.cache_threshold) chosen = candidates[best];
+      }
+      // Else the tree's match: without events, or with events for a prefix cached nowhere now but
+      // placed before (its cache dropped it), so that a prefix evicted everywhere is recomputed
+      // on the worker it went to, not on each in turn.
+      if (chosen == nullptr && share(match.matched) > options_.cache_threshold) {
         for (const WorkerPtr& w : candidates) {
           if (w->url() == match.tenant) chosen = w;
         }
       }
-      if (chosen == nullptr) {  // the worker storing the fewest tokens
+      if (chosen == nullptr) {  // a new prefix: the worker the tree stores the fewest tokens for
         int64_t fewest = 0;
         for (const WorkerPtr& w : candidates) {
-          int64_t stored = tree_.TenantTokens(w->url());
+          const int64_t stored = tree_.TenantTokens(w->url());
           if (chosen == nullptr || stored < fewest) {
             chosen = w;
             fewest = stored;
@@ -151,7 +181,9 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
     }
     if (from_events) {
       for (size_t i = 0; i < candidates.size(); ++i) {
-        if (candidates[i] == chosen) matched = predicted[i].tokens;
+        if (candidates[i] != chosen) continue;
+        matched = predicted[i].tokens;
+        chosen_events = &predicted[i];
       }
     } else if (chosen->url() == match.tenant) {
       matched = match.matched;
@@ -161,6 +193,25 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
       tree_.EvictTenantToSize(chosen->url(), options_.max_tree_size);
     }
     if (tree_tokens_ != nullptr) tree_tokens_->Set(static_cast<double>(tree_.TotalTokens()));
+  }
+  // The chosen worker will hold the prompt's full blocks once it has prefilled it: pending there
+  // until its events confirm them.
+  if (index != nullptr && with_ids) {
+    if (chosen_events != nullptr) {
+      index->AddPending(chosen->url(), chosen_events->block_size, *chosen_events->chain);
+    } else if (const int32_t bs = index->BlockSize(chosen->url()); bs > 0) {
+      index->AddPending(chosen->url(), bs, KvBlockHashChain(tokens, bs));
+    }
+  }
+  // One line per decision at debug level: what the worker is expected to reuse, the prompt named
+  // by its first and last 8 tokens (bench/cache_aware_hit_rate.sh compares it with the
+  // cached_tokens answered).
+  if (spdlog::should_log(spdlog::level::debug)) {
+    const size_t ends = std::min<size_t>(tokens.size(), 8);
+    spdlog::debug("cache_aware: prompt_tokens={} head={} tail={} worker={} source={} predicted={}",
+                  tokens.size(), absl::StrJoin(tokens.first(ends), ","),
+                  absl::StrJoin(tokens.last(ends), ","), chosen->url(),
+                  from_events ? "events" : "tree", matched);
   }
   if (decisions_ != nullptr) decisions_->WithLabels({name(), chosen->url()}).Increment();
   if (from_events_ != nullptr) (from_events ? from_events_ : from_tree_)->Increment();

@@ -11,11 +11,16 @@
 // recently used leaves: on Select when a worker goes over, and every eviction_interval on a
 // thread the policy owns (so the tree shrinks back after bursts, as SGLang's does).
 // A request without token ids uses the bytes of its text as tokens.
-// With a KV event index (PolicyOptions::kv_event_index) and token ids, step 2 uses what the
-// workers' radix caches really hold when the index is synced for every candidate: the matched
-// share is the best candidate's predicted cached tokens, and the spread goes to the worker with
-// the fewest cached blocks. Otherwise (an unsynced worker, text only) it uses the tree, which is
-// kept up to date either way so that it is warm when needed.
+// With a KV event index (PolicyOptions::kv_event_index) and token ids, step 2 first uses what the
+// workers' radix caches really hold when the index is synced for every candidate: if the best
+// candidate's predicted cached tokens exceed cache_threshold of the prompt, it is chosen. Below
+// that, the tree's match decides as above (a prefix the caches dropped goes back to the worker it
+// went to, so that it is not recomputed on each worker in turn), and a new prefix goes to the
+// worker the tree stores the fewest tokens for. Otherwise (an unsynced worker, text only) the
+// tree alone decides. The tree is kept up to date either way. Every placement of a prompt with
+// token ids on a synced worker is recorded in the index as pending there
+// (KvEventIndex::AddPending), so the requests of a burst sharing a prefix see it before the
+// worker reports it. At debug level each decision is logged with its predicted cached tokens.
 // Metrics: tandem_router_cache_aware_source_total{source="events"|"tree"}.
 //
 // Thread-safety: thread-safe (one mutex around the tree; Select does no I/O).

@@ -45,7 +45,10 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& url) {
 
 KvEventSubscriber::KvEventSubscriber(KvEventIndex* index, WorkerList workers,
                                      KvEventSubscriberOptions options, MetricsRegistry* metrics)
-    : index_(index), workers_(std::move(workers)), options_(std::move(options)) {
+    : index_(index),
+      workers_(std::move(workers)),
+      options_(std::move(options)),
+      warnings_(options_.warn_every) {
   if (metrics != nullptr) {
     blocks_ = &metrics->AddGauge("tandem_router_kv_index_blocks",
                                  "KV blocks the router's event index holds per worker", {"worker"});
@@ -70,6 +73,13 @@ void KvEventSubscriber::Stop() {
     stop_cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
+  // The coordinating thread has returned: its followers are this thread's now.
+  for (auto& [url, f] : followers_) retiring_.push_back(std::move(f));
+  followers_.clear();
+  for (auto& f : retiring_) {
+    if (f->thread.joinable()) f->thread.join();
+  }
+  retiring_.clear();
 }
 
 void KvEventSubscriber::Loop() {
@@ -78,11 +88,76 @@ void KvEventSubscriber::Loop() {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
     }
-    PollOnce();
+    const std::vector<std::string> urls = workers_();
+    const absl::flat_hash_set<std::string> listed(urls.begin(), urls.end());
+    // Followers of workers no longer listed stop; the worker is forgotten once its follower has
+    // returned (so that it cannot apply a reply after the removal).
+    for (auto it = followers_.begin(); it != followers_.end();) {
+      if (listed.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        it->second->stop.store(true);
+        stop_cv_.SignalAll();
+      }
+      retiring_.push_back(std::move(it->second));
+      followers_.erase(it++);
+    }
+    absl::flat_hash_set<std::string> still_retiring;
+    for (auto it = retiring_.begin(); it != retiring_.end();) {
+      if ((*it)->done.load()) {
+        (*it)->thread.join();
+        if (!listed.contains((*it)->url)) index_->RemoveWorker((*it)->url);
+        it = retiring_.erase(it);
+      } else {
+        still_retiring.insert((*it)->url);
+        ++it;
+      }
+    }
+    for (const std::string& url : urls) {
+      if (followers_.contains(url) || still_retiring.contains(url)) continue;
+      auto f = std::make_unique<Follower>();
+      f->url = url;
+      Follower* raw = f.get();
+      f->thread = std::thread([this, raw] { FollowLoop(raw); });
+      followers_.emplace(url, std::move(f));
+    }
+    PublishMetrics(urls);
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stop_cv_.WaitWithTimeout(&mu_, options_.poll_interval);
   }
+}
+
+void KvEventSubscriber::FollowLoop(Follower* f) {
+  Follow follow;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || f->stop.load()) break;
+    }
+    UpdateOrReset(f->url, follow);
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || f->stop.load()) break;
+    stop_cv_.WaitWithTimeout(&mu_, options_.poll_interval);
+  }
+  f->done.store(true);
+}
+
+void KvEventSubscriber::UpdateOrReset(const std::string& url, Follow& follow) {
+  absl::Status s = Update(url, follow);
+  if (s.ok()) return;
+  spdlog::debug("kv events: {}", s.ToString());
+  int64_t more = 0;
+  if (warnings_.Allow(&more)) {
+    spdlog::warn(
+        "kv events: {} (cache_aware uses its prefix tree for this worker until it is "
+        "synced; {} more failures since the last warning)",
+        s.ToString(), more);
+  }
+  follow.stub.reset();  // prove again next time (the worker may have restarted)
 }
 
 void KvEventSubscriber::PollOnce() {
@@ -96,13 +171,11 @@ void KvEventSubscriber::PollOnce() {
       ++it;
     }
   }
-  for (const std::string& url : urls) {
-    Follow& follow = follows_[url];
-    if (absl::Status s = Update(url, follow); !s.ok()) {
-      spdlog::debug("kv events: {}", s.ToString());
-      follow.stub.reset();  // prove again next time (the worker may have restarted)
-    }
-  }
+  for (const std::string& url : urls) UpdateOrReset(url, follows_[url]);
+  PublishMetrics(urls);
+}
+
+void KvEventSubscriber::PublishMetrics(const std::vector<std::string>& urls) {
   if (blocks_ == nullptr) return;
   for (const KvEventIndex::WorkerView& v : index_->Describe()) {
     blocks_->WithLabels({v.url}).Set(static_cast<double>(v.blocks));

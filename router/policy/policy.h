@@ -67,8 +67,8 @@ struct PolicyOptions {
   // about 8 fewer of a burst than an empty one, without starving it while it has room.
   double kv_pressure_weight = 8.0;
   // cache_aware: the workers' KV events (docs/router.md "KV events"); not owned, must outlive the
-  // policy. Null: the prefix tree alone.
-  const KvEventIndex* kv_event_index = nullptr;
+  // policy, which also records its placements there as pending. Null: the prefix tree alone.
+  KvEventIndex* kv_event_index = nullptr;
 };
 
 // The policy names MakePolicy accepts.

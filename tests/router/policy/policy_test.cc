@@ -13,6 +13,7 @@
 
 #include "common/kv_block_hash.h"
 #include "common/kv_event_log.h"
+#include "common/manual_clock.h"
 #include "router/policy/cache_aware.h"
 #include "router/policy/kv_event_index.h"
 #include "router/policy/simple_policies.h"
@@ -52,7 +53,8 @@ std::vector<int32_t> Ids(int32_t start, int n) {
 
 TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
   auto workers = Workers(2);
-  KvEventIndex index;
+  ManualClock clock;
+  KvEventIndex index(size_t{1} << 22, std::chrono::seconds(5), clock);
   KvEventLog log0(1, 16, 64), log1(2, 16, 64);
   ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
   ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
@@ -63,7 +65,9 @@ TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
   const std::vector<int32_t> prompt = Ids(1000, 100);
   // Nothing cached anywhere: the worker with the fewest cached blocks (the first of equals).
   EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[0]);
-  // The tree now points at worker 0, but worker 1's cache is what really holds the prompt.
+  // That request never reached worker 0's cache (its pending blocks expire unconfirmed). The tree
+  // still points at worker 0, but worker 1's cache is what really holds the prompt.
+  clock.Advance(std::chrono::seconds(5));
   log1.Stored(KvBlockHashChain(prompt, 16));
   ASSERT_EQ(index.ApplyEvents(workers[1]->url(), log1.EventsSince(0, 100)),
             KvEventIndex::Apply::kApplied);
@@ -80,6 +84,72 @@ TEST_F(PolicyTest, CacheAwareFollowsKvEventsWhileSyncedAndFallsBackToTheTree) {
       << text;
   EXPECT_NE(text.find("tandem_router_cache_aware_source_total{source=\"tree\"} 1"),
             std::string::npos);
+}
+
+// A request with a prefix is in flight to worker 1 (pending there, not yet reported) while worker
+// 0's cache holds only the prefix's first 2 blocks: the burst that follows goes to worker 1, where
+// the whole prefix will be, and is predicted so; a prompt sharing only the start of the prefix is
+// predicted that far.
+TEST_F(PolicyTest, CacheAwareFollowsPlacementsStillInFlight) {
+  auto workers = Workers(2);
+  KvEventIndex index;
+  KvEventLog log0(1, 16, 64), log1(2, 16, 64);
+  const std::vector<int32_t> prefix = Ids(0, 128);
+  log0.Stored(KvBlockHashChain(Ids(0, 32), 16));
+  ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
+  ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
+  index.AddPending(workers[1]->url(), 16, KvBlockHashChain(prefix, 16));
+  PolicyOptions o;
+  o.eviction_interval = absl::ZeroDuration();
+  o.cache_threshold = 0.1;  // 32 of 129 tokens on worker 0 would be enough
+  o.kv_event_index = &index;
+  auto policy = Make("cache_aware", o);
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int32_t> prompt = prefix;
+    prompt.push_back(1000 + k);
+    EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]) << k;
+    EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), prompt, 128), 128) << k;
+    EXPECT_EQ(index.PredictCachedTokens(workers[0]->url(), prompt, 128), 32) << k;
+  }
+  std::vector<int32_t> half = Ids(0, 40);
+  half.push_back(7);
+  EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), half, 40), 32);
+  EXPECT_EQ(index.Describe()[1].pending, 8u);  // the prompt's 8 full blocks, once
+  // A new prefix goes to the worker the router has placed less on.
+  const std::vector<int32_t> fresh = Ids(9000, 40);
+  EXPECT_EQ(policy->Select(workers, {&fresh, nullptr}), workers[0]);
+  EXPECT_NE(metrics_.Render().find("tandem_router_cache_aware_source_total{source=\"events\"} 5"),
+            std::string::npos);
+}
+
+// A prefix every cache dropped goes back to the worker the tree placed it on, although the other
+// holds fewer blocks: evicted everywhere, it is recomputed on one worker, not on each in turn.
+TEST_F(PolicyTest, CacheAwareSendsAnEvictedPrefixBackToItsWorker) {
+  auto workers = Workers(2);
+  KvEventIndex index;
+  KvEventLog log0(1, 16, 64), log1(2, 16, 64);
+  const std::vector<int32_t> prompt = Ids(0, 129);
+  const std::vector<uint64_t> chain = KvBlockHashChain(prompt, 16);
+  log1.Stored(chain);
+  log1.Stored(KvBlockHashChain(Ids(5000, 64), 16));  // and something else
+  ASSERT_EQ(index.ApplySnapshot(workers[0]->url(), log0.Snapshot()), KvEventIndex::Apply::kApplied);
+  ASSERT_EQ(index.ApplySnapshot(workers[1]->url(), log1.Snapshot()), KvEventIndex::Apply::kApplied);
+  PolicyOptions o;
+  o.eviction_interval = absl::ZeroDuration();
+  o.kv_event_index = &index;
+  auto policy = Make("cache_aware", o);
+  EXPECT_EQ(policy->Select(workers, {&prompt, nullptr}), workers[1]);  // where it is cached
+  log1.Removed(chain);                                                 // then evicted
+  ASSERT_EQ(index.ApplyEvents(workers[1]->url(), log1.EventsSince(0, 100)),
+            KvEventIndex::Apply::kApplied);
+  std::vector<int32_t> again = prompt;
+  again.back() = 7;
+  EXPECT_EQ(index.PredictCachedTokens(workers[1]->url(), again, 128), 0);
+  EXPECT_EQ(index.StoredBlocks(workers[1]->url()), 4u);  // worker 0 holds none
+  EXPECT_EQ(policy->Select(workers, {&again, nullptr}), workers[1]);
+  // A new prefix still spreads to the worker placed on less.
+  const std::vector<int32_t> fresh = Ids(9000, 40);
+  EXPECT_EQ(policy->Select(workers, {&fresh, nullptr}), workers[0]);
 }
 
 TEST_F(PolicyTest, MakePolicyRejectsUnknownNamesListingTheValidOnes) {
