@@ -113,7 +113,6 @@ struct Sampler::Scratch {
   std::vector<std::pair<float, int32_t>> kept;      // (weight, id) of the kept tokens
   std::vector<std::pair<float, int32_t>> boundary;  // KeepTopP: the bucket at the cut
   std::vector<double> bucket_mass;                  // KeepTopP: mass per weight bucket
-  std::vector<uint32_t> grammar_mask;               // [MaskWords(vocab_size)] allowed tokens
   std::vector<float> constrained;                   // [vocab_size] logits under the grammar
 };
 
@@ -328,12 +327,13 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   std::span<const float> input = logits;
   if (matcher_) {
     if (!grammar_status_.ok()) return grammar_status_;
-    scratch.grammar_mask.resize(grammar::MaskWords(vocab_size_));
-    grammar::ComputeTokenMask(*matcher_, *vocabulary_, scratch.grammar_mask);
+    const std::span<const uint32_t> mask = masks_.Get(*matcher_, *vocabulary_);
     scratch.constrained.assign(logits.begin(), logits.end());
-    for (int32_t id = 0; id < vocab_size_; ++id) {
-      if (!grammar::MaskAllows(scratch.grammar_mask, id)) {
-        scratch.constrained[static_cast<size_t>(id)] = kNegInf;
+    for (size_t word = 0; word < mask.size(); ++word) {
+      if (mask[word] == ~0u) continue;  // 32 allowed tokens
+      const size_t end = std::min<size_t>(32, static_cast<size_t>(vocab_size_) - word * 32);
+      for (size_t bit = 0; bit < end; ++bit) {
+        if (!((mask[word] >> bit) & 1u)) scratch.constrained[word * 32 + bit] = kNegInf;
       }
     }
     input = scratch.constrained;

@@ -24,8 +24,9 @@
 // With a grammar constraint (params.constraint), before step 1 every token whose bytes would take
 // the output outside the grammar's language gets -inf (engine/grammar/token_mask.h; EOS only
 // once the output is complete), so logprobs are those of the constrained distribution; each
-// sampled or observed token then advances the grammar. Special tokens other than EOS and
-// stop_token_ids have no bytes and are never allowed under a constraint.
+// sampled or observed token then advances the grammar. Masks are memoised per grammar state
+// (engine/grammar/mask_cache.h), which changes their cost, never their value. Special tokens
+// other than EOS and stop_token_ids have no bytes and are never allowed under a constraint.
 // The RNG (mt19937_64) is seeded per request, so a seeded request samples the same tokens
 // whatever else runs in the batch.
 //
@@ -47,6 +48,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/grammar/constraint.h"
+#include "engine/grammar/mask_cache.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
 
@@ -130,6 +132,10 @@ class Sampler {
   // constraint the token advances the grammar; one that does not fit makes the next Sample fail.
   void Observe(int32_t token);
 
+  // Under a constraint: the mask cache's counters (for benchmarks and metrics); 0 without one.
+  int64_t mask_cache_hits() const { return masks_.hits(); }
+  int64_t mask_cache_misses() const { return masks_.misses(); }
+
   // Tokens returned by Sample plus tokens passed to Observe.
   int64_t num_generated() const { return num_generated_; }
   const SamplingParams& params() const { return params_; }
@@ -164,6 +170,7 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;  // generated token id -> occurrences
   // Under a constraint: the output so far in the grammar, and the tokens' bytes.
   std::optional<grammar::GrammarMatcher> matcher_;
+  grammar::TokenMaskCache masks_;  // of matcher_'s states (copied together with it)
   grammar::TokenVocabularyPtr vocabulary_;
   absl::Status grammar_status_;  // not OK once an observed token did not fit
 };
