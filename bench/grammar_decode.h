@@ -1,13 +1,15 @@
 // Batch-1 decode with and without a JSON-schema constraint, measured in one run (grammar_bench's
 // "decode" section).
 //
-// One model, one prompt of `context` random tokens (prefilled untimed before each run), then
-// `steps` decode steps, each a Forward of the last token followed by Sampler::Sample
-// (temperature 1, the same seed in both modes). The runs alternate, unconstrained then
-// constrained, `repeats` times, so a shared host's swings hit both alike; per pair the ratio
-// constrained tok/s / unconstrained tok/s is reported (min, median, max), with the sampler's
-// time per token in each mode (mean, p50, p99), the constrained sampler's mask-cache hit rate
-// and the constraint's compile time (Sampler::Create, median over the runs).
+// One model, two sequences with the same prompt of `context` random tokens, one sampled plainly
+// and one under the JSON schema (Sampler::Sample, temperature 1, the same seed). Each pair of
+// runs decodes `steps` tokens on both, step by step, the two modes alternating at every step
+// (which one goes first alternating too), so a shared host's swings hit both alike; the prefill
+// and its first token are untimed. A step's time is its Forward plus its Sample. Per pair the
+// ratio constrained tok/s / plain tok/s is reported (min, median, max over `repeats` pairs), with
+// the sampler's time per token in each mode (mean, p50, p99), their difference (the mask's cost
+// per token) also as a share of the plain step time, the constrained sampler's mask-cache hit
+// rate and the constraint's compile time (Sampler::Create, median over the pairs).
 #ifndef TANDEM_BENCH_GRAMMAR_DECODE_H_
 #define TANDEM_BENCH_GRAMMAR_DECODE_H_
 

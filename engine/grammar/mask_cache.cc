@@ -29,7 +29,7 @@ std::span<const uint32_t> TokenMaskCache::Get(GrammarMatcher& matcher,
   slot->state = state;
   slot->last_used = clock_;
   slot->mask.resize(MaskWords(vocabulary.vocab_size()));
-  ComputeTokenMask(matcher, vocabulary, slot->mask);
+  ComputeTokenMask(matcher, vocabulary, slot->mask, &transitions_);
   return slot->mask;
 }
 

@@ -10,6 +10,9 @@
 // interned per matcher, so a cache is used with the matcher it was first used with (or with a
 // copy of that matcher made together with a copy of the cache) and one vocabulary.
 //
+// A miss walks the trie with a StateTransitions memo kept across misses (token_mask.h), so
+// later misses step through states met before by table lookups.
+//
 // Thread-compatible: one cache per sequence, as its matcher.
 #ifndef TANDEM_ENGINE_GRAMMAR_MASK_CACHE_H_
 #define TANDEM_ENGINE_GRAMMAR_MASK_CACHE_H_
@@ -39,6 +42,7 @@ class TokenMaskCache {
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
   size_t size() const { return entries_.size(); }
+  size_t num_transitions() const { return transitions_.size(); }
 
  private:
   struct Entry {
@@ -52,6 +56,7 @@ class TokenMaskCache {
   uint64_t clock_ = 0;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
+  StateTransitions transitions_;  // what the walks of the misses learned, for the next misses
 };
 
 }  // namespace tandem::engine::grammar

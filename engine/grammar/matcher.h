@@ -64,6 +64,8 @@ class GrammarMatcher {
   // the sets accepted since the last call (a sort of each set's items); ids stay valid across
   // Rollback. Not meant for every byte of a trie walk, once per token.
   uint32_t StateId();
+  // How many distinct states StateId has interned (they are kept for the matcher's lifetime).
+  size_t num_states() const { return states_.size(); }
   // OK, or the ResourceExhausted error of the last refused byte that hit a limit.
   const absl::Status& status() const { return status_; }
   const Grammar& grammar() const { return *grammar_; }

@@ -106,6 +106,34 @@ TEST(TokenMaskCacheTest, CachedMaskEqualsFreshMaskWithTokensThatCloseValues) {
   CheckCorpus(JsonPunctuationVocabulary(), "json_schema");
 }
 
+// The learned automaton gives the plain walk's mask whether it may learn everything, a little
+// (then falls back to matcher steps mid-walk), or nothing.
+TEST(TokenMaskCacheTest, WalkWithTransitionsEqualsPlainWalkWithinAnyBudget) {
+  const TokenVocabulary& vocab = FortunesVocabulary();
+  for (const CorpusCase& c : LoadCorpus()) {
+    SCOPED_TRACE(c.kind + "/" + c.name);
+    GrammarPtr grammar = CompileCase(c.kind, c.grammar).value();
+    std::vector<int32_t> tokens;
+    SampleOutput(grammar, vocab, /*seed=*/3, /*max_tokens=*/16, &tokens);
+    for (size_t budget : {size_t{0}, size_t{2}, StateTransitions::kMaxNewStatesPerWalk}) {
+      GrammarMatcher matcher = GrammarMatcher::Create(grammar).value();
+      StateTransitions transitions(budget);
+      std::vector<uint32_t> learned(MaskWords(vocab.vocab_size()));
+      for (size_t i = 0; i <= tokens.size(); ++i) {
+        const size_t bytes_before = matcher.num_bytes();
+        ComputeTokenMask(matcher, vocab, learned, &transitions);
+        ASSERT_EQ(matcher.num_bytes(), bytes_before);
+        EXPECT_EQ(learned, FreshMask(matcher, vocab))
+            << "budget " << budget << ", after " << i << " tokens";
+        if (i < tokens.size() && !vocab.is_eos(tokens[i])) {
+          ASSERT_TRUE(AcceptToken(matcher, vocab, tokens[i]));
+        }
+      }
+      if (budget > 0) EXPECT_GT(transitions.size(), 0u);
+    }
+  }
+}
+
 TEST(TokenMaskCacheTest, StatesRepeatInsideAJsonString) {
   GrammarPtr grammar = CompileJsonSchema(R"({"type": "object", "properties":
       {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a", "b"],
