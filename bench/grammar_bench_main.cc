@@ -2,7 +2,7 @@
 // as JSON.
 //
 //   grammar_bench [--model-dir models/tandem-tiny-fortunes] [--tokens 128] [--seed 1]
-//                 [--decode-steps 64 --decode-repeats 5 --threads 2]
+//                 [--decode-steps 64 --decode-repeats 5 --threads 2] [--json out.json]
 //
 // For each grammar below: the compile time (median of repeated compiles) and, along one random
 // generation of up to --tokens tokens (uniform among the tokens the mask allows, ending at EOS
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -97,6 +98,8 @@ int main(int argc, char** argv) {
   app.add_option("--model-dir", model_dir, "directory with tokenizer.json");
   app.add_option("--tokens", tokens, "tokens per generation")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "sampling seed");
+  std::string json_path;
+  app.add_option("--json", json_path, "also write the report to this JSON file");
   tandem::bench::GrammarDecodeOptions decode;
   app.add_option("--decode-steps", decode.steps, "decode steps per timed run (0: no decode)")
       ->check(CLI::NonNegativeNumber);
@@ -193,6 +196,9 @@ int main(int argc, char** argv) {
          {"cached_mask_us_p99", Percentile(cached_us, 0.99)},
          {"cache_hit_rate",
           static_cast<double>(cache.hits()) / std::max<int64_t>(1, cache.hits() + cache.misses())},
+         {"cache_transitions", cache.num_transitions()},
+         {"matcher_states", matcher.num_states()},
+         {"matcher_state_bytes", matcher.state_bytes()},
          {"accept_token_us_mean", accept_sum / std::max<size_t>(1, accept_us.size())},
          {"allowed_tokens_mean",
           static_cast<double>(allowed_total) / std::max<size_t>(1, mask_us.size())},
@@ -209,6 +215,15 @@ int main(int argc, char** argv) {
     }
     report["decode"] = *std::move(decoded);
   }
-  std::cout << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::cout << text << "\n";
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << text << "\n";
+    if (!f) {
+      std::cerr << "cannot write " << json_path << "\n";
+      return 1;
+    }
+  }
   return 0;
 }

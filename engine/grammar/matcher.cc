@@ -185,6 +185,7 @@ void GrammarMatcher::IdentifySets() {
     auto it = states_.find(key_);
     if (it == states_.end()) {
       it = states_.emplace(key_, static_cast<uint32_t>(states_.size())).first;
+      state_bytes_ += key_.size() * sizeof(uint64_t);
     }
     set_state_[k] = it->second;
   }

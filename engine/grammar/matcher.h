@@ -64,8 +64,10 @@ class GrammarMatcher {
   // the sets accepted since the last call (a sort of each set's items); ids stay valid across
   // Rollback. Not meant for every byte of a trie walk, once per token.
   uint32_t StateId();
-  // How many distinct states StateId has interned (they are kept for the matcher's lifetime).
+  // How many distinct states StateId has interned, and the bytes their keys hold (they are kept
+  // for the matcher's lifetime).
   size_t num_states() const { return states_.size(); }
+  size_t state_bytes() const { return state_bytes_; }
   // OK, or the ResourceExhausted error of the last refused byte that hit a limit.
   const absl::Status& status() const { return status_; }
   const Grammar& grammar() const { return *grammar_; }
@@ -95,6 +97,7 @@ class GrammarMatcher {
   // too: later sets scan the key's terminal items and complete into its rule items.
   std::vector<uint32_t> set_state_;
   size_t num_identified_ = 0;
+  size_t state_bytes_ = 0;
   absl::flat_hash_map<std::vector<uint64_t>, uint32_t> states_;  // key -> id
   std::vector<uint64_t> key_;                                    // scratch of IdentifySets
   // Duplicate detection for the set being built: the set's items with a given slot form a

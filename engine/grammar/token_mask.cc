@@ -59,7 +59,7 @@ class TrieWalk {
       : matcher_(matcher), vocabulary_(vocabulary), mask_(mask), memo_(transitions) {}
 
   void Run() {
-    if (memo_ == nullptr || matcher_.num_states() >= StateTransitions::kMaxStates) {
+    if (memo_ == nullptr) {
       Plain(0);
       return;
     }
@@ -145,6 +145,7 @@ class TrieWalk {
 
   bool Learning() const {
     return matcher_.num_states() < StateTransitions::kMaxStates &&
+           matcher_.state_bytes() < StateTransitions::kMaxStateBytes &&
            matcher_.num_states() - states_before_ < memo_->max_new_states_per_walk_;
   }
 

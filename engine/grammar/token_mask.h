@@ -72,13 +72,14 @@ inline bool MaskAllows(std::span<const uint32_t> mask, int32_t id) {
 // The learned automaton of one matcher's states (see the header comment): valid only with the
 // matcher whose StateId numbered its states (and copies made after it together with this memo).
 // Bounded: past kMaxEntries transitions it starts over, and a walk stops learning (falls back
-// to plain matcher steps) once the matcher has interned kMaxStates states or the walk itself
-// kMaxNewStatesPerWalk, so a grammar whose every byte makes a new state (counted repetition)
-// costs a plain walk plus a bounded overhead.
+// to plain matcher steps) once the matcher has interned kMaxStates states or kMaxStateBytes of
+// state keys, or the walk itself kMaxNewStatesPerWalk states, so a grammar whose every byte
+// makes a new state (counted repetition) costs a plain walk plus a bounded overhead.
 class StateTransitions {
  public:
   static constexpr size_t kMaxEntries = size_t{1} << 20;
   static constexpr size_t kMaxStates = size_t{1} << 16;
+  static constexpr size_t kMaxStateBytes = size_t{16} << 20;
   static constexpr size_t kMaxNewStatesPerWalk = 4096;
   static constexpr uint32_t kRefused = 0xFFFFFFFFu;
 

@@ -90,7 +90,9 @@ void CheckCorpus(const TokenVocabulary& vocab, const std::string& only_kind) {
           matcher.Rollback(matcher.num_bytes() - before);
           ExpectCachedMaskIsFresh(cache, matcher, vocab, where + " after the side token");
         }
-        if (!vocab.is_eos(tokens[i])) ASSERT_TRUE(AcceptToken(matcher, vocab, tokens[i]));
+        if (!vocab.is_eos(tokens[i])) {
+          ASSERT_TRUE(AcceptToken(matcher, vocab, tokens[i]));
+        }
       }
       hits += cache.hits();
     }
@@ -129,7 +131,9 @@ TEST(TokenMaskCacheTest, WalkWithTransitionsEqualsPlainWalkWithinAnyBudget) {
           ASSERT_TRUE(AcceptToken(matcher, vocab, tokens[i]));
         }
       }
-      if (budget > 0) EXPECT_GT(transitions.size(), 0u);
+      if (budget > 0) {
+        EXPECT_GT(transitions.size(), 0u);
+      }
     }
   }
 }
