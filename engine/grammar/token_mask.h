@@ -77,9 +77,9 @@ inline bool MaskAllows(std::span<const uint32_t> mask, int32_t id) {
 // makes a new state (counted repetition) costs a plain walk plus a bounded overhead.
 class StateTransitions {
  public:
-  static constexpr size_t kMaxEntries = size_t{1} << 20;
+  static constexpr size_t kMaxEntries = size_t{1} << 17;
   static constexpr size_t kMaxStates = size_t{1} << 16;
-  static constexpr size_t kMaxStateBytes = size_t{16} << 20;
+  static constexpr size_t kMaxStateBytes = size_t{4} << 20;
   static constexpr size_t kMaxNewStatesPerWalk = 4096;
   static constexpr uint32_t kRefused = 0xFFFFFFFFu;
 
