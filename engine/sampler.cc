@@ -114,8 +114,8 @@ struct Sampler::Scratch {
   std::vector<std::pair<float, int32_t>> kept;      // (weight, id) of the kept tokens
   std::vector<std::pair<float, int32_t>> boundary;  // KeepTopP: the bucket at the cut
   std::vector<double> bucket_mass;                  // KeepTopP: mass per weight bucket
-  std::vector<uint32_t> grammar_mask;               // [MaskWords(vocab_size)] allowed tokens
   std::vector<float> constrained;                   // [vocab_size] logits under the grammar
+  std::vector<uint32_t> grammar_mask;               // the state's mask narrowed to the budget
 };
 
 absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size) {
@@ -329,17 +329,22 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   std::span<const float> input = logits;
   if (matcher_) {
     if (!grammar_status_.ok()) return grammar_status_;
-    scratch.grammar_mask.resize(grammar::MaskWords(vocab_size_));
-    grammar::ComputeTokenMask(*matcher_, *vocabulary_, scratch.grammar_mask);
+    std::span<const uint32_t> mask = masks_.Get(*matcher_, *vocabulary_);
     // Length-aware closing: near the end of the budget, only tokens after which the output can
-    // still complete in the tokens left after this one.
-    grammar::RestrictMaskToBudget(*matcher_, *vocabulary_,
-                                  int64_t{params_.max_new_tokens} - num_generated_ - 1,
-                                  /*eos_selectable=*/!MaskActive(), scratch.grammar_mask);
+    // still complete in the tokens left after this one (narrowed on a copy: the cached mask
+    // stays the state's mask).
+    scratch.grammar_mask.assign(mask.begin(), mask.end());
+    if (grammar::RestrictMaskToBudget(*matcher_, *vocabulary_,
+                                      int64_t{params_.max_new_tokens} - num_generated_ - 1,
+                                      /*eos_selectable=*/!MaskActive(), scratch.grammar_mask)) {
+      mask = scratch.grammar_mask;
+    }
     scratch.constrained.assign(logits.begin(), logits.end());
-    for (int32_t id = 0; id < vocab_size_; ++id) {
-      if (!grammar::MaskAllows(scratch.grammar_mask, id)) {
-        scratch.constrained[static_cast<size_t>(id)] = kNegInf;
+    for (size_t word = 0; word < mask.size(); ++word) {
+      if (mask[word] == ~0u) continue;  // 32 allowed tokens
+      const size_t end = std::min<size_t>(32, static_cast<size_t>(vocab_size_) - word * 32);
+      for (size_t bit = 0; bit < end; ++bit) {
+        if (!((mask[word] >> bit) & 1u)) scratch.constrained[word * 32 + bit] = kNegInf;
       }
     }
     input = scratch.constrained;

@@ -24,16 +24,17 @@
 // With a grammar constraint (params.constraint), before step 1 every token whose bytes would take
 // the output outside the grammar's language gets -inf (engine/grammar/token_mask.h; EOS only
 // once the output is complete), so logprobs are those of the constrained distribution; each
-// sampled or observed token then advances the grammar. Special tokens other than EOS and
-// stop_token_ids have no bytes and are never allowed under a constraint. Near the end of the
-// budget the mask also drops the tokens after which the output could no longer be completed
-// within max_new_tokens (engine/grammar/length_budget.h): a constrained output that runs out of
-// tokens still ends as a string of the language (finish reason "length"). The decision depends
-// only on the grammar state and num_generated(), so a prefill worker's first token and a
-// decode worker's next ones are those one worker would sample. min_new_tokens and ignore_eos do
-// not change it: EOS stays masked until min_new_tokens (the grammar then has to keep accepting
-// bytes, e.g. whitespace, or Sample fails as above), and under ignore_eos a sampled EOS counts as
-// a token of the budget that leaves the output as it was.
+// sampled or observed token then advances the grammar. Masks are memoised per grammar state
+// (engine/grammar/mask_cache.h), which changes their cost, never their value. Special tokens
+// other than EOS and stop_token_ids have no bytes and are never allowed under a constraint. Near
+// the end of the budget the mask also drops the tokens after which the output could no longer be
+// completed within max_new_tokens (engine/grammar/length_budget.h): a constrained output that
+// runs out of tokens still ends as a string of the language (finish reason "length"). The
+// decision depends only on the grammar state and num_generated(), so a prefill worker's first
+// token and a decode worker's next ones are those one worker would sample. min_new_tokens and
+// ignore_eos do not change it: EOS stays masked until min_new_tokens (the grammar then has to
+// keep accepting bytes, e.g. whitespace, or Sample fails as above), and under ignore_eos a sampled
+// EOS counts as a token of the budget that leaves the output as it was.
 // The RNG (mt19937_64) is seeded per request, so a seeded request samples the same tokens
 // whatever else runs in the batch.
 //
@@ -55,6 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/grammar/constraint.h"
+#include "engine/grammar/mask_cache.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
 
@@ -138,6 +140,10 @@ class Sampler {
   // constraint the token advances the grammar; one that does not fit makes the next Sample fail.
   void Observe(int32_t token);
 
+  // Under a constraint: the mask cache's counters (for benchmarks and metrics); 0 without one.
+  int64_t mask_cache_hits() const { return masks_.hits(); }
+  int64_t mask_cache_misses() const { return masks_.misses(); }
+
   // Tokens returned by Sample plus tokens passed to Observe.
   int64_t num_generated() const { return num_generated_; }
   const SamplingParams& params() const { return params_; }
@@ -172,6 +178,7 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;  // generated token id -> occurrences
   // Under a constraint: the output so far in the grammar, and the tokens' bytes.
   std::optional<grammar::GrammarMatcher> matcher_;
+  grammar::TokenMaskCache masks_;  // of matcher_'s states (copied together with it)
   grammar::TokenVocabularyPtr vocabulary_;
   absl::Status grammar_status_;  // not OK once an observed token did not fit
 };

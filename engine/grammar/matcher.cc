@@ -157,6 +157,39 @@ void GrammarMatcher::Rollback(size_t n) {
   set_begin_.resize(keep_sets);
   next_bytes_.resize(keep_sets);
   complete_.resize(keep_sets);
+  num_identified_ = std::min(num_identified_, keep_sets);
+}
+
+uint32_t GrammarMatcher::StateId() {
+  IdentifySets();
+  return set_state_.back();
+}
+
+void GrammarMatcher::IdentifySets() {
+  constexpr uint32_t kSelf = 0xFFFFFFFFu;
+  const size_t num_sets = set_begin_.size();
+  set_state_.resize(num_sets);
+  for (size_t k = num_identified_; k < num_sets; ++k) {
+    const size_t end = k + 1 < num_sets ? set_begin_[k + 1] : items_.size();
+    key_.clear();
+    for (size_t i = set_begin_[k]; i < end; ++i) {
+      // A completed item has done its work when the set was closed; only the start rule's
+      // (the output is complete) says something about the future.
+      const Grammar::Slot& slot = grammar_->slots()[SlotOf(items_[i])];
+      if (slot.kind == Grammar::SlotKind::kEnd && slot.value != grammar_->start_rule()) continue;
+      const uint32_t origin = OriginOf(items_[i]);
+      key_.push_back(MakeItem(SlotOf(items_[i]), origin == k ? kSelf : set_state_[origin]));
+    }
+    std::sort(key_.begin(), key_.end());
+    key_.erase(std::unique(key_.begin(), key_.end()), key_.end());
+    auto it = states_.find(key_);
+    if (it == states_.end()) {
+      it = states_.emplace(key_, static_cast<uint32_t>(states_.size())).first;
+      state_bytes_ += key_.size() * sizeof(uint64_t);
+    }
+    set_state_[k] = it->second;
+  }
+  num_identified_ = num_sets;
 }
 
 }  // namespace tandem::engine::grammar

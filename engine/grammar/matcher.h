@@ -12,6 +12,12 @@
 // more than max_work_per_byte item operations, is refused and status() says so
 // (ResourceExhausted); grammars built from hostile input thus fail instead of hanging.
 //
+// StateId() names the recognizer state exactly: two outputs of one matcher (or of its copies, up
+// to the copy) with the same id are extended by exactly the same continuations, so anything that
+// depends only on the future (a token mask, mask_cache.h) can be memoised by it. A state is the
+// last Earley set's items with the states of their origin sets, recursively; ids are interned
+// per matcher, so they are meaningful only between a matcher and the copies made from it.
+//
 // Thread-compatible: one matcher per sequence, used by one thread at a time. The Grammar is
 // shared and immutable.
 #ifndef TANDEM_ENGINE_GRAMMAR_MATCHER_H_
@@ -60,6 +66,14 @@ class GrammarMatcher {
   // a call only searches the sets after them. An empty memo starts afresh.
   using MinBytesMemo = absl::flat_hash_map<uint64_t, int64_t>;
   int64_t MinBytesToComplete(MinBytesMemo* memo, size_t frozen_sets) const;
+  // The id of the current state (see the header comment): equal ids, equal futures. Interns
+  // the sets accepted since the last call (a sort of each set's items); ids stay valid across
+  // Rollback. Not meant for every byte of a trie walk, once per token.
+  uint32_t StateId();
+  // How many distinct states StateId has interned, and the bytes their keys hold (they are kept
+  // for the matcher's lifetime).
+  size_t num_states() const { return states_.size(); }
+  size_t state_bytes() const { return state_bytes_; }
   // OK, or the ResourceExhausted error of the last refused byte that hit a limit.
   const absl::Status& status() const { return status_; }
   const Grammar& grammar() const { return *grammar_; }
@@ -74,11 +88,24 @@ class GrammarMatcher {
   // Appends item (slot, origin) to the set being built unless it is already there.
   void Add(uint32_t slot, uint32_t origin);
 
+  // Interns sets [num_identified_, number of sets) into set_state_.
+  void IdentifySets();
+
   GrammarPtr grammar_;
   std::vector<uint64_t> items_;      // (slot << 32) | origin, set after set
   std::vector<uint32_t> set_begin_;  // set k = items_[set_begin_[k], set_begin_[k + 1] or end)
   std::vector<ByteSet> next_bytes_;  // per set
   std::vector<uint8_t> complete_;    // per set
+  // StateId: per set its interned state (valid for the first num_identified_ sets). A state's
+  // key is its set's sorted, deduplicated (slot << 32 | origin's state, or kSelf for an origin
+  // at the set itself), leaving out completed items other than the start rule's (they act only
+  // while their set is closed); equal keys mean equal futures because origins compare by state
+  // too: later sets scan the key's terminal items and complete into its rule items.
+  std::vector<uint32_t> set_state_;
+  size_t num_identified_ = 0;
+  size_t state_bytes_ = 0;
+  absl::flat_hash_map<std::vector<uint64_t>, uint32_t> states_;  // key -> id
+  std::vector<uint64_t> key_;                                    // scratch of IdentifySets
   // Duplicate detection for the set being built: the set's items with a given slot form a
   // chain (slot_head_ -> chain_ -> ...), valid for the slot while slot_stamp_ equals stamp_.
   uint64_t stamp_ = 0;

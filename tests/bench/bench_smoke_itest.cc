@@ -91,6 +91,35 @@ TEST(BenchSmokeItest, EngineBenchWritesDecodeAndPrefillBesideTheirBounds) {
   ExpectNumber(j, "decode_b32_speedup_cap_path_peak", 1, 32);
 }
 
+// grammar_bench: per grammar the trie walk's and the cached mask's cost with the cache's hit
+// rate, and the decode pair (plain and JSON-schema constrained) with its ratio and overhead.
+TEST(BenchSmokeItest, GrammarBenchReportsMaskCostAndConstrainedDecode) {
+  JsonOut out("grammar_bench");
+  const json j = RunBench({BinaryPath("grammar_bench"), "--model-dir", SourcePath(kModel),
+                           "--tokens", "8", "--decode-steps", "3", "--decode-repeats", "1",
+                           "--decode-context", "4", "--threads", "1", "--json", out.path()},
+                          out, seconds(120));
+  ASSERT_TRUE(j.contains("grammars") && j["grammars"].is_array());
+  EXPECT_EQ(j["grammars"].size(), 5u);
+  for (const json& g : j["grammars"]) {
+    SCOPED_TRACE(g.value("name", ""));
+    for (const char* key : {"mask_us_mean", "mask_us_p99", "cached_mask_us_mean",
+                            "cached_mask_us_p50", "cached_mask_us_p99", "compile_us_median"}) {
+      ExpectNumber(g, key, 0, kHuge);
+    }
+    ExpectNumber(g, "cache_hit_rate", 0, 1);
+  }
+  ASSERT_TRUE(j.contains("decode") && j["decode"].is_object());
+  const json& d = j["decode"];
+  for (const char* key : {"tok_s_plain_median", "tok_s_constrained_median", "ratio_min",
+                          "ratio_median", "ratio_max", "compile_us_median"}) {
+    ExpectNumber(d, key, 1e-9, kHuge);
+  }
+  ExpectNumber(d, "mask_cache_hit_rate", 0, 1);
+  ExpectNumber(d, "mask_overhead_us_per_token", -kHuge, kHuge);  // a difference of means
+  EXPECT_EQ(d.value("steps", 0), 3);
+}
+
 // router_bench: tandem-router and nginx side by side, every request answered on both sides.
 TEST(BenchSmokeItest, RouterBenchComparesTheRouterWithNginx) {
   if (!std::filesystem::exists("/usr/sbin/nginx")) {
