@@ -16,7 +16,9 @@
 #                CONDITIONAL_ROUTER_FLAGS on the router (conditional disaggregation: short prompts
 #                prefilled where they decode, long ones on the prefill worker).
 # Workload: tandem-bench --dataset-name mixed (bench/tandem_bench/mixed_dataset.h), ids sent as
-# input_ids (--tokenize-prompt, exact lengths), ignore_eos, seed SEED, the same prompts and
+# input_ids (--tokenize-prompt, exact lengths), ignore_eos, every token timed whether or not it
+# decodes to text (--time-tokens-without-text: the synthetic model's ids mostly lie beyond the
+# shipped tokenizer's vocabulary), seed SEED, the same prompts and
 # arrival times for every configuration at a rate. Per run: NUM_PROMPTS prompts, or by default
 # max(MIN_PROMPTS, rate x DURATION_S); a run taking longer than RUN_TIMEOUT_S is stopped and
 # reported as failed.
@@ -190,6 +192,7 @@ for rate in $rates; do
       --mixed-long-output-len "$long_out" --mixed-short-input-min "$short_in_min" \
       --mixed-short-input-max "$short_in_max" --mixed-short-output-len "$short_out" \
       --request-rate "$rate" --seed "$seed" --warmup-requests 1 --disable-tqdm \
+      --time-tokens-without-text \
       --goodput-ttft-ms "$slo_ttft_ms" --goodput-itl-p99-ms "$slo_itl_p99_ms" \
       --output-file "$work/runs.jsonl" --tag "$config" || status=$?
     stop_all

@@ -104,6 +104,7 @@ struct Args {
   std::string admin_key_file;
   int warmup_requests = 1;
   bool tokenize_prompt = false;
+  bool time_tokens_without_text = false;
   std::vector<std::string> lora_names;
   std::string tag;
   std::vector<std::string> headers;
@@ -213,6 +214,9 @@ int Run(const Args& args) {
   if (!args.lora_names.empty()) {
     return Usage("--lora-name: Tandem serves no LoRA adapters (every request would be refused)");
   }
+  if (args.time_tokens_without_text && *backend != Backend::kSglang) {
+    return Usage("--time-tokens-without-text only works with --backend sglang");
+  }
   if (args.tokenize_prompt && *backend != Backend::kSglang) {
     return Usage("--tokenize-prompt only works with --backend sglang (as in bench_serving)");
   }
@@ -314,6 +318,7 @@ int Run(const Args& args) {
   settings.ignore_eos = !args.disable_ignore_eos;
   settings.return_logprob = args.return_logprob;
   settings.send_ids = args.tokenize_prompt;
+  settings.time_tokens_without_text = args.time_tokens_without_text;
   if (*backend == Backend::kSglang) {
     settings.model = args.served_model_name.empty() ? args.model : args.served_model_name;
   } else if (!args.served_model_name.empty()) {
@@ -482,6 +487,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--tokenize-prompt", args.tokenize_prompt,
                "send the drawn token ids as input_ids (sglang backend, random datasets)");
+  app.add_flag("--time-tokens-without-text", args.time_tokens_without_text,
+               "sglang backend: time every event whose completion_tokens grew, text or not (for "
+               "models whose tokens decode to nothing)");
   app.add_option("--lora-name", args.lora_names)->expected(0, -1);
   app.add_option("--tag", args.tag, "copied into the --output-file record");
   app.add_option("--header", args.headers, "extra request headers, Key=Value")->expected(1, -1);
