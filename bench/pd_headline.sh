@@ -3,7 +3,8 @@
 # mixed workload and the same total compute threads, at several Poisson request rates.
 #
 #   bench/pd_headline.sh [--plot FILE.png] [--out FILE.json] [BIN_DIR]   # BIN_DIR: build/bin
-#   RATES="0.05 0.1 0.2" DURATION_S=240 bench/pd_headline.sh --plot /tmp/pd.png
+#   bench/pd_headline.sh --plot /tmp/pd.png     # the run BENCHMARKS.md records: ~25 minutes
+#   FULL=1 bench/pd_headline.sh                 # the full shape: 2,048/64 and 128-256/256
 #   SMOKE=1 bench/pd_headline.sh                # shipped tiny model, short lengths, < 1 minute
 #   CONDITIONAL_ROUTER_FLAGS="--pd-local-prefill-max-tokens 512" bench/pd_headline.sh
 #
@@ -15,7 +16,12 @@
 #                CONDITIONAL_DECODE_FLAGS (default --local-prefill) on the decode worker and
 #                CONDITIONAL_ROUTER_FLAGS on the router (conditional disaggregation: short prompts
 #                prefilled where they decode, long ones on the prefill worker).
-# Workload: tandem-bench --dataset-name mixed (bench/tandem_bench/mixed_dataset.h), ids sent as
+# Workload: by default 20% long prompts (1,024 in, 16 out) and 80% short (64-128 in, 64 out) at
+# 0.05-0.2 req/s, 150 s of arrivals per rate: on 2 shared cores, 1 thread per worker, the
+# synthetic Qwen2.5-0.5B shape, the 8 runs took 24 minutes. FULL=1 is the shape the benchmark
+# is meant for (2,048 in / 64 out and 128-256 in / 256 out, TTFT SLO 60 s); at 1 thread per
+# worker it needs far longer runs or a faster host (BENCHMARKS.md says why).
+# Every run: tandem-bench --dataset-name mixed (bench/tandem_bench/mixed_dataset.h), ids sent as
 # input_ids (--tokenize-prompt, exact lengths), ignore_eos, every token timed whether or not it
 # decodes to text (--time-tokens-without-text: the synthetic model's ids mostly lie beyond the
 # shipped tokenizer's vocabulary), seed SEED, the same prompts and
@@ -57,23 +63,28 @@ if [ "${SMOKE:-0}" = 1 ]; then
   : "${SHORT_OUT:=32}" "${KV_CACHE:=64MiB}" "${SLO_TTFT_MS:=2000}" "${SLO_ITL_P99_MS:=200}"
   : "${RUN_TIMEOUT_S:=60}"
 fi
+if [ "${FULL:-0}" = 1 ]; then
+  : "${LONG_IN:=2048}" "${LONG_OUT:=64}" "${SHORT_IN_MIN:=128}" "${SHORT_IN_MAX:=256}"
+  : "${SHORT_OUT:=256}" "${SLO_TTFT_MS:=60000}" "${RATES:=0.02 0.04 0.06}" "${DURATION_S:=600}"
+  : "${RUN_TIMEOUT_S:=1800}"
+fi
 model=${MODEL_PATH:-/tmp/tandem-qwen2.5-0.5b}
-rates=${RATES:-0.05 0.1 0.2}
-duration_s=${DURATION_S:-240}
+rates=${RATES:-0.05 0.1 0.15 0.2}
+duration_s=${DURATION_S:-150}
 min_prompts=${MIN_PROMPTS:-10}
 long_fraction=${LONG_FRACTION:-0.2}
-long_in=${LONG_IN:-2048}
-long_out=${LONG_OUT:-64}
-short_in_min=${SHORT_IN_MIN:-128}
-short_in_max=${SHORT_IN_MAX:-256}
-short_out=${SHORT_OUT:-256}
+long_in=${LONG_IN:-1024}
+long_out=${LONG_OUT:-16}
+short_in_min=${SHORT_IN_MIN:-64}
+short_in_max=${SHORT_IN_MAX:-128}
+short_out=${SHORT_OUT:-64}
 threads=${THREADS:-1}
 kv_cache=${KV_CACHE:-512MiB}
 read -r -a worker_flags <<< "${WORKER_FLAGS:-}"
 slo_ttft_ms=${SLO_TTFT_MS:-15000}
 slo_itl_p99_ms=${SLO_ITL_P99_MS:-1000}
 seed=${SEED:-1}
-run_timeout_s=${RUN_TIMEOUT_S:-900}
+run_timeout_s=${RUN_TIMEOUT_S:-420}
 read -r -a conditional_router_flags <<< "${CONDITIONAL_ROUTER_FLAGS:-}"
 read -r -a conditional_decode_flags <<< "${CONDITIONAL_DECODE_FLAGS:---local-prefill}"
 configs=(pd colocated)
