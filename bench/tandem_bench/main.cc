@@ -3,6 +3,9 @@
 // tandem-router or any SGLang-compatible server. Example (the seed-004 shape):
 //   tandem-bench --backend sglang --port 30000 --model models/tandem-tiny-fortunes
 //       --dataset-name random --num-prompts 200 --random-input-len 64 --random-output-len 16
+// Two additions of its own: the `mixed` dataset (mixed_dataset.h) and goodput under SLOs
+// (--goodput-ttft-ms, --goodput-itl-p99-ms; metrics.h "Goodput"), printed after the table and
+// written to the --output-file record.
 // Exit status: 0 when a request succeeded, 1 on a run-time failure, 2 on a usage error.
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "bench/tandem_bench/dataset.h"
 #include "bench/tandem_bench/metrics.h"
+#include "bench/tandem_bench/mixed_dataset.h"
 #include "bench/tandem_bench/plot.h"
 #include "bench/tandem_bench/report.h"
 #include "bench/tandem_bench/request.h"
@@ -100,6 +104,7 @@ struct Args {
   std::string admin_key_file;
   int warmup_requests = 1;
   bool tokenize_prompt = false;
+  bool time_tokens_without_text = false;
   std::vector<std::string> lora_names;
   std::string tag;
   std::vector<std::string> headers;
@@ -107,6 +112,8 @@ struct Args {
   bool apply_chat_template = false;
   SharedPrefixOptions gsp;
   int gsp_num_turns = 1;
+  MixedDatasetOptions mixed;
+  GoodputSlo slo;
   std::string plot;
   std::map<std::string, std::vector<std::string>> ignored;  // flag -> values given
 };
@@ -207,14 +214,18 @@ int Run(const Args& args) {
   if (!args.lora_names.empty()) {
     return Usage("--lora-name: Tandem serves no LoRA adapters (every request would be refused)");
   }
+  if (args.time_tokens_without_text && *backend != Backend::kSglang) {
+    return Usage("--time-tokens-without-text only works with --backend sglang");
+  }
   if (args.tokenize_prompt && *backend != Backend::kSglang) {
     return Usage("--tokenize-prompt only works with --backend sglang (as in bench_serving)");
   }
   if (args.gsp_num_turns != 1) {
     return Usage("--gsp-num-turns: only 1 is supported (multi-turn conversations are not)");
   }
-  if (args.tokenize_prompt && args.dataset_name != "random" && args.dataset_name != "random-ids") {
-    return Usage("--tokenize-prompt only works with the random and random-ids datasets");
+  if (args.tokenize_prompt && args.dataset_name != "random" && args.dataset_name != "random-ids" &&
+      args.dataset_name != "mixed") {
+    return Usage("--tokenize-prompt only works with the random, random-ids and mixed datasets");
   }
   RequestSettings settings;
   if (!args.extra_request_body.empty()) {
@@ -282,6 +293,14 @@ int Run(const Args& args) {
                             args.sharegpt_output_len, args.sharegpt_context_len,
                             args.prompt_suffix,       args.apply_chat_template};
     rows = LoadShareGptDataset(tok, options, rng);
+  } else if (args.dataset_name == "mixed") {
+    MixedDatasetOptions options = args.mixed;
+    options.num_prompts = args.num_prompts;
+    options.tokenize_prompt = args.tokenize_prompt;
+    auto vocab = HfVocabSize(tokenizer_dir);
+    if (!vocab.ok()) return Fail(vocab.status());
+    options.vocab_size = *vocab;
+    rows = GenerateMixedDataset(tok, options, rng);
   } else {
     rows = GenerateSharedPrefixDataset(tok, args.gsp, rng);
   }
@@ -299,6 +318,7 @@ int Run(const Args& args) {
   settings.ignore_eos = !args.disable_ignore_eos;
   settings.return_logprob = args.return_logprob;
   settings.send_ids = args.tokenize_prompt;
+  settings.time_tokens_without_text = args.time_tokens_without_text;
   if (*backend == Backend::kSglang) {
     settings.model = args.served_model_name.empty() ? args.model : args.served_model_name;
   } else if (!args.served_model_name.empty()) {
@@ -332,6 +352,14 @@ int Run(const Args& args) {
   run.random_output_len = args.random_output_len;
   run.random_range_ratio = args.random_range_ratio;
   std::cout << FormatResultTable(run, metrics) << std::flush;
+  const bool slo_given = args.slo.ttft_ms > 0 || args.slo.itl_p99_ms > 0;
+  const Goodput goodput = ComputeGoodput(result->outputs, result->duration_s, args.slo);
+  if (slo_given) {
+    std::cout << "Goodput (req/s) under TTFT <= " << args.slo.ttft_ms
+              << " ms, per-request ITL p99 <= " << args.slo.itl_p99_ms
+              << " ms (0: not checked): " << goodput.request_throughput << " (" << goodput.good
+              << " of " << result->outputs.size() << " requests good)" << std::endl;
+  }
 
   if (metrics.failed > 0) {
     std::map<std::string, int> errors;
@@ -345,6 +373,21 @@ int Run(const Args& args) {
   if (!args.output_file.empty()) {
     nlohmann::json record = ResultRecord(run, metrics);
     record["tag"] = args.tag.empty() ? nlohmann::json(nullptr) : nlohmann::json(args.tag);
+    if (slo_given) {
+      record["slo_ttft_ms"] = args.slo.ttft_ms;
+      record["slo_itl_p99_ms"] = args.slo.itl_p99_ms;
+      record["goodput_requests"] = goodput.good;
+      record["goodput_request_throughput"] = goodput.request_throughput;
+      record["goodput_fraction"] = goodput.fraction;
+    }
+    if (args.dataset_name == "mixed") {
+      record["mixed_long_fraction"] = args.mixed.long_fraction;
+      record["mixed_long_input_len"] = args.mixed.long_input_len;
+      record["mixed_long_output_len"] = args.mixed.long_output_len;
+      record["mixed_short_input_min"] = args.mixed.short_input_min;
+      record["mixed_short_input_max"] = args.mixed.short_input_max;
+      record["mixed_short_output_len"] = args.mixed.short_output_len;
+    }
     if (args.output_details) {
       nlohmann::json input_lens = nlohmann::json::array(), output_lens = nlohmann::json::array(),
                      ttfts = nlohmann::json::array(), itls = nlohmann::json::array(),
@@ -397,7 +440,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", args.port, "default: 30000 (vllm: 8000, lmdeploy: 23333)")
       ->check(CLI::Range(1, 65535));
   app.add_option("--dataset-name", args.dataset_name)
-      ->check(CLI::IsMember({"sharegpt", "random", "random-ids", "generated-shared-prefix"}))
+      ->check(
+          CLI::IsMember({"sharegpt", "random", "random-ids", "generated-shared-prefix", "mixed"}))
       ->capture_default_str();
   app.add_option("--dataset-path", args.dataset_path, "ShareGPT JSON file");
   app.add_option("--model", args.model, "model directory (its tokenizer counts tokens)");
@@ -443,6 +487,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--tokenize-prompt", args.tokenize_prompt,
                "send the drawn token ids as input_ids (sglang backend, random datasets)");
+  app.add_flag("--time-tokens-without-text", args.time_tokens_without_text,
+               "sglang backend: time every event whose completion_tokens grew, text or not (for "
+               "models whose tokens decode to nothing)");
   app.add_option("--lora-name", args.lora_names)->expected(0, -1);
   app.add_option("--tag", args.tag, "copied into the --output-file record");
   app.add_option("--header", args.headers, "extra request headers, Key=Value")->expected(1, -1);
@@ -457,6 +504,21 @@ int main(int argc, char** argv) {
   app.add_flag("--gsp-fast-prepare", args.gsp.fast_prepare, "prompt_len 1 (no encoding)");
   app.add_flag("--gsp-ordered", args.gsp.ordered, "do not shuffle the prompts");
   app.add_option("--gsp-num-turns", args.gsp_num_turns)->capture_default_str();
+  app.add_option("--mixed-long-fraction", args.mixed.long_fraction,
+                 "mixed: the share of long prompts (exactly round(n * fraction) of them)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--mixed-long-input-len", args.mixed.long_input_len)->capture_default_str();
+  app.add_option("--mixed-long-output-len", args.mixed.long_output_len)->capture_default_str();
+  app.add_option("--mixed-short-input-min", args.mixed.short_input_min)->capture_default_str();
+  app.add_option("--mixed-short-input-max", args.mixed.short_input_max)->capture_default_str();
+  app.add_option("--mixed-short-output-len", args.mixed.short_output_len)->capture_default_str();
+  app.add_option("--goodput-ttft-ms", args.slo.ttft_ms,
+                 "SLO: a good request's TTFT is at most this (0: not checked)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--goodput-itl-p99-ms", args.slo.itl_p99_ms,
+                 "SLO: a good request's own ITL p99 is at most this (0: not checked)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--plot", args.plot, "PNG of output throughput and running requests (gnuplot)");
   for (const auto& ignored : tandem::bench::kIgnoredFlags) {
     const std::string name = ignored.name;

@@ -29,6 +29,21 @@ double StdDev(const std::vector<double>& values) {
   return std::sqrt(sum / static_cast<double>(values.size()));
 }
 
+Goodput ComputeGoodput(const std::vector<RequestOutput>& outputs, double duration_s,
+                       const GoodputSlo& slo) {
+  constexpr double kMs = 1000.0;
+  Goodput result;
+  for (const auto& out : outputs) {
+    if (!out.success) continue;
+    if (slo.ttft_ms > 0 && out.ttft_s * kMs > slo.ttft_ms) continue;
+    if (slo.itl_p99_ms > 0 && Percentile(out.itl_s, 99) * kMs > slo.itl_p99_ms) continue;
+    ++result.good;
+  }
+  if (duration_s > 0) result.request_throughput = result.good / duration_s;
+  if (!outputs.empty()) result.fraction = static_cast<double>(result.good) / outputs.size();
+  return result;
+}
+
 Timeline ComputeTimeline(const std::vector<RequestOutput>& outputs) {
   Timeline timeline;
   double first_start = 0.0, last_end = 0.0;

@@ -71,6 +71,23 @@ struct Timeline {
 };
 Timeline ComputeTimeline(const std::vector<RequestOutput>& outputs);
 
+// Goodput under service-level objectives (no bench_serving counterpart): a request is good when
+// it succeeded, its TTFT is at most `ttft_ms` and the 99th percentile of its own inter-token
+// latencies (Percentile below; a request with no ITL meets it) is at most `itl_p99_ms`. A bound
+// of 0 or less is not checked. Goodput is good requests per second of the run (`duration_s`);
+// the fraction is good requests over all requests sent (failed ones count as not good).
+struct GoodputSlo {
+  double ttft_ms = 0.0;
+  double itl_p99_ms = 0.0;
+};
+struct Goodput {
+  int good = 0;
+  double request_throughput = 0.0;  // good requests / duration_s (0 when duration_s <= 0)
+  double fraction = 0.0;            // good / outputs.size() (0 for no request)
+};
+Goodput ComputeGoodput(const std::vector<RequestOutput>& outputs, double duration_s,
+                       const GoodputSlo& slo);
+
 // numpy.percentile(values, q) with linear interpolation; 0 for an empty set.
 double Percentile(std::vector<double> values, double q);
 double Mean(const std::vector<double>& values);

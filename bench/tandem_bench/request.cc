@@ -164,7 +164,9 @@ absl::Status ResponseAccumulator::HandleJson(std::string_view data, double now_s
   }
   const int tokens = CompletionTokens(json, backend_ == Backend::kSglang ? "meta_info" : "usage");
   if (tokens >= 0) reported_tokens_ = tokens;
-  if (content->empty()) return absl::OkStatus();
+  if (content->empty() && !(time_tokens_without_text_ && tokens > last_event_tokens_)) {
+    return absl::OkStatus();
+  }
 
   if (backend_ == Backend::kSglang && !out_.generated_text.empty() &&
       content->compare(0, out_.generated_text.size(), out_.generated_text) == 0) {
@@ -216,7 +218,7 @@ RequestOutput SendRequest(const HttpClient& client, const RequestSettings& setti
   const std::string body = BuildRequestBody(settings, row, output_len);
   HttpHeaders headers = settings.headers;
 
-  ResponseAccumulator accumulator(settings.backend, output_len);
+  ResponseAccumulator accumulator(settings.backend, output_len, settings.time_tokens_without_text);
   absl::Status event_error;
   const Clock::time_point sent = Clock::now();
   auto since_sent = [&] { return std::chrono::duration<double>(Clock::now() - sent).count(); };

@@ -27,6 +27,10 @@
 // body is quoted) or malformed JSON. One deliberate difference: an event carrying an "error"
 // object fails the request (upstream finds no text in it and counts a success for two of the
 // three backends).
+// One option of our own, --time-tokens-without-text (sglang backend): an event whose
+// meta_info.completion_tokens grew times its tokens even when it carries no new text. Upstream
+// times text only, so a model whose tokens decode to nothing (a synthetic checkpoint sharing a
+// small tokenizer) would show no TTFT and ITLs averaged over long textless stretches.
 #ifndef TANDEM_BENCH_TANDEM_BENCH_REQUEST_H_
 #define TANDEM_BENCH_TANDEM_BENCH_REQUEST_H_
 
@@ -61,6 +65,7 @@ struct RequestSettings {
   bool ignore_eos = true;
   bool return_logprob = false;  // --return-logprob (sglang backend)
   bool send_ids = false;        // --tokenize-prompt: input_ids instead of text (sglang backend)
+  bool time_tokens_without_text = false;  // --time-tokens-without-text (sglang backend)
   nlohmann::json extra_body = nlohmann::json::object();  // --extra-request-body
   HttpHeaders headers;  // every request's extra headers (Authorization, --header)
 };
@@ -73,9 +78,12 @@ std::string BuildRequestBody(const RequestSettings& settings, const DatasetRow& 
 // sent. Not thread-safe; one per request.
 class ResponseAccumulator {
  public:
-  // `requested_tokens` is the output length counted when the server reports none.
-  ResponseAccumulator(Backend backend, int requested_tokens)
-      : backend_(backend), requested_tokens_(requested_tokens) {}
+  // `requested_tokens` is the output length counted when the server reports none;
+  // `time_tokens_without_text`: see RequestSettings (sglang backend only).
+  ResponseAccumulator(Backend backend, int requested_tokens, bool time_tokens_without_text = false)
+      : backend_(backend),
+        requested_tokens_(requested_tokens),
+        time_tokens_without_text_(time_tokens_without_text && backend == Backend::kSglang) {}
 
   // One SSE `data:` payload that arrived at `now_s`. "[DONE]" is accepted. An error (malformed
   // JSON, an "error" object from the server) fails the request.
@@ -91,6 +99,7 @@ class ResponseAccumulator {
 
   Backend backend_;
   int requested_tokens_;
+  bool time_tokens_without_text_;
   RequestOutput out_;
   bool got_content_ = false;
   double last_content_s_ = 0.0;

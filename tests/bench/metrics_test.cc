@@ -128,5 +128,37 @@ TEST(MetricsTest, PercentileMatchesNumpyLinear) {
   EXPECT_NEAR(Percentile({5}, 99), 5, kEps);
 }
 
+TEST(MetricsTest, GoodputCountsRequestsMeetingBothSlos) {
+  // p99 of {0.01 x 99, 0.5}: 0.01 + (0.5 - 0.01) * 0.01 = 0.0149 s, so one stall in 100 gaps
+  // passes a 20 ms bound; two stalls do not (p99 interpolates between two 0.5 s gaps).
+  std::vector<double> smooth(100, 0.01), one_stall(99, 0.01), two_stalls(98, 0.01);
+  one_stall.push_back(0.5);
+  two_stalls.push_back(0.5);
+  two_stalls.push_back(0.5);
+  RequestOutput failed;
+  failed.error = "HTTP 503";
+  const std::vector<RequestOutput> outputs = {
+      Ok(0, 0.2, smooth, 1.2, 101, 8, "a"),      // good
+      Ok(0, 0.2, one_stall, 1.7, 101, 8, "b"),   // good: per-request p99 14.9 ms
+      Ok(0, 0.2, two_stalls, 2.2, 101, 8, "c"),  // ITL p99 500 ms: not good
+      Ok(0, 0.9, smooth, 1.9, 101, 8, "d"),      // TTFT 900 ms: not good
+      Ok(0, 0.1, {}, 0.1, 1, 8, "e"),            // no ITL: meets the ITL bound
+      failed};
+  const Goodput g = ComputeGoodput(outputs, 4.0, {500.0, 20.0});
+  EXPECT_EQ(g.good, 3);
+  EXPECT_NEAR(g.request_throughput, 0.75, kEps);
+  EXPECT_NEAR(g.fraction, 3.0 / 6.0, kEps);
+
+  // A bound of 0 is not checked.
+  EXPECT_EQ(ComputeGoodput(outputs, 4.0, {0.0, 20.0}).good, 4);
+  EXPECT_EQ(ComputeGoodput(outputs, 4.0, {500.0, 0.0}).good, 4);
+  EXPECT_EQ(ComputeGoodput(outputs, 4.0, {}).good, 5);
+  // The bounds are inclusive.
+  EXPECT_EQ(ComputeGoodput(outputs, 4.0, {900.0, 0.0}).good, 5);
+  // No duration, no requests.
+  EXPECT_EQ(ComputeGoodput(outputs, 0.0, {}).request_throughput, 0);
+  EXPECT_EQ(ComputeGoodput({}, 1.0, {}).fraction, 0);
+}
+
 }  // namespace
 }  // namespace tandem::bench

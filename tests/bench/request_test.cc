@@ -92,6 +92,39 @@ TEST(RequestTest, SglangCumulativeEventsSpreadMultiTokenGaps) {
   EXPECT_NEAR(out.itl_s[2], 0.05, 1e-12);
 }
 
+TEST(RequestTest, TextlessTokensAreTimedOnlyWhenAskedFor) {
+  // Tokens that decode to nothing, then one with text, then two more textless ones.
+  const char* events[] = {R"({"text":"","meta_info":{"completion_tokens":1}})",
+                          R"({"text":"","meta_info":{"completion_tokens":2}})",
+                          R"({"text":"x","meta_info":{"completion_tokens":3}})",
+                          R"({"text":"x","meta_info":{"completion_tokens":4}})",
+                          R"({"text":"x","meta_info":{"completion_tokens":5}})"};
+  const double times[] = {0.5, 0.6, 0.7, 0.8, 1.9};
+  auto run = [&](bool textless) {
+    ResponseAccumulator acc(Backend::kSglang, 5, textless);
+    for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(acc.OnEvent(events[i], times[i]).ok());
+    return std::move(acc).Finish();
+  };
+  // Upstream's rule: the first text is the first token; the same cumulative text again is
+  // still an event (its token count grew).
+  RequestOutput upstream = run(false);
+  EXPECT_DOUBLE_EQ(upstream.ttft_s, 0.7);
+  ASSERT_EQ(upstream.itl_s.size(), 2u);
+  EXPECT_NEAR(upstream.itl_s[1], 1.1, 1e-12);
+  // Timing every token: TTFT at the first token, one gap per token after it.
+  RequestOutput all = run(true);
+  EXPECT_DOUBLE_EQ(all.ttft_s, 0.5);
+  ASSERT_EQ(all.itl_s.size(), 4u);
+  EXPECT_NEAR(all.itl_s[0], 0.1, 1e-12);
+  EXPECT_NEAR(all.itl_s[3], 1.1, 1e-12);
+  EXPECT_EQ(all.generated_text, "x");
+  EXPECT_EQ(all.output_len, 5);
+  // Only the sglang backend reports token counts per event.
+  ResponseAccumulator oai(Backend::kSglangOai, 5, true);
+  EXPECT_TRUE(oai.OnEvent(R"({"choices":[{"text":""}]})", 0.5).ok());
+  EXPECT_EQ(std::move(oai).Finish().ttft_s, 0.0);
+}
+
 TEST(RequestTest, SglangIncrementalEventsAreAppended) {
   ResponseAccumulator acc(Backend::kSglang, 16);
   ASSERT_TRUE(acc.OnEvent(R"({"text":"x","meta_info":{"completion_tokens":1}})", 0.1).ok());

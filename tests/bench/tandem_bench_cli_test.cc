@@ -126,6 +126,51 @@ TEST(TandemBenchCliTest, ChatBackendWithConcurrencyRateAndPlot) {
   EXPECT_EQ(std::string(magic + 1, 3), "PNG");
 }
 
+TEST(TandemBenchCliTest, MixedDatasetWithGoodput) {
+  FakeSglangServer server(FakeSglangServer::Options{});
+  ASSERT_TRUE(server.Start().ok());
+  const std::string record_path = ::testing::TempDir() + "/tandem_bench_mixed.jsonl";
+  std::remove(record_path.c_str());
+  // 10 prompts, 2 long (40 in, 2 out) and 8 short (5..9 in, 6 out), sent as ids. Bounds of
+  // 60 s hold for every request; an ITL bound of 0.0001 ms for none (every request has at least
+  // one gap, and the fake server streams its tokens 1 ms apart).
+  auto run_with = [&](const std::string& itl_bound) {
+    return RunBench("--backend sglang --host 127.0.0.1 --port " + std::to_string(server.port()) +
+                    " --model " + kModel +
+                    " --dataset-name mixed --tokenize-prompt --num-prompts 10"
+                    " --mixed-long-fraction 0.2 --mixed-long-input-len 40"
+                    " --mixed-long-output-len 2 --mixed-short-input-min 5"
+                    " --mixed-short-input-max 9 --mixed-short-output-len 6"
+                    " --warmup-requests 0 --time-tokens-without-text --goodput-ttft-ms 60000"
+                    " --goodput-itl-p99-ms " +
+                    itl_bound + " --output-file " + record_path);
+  };
+  CommandResult good = run_with("60000");
+  ASSERT_EQ(good.exit_code, 0) << good.out << good.err;
+  EXPECT_EQ(Row(good.out, "Successful requests:"), "10");
+  EXPECT_EQ(Row(good.out, "Total generated tokens:"), "52");  // 2 x 2 + 8 x 6
+  EXPECT_NE(good.out.find("(10 of 10 requests good)"), std::string::npos) << good.out;
+  CommandResult none = run_with("0.0001");
+  ASSERT_EQ(none.exit_code, 0) << none.out << none.err;
+  EXPECT_NE(none.out.find("(0 of 10 requests good)"), std::string::npos) << none.out;
+
+  std::ifstream records(record_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(records, line));
+  nlohmann::json record = nlohmann::json::parse(line);
+  EXPECT_EQ(record["dataset_name"], "mixed");
+  EXPECT_EQ(record["goodput_requests"], 10);
+  EXPECT_EQ(record["goodput_fraction"], 1.0);
+  EXPECT_GT(record["goodput_request_throughput"].get<double>(), 0.0);
+  EXPECT_EQ(record["slo_itl_p99_ms"], 60000.0);
+  EXPECT_EQ(record["mixed_long_input_len"], 40);
+  const long long input = record["total_input_tokens"];
+  EXPECT_GE(input, 2 * 40 + 8 * 5);
+  EXPECT_LE(input, 2 * 40 + 8 * 9);
+  ASSERT_TRUE(std::getline(records, line));
+  EXPECT_EQ(nlohmann::json::parse(line)["goodput_requests"], 0);
+}
+
 TEST(TandemBenchCliTest, FailuresAreReportedNotHidden) {
   FakeSglangServer::Options options;
   options.fail_every = 5;
