@@ -6,14 +6,15 @@
 #   bench/pd_headline.sh --plot /tmp/pd.png     # the run BENCHMARKS.md records: ~25 minutes
 #   FULL=1 bench/pd_headline.sh                 # the full shape: 2,048/64 and 128-256/256
 #   SMOKE=1 bench/pd_headline.sh                # shipped tiny model, short lengths, < 1 minute
-#   CONDITIONAL_ROUTER_FLAGS="--pd-local-prefill-max-tokens 512" bench/pd_headline.sh
+#   CONDITIONAL_ROUTER_FLAGS="--pd-local-prefill-max-tokens 256" bench/pd_headline.sh
 #
 # Configurations, each a fresh cluster on 127.0.0.1 per rate (so no run inherits another's
 # queue or cache), run one after the other at each rate so host noise falls on both alike:
 #   pd           1 tandem-prefill + 1 tandem-decode, THREADS each, router --pd-disaggregation;
 #   colocated    2 tandem-decode --local-prefill, THREADS each, router --worker-urls (plain mode);
 #   conditional  only when CONDITIONAL_ROUTER_FLAGS is set: the pd cluster with
-#                CONDITIONAL_DECODE_FLAGS (default --local-prefill) on the decode worker and
+#                CONDITIONAL_DECODE_FLAGS (default none: a decode worker prefills the legs sent
+#                without a prefill worker unless --allow-local-prefill=false) on the decode worker and
 #                CONDITIONAL_ROUTER_FLAGS on the router (conditional disaggregation: short prompts
 #                prefilled where they decode, long ones on the prefill worker).
 # Workload: by default 20% long prompts (1,024 in, 16 out) and 80% short (64-128 in, 64 out) at
@@ -86,7 +87,7 @@ slo_itl_p99_ms=${SLO_ITL_P99_MS:-1000}
 seed=${SEED:-1}
 run_timeout_s=${RUN_TIMEOUT_S:-420}
 read -r -a conditional_router_flags <<< "${CONDITIONAL_ROUTER_FLAGS:-}"
-read -r -a conditional_decode_flags <<< "${CONDITIONAL_DECODE_FLAGS:---local-prefill}"
+read -r -a conditional_decode_flags <<< "${CONDITIONAL_DECODE_FLAGS:-}"
 configs=(pd colocated)
 [ ${#conditional_router_flags[@]} -gt 0 ] && configs+=(conditional)
 
