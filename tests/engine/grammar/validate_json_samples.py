@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Validates random outputs of the JSON Schema corpus against their schemas.
+"""Validates sampled outputs of the JSON Schema corpus against their schemas.
 
-Runs the grammar_sample binary (path given as the first argument), which samples outputs under
-the token mask of the shipped model's vocabulary, and checks each with python3-jsonschema
+Runs the sampling binary (path given as the first argument): grammar_sample, which draws tokens
+uniformly among those the token mask of the shipped model's vocabulary allows, or
+grammar_model_sample, whose outputs the shipped model samples through the Scheduler at
+temperature 1. Both print one JSON line per output ({"name", "seed", "schema", "output"}); each
+output is checked with python3-jsonschema
 (Debian's python3-jsonschema; exit code 77 = skipped when it is missing). Exit code 1 lists the
 outputs that do not parse or do not validate.
 """
@@ -19,7 +22,7 @@ except ImportError:
 
 def main():
     if len(sys.argv) < 2:
-        print("usage: validate_json_samples.py <grammar_sample> [seeds] [max_tokens]")
+        print("usage: validate_json_samples.py <sampling binary> [its arguments...]")
         return 2
     args = [sys.argv[1]] + sys.argv[2:4]
     lines = subprocess.run(args, check=True, capture_output=True, text=True,
