@@ -5,8 +5,8 @@
 // tandem_engine_cached_prompt_tokens_total moves by exactly that), and the same sequence of
 // requests reports the same numbers as plain mode (a tandem-decode --local-prefill worker). A leg
 // that conditional disaggregation prefills on the decode worker reports the decode worker's own
-// count. Both session transports (the session socket, gRPC's Session stream) carry it. Bounded
-// waits only.
+// count. Both session transports (the session socket, gRPC's Session stream) carry it, and a
+// retried request reports the attempt that served it. Bounded waits only.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -162,8 +162,7 @@ TEST_F(RouterCachedTokensTest, PdReportsThePrefillWorkersReuseLikePlainMode) {
       const double decode_before = Metric(decode_->http_port, kCachedMetric);
       ASSERT_GE(before, 0);
       const int cached = CachedTokens(pd_->port, route);
-      EXPECT_EQ(WaitForMetric(prefill_->http_port, kCachedMetric, before + cached) - before,
-                cached)
+      EXPECT_EQ(WaitForMetric(prefill_->http_port, kCachedMetric, before + cached) - before, cached)
           << "attempt " << attempt;
       EXPECT_EQ(Metric(decode_->http_port, kCachedMetric), decode_before);
       pd_reports.push_back(cached);
@@ -200,9 +199,9 @@ TEST_F(RouterCachedTokensTest, GrpcSessionsReportThePrefillWorkersReuse) {
   auto decode = StartWorker("decode", {"--session-port", "-1"});
   ASSERT_NE(prefill, nullptr);
   ASSERT_NE(decode, nullptr);
-  auto pd = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation",
-                         "--prefill", prefill->url(), std::to_string(prefill->bootstrap_port),
-                         "--decode", decode->url()});
+  auto pd = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
+                         prefill->url(), std::to_string(prefill->bootstrap_port), "--decode",
+                         decode->url()});
   ASSERT_NE(pd, nullptr);
   for (const Route& route : Routes()) {
     SCOPED_TRACE(route.name);
@@ -214,6 +213,36 @@ TEST_F(RouterCachedTokensTest, GrpcSessionsReportThePrefillWorkersReuse) {
     EXPECT_GT(cached, 0);
     EXPECT_EQ(WaitForMetric(prefill->http_port, kCachedMetric, before + cached) - before, cached);
   }
+}
+
+// A prefill worker killed under the router: a request that tried it first is retried on the
+// other one, and reports what the attempt that served it reused.
+TEST_F(RouterCachedTokensTest, ARetriedRequestReportsTheAttemptThatServedIt) {
+  auto survivor = StartWorker("prefill");
+  auto doomed = StartWorker("prefill");
+  auto decode = StartWorker("decode");
+  ASSERT_NE(survivor, nullptr);
+  ASSERT_NE(doomed, nullptr);
+  ASSERT_NE(decode, nullptr);
+  auto pd = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
+                         survivor->url(), std::to_string(survivor->bootstrap_port), "--prefill",
+                         doomed->url(), std::to_string(doomed->bootstrap_port), "--decode",
+                         decode->url(), "--health-check-interval-secs", "60"});
+  ASSERT_NE(pd, nullptr);
+  const Route generate = Routes()[0];
+  // Round robin: each prefill worker computes the prompt once and caches it.
+  for (int i = 0; i < 2; ++i) CachedTokens(pd->port, generate);
+  doomed->Kill();
+  const double before = Metric(survivor->http_port, kCachedMetric);
+  int reported = 0;
+  for (int i = 0; i < 2; ++i) {
+    const int cached = CachedTokens(pd->port, generate);
+    EXPECT_GT(cached, 0) << "request " << i;
+    reported += cached;
+  }
+  EXPECT_EQ(WaitForMetric(survivor->http_port, kCachedMetric, before + reported) - before,
+            reported);
+  EXPECT_GE(Metric(pd->port, "tandem_router_retries_total"), 1);
 }
 
 // A short prompt conditional disaggregation prefills on the decode worker reports the decode
