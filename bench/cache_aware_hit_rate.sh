@@ -23,9 +23,9 @@
 # expected the chosen worker to reuse) over the tokens the workers reused, summed over the run
 # (1.000 when every prediction was exact in total). "agree" is per request: the share of requests
 # whose cached tokens predicted by cache_aware when it routed them (its debug log line) equal the
-# cached_tokens the response reports (meta_info). Only MODE=plain measures it: a PD response's
-# meta_info.cached_tokens is the decode worker's (0), not what the prefill worker reused, so in
-# PD mode the column is "-". Prints every rate and cache_aware / round_robin.
+# cached_tokens the response reports (meta_info): in PD mode what the prefill worker reused (the
+# decode worker reports its CompletionNotice's count), in plain mode the colocated worker's. Prints
+# every rate and cache_aware / round_robin.
 # Every daemon started is stopped on exit (also on failure or Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,7 +105,7 @@ metric() {  # metric PORT NAME -> the value (0 when absent)
 # from the router's debug log, against the cached_tokens of its response; prompts are told apart
 # by their first and last 8 token ids), "- -" for a policy that predicts nothing.
 agreement() {
-  /usr/bin/python3 - "$1" "$work/bodies" "$mode" <<'PY'
+  /usr/bin/python3 - "$1" "$work/bodies" <<'PY'
 import json, os, re, sys
 log_dir, bodies = sys.argv[1], sys.argv[2]
 predicted = {}
@@ -116,7 +116,7 @@ with open(os.path.join(log_dir, "router.log"), errors="replace") as f:
         m = line_re.search(line)
         if m:  # a request retried on another worker: its last decision counts
             predicted[(m.group(1), m.group(2))] = int(m.group(3))
-if not predicted or sys.argv[3] != "plain":
+if not predicted:
     print("- -")
     sys.exit(0)
 agree = total = 0

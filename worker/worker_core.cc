@@ -262,7 +262,9 @@ void WorkerCore::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Request
   phase_metrics_.RecordLeg(t, leg->had_transfer, outcome);
   if (leg->first_token) {
     cache_query_tokens_.fetch_add(out.prompt_tokens);
-    cache_hit_tokens_.fetch_add(out.cached_tokens);
+    // A leg fed by a prefill worker reports that worker's hits (which it counts itself); this
+    // worker's own radix cache served none of the prompt.
+    cache_hit_tokens_.fetch_add(leg->had_transfer ? 0 : out.cached_tokens);
   }
   leg->sink(std::move(*event));
   // After the sink: a drain that sees no legs knows every last event has been handed over.

@@ -1,5 +1,6 @@
 #include "worker/handoff/decode_handoff.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <utility>
@@ -191,6 +192,7 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
   }
   auto peer = GetPeer(leg.bootstrap_host(), leg.bootstrap_port());
   if (!peer.ok()) return peer.status();
+  auto prefill_cached = std::make_shared<std::atomic<int64_t>>(-1);
   {
     absl::MutexLock lock(&mu_);
     if (rooms_.count(room)) {
@@ -198,9 +200,9 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
           absl::StrCat("bootstrap room ", room, " is already waiting for its KV on this worker"));
     }
     rooms_.emplace(
-        room,
-        Room{request->rid, *peer,
-             DecodeRoomMachine(Deadline::At(options_.now() + ToMono(options_.room_budget())))});
+        room, Room{request->rid, *peer,
+                   DecodeRoomMachine(Deadline::At(options_.now() + ToMono(options_.room_budget()))),
+                   prefill_cached});
   }
   request->mode = engine::RequestMode::kDecodeOnly;
   const int32_t num_tokens = static_cast<int32_t>(request->input_ids.size());
@@ -227,7 +229,8 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
     if (actions.send_registration) Send(p.get(), *actions.send_registration);
   };
   auto user_output = std::move(request->callbacks.on_output);
-  request->callbacks.on_output = [this, room, user_output](const engine::RequestOutput& out) {
+  request->callbacks.on_output = [this, room, user_output,
+                                  prefill_cached](const engine::RequestOutput& out) {
     if (out.last) {
       absl::MutexLock lock(&mu_);
       auto it = rooms_.find(room);
@@ -236,7 +239,16 @@ absl::Status DecodeHandoff::PrepareDecodeLeg(const proto::DecodeRequest& leg,
         rooms_.erase(it);
       }
     }
-    if (user_output) user_output(out);
+    if (!user_output) return;
+    // Set before the engine took the first token, so every output with a token carries it.
+    const int64_t cached = prefill_cached->load();
+    if (cached < 0) {
+      user_output(out);
+      return;
+    }
+    engine::RequestOutput reported = out;
+    reported.cached_tokens = cached;
+    user_output(reported);
   };
   return absl::OkStatus();
 }
@@ -278,6 +290,7 @@ void DecodeHandoff::OnNotification(const std::string& from, const std::string& m
     e.ok = first.ok();
     if (!first.ok()) e.reason = std::string(first.status().message());
     actions = it->second.machine.Apply(e);
+    if (actions.complete_transfer) it->second.prefill_cached->store(std::max(0, c.cached_tokens()));
     if (actions.forget) rooms_.erase(it);
   }
   if (actions.abort_engine) engine_->Abort(rid, *actions.abort_engine);

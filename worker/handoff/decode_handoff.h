@@ -6,7 +6,10 @@
 // verdict, e.g. a layout mismatch naming both values). Per leg: the request becomes decode-only;
 // when the engine has reserved its blocks, a RoomRegistration tells the prefill worker where to
 // write; the prefill worker's CompletionNotice (over the transfer engine, after the last byte)
-// hands the first token to the engine, or ends the leg with the prefill side's error. A room that
+// hands the first token to the engine, or ends the leg with the prefill side's error. The leg's
+// outputs from then on report the notice's cached_tokens (the prompt tokens the prefill worker
+// reused from its radix cache) as their own: the decode worker computed none of the prompt, and
+// the client is told what serving its prompt reused. A room that
 // hears nothing within --bootstrap-timeout + --transfer-timeout is aborted here and on the prefill
 // worker (RoomAbort).
 //
@@ -89,6 +92,10 @@ class DecodeHandoff : public KvHandoff {
     std::string rid;
     std::shared_ptr<Peer> peer;
     DecodeRoomMachine machine;  // the room's state and budget (worker/handoff/decode_room.h)
+    // The prompt tokens the prefill worker served from its radix cache (its CompletionNotice),
+    // -1 until an ok notice arrived. Shared with the leg's output callback, which reports it as
+    // the leg's cached_tokens: this worker computed none of the prompt.
+    std::shared_ptr<std::atomic<int64_t>> prefill_cached;
   };
 
   DecodeHandoff(engine::Engine* engine, HandoffOptions options);
