@@ -58,7 +58,8 @@ absl::StatusOr<std::vector<CorpusModelSample>> SampleCorpusWithModel(
   for (int step = 0; step < kMaxSteps && (*scheduler)->HasWork(); ++step) {
     if (auto st = (*scheduler)->Step(); !st.ok()) return st.status();
   }
-  if ((*scheduler)->HasWork()) return absl::DeadlineExceededError("still busy after the step bound");
+  if ((*scheduler)->HasWork())
+    return absl::DeadlineExceededError("still busy after the step bound");
 
   for (size_t i = 0; i < samples.size(); ++i) {
     CorpusModelSample& sample = samples[i];

@@ -30,8 +30,8 @@ bool Pcre2FullMatch(const std::string& pattern, const std::string& output) {
                     PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED, &error, &offset, nullptr);
   if (code == nullptr) return false;
   pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
-  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(output.data()), output.size(), 0,
-                             0, data, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(output.data()), output.size(), 0, 0,
+                             data, nullptr);
   pcre2_match_data_free(data);
   pcre2_code_free(code);
   return rc >= 0;
