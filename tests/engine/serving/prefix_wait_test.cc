@@ -146,6 +146,37 @@ TEST(PrefixWaitTest, AnAbortedLeaderReleasesItsFollowers) {
   ExpectAllBlocksFree(s.get());
 }
 
+TEST(PrefixWaitTest, ALeaderPreemptedMidPrefillLeavesItsFollowerCorrect) {
+  std::mt19937 rng(6);
+  const std::vector<int32_t> prompt = RandomTokens(&rng, kPromptLen, kVocabLimit);
+  const std::vector<int32_t> decoder = RandomTokens(&rng, 15, kVocabLimit);
+  // 16-token chunks keep the leader prefilling while the decoder grows; one block beyond the
+  // decoder's first and the leader's 25 runs out at the decoder's second new block, and the
+  // leader (the youngest) is preempted with its prompt half computed.
+  SchedulerConfig c = SmallConfig(27, kBlock);
+  c.chunked_prefill_size = 16;
+  c.max_prefill_tokens = 16;
+  auto s = NewScheduler(c);
+  std::map<std::string, Collected> out;
+  ASSERT_TRUE(s->Submit(MakeRequest("d", decoder, 40, &out)).ok());
+  ASSERT_TRUE(s->Step().ok());
+  ASSERT_TRUE(s->Submit(MakeRequest("a", prompt, 4, &out)).ok());
+  ASSERT_TRUE(s->Submit(MakeRequest("b", prompt, 4, &out, 0.7f, 2)).ok());
+  bool preempted_in_prefill = false;
+  for (int i = 0; i < 1000 && s->HasWork() && s->counters().preemptions == 0; ++i) {
+    ASSERT_TRUE(s->Step().ok());
+    EXPECT_EQ(s->Load().waiting, s->counters().preemptions == 0 ? 1 : 2);  // b waits throughout
+    preempted_in_prefill = s->counters().preemptions > 0 && out["a"].tokens.empty();
+  }
+  EXPECT_TRUE(preempted_in_prefill);
+  RunCountingPrefill(s.get());  // a goes first again (its queue place), then b reuses its prompt
+  EXPECT_EQ(out["b"].final_output.cached_tokens, kSharedTokens);
+  EXPECT_EQ(out["d"].tokens, RunAlone(decoder, 40, 0.0f, 0));
+  EXPECT_EQ(out["a"].tokens, RunAlone(prompt, 4, 0.0f, 0));
+  EXPECT_EQ(out["b"].tokens, RunAlone(prompt, 4, 0.7f, 2));
+  ExpectAllBlocksFree(s.get());
+}
+
 TEST(PrefixWaitTest, PrefillOnlyRequestsOfOneBurstComputeThePrefixOnce) {
   std::mt19937 rng(4);
   const std::vector<int32_t> prompt = RandomTokens(&rng, kPromptLen, kVocabLimit);
