@@ -4,8 +4,10 @@
 
 namespace tandem::engine {
 
-void PrefixWait::AddPrefill(std::span<const int32_t> prompt) {
-  if (radix_ != nullptr) prefills_.push_back(prompt);
+void PrefixWait::AddRunning(std::span<const int32_t> prompt, int64_t cached_tokens) {
+  if (radix_ == nullptr) return;
+  const int64_t bs = radix_->block_size();
+  if (cached_tokens < static_cast<int64_t>(prompt.size()) / bs * bs) prefills_.push_back(prompt);
 }
 
 bool PrefixWait::Holds(std::span<const int32_t> tokens, int64_t max_tokens) const {

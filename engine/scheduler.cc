@@ -584,13 +584,11 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   // A sibling waiting for its leader's prompt KV, or a prompt waiting for a running prefill of
   // its leading blocks (engine/prefix_wait.h), is passed over, not waited for.
   PrefixWait prefix_wait(radix_.get());
-  auto note_prefill = [&prefix_wait, bs = pool_->block_size()](const Sequence* seq) {
-    if (seq->req.mode != RequestMode::kDecodeOnly && seq->cached_upto < seq->prompt_len / bs * bs) {
-      prefix_wait.AddPrefill(
-          std::span<const int32_t>(seq->tokens.data(), static_cast<size_t>(seq->prompt_len)));
-    }
+  auto note_running = [&prefix_wait](const Sequence* seq) {
+    if (seq->req.mode == RequestMode::kDecodeOnly) return;  // its cache is filled from outside
+    prefix_wait.AddRunning(seq->req.input_ids, seq->cached_upto);
   };
-  for (const Sequence* seq : running_) note_prefill(seq);
+  for (const Sequence* seq : running_) note_running(seq);
   bool shares_dropped = false;
   for (auto w = waiting_.begin();
        w != waiting_.end() &&
@@ -623,7 +621,7 @@ absl::StatusOr<StepStats> Scheduler::Step() {
     }
     seq->state = State::kRunning;
     running_.push_back(seq);
-    note_prefill(seq);
+    note_running(seq);
     const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
     int64_t n =
         remaining == 1

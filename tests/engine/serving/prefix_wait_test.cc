@@ -202,7 +202,7 @@ TEST(PrefixWaitTest, WithoutARadixCacheNothingWaits) {
   std::mt19937 rng(5);
   const std::vector<int32_t> prompt = RandomTokens(&rng, 64, kVocabLimit);
   PrefixWait none(nullptr);
-  none.AddPrefill(prompt);
+  none.AddRunning(prompt, 0);
   EXPECT_FALSE(none.Holds(prompt, 63));
 
   SchedulerConfig c = SmallConfig(64, kBlock);
