@@ -86,6 +86,20 @@ RadixCache::Match RadixCache::MatchAndRef(std::span<const int32_t> tokens, int64
   return m;
 }
 
+int64_t RadixCache::PeekMatch(std::span<const int32_t> tokens, int64_t max_tokens) const {
+  const int64_t limit =
+      std::min<int64_t>(static_cast<int64_t>(tokens.size()), std::max<int64_t>(max_tokens, 0)) /
+      block_size_;
+  int32_t node = root_;
+  int64_t matched = 0;
+  for (; matched < limit; ++matched) {
+    auto it = children_.find(EdgeKey{node, tokens.subspan(matched * block_size_, block_size_)});
+    if (it == children_.end()) break;
+    node = it->second;
+  }
+  return matched;
+}
+
 int64_t RadixCache::Insert(std::span<const int32_t> tokens, std::span<const int32_t> block_ids) {
   const size_t k = std::min(block_ids.size(), tokens.size() / static_cast<size_t>(block_size_));
   const uint64_t tick = ++clock_;

@@ -66,6 +66,9 @@ class RadixCache : private BlockRefObserver {
   // tokens = num_tokens). A caller that needs logits of the last prompt token passes
   // max_tokens = prompt_len - 1 so that at least one token is computed.
   Match MatchAndRef(std::span<const int32_t> tokens, int64_t max_tokens);
+  // The number of blocks MatchAndRef(tokens, max_tokens) would match now, without taking
+  // references or touching LRU order or statistics.
+  int64_t PeekMatch(std::span<const int32_t> tokens, int64_t max_tokens) const;
 
   // Offers the full blocks of a finished (or prefilled) sequence: tokens[0, k*bs) stored in
   // block_ids[0, k) (k = min(block_ids.size(), tokens.size() / bs)). Blocks not yet cached are

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "engine/prefix_wait.h"
 
 namespace tandem::engine {
 namespace {
@@ -51,6 +52,11 @@ struct Scheduler::Sequence {
   int64_t next_scored() const {
     if (score_start < 0 || input_sent) return prompt_len - 1;
     return score_start + static_cast<int64_t>(input_logprobs.size());
+  }
+  // The most known tokens the radix cache may serve: positions still to score need logits, and
+  // the last known token is computed for its own.
+  int64_t match_limit() const {
+    return std::min(static_cast<int64_t>(tokens.size()) - 1, next_scored());
   }
   Clock::time_point submitted, admitted, first_token;
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
@@ -285,7 +291,7 @@ bool Scheduler::TryAdmit(Sequence* seq, int64_t reserve_blocks) {
     matched = seq->table.num_tokens;
   } else if (radix_ && seq->req.mode != RequestMode::kDecodeOnly) {
     // Positions still to be scored need their logits: the cache serves only what is before them.
-    RadixCache::Match m = radix_->MatchAndRef(seq->tokens, std::min(known - 1, seq->next_scored()));
+    RadixCache::Match m = radix_->MatchAndRef(seq->tokens, seq->match_limit());
     seq->table.block_ids = std::move(m.block_ids);
     seq->table.num_tokens = m.num_tokens;
     matched = m.num_tokens;
@@ -575,13 +581,22 @@ absl::StatusOr<StepStats> Scheduler::Step() {
   // 3. Admission.
   int awaiting = 0;
   for (const auto& [rid, s] : seqs_) awaiting += s->state == State::kAwaitingKv;
-  // A sibling waiting for its leader's prompt KV is passed over, not waited for.
+  // A sibling waiting for its leader's prompt KV, or a prompt waiting for a running prefill of
+  // its leading blocks (engine/prefix_wait.h), is passed over, not waited for.
+  PrefixWait prefix_wait(radix_.get());
+  auto note_running = [&prefix_wait](const Sequence* seq) {
+    if (seq->req.mode == RequestMode::kDecodeOnly) return;  // its cache is filled from outside
+    prefix_wait.AddRunning(seq->req.input_ids, seq->cached_upto);
+  };
+  for (const Sequence* seq : running_) note_running(seq);
   bool shares_dropped = false;
   for (auto w = waiting_.begin();
        w != waiting_.end() &&
        static_cast<int>(running_.size()) + awaiting < config_.max_running_requests;) {
     Sequence* seq = *w;
-    if (seq->share_pending) {
+    if (seq->share_pending ||
+        (seq->req.mode != RequestMode::kDecodeOnly && seq->shared_blocks.empty() &&
+         prefix_wait.Holds(seq->tokens, seq->match_limit()))) {
       ++w;
       continue;
     }
@@ -606,6 +621,7 @@ absl::StatusOr<StepStats> Scheduler::Step() {
     }
     seq->state = State::kRunning;
     running_.push_back(seq);
+    note_running(seq);
     const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed;
     int64_t n =
         remaining == 1

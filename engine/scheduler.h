@@ -9,7 +9,8 @@
 // (the model's kernels are batch-invariant, so this changes no sequence's numbers).
 //
 // Admission (first come, first served; the head of the queue waits rather than being overtaken,
-// except that a sibling waiting for its leader's prompt KV is not the head: see Prompt sharing):
+// except that a sibling waiting for its leader's prompt KV is not the head: see Prompt sharing,
+// and neither is a prompt waiting for a running prefill of its leading blocks: see Prefix wait):
 // a waiting request is admitted when fewer than --max-running-requests are running and the blocks
 // for all its known tokens can be reserved while one free block per running sequence stays as
 // decode headroom. The radix prefix cache is consulted first; matched blocks are shared, not
@@ -44,6 +45,13 @@
 // admission that finds no memory, are dropped on abort and shutdown, and are given up (the
 // sibling then computes alone) when nothing runs and the queue cannot admit its head, so blocks
 // held for siblings never stall the queue. A preempted sibling recomputes without sharing.
+//
+// Prefix wait (engine/prefix_wait.h): a waiting request (not decode-only, not sharing a leader's
+// prompt) whose prompt shares more full blocks, within what it may match, with a running
+// request whose prompt blocks are not all in the radix cache yet than the cache can give it now
+// is passed over until those blocks are cached, and then reuses them instead of computing the
+// same prefix alongside. Later requests may be admitted meanwhile. Only running prefills hold
+// anyone; one aborted or preempted holds nobody, so the wait ends when that prefill does.
 //
 // Outputs: every request's on_output is called with new tokens and text as they are produced;
 // the last call has `last` set (and `finish`, except for a prefill-only request whose decode

@@ -49,6 +49,23 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
+TEST(RadixCacheTest, PeekMatchCountsWhatAMatchWouldTakeWithoutTakingIt) {
+  BlockPool pool(8, kBs);
+  RadixCache cache(&pool);
+  Seq a = Start(pool, cache, Range(0, 10));
+  EXPECT_EQ(Finish(pool, cache, a), 2);
+  const std::vector<int32_t> query = Concat(Range(0, 8), Range(50, 4));
+  EXPECT_EQ(cache.PeekMatch(query, 12), 2);
+  EXPECT_EQ(cache.PeekMatch(query, 7), 1);  // rounded down to a block
+  EXPECT_EQ(cache.PeekMatch(Range(1, 8), 8), 0);
+  EXPECT_EQ(cache.stats().lookups, 1);     // a's own MatchAndRef only
+  EXPECT_EQ(cache.evictable_blocks(), 2);  // no references taken
+  RadixCache::Match m = cache.MatchAndRef(query, 12);
+  EXPECT_EQ(m.num_tokens, 8);
+  EXPECT_EQ(cache.evictable_blocks(), 0);
+  EXPECT_TRUE(pool.ReleaseBlocks(m.block_ids).ok());
+}
+
 TEST(RadixCacheTest, EmptyCacheMisses) {
   BlockPool pool(8, kBs);
   RadixCache cache(&pool);
