@@ -3,6 +3,7 @@
 //
 //   grammar_bench [--model-dir models/tandem-tiny-fortunes] [--tokens 128] [--seed 1]
 //                 [--decode-steps 64 --decode-repeats 5 --threads 2] [--json out.json]
+//                 [--decode-max-new-tokens N]
 //
 // For each grammar below: the compile time (median of repeated compiles) and, along one random
 // generation of up to --tokens tokens (uniform among the tokens the mask allows, ending at EOS
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--decode-context", decode.context, "prompt tokens before the decode steps")
       ->check(CLI::PositiveNumber);
+  app.add_option("--decode-max-new-tokens", decode.max_new_tokens,
+                 "the requests' max_new_tokens (0: decode steps + 1; the budget's narrowing of "
+                 "the mask runs near it)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", decode.threads, "model compute threads")->check(CLI::Range(1, 256));
   CLI11_PARSE(app, argc, argv);
 

@@ -115,7 +115,8 @@ absl::StatusOr<nlohmann::json> RunGrammarDecode(const GrammarDecodeOptions& opti
       Decoder& d = modes[m];
       engine::SamplingParams params;
       params.seed = options.seed;
-      params.max_new_tokens = options.steps + 1;
+      params.max_new_tokens =
+          options.max_new_tokens > 0 ? options.max_new_tokens : options.steps + 1;
       if (m == 1)
         params.constraint = {engine::GrammarConstraint::Kind::kJsonSchema, options.schema};
       const auto create_start = Clock::now();
@@ -152,6 +153,7 @@ absl::StatusOr<nlohmann::json> RunGrammarDecode(const GrammarDecodeOptions& opti
       {"vocab_size", vocab},
       {"vocabulary_build_us", vocabulary_us},
       {"steps", options.steps},
+      {"max_new_tokens", options.max_new_tokens > 0 ? options.max_new_tokens : options.steps + 1},
       {"repeats", options.repeats},
       {"context", options.context},
       {"threads", options.threads},

@@ -25,6 +25,9 @@ struct GrammarDecodeOptions {
   std::string model_dir;  // a model with its tokenizer.json
   std::string schema;     // the JSON schema of the constrained runs
   int steps = 0;
+  // The requests' max_new_tokens (0: steps + 1). Near it the constraint also narrows the mask to
+  // what can still complete in the tokens left (engine/grammar/length_budget.h), which costs more.
+  int max_new_tokens = 0;
   int repeats = 5;
   int context = 32;
   int threads = 2;

@@ -334,9 +334,9 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
     // still complete in the tokens left after this one (narrowed on a copy: the cached mask
     // stays the state's mask).
     scratch.grammar_mask.assign(mask.begin(), mask.end());
-    if (grammar::RestrictMaskToBudget(*matcher_, *vocabulary_,
-                                      int64_t{params_.max_new_tokens} - num_generated_ - 1,
-                                      /*eos_selectable=*/!MaskActive(), scratch.grammar_mask)) {
+    if (budget_.Restrict(*matcher_, *vocabulary_,
+                         int64_t{params_.max_new_tokens} - num_generated_ - 1,
+                         /*eos_selectable=*/!MaskActive(), scratch.grammar_mask)) {
       mask = scratch.grammar_mask;
     }
     scratch.constrained.assign(logits.begin(), logits.end());

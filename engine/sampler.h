@@ -56,6 +56,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/grammar/constraint.h"
+#include "engine/grammar/length_budget.h"
 #include "engine/grammar/mask_cache.h"
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
@@ -178,7 +179,8 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> counts_;  // generated token id -> occurrences
   // Under a constraint: the output so far in the grammar, and the tokens' bytes.
   std::optional<grammar::GrammarMatcher> matcher_;
-  grammar::TokenMaskCache masks_;  // of matcher_'s states (copied together with it)
+  grammar::TokenMaskCache masks_;           // of matcher_'s states (copied together with it)
+  grammar::BudgetRestrictionCache budget_;  // likewise, for the budget's narrowing
   grammar::TokenVocabularyPtr vocabulary_;
   absl::Status grammar_status_;  // not OK once an observed token did not fit
 };

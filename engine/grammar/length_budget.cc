@@ -8,24 +8,20 @@
 
 namespace tandem::engine::grammar {
 
-bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabulary,
-                          int64_t tokens_after, bool eos_selectable, std::span<uint32_t> mask) {
-  tokens_after = std::max<int64_t>(tokens_after, 0);
-  // Every try below starts from this state: the search over its chart is shared.
-  GrammarMatcher::MinBytesMemo memo;
-  const size_t frozen_sets = matcher.num_bytes() + 1;
-  if (matcher.MinBytesToComplete(&memo, frozen_sets) + kLengthBudgetSlackBytes < tokens_after) {
-    return false;
-  }
-  // The shortest completion after every allowed byte-carrying token. Consecutive tokens share
-  // the matcher's bytes up to their common prefix, so only the differing tail is re-accepted.
-  std::vector<std::pair<int32_t, int64_t>> after;  // (token, shortest completion after it)
-  std::string accepted;                            // the bytes the matcher holds beyond its start
-  // EOS (allowed only on a complete output) leaves nothing to complete.
-  bool eos_allowed = false;
-  for (int32_t id : vocabulary.eos_token_ids()) eos_allowed |= MaskAllows(mask, id);
-  int64_t best = eos_allowed && eos_selectable ? 0 : std::numeric_limits<int64_t>::max();
-  for (int32_t id = 0; id < vocabulary.vocab_size(); ++id) {
+namespace {
+
+// (token, shortest completion after it) for every allowed byte-carrying token of `mask`, the
+// search over the chart before the tokens shared through `memo`.
+std::vector<std::pair<int32_t, int64_t>> ShortestAfterTokens(GrammarMatcher& matcher,
+                                                             const TokenVocabulary& vocabulary,
+                                                             std::span<const uint32_t> mask,
+                                                             GrammarMatcher::MinBytesMemo& memo,
+                                                             size_t frozen_sets) {
+  std::vector<std::pair<int32_t, int64_t>> after;
+  // Tokens in byte order: consecutive tokens share the matcher's bytes up to their common
+  // prefix, so only the differing tail is re-accepted.
+  std::string accepted;  // the bytes the matcher holds beyond its start
+  for (int32_t id : vocabulary.ids_by_bytes()) {
     if (!MaskAllows(mask, id) || vocabulary.is_eos(id)) continue;
     const std::string& bytes = vocabulary.token_bytes(id);
     size_t common = 0;
@@ -40,18 +36,136 @@ bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabu
       continue;
     }
     accepted = bytes;
-    const int64_t shortest = matcher.MinBytesToComplete(&memo, frozen_sets);
-    after.emplace_back(id, shortest);
-    best = std::min(best, shortest);
+    after.emplace_back(id, matcher.MinBytesToComplete(&memo, frozen_sets));
   }
   matcher.Rollback(accepted.size());
+  return after;
+}
+
+// EOS (allowed only on a complete output) leaves nothing to complete.
+bool EosCounts(const TokenVocabulary& vocabulary, std::span<const uint32_t> mask,
+               bool eos_selectable) {
+  if (!eos_selectable) return false;
+  for (int32_t id : vocabulary.eos_token_ids()) {
+    if (MaskAllows(mask, id)) return true;
+  }
+  return false;
+}
+
+void ClearBit(std::span<uint32_t> mask, int32_t id) { mask[id / 32] &= ~(1u << (id % 32)); }
+
+}  // namespace
+
+bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabulary,
+                          int64_t tokens_after, bool eos_selectable, std::span<uint32_t> mask) {
+  tokens_after = std::max<int64_t>(tokens_after, 0);
+  // Every try below starts from this state: the search over its chart is shared.
+  GrammarMatcher::MinBytesMemo memo;
+  const size_t frozen_sets = matcher.num_bytes() + 1;
+  if (matcher.MinBytesToComplete(&memo, frozen_sets) + kLengthBudgetSlackBytes < tokens_after) {
+    return false;
+  }
+  const std::vector<std::pair<int32_t, int64_t>> after =
+      ShortestAfterTokens(matcher, vocabulary, mask, memo, frozen_sets);
+  int64_t best =
+      EosCounts(vocabulary, mask, eos_selectable) ? 0 : std::numeric_limits<int64_t>::max();
+  for (const auto& [id, shortest] : after) best = std::min(best, shortest);
   const int64_t bound = std::max(tokens_after, best);
   bool narrowed = false;
   for (const auto& [id, shortest] : after) {
     if (shortest > bound) {
-      mask[id / 32] &= ~(1u << (id % 32));
+      ClearBit(mask, id);
       narrowed = true;
     }
+  }
+  return narrowed;
+}
+
+bool BudgetRestrictionCache::Restrict(GrammarMatcher& matcher, const TokenVocabulary& vocabulary,
+                                      int64_t tokens_after, bool eos_selectable,
+                                      std::span<uint32_t> mask) {
+  tokens_after = std::max<int64_t>(tokens_after, 0);
+  const uint32_t state = matcher.StateId();
+  GrammarMatcher::MinBytesMemo memo;
+  const size_t frozen_sets = matcher.num_bytes() + 1;
+  auto known = std::find_if(shortest_now_.begin(), shortest_now_.end(),
+                            [state](const auto& s) { return s.first == state; });
+  int64_t shortest_now = 0;
+  if (known != shortest_now_.end()) {
+    shortest_now = known->second;
+  } else {
+    shortest_now = matcher.MinBytesToComplete(&memo, frozen_sets);
+    // A few hundred states at most in practice; bounded like the entries.
+    if (shortest_now_.size() >= 64 * capacity_) shortest_now_.clear();
+    shortest_now_.emplace_back(state, shortest_now);
+  }
+  if (shortest_now + kLengthBudgetSlackBytes < tokens_after) return false;
+
+  Entry* entry = nullptr;
+  for (Entry& e : entries_) {
+    if (e.state == state) entry = &e;
+  }
+  if (entry != nullptr) {
+    ++hits_;
+  } else {
+    ++misses_;
+    const std::vector<std::pair<int32_t, int64_t>> after =
+        ShortestAfterTokens(matcher, vocabulary, mask, memo, frozen_sets);
+    Entry fresh;
+    fresh.state = state;
+    for (const auto& [id, shortest] : after) fresh.levels.push_back(shortest);
+    std::sort(fresh.levels.begin(), fresh.levels.end());
+    fresh.levels.erase(std::unique(fresh.levels.begin(), fresh.levels.end()), fresh.levels.end());
+    if (fresh.levels.size() > kMaxLevels || capacity_ == 0) {
+      // Too many levels to keep as masks: the plain computation, uncached.
+      int64_t best =
+          EosCounts(vocabulary, mask, eos_selectable) ? 0 : std::numeric_limits<int64_t>::max();
+      for (const auto& [id, shortest] : after) best = std::min(best, shortest);
+      const int64_t bound = std::max(tokens_after, best);
+      bool narrowed = false;
+      for (const auto& [id, shortest] : after) {
+        if (shortest > bound) {
+          ClearBit(mask, id);
+          narrowed = true;
+        }
+      }
+      return narrowed;
+    }
+    const size_t words = MaskWords(vocabulary.vocab_size());
+    fresh.all.assign(words, 0);
+    fresh.above.assign(fresh.levels.size(), std::vector<uint32_t>(words, 0));
+    for (const auto& [id, shortest] : after) {
+      fresh.all[id / 32] |= 1u << (id % 32);
+      for (size_t i = 0; i < fresh.levels.size() && fresh.levels[i] < shortest; ++i) {
+        fresh.above[i][id / 32] |= 1u << (id % 32);
+      }
+    }
+    if (entries_.size() < capacity_) {
+      entries_.push_back(std::move(fresh));
+      entry = &entries_.back();
+    } else {
+      entry = &*std::min_element(
+          entries_.begin(), entries_.end(),
+          [](const Entry& a, const Entry& b) { return a.last_used < b.last_used; });
+      *entry = std::move(fresh);
+    }
+  }
+  entry->last_used = ++clock_;
+  if (entry->levels.empty()) return false;  // no byte-carrying token: nothing to narrow
+  const int64_t best = EosCounts(vocabulary, mask, eos_selectable) ? 0 : entry->levels.front();
+  const int64_t bound = std::max(tokens_after, best);
+  // The tokens whose shortest completion exceeds `bound`: above the largest level <= bound, or
+  // every token when bound is below them all.
+  const auto first_above = std::upper_bound(entry->levels.begin(), entry->levels.end(), bound);
+  if (first_above == entry->levels.end()) return false;  // every level fits
+  const std::vector<uint32_t>& removed =
+      first_above == entry->levels.begin()
+          ? entry->all
+          : entry->above[static_cast<size_t>(first_above - entry->levels.begin()) - 1];
+  bool narrowed = false;
+  for (size_t w = 0; w < removed.size(); ++w) {
+    narrowed |= (mask[w] & removed[w]) != 0;
+    mask[w] &= ~removed[w];
   }
   return narrowed;
 }

@@ -28,6 +28,8 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/token_mask.h"
@@ -46,6 +48,48 @@ inline constexpr int64_t kLengthBudgetSlackBytes = 32;
 // Does nothing while the budget is far (see above). Returns whether the mask was narrowed.
 bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabulary,
                           int64_t tokens_after, bool eos_selectable, std::span<uint32_t> mask);
+
+// RestrictMaskToBudget memoised by recognizer state (GrammarMatcher::StateId: equal ids, equal
+// futures), for a sequence whose budget is near for many steps. The shortest completion of a
+// state, and of each allowed token after it, depend on the state only, not on the budget; so an
+// entry keeps them as a few masks (the tokens whose shortest completion exceeds each level met)
+// and a state met again (inside a JSON string near the end of the budget) costs a mask AND
+// instead of a search per allowed token. At most `capacity` states with at most kMaxLevels
+// distinct levels are kept (LRU; an entry is at most kMaxLevels masks, 19 KB each on a 151k
+// vocabulary); a state with more levels is computed every time. The result is bit for bit
+// RestrictMaskToBudget's.
+//
+// Thread-compatible; belongs to one matcher (state ids are interned per matcher), like
+// TokenMaskCache, and is copied together with it.
+class BudgetRestrictionCache {
+ public:
+  static constexpr size_t kDefaultCapacity = 4;
+  static constexpr size_t kMaxLevels = 16;
+  explicit BudgetRestrictionCache(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
+
+  // As RestrictMaskToBudget; `mask` must be ComputeTokenMask's for `matcher`'s state.
+  bool Restrict(GrammarMatcher& matcher, const TokenVocabulary& vocabulary, int64_t tokens_after,
+                bool eos_selectable, std::span<uint32_t> mask);
+
+  int64_t hits() const { return hits_; }
+  int64_t misses() const { return misses_; }
+
+ private:
+  struct Entry {
+    uint32_t state = 0;
+    uint64_t last_used = 0;
+    std::vector<int64_t> levels;  // distinct shortest completions after a token, ascending
+    std::vector<std::vector<uint32_t>>
+        above;                  // above[i]: tokens whose shortest completion > levels[i]
+    std::vector<uint32_t> all;  // every token with a shortest completion
+  };
+  size_t capacity_;
+  std::vector<Entry> entries_;
+  std::vector<std::pair<uint32_t, int64_t>> shortest_now_;  // state -> its shortest completion
+  uint64_t clock_ = 0;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
 
 }  // namespace tandem::engine::grammar
 

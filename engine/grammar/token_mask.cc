@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 namespace tandem::engine::grammar {
@@ -9,6 +10,13 @@ namespace tandem::engine::grammar {
 TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes,
                                  std::vector<int32_t> eos_token_ids)
     : token_bytes_(std::move(token_bytes)), eos_token_ids_(std::move(eos_token_ids)) {
+  ids_by_bytes_.resize(token_bytes_.size());
+  std::iota(ids_by_bytes_.begin(), ids_by_bytes_.end(), 0);
+  std::sort(ids_by_bytes_.begin(), ids_by_bytes_.end(), [this](int32_t a, int32_t b) {
+    // std::string compares chars as unsigned (char_traits<char>::lt); ties keep id order.
+    const int order = token_bytes_[a].compare(token_bytes_[b]);
+    return order != 0 ? order < 0 : a < b;
+  });
   // A pointer trie first, then flattened breadth-first so each node's children are contiguous.
   struct Building {
     std::map<uint8_t, int> children;

@@ -45,6 +45,9 @@ class TokenVocabulary {
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
   bool is_eos(int32_t id) const;
   size_t num_trie_nodes() const { return nodes_.size(); }
+  // Every token id, ordered by its bytes (lexicographically, unsigned): walking tokens in this
+  // order re-accepts only the bytes after each token's common prefix with the one before.
+  const std::vector<int32_t>& ids_by_bytes() const { return ids_by_bytes_; }
 
  private:
   friend class TrieWalk;
@@ -60,6 +63,7 @@ class TokenVocabulary {
   std::vector<int32_t> eos_token_ids_;
   std::vector<Node> nodes_;  // nodes_[0] is the root (the empty prefix)
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> ids_by_bytes_;
 };
 
 using TokenVocabularyPtr = std::shared_ptr<const TokenVocabulary>;

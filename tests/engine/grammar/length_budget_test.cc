@@ -137,3 +137,54 @@ TEST(LengthBudgetTest, LastTokenCompletesTheOutput) {
 
 }  // namespace
 }  // namespace tandem::engine::grammar::testing
+
+namespace tandem::engine::grammar::testing {
+namespace {
+
+// The memoised narrowing equals the plain one at every step of budget-constrained walks over
+// the corpus, with states met again at other budgets (a capacity of 1 and of 4, so hits,
+// evictions and misses all occur), and with EOS selectable or not.
+TEST(LengthBudgetTest, CachedRestrictionEqualsThePlainOne) {
+  const TokenVocabulary& vocab = FortunesVocabulary();
+  int64_t hits = 0;
+  for (const CorpusCase& c : LoadCorpus()) {
+    SCOPED_TRACE(c.kind + "/" + c.name);
+    GrammarPtr grammar = CompileCase(c.kind, c.grammar).value();
+    for (size_t capacity : {size_t{1}, size_t{4}}) {
+      GrammarMatcher matcher = GrammarMatcher::Create(grammar).value();
+      BudgetRestrictionCache cache(capacity);
+      std::mt19937_64 rng(capacity);
+      const int64_t budget = std::max<int64_t>(matcher.MinBytesToComplete(), 1) + 6;
+      std::vector<uint32_t> base(MaskWords(vocab.vocab_size()));
+      for (int64_t step = 0; step < budget; ++step) {
+        ComputeTokenMask(matcher, vocab, base);
+        // The same state at several budgets, as a sequence meets it again later.
+        for (int64_t after : {budget - step - 1, budget - step + 3, int64_t{0}}) {
+          for (bool eos_selectable : {true, false}) {
+            std::vector<uint32_t> plain = base;
+            std::vector<uint32_t> cached = base;
+            const bool plain_narrowed =
+                RestrictMaskToBudget(matcher, vocab, after, eos_selectable, plain);
+            const bool cached_narrowed =
+                cache.Restrict(matcher, vocab, after, eos_selectable, cached);
+            ASSERT_EQ(plain, cached) << "step " << step << " after " << after;
+            ASSERT_EQ(plain_narrowed, cached_narrowed);
+          }
+        }
+        std::vector<uint32_t> mask = base;
+        RestrictMaskToBudget(matcher, vocab, budget - step - 1, true, mask);
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
+          if (MaskAllows(mask, id) && !vocab.is_eos(id)) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        ASSERT_TRUE(AcceptToken(matcher, vocab, allowed[rng() % allowed.size()]));
+      }
+      hits += cache.hits();
+    }
+  }
+  EXPECT_GT(hits, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine::grammar::testing
