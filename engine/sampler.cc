@@ -331,13 +331,15 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
     if (!grammar_status_.ok()) return grammar_status_;
     std::span<const uint32_t> mask = masks_.Get(*matcher_, *vocabulary_);
     // Length-aware closing: near the end of the budget, only tokens after which the output can
-    // still complete in the tokens left after this one (narrowed on a copy: the cached mask
-    // stays the state's mask).
-    scratch.grammar_mask.assign(mask.begin(), mask.end());
-    if (budget_.Restrict(*matcher_, *vocabulary_,
-                         int64_t{params_.max_new_tokens} - num_generated_ - 1,
-                         /*eos_selectable=*/!MaskActive(), scratch.grammar_mask)) {
-      mask = scratch.grammar_mask;
+    // still complete in the tokens left after this one (narrowed on a copy, made only then: the
+    // cached mask stays the state's mask).
+    const int64_t tokens_after = int64_t{params_.max_new_tokens} - num_generated_ - 1;
+    if (budget_.Near(*matcher_, tokens_after)) {
+      scratch.grammar_mask.assign(mask.begin(), mask.end());
+      if (budget_.Restrict(*matcher_, *vocabulary_, tokens_after,
+                           /*eos_selectable=*/!MaskActive(), scratch.grammar_mask)) {
+        mask = scratch.grammar_mask;
+      }
     }
     scratch.constrained.assign(logits.begin(), logits.end());
     for (size_t word = 0; word < mask.size(); ++word) {

@@ -52,7 +52,22 @@ bool EosCounts(const TokenVocabulary& vocabulary, std::span<const uint32_t> mask
   return false;
 }
 
-void ClearBit(std::span<uint32_t> mask, int32_t id) { mask[id / 32] &= ~(1u << (id % 32)); }
+// Clears the tokens of `after` whose shortest completion exceeds the budget (or, when no token
+// meets it, exceeds the best one: this step never empties a mask). Returns whether any was.
+bool NarrowAfter(const std::vector<std::pair<int32_t, int64_t>>& after, int64_t tokens_after,
+                 bool eos_counts, std::span<uint32_t> mask) {
+  int64_t best = eos_counts ? 0 : std::numeric_limits<int64_t>::max();
+  for (const auto& [id, shortest] : after) best = std::min(best, shortest);
+  const int64_t bound = std::max(tokens_after, best);
+  bool narrowed = false;
+  for (const auto& [id, shortest] : after) {
+    if (shortest > bound) {
+      mask[id / 32] &= ~(1u << (id % 32));
+      narrowed = true;
+    }
+  }
+  return narrowed;
+}
 
 }  // namespace
 
@@ -65,41 +80,32 @@ bool RestrictMaskToBudget(GrammarMatcher& matcher, const TokenVocabulary& vocabu
   if (matcher.MinBytesToComplete(&memo, frozen_sets) + kLengthBudgetSlackBytes < tokens_after) {
     return false;
   }
-  const std::vector<std::pair<int32_t, int64_t>> after =
-      ShortestAfterTokens(matcher, vocabulary, mask, memo, frozen_sets);
-  int64_t best =
-      EosCounts(vocabulary, mask, eos_selectable) ? 0 : std::numeric_limits<int64_t>::max();
-  for (const auto& [id, shortest] : after) best = std::min(best, shortest);
-  const int64_t bound = std::max(tokens_after, best);
-  bool narrowed = false;
-  for (const auto& [id, shortest] : after) {
-    if (shortest > bound) {
-      ClearBit(mask, id);
-      narrowed = true;
-    }
+  return NarrowAfter(ShortestAfterTokens(matcher, vocabulary, mask, memo, frozen_sets),
+                     tokens_after, EosCounts(vocabulary, mask, eos_selectable), mask);
+}
+
+int64_t BudgetRestrictionCache::ShortestNow(GrammarMatcher& matcher) {
+  const uint32_t state = matcher.StateId();
+  for (const auto& [known, shortest] : shortest_now_) {
+    if (known == state) return shortest;
   }
-  return narrowed;
+  const int64_t shortest = matcher.MinBytesToComplete();
+  // A few hundred states at most in practice; bounded like the entries.
+  if (shortest_now_.size() >= 64 * capacity_) shortest_now_.clear();
+  shortest_now_.emplace_back(state, shortest);
+  return shortest;
+}
+
+bool BudgetRestrictionCache::Near(GrammarMatcher& matcher, int64_t tokens_after) {
+  return ShortestNow(matcher) + kLengthBudgetSlackBytes >= std::max<int64_t>(tokens_after, 0);
 }
 
 bool BudgetRestrictionCache::Restrict(GrammarMatcher& matcher, const TokenVocabulary& vocabulary,
                                       int64_t tokens_after, bool eos_selectable,
                                       std::span<uint32_t> mask) {
   tokens_after = std::max<int64_t>(tokens_after, 0);
+  if (!Near(matcher, tokens_after)) return false;
   const uint32_t state = matcher.StateId();
-  GrammarMatcher::MinBytesMemo memo;
-  const size_t frozen_sets = matcher.num_bytes() + 1;
-  auto known = std::find_if(shortest_now_.begin(), shortest_now_.end(),
-                            [state](const auto& s) { return s.first == state; });
-  int64_t shortest_now = 0;
-  if (known != shortest_now_.end()) {
-    shortest_now = known->second;
-  } else {
-    shortest_now = matcher.MinBytesToComplete(&memo, frozen_sets);
-    // A few hundred states at most in practice; bounded like the entries.
-    if (shortest_now_.size() >= 64 * capacity_) shortest_now_.clear();
-    shortest_now_.emplace_back(state, shortest_now);
-  }
-  if (shortest_now + kLengthBudgetSlackBytes < tokens_after) return false;
 
   Entry* entry = nullptr;
   for (Entry& e : entries_) {
@@ -109,8 +115,9 @@ bool BudgetRestrictionCache::Restrict(GrammarMatcher& matcher, const TokenVocabu
     ++hits_;
   } else {
     ++misses_;
+    GrammarMatcher::MinBytesMemo memo;
     const std::vector<std::pair<int32_t, int64_t>> after =
-        ShortestAfterTokens(matcher, vocabulary, mask, memo, frozen_sets);
+        ShortestAfterTokens(matcher, vocabulary, mask, memo, matcher.num_bytes() + 1);
     Entry fresh;
     fresh.state = state;
     for (const auto& [id, shortest] : after) fresh.levels.push_back(shortest);
@@ -118,18 +125,7 @@ bool BudgetRestrictionCache::Restrict(GrammarMatcher& matcher, const TokenVocabu
     fresh.levels.erase(std::unique(fresh.levels.begin(), fresh.levels.end()), fresh.levels.end());
     if (fresh.levels.size() > kMaxLevels || capacity_ == 0) {
       // Too many levels to keep as masks: the plain computation, uncached.
-      int64_t best =
-          EosCounts(vocabulary, mask, eos_selectable) ? 0 : std::numeric_limits<int64_t>::max();
-      for (const auto& [id, shortest] : after) best = std::min(best, shortest);
-      const int64_t bound = std::max(tokens_after, best);
-      bool narrowed = false;
-      for (const auto& [id, shortest] : after) {
-        if (shortest > bound) {
-          ClearBit(mask, id);
-          narrowed = true;
-        }
-      }
-      return narrowed;
+      return NarrowAfter(after, tokens_after, EosCounts(vocabulary, mask, eos_selectable), mask);
     }
     const size_t words = MaskWords(vocabulary.vocab_size());
     fresh.all.assign(words, 0);

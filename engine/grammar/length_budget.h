@@ -71,10 +71,18 @@ class BudgetRestrictionCache {
   bool Restrict(GrammarMatcher& matcher, const TokenVocabulary& vocabulary, int64_t tokens_after,
                 bool eos_selectable, std::span<uint32_t> mask);
 
+  // Whether the budget is near enough for Restrict to narrow anything (false: it would return
+  // false and leave the mask as it is); memoised per state, so a caller can skip copying a mask
+  // it would narrow.
+  bool Near(GrammarMatcher& matcher, int64_t tokens_after);
+
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
 
  private:
+  // The shortest completion of `matcher`'s state, memoised per state.
+  int64_t ShortestNow(GrammarMatcher& matcher);
+
   struct Entry {
     uint32_t state = 0;
     uint64_t last_used = 0;
