@@ -294,6 +294,20 @@ class Scheduler {
   // Moves the prompt logprobs gathered so far into `out` (once per request).
   void AttachInputLogprobs(Sequence* seq, RequestOutput* out);
 
+  // The phases of Step (scheduler_step.cc). StepPlan: the batch being assembled and what is left
+  // of the step's budgets.
+  struct StepPlan;
+  // Gives running sequences the blocks this step computes into, preempting the youngest when
+  // even eviction cannot.
+  void GrowRunning(StepStats* st);
+  // Admits waiting requests in order while slots, blocks and the prefill budget allow.
+  void AdmitWaiting(StepPlan* plan, StepStats* st);
+  std::vector<SequenceInput> BatchInputs(const StepPlan& plan, StepStats* st) const;
+  // After the forward pass: scores prompt positions, caches computed blocks, samples and emits.
+  // `logits`: the sequence's rows (score rows, then the last token's when in.want_logits).
+  void CompleteStepItem(Sequence* seq, int64_t n, const SequenceInput& in,
+                        std::span<const float> logits, StepStats* st);
+
   SchedulerConfig config_;
   Model* model_;
   const Tokenizer* tokenizer_;
