@@ -220,6 +220,9 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--served-model-name", &o->served_model_name,
             "Model id of /v1/models and the accepted \"model\" (default: the model directory's "
             "name)");
+  flags.Add("--any-model-name", &o->any_model_name,
+            "Serve a request whatever its \"model\" names, as SGLang does (default: the served "
+            "name, \"default\" or a path ending in the served or directory name; others get 404)");
   flags
       .Add("--reasoning-parser", &o->reasoning_parser,
            "Reasoning format of the model's chat answers, separated into reasoning_content "

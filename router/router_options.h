@@ -111,6 +111,7 @@ struct RouterOptions {
   std::string model_path;
   std::string tokenizer_path;
   std::string served_model_name;  // /v1/models id; "" = the model directory's name
+  bool any_model_name = false;    // accept every request's "model" (SGLang does not check it)
   // SGLang's --reasoning-parser: "qwen3" separates <think> reasoning into reasoning_content for
   // chat requests (unless they send separate_reasoning: false); "" = off.
   std::string reasoning_parser;

@@ -81,14 +81,15 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   // refuse them too, but only after the router tokenized and shipped them).
   s.api_.context_length = ReadContextLength(!o.model_path.empty() ? o.model_path : tokenizer_dir);
   s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
-  s.api_.served_model_name = o.served_model_name;
   s.api_.reasoning_parser = !o.reasoning_parser.empty();
-  if (s.api_.served_model_name.empty()) {
-    const std::string dir = !o.model_path.empty() ? o.model_path : o.tokenizer_path;
-    std::filesystem::path p(dir);
-    if (!p.has_filename()) p = p.parent_path();
-    s.api_.served_model_name = p.filename().string();
+  {
+    std::filesystem::path dir(!o.model_path.empty() ? o.model_path : o.tokenizer_path);
+    if (!dir.has_filename()) dir = dir.parent_path();
+    s.api_.model_dir_name = dir.filename().string();
   }
+  s.api_.served_model_name =
+      o.served_model_name.empty() ? s.api_.model_dir_name : o.served_model_name;
+  s.api_.any_model_name = o.any_model_name;
   s.created_ = absl::ToUnixSeconds(absl::Now());
 
   RegistryOptions ro;

@@ -118,8 +118,12 @@ struct RoutedRequest {
 struct ApiContext {
   const engine::Tokenizer* tokenizer = nullptr;  // required for text prompts and chat
   std::string served_model_name;                 // /v1/models id; the "model" of a request
-                                                 // that names none (any name is accepted)
-  int context_length = 0;                        // prompt + max_new_tokens must fit; 0 = unchecked
+                                                 // that names none
+  // The model directory's last component, also accepted as a request's "model"
+  // (ModelNameServed, request_common.h), and whether every name is (--any-model-name).
+  std::string model_dir_name;
+  bool any_model_name = false;
+  int context_length = 0;  // prompt + max_new_tokens must fit; 0 = unchecked
   // Bytes of the longest token of the vocabulary (special tokens included); with
   // context_length, text prompts certainly over the context are refused before tokenizing.
   // 0 = no early check.

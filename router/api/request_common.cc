@@ -114,15 +114,33 @@ absl::Status ReadRid(const Json& body, RoutedRequest* request) {
   return absl::OkStatus();
 }
 
-absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* request) {
+absl::StatusOr<std::string> ReadModelName(const Json& body) {
   std::string model;
   if (const Json* value = Find(body, "model"); value != nullptr) {
     ASSIGN_OR_RETURN(model, ToString(*value, "model"));
     RETURN_IF_ERROR(CheckName(model, "model"));
   }
-  // Any name is served, as SGLang (which does not check it, and whose clients send "default")
-  // and sgl-router with one model do: the router serves one model, so there is nothing to choose.
-  request->model = model.empty() ? ctx.served_model_name : model;
+  return model;
+}
+
+bool ModelNameServed(std::string_view model, const ApiContext& ctx) {
+  if (ctx.any_model_name || model.empty() || model == "default" || model == ctx.served_model_name) {
+    return true;
+  }
+  while (!model.empty() && model.back() == '/') model.remove_suffix(1);
+  const size_t slash = model.rfind('/');
+  const std::string_view last = slash == std::string_view::npos ? model : model.substr(slash + 1);
+  return !last.empty() && (last == ctx.served_model_name || last == ctx.model_dir_name);
+}
+
+absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* request) {
+  ASSIGN_OR_RETURN(std::string model, ReadModelName(body));
+  if (!ModelNameServed(model, ctx)) {
+    return absl::NotFoundError(absl::StrCat("the model '", model,
+                                            "' does not exist; this server serves '",
+                                            ctx.served_model_name, "' (see /v1/models)"));
+  }
+  request->model = model.empty() ? ctx.served_model_name : std::move(model);
   return absl::OkStatus();
 }
 

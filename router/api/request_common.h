@@ -6,6 +6,7 @@
 #define TANDEM_ROUTER_API_REQUEST_COMMON_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,10 +26,19 @@ RoutedRequest NewRequest(ApiKind kind);
 // Reads "rid" (a string; an array is a batched request, rejected) or generates one.
 absl::Status ReadRid(const Json& body, RoutedRequest* request);
 
-// Reads "model" (a string of at most 256 bytes without control characters): any name is
-// accepted, as SGLang does; request->model (echoed in the response) is that name, or the served
-// name when absent or empty.
+// The body's "model" ("" when absent): a string of at most 256 bytes without control characters.
+absl::StatusOr<std::string> ReadModelName(const Json& body);
+
+// Reads "model" (ReadModelName) and checks that it names the served model (ModelNameServed);
+// NotFound (a 404) naming the served model otherwise. request->model (echoed in the response)
+// is the name given, or the served name when absent or empty.
 absl::Status ReadModel(const Json& body, const ApiContext& ctx, RoutedRequest* request);
+
+// True when `model` names the model this router serves: empty, "default" (what SGLang's clients
+// send), ctx.served_model_name, or a path whose last component is the served name or
+// ctx.model_dir_name (a client given the model's directory, e.g. bench_serving --model
+// /models/Qwen3-8B); any name with ctx.any_model_name.
+bool ModelNameServed(std::string_view model, const ApiContext& ctx);
 
 // The OpenAI fields completions and chat share: stream, stream_options, the sampling names
 // (temperature, top_p, n, stop, seed, penalties, logit_bias and SGLang's extras), and the

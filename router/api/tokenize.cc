@@ -19,11 +19,10 @@ using api_internal::Find;
 using api_internal::Json;
 using api_internal::JsonTypeName;
 
-// The body as one object whose `model`, when given, passes the checks every request's does.
+// The body as one object whose `model`, when given, has the form every request's must have.
 absl::StatusOr<Json> ParseBody(std::string_view body) {
   ASSIGN_OR_RETURN(Json json, api_internal::ParseJsonObject(body));
-  RoutedRequest unused;
-  RETURN_IF_ERROR(api_internal::ReadModel(json, ApiContext{}, &unused));
+  RETURN_IF_ERROR(api_internal::ReadModelName(json).status());
   return json;
 }
 

@@ -7,8 +7,9 @@
 //            -> {"text": str | [str]}
 //
 // A list in gives a list out, as SGLang. `messages` (newer SGLang) is rendered with the model's
-// chat template as a chat request would be (generation prompt added, no second BOS). `model` is
-// checked as in every request (any name of at most 256 bytes). Other keys are ignored.
+// chat template as a chat request would be (generation prompt added, no second BOS). `model` has
+// the form every request's must have (a name of at most 256 bytes); tokenizing runs no model, so
+// the name itself is not checked. Other keys are ignored.
 //
 // Errors are InvalidArgument naming the field: not one JSON object, neither or both of prompt
 // and messages, a prompt that is not a string or a list of strings, more than kMaxTokenizeItems

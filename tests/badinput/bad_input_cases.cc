@@ -255,7 +255,12 @@ std::vector<BodyCase> BodyCases() {
        "frequency_penalty must be a number in [-2, 2]"},
       {"seed negative", kCmp, Cmp(R"("seed":-1)"), 400, "seed must be an integer in [0"},
       // Models.
-      // Any model name is served (as SGLang); only its form is checked.
+      // A name that is not the served model's is a 404 (--any-model-name serves any, as SGLang).
+      {"unknown model", kCmp, R"({"model":"gpt-4","prompt":"a","max_tokens":2})", 404,
+       "the model 'gpt-4' does not exist; this server serves 'tandem-tiny-fortunes'"},
+      {"unknown model, chat", kChat,
+       R"({"model":"gpt-4o","messages":[{"role":"user","content":"a"}]})", 404,
+       "the model 'gpt-4o' does not exist"},
       {"model over 256 bytes", kCmp,
        R"({"model":")" + std::string(300, 'm') + R"(","prompt":"a","max_tokens":2})", 400,
        "model must be at most 256 bytes, got 300 bytes"},

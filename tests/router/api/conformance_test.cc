@@ -265,6 +265,7 @@ ApiContext Context() {
   ApiContext ctx;
   ctx.tokenizer = &FortunesTokenizer();
   ctx.served_model_name = "tandem-tiny";
+  ctx.any_model_name = true;  // the documented examples name OpenAI's models
   ctx.context_length = 512;
   return ctx;
 }

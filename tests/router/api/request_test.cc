@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/router/api/test_tokenizer.h"
@@ -299,16 +300,42 @@ TEST(ParseCompletionsTest, DefaultsAndPromptForms) {
   EXPECT_THAT(one_list->input_ids, ElementsAre(7, 8));
 }
 
+TEST(ModelNameTest, ServedNamesPathsAndTheAnyNameSwitch) {
+  ApiContext ctx = Context();
+  ctx.model_dir_name = "qwen3-8b-dir";
+  for (const char* name : {"", "default", "tandem-tiny", "/srv/llm/tandem-tiny", "llm/tandem-tiny/",
+                           "qwen3-8b-dir", "/srv/llm/qwen3-8b-dir/"}) {
+    const auto parsed =
+        ParseCompletions(R"({"prompt":"a","model":")" + std::string(name) + R"("})", ctx);
+    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
+    EXPECT_EQ(parsed->model, *name == 0 ? "tandem-tiny" : name);
+  }
+  for (const char* name : {"gpt-4", "tandem-tiny-2", "tandem-tiny/x", "/", "Default"}) {
+    EXPECT_EQ(
+        ErrorOf(ParseCompletions(R"({"prompt":"a","model":")" + std::string(name) + R"("})", ctx),
+                absl::StatusCode::kNotFound),
+        absl::StrCat("the model '", name,
+                     "' does not exist; this server serves 'tandem-tiny' (see /v1/models)"));
+  }
+  ctx.any_model_name = true;
+  const auto any = ParseCompletions(R"({"prompt":"a","model":"gpt-4"})", ctx);
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ(any->model, "gpt-4");
+  // The form is checked either way.
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","model":7})", ctx)),
+            "model must be a string, got integer");
+}
+
 TEST(ParseCompletionsTest, Errors) {
   const ApiContext ctx = Context();
-  // Any model name is accepted (as SGLang) and echoed; an absent one is the served name.
+  // The served model's names are accepted and echoed; an absent one is the served name.
   const auto named = ParseCompletions(R"({"model":"default","prompt":"a"})", ctx);
   ASSERT_TRUE(named.ok()) << named.status();
   EXPECT_EQ(named->model, "default");
   const auto unnamed = ParseCompletions(R"({"prompt":"a"})", ctx);
   ASSERT_TRUE(unnamed.ok()) << unnamed.status();
   EXPECT_EQ(unnamed->model, "tandem-tiny");
-  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"model":"x"})", ctx)), "prompt is required");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"model":"tandem-tiny"})", ctx)), "prompt is required");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({})", ctx)), "prompt is required");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":["a","b"]})", ctx)),
             "prompt holds 2 prompts: batched requests are not supported; send one prompt per "
@@ -436,10 +463,10 @@ TEST(ParseChatCompletionsTest, Errors) {
   EXPECT_TRUE(ParseChatCompletions(
                   R"({"messages":[{"role":"user","content":"a"}],"modalities":["text"]})", ctx)
                   .ok());
-  const auto other_model =
-      ParseChatCompletions(R"({"model":"m","messages":[{"role":"user","content":"a"}]})", ctx);
-  ASSERT_TRUE(other_model.ok()) << other_model.status();
-  EXPECT_EQ(other_model->model, "m");
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                        R"({"model":"m","messages":[{"role":"user","content":"a"}]})", ctx),
+                    absl::StatusCode::kNotFound),
+            "the model 'm' does not exist; this server serves 'tandem-tiny' (see /v1/models)");
   ApiContext no_tokenizer = ctx;
   no_tokenizer.tokenizer = nullptr;
   EXPECT_EQ(

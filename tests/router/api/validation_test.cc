@@ -120,10 +120,12 @@ TEST(EchoedStringsTest, ModelAndUserAreBoundedAndQuotedShort) {
       Error(ApiKind::kChatCompletions, R"({"messages":[{"role":"user","content":"x"}],"user":")" +
                                            std::string(300, 'u') + R"("})"),
       "user must be at most 256 bytes, got 300 bytes");
+  // A path ending in the served name, 256 bytes in all.
+  const std::string long_path = std::string(256 - 12, 'm') + "/tandem-tiny";
   const absl::StatusOr<RoutedRequest> long_name =
-      ParseCompletions(R"({"prompt":"x","model":")" + std::string(256, 'm') + R"("})", Context());
+      ParseCompletions(R"({"prompt":"x","model":")" + long_path + R"("})", Context());
   ASSERT_TRUE(long_name.ok()) << long_name.status();
-  EXPECT_EQ(long_name->model, std::string(256, 'm'));
+  EXPECT_EQ(long_name->model, long_path);
   EXPECT_EQ(Error(ApiKind::kChatCompletions,
                   R"({"messages":[{"role":")" + std::string(1000, 'x') + R"(","content":"a"}]})"),
             "messages[0].role '" + std::string(64, 'x') +
