@@ -3,6 +3,11 @@
 //
 //   engine_bench --model-path /tmp/qwen05 --threads 2 --json out.json
 //
+// `--gemm own|onednn` picks the bf16 GEMM backend of the runs (TANDEM_GEMM, matmul.h "GEMM
+// backends"); the first line and the JSON (gemm_backend, gemm_backend_impl, amx_bf16) say which
+// one ran and on what (the own kernels' SIMD level, or oneDNN's implementation, e.g.
+// brg:avx512_core_bf16 or brg:avx512_core_amx_bf16).
+//
 // Limits measured first: DRAM read bandwidth (bench/probe) and oneDNN's bf16 GEMM rate at the
 // prefill shape [prompt, hidden] x [hidden, intermediate]. Then:
 //   decode, batch B in {1, 8, 32}: B sequences with a `--context`-token prompt each (prefilled,
@@ -44,6 +49,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -55,6 +61,7 @@
 #include "CLI/CLI.hpp"
 #include "bench/probe/probe.h"
 #include "engine/kernels/cpu.h"
+#include "engine/kernels/matmul.h"
 #include "engine/kernels/matmul_int8.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -210,12 +217,18 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-int8", skip_int8, "do not run the W8A8 int8 decode and prefill");
   app.add_option("--int8-model-path", int8_model_path,
                  "int8 checkpoint for the int8 runs (default: --model-path quantized at load)");
+  std::string gemm_backend;
+  app.add_option("--gemm", gemm_backend,
+                 "bf16 GEMM backend: own or onednn (sets TANDEM_GEMM; default: the environment's)")
+      ->check(CLI::IsMember({"own", "onednn"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // Before anything asks for the backend (it is decided once per process).
+  if (!gemm_backend.empty()) ::setenv("TANDEM_GEMM", gemm_backend.c_str(), 1);
   bench::SetOpenBlasCoreTypeAndReexec(argv);  // before any BLAS call (probe.h explains)
   auto model = engine::Model::Load(model_path, {threads, /*profile=*/true});
   if (!model.ok()) {
@@ -225,10 +238,11 @@ int main(int argc, char** argv) {
   const engine::ModelConfig c = (*model)->config();  // a copy: the model is freed before int8
   std::printf(
       "model %s: %lld layers, hidden %lld, heads %lld/%lld, intermediate %lld, vocab %lld; "
-      "SIMD %s; %d threads\n",
+      "SIMD %s; bf16 GEMM %s; %d threads\n",
       c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
       (long long)c.num_heads, (long long)c.num_kv_heads, (long long)c.intermediate_size,
-      (long long)c.vocab_size, engine::SimdLevelName(engine::DetectSimd()), threads);
+      (long long)c.vocab_size, engine::SimdLevelName(engine::DetectSimd()),
+      engine::GemmBackendDescription().c_str(), threads);
   if (c.moe.num_experts > 0) {
     std::printf("mixture of experts: %lld experts, top %lld, expert intermediate %lld\n",
                 (long long)c.moe.num_experts, (long long)c.moe.num_experts_per_tok,
@@ -264,6 +278,9 @@ int main(int argc, char** argv) {
   out["model_path"] = model_path;
   out["threads"] = threads;
   out["simd"] = engine::SimdLevelName(engine::DetectSimd());
+  out["gemm_backend"] = engine::GemmBackendName(engine::SelectedGemmBackend());
+  out["gemm_backend_impl"] = engine::GemmBackendDescription();
+  out["amx_bf16"] = engine::CpuHasAmxBf16();
   out["read_bandwidth_gbs"] = bandwidth;
   out["gemm_gflops"] = gemm;
   out["gemm_source"] = gemm_source;

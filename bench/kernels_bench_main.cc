@@ -10,7 +10,8 @@
 // OpenBLAS's fp32 rate is the library baseline.
 // Decode shapes cycle through copies of the weights totalling more than 256 MiB, so each call
 // reads its weights from DRAM as a model's layers do, stored in the layout the engine would pick
-// (PreferredWeightLayout). TANDEM_SIMD caps the path, as in the engine.
+// (PreferredWeightLayout). TANDEM_SIMD caps the path, as in the engine; under TANDEM_GEMM=onednn
+// the decode shapes run on oneDNN in its layout (the prefill size stays on the own kernels).
 // Last, decode attention (PagedAttention) as a batch-32 step of a Qwen2.5-0.5B-shaped model runs
 // it: 32 sequences of 270 keys, 14 query / 2 KV heads of 64, 24 layers of a paged cache (about
 // 106 MB, so each layer's KV comes from DRAM as after the weight stream): the step's time, the
@@ -231,7 +232,7 @@ int Run(int threads, const std::string& json_path, bool int8_only) {
     const engine::WeightLayout layout = engine::PreferredWeightLayout(s.n, s.k);
     for (int64_t c = 0; c < n_copies; ++c) {
       const std::vector<bf16> rows = RandomWeights(s.n * s.k, 10 + c);
-      copies.emplace_back(rows.size());
+      copies.emplace_back(engine::PackedWeightBytes(s.n, s.k, layout) / 2);
       engine::PackWeights(rows.data(), s.n, s.k, layout, copies.back().data());
     }
     double t1 = 0;
@@ -247,8 +248,11 @@ int Run(int threads, const std::string& json_path, bool int8_only) {
       std::printf(
           "matmul m=%-3ld n=%-6ld k=%ld %s %9.1f us %6.1f GB/s %.2fx bw %6.1f GFLOP/s"
           " %.2fx bound  t/t(m=1) %.2f  same-bytes read %.1f GB/s (%.2fx)\n",
-          m, s.n, s.k, layout == engine::WeightLayout::kGroups4 ? "groups" : "rows", t * 1e6, gbs,
-          gbs / bw, gflops, bound / t, t / t1, read_gbs, gbs / read_gbs);
+          m, s.n, s.k,
+          layout == engine::WeightLayout::kGroups4
+              ? "groups"
+              : (layout == engine::WeightLayout::kOnednn ? "onednn" : "rows"),
+          t * 1e6, gbs, gbs / bw, gflops, bound / t, t / t1, read_gbs, gbs / read_gbs);
       const std::string key = "decode_n" + std::to_string(s.n) + "_m" + std::to_string(m);
       out[key + "_us"] = t * 1e6;
       out[key + "_gb_s"] = gbs;

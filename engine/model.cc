@@ -186,7 +186,8 @@ absl::StatusOr<std::span<const float>> Model::Forward(const std::vector<Sequence
       const int64_t token = in.tokens[i];
       const bf16* row = weights_->embed + token * c.hidden_size;
       if (weights_->embed_layout != WeightLayout::kRows) {
-        CopyWeightRow(weights_->embed, c.hidden_size, weights_->embed_layout, token, rs.xb.data());
+        CopyWeightRow(weights_->embed, c.vocab_size, c.hidden_size, weights_->embed_layout, token,
+                      rs.xb.data());
         row = rs.xb.data();
       }
       ConvertBf16ToF32(row, rs.x.data() + t * c.hidden_size, c.hidden_size);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 
@@ -44,6 +45,19 @@ float HalfToF32(uint16_t h) {
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The layout of a fused matrix whose members have `rows` rows each, k columns: the preferred one
+// for the whole, except that groups of four rows need every member's rows to be whole groups.
+WeightLayout FusedLayout(std::initializer_list<int64_t> rows, int64_t k) {
+  int64_t n = 0;
+  bool whole_groups = true;
+  for (int64_t r : rows) {
+    n += r;
+    whole_groups = whole_groups && r % 4 == 0;
+  }
+  const WeightLayout layout = PreferredWeightLayout(n, k);
+  return layout == WeightLayout::kGroups4 && !whole_groups ? WeightLayout::kRows : layout;
 }
 
 }  // namespace
@@ -180,14 +194,22 @@ class Weights::Loader {
 
   // Reserves room in the matrix buffer for `name` (which must have exactly `shape`, [rows, k]) and
   // records where *slot must point once the buffer is filled, the matrix stored in `layout`.
-  // `group_start` aligns the reservation to a cache line; otherwise it directly follows the
-  // previous one (members of a fused matrix).
+  // `group_start` aligns the reservation to a cache line; otherwise the rows directly follow the
+  // previous reservation's (members of a fused matrix, which share its layout and k). In
+  // WeightLayout::kOnednn a fused matrix is packed as one (its blocks span members), so only its
+  // first member's slot is set and the others' are null.
   absl::Status Matrix(const std::string& name, const std::vector<int64_t>& shape, const bf16** slot,
                       WeightLayout layout, bool group_start = true) {
     ASSIGN_OR_RETURN(TensorView v, Find(name, shape));
-    if (group_start) next_ = (next_ + kAlign - 1) / kAlign * kAlign;
-    pending_.push_back({v, slot, next_, layout, shape[0], shape[1]});
-    next_ += v.info->num_elements() * static_cast<int64_t>(sizeof(bf16));
+    if (group_start) {
+      next_ = (next_ + kAlign - 1) / kAlign * kAlign;
+      group_offset_ = next_;
+      group_rows_ = 0;
+    }
+    pending_.push_back(
+        {v, slot, group_offset_, group_rows_, group_start, layout, shape[0], shape[1]});
+    group_rows_ += shape[0];
+    next_ = group_offset_ + PackedWeightBytes(group_rows_, shape[1], layout);
     return absl::OkStatus();
   }
 
@@ -197,8 +219,7 @@ class Weights::Loader {
     L->router_layout = PreferredWeightLayout(c.moe.num_experts, h);
     RETURN_IF_ERROR(
         Matrix(p + "mlp.gate.weight", {c.moe.num_experts, h}, &L->router, L->router_layout));
-    const WeightLayout gate_up_layout =
-        fm % 4 == 0 ? PreferredWeightLayout(2 * fm, h) : WeightLayout::kRows;
+    const WeightLayout gate_up_layout = FusedLayout({fm, fm}, h);
     const WeightLayout down_layout = PreferredWeightLayout(h, fm);
     L->experts.resize(static_cast<size_t>(c.moe.num_experts));
     for (int64_t e = 0; e < c.moe.num_experts; ++e) {
@@ -224,20 +245,15 @@ class Weights::Loader {
   absl::Status Fill() {
     ASSIGN_OR_RETURN(w_->matrices_, HugePageBuffer::Allocate(static_cast<size_t>(next_)),
                      "weights: ");
-    for (const Pending& p : pending_) {
-      bf16* dst = reinterpret_cast<bf16*>(w_->matrices_.data() + p.offset);
-      if (p.layout == WeightLayout::kRows) {
-        ToBf16(p.view, 0, p.view.info->num_elements(), dst);
-      } else {
-        // A group of rows at a time: the packing needs its rows in bf16 first.
-        std::vector<bf16> group(static_cast<size_t>(4 * p.k));
-        for (int64_t r = 0; r < p.rows; r += 4) {
-          ToBf16(p.view, r * p.k, 4 * p.k, group.data());
-          PackWeights(group.data(), 4, p.k, p.layout, dst + r * p.k);
-        }
+    for (size_t g = 0; g < pending_.size();) {
+      size_t end = g + 1;
+      while (end < pending_.size() && !pending_[end].group_start) ++end;
+      if (pending_[g].layout == WeightLayout::kOnednn) {
+        FillOnednn(g, end);
+        g = end;
+        continue;
       }
-      *p.slot = dst;
-      DropPages(p.view);
+      for (; g < end; ++g) FillRowsOrGroups(pending_[g]);
     }
     pending_.clear();
     w_->int8_scales_.assign(static_cast<size_t>(int8_rows_), 0.0f);
@@ -336,10 +352,54 @@ class Weights::Loader {
   struct Pending {
     TensorView view;
     const bf16** slot;
-    int64_t offset;  // bytes into the matrix buffer
+    int64_t offset;     // bytes into the matrix buffer of its group (fused matrix)
+    int64_t first_row;  // of this member in its group
+    bool group_start;
     WeightLayout layout;
     int64_t rows, k;
   };
+
+  // A matrix in kRows or kGroups4: its rows start at row `first_row` of its group.
+  void FillRowsOrGroups(const Pending& p) {
+    bf16* dst = reinterpret_cast<bf16*>(w_->matrices_.data() + p.offset) + p.first_row * p.k;
+    if (p.layout == WeightLayout::kRows) {
+      ToBf16(p.view, 0, p.view.info->num_elements(), dst);
+    } else {
+      // A group of rows at a time: the packing needs its rows in bf16 first.
+      std::vector<bf16> group(static_cast<size_t>(4 * p.k));
+      for (int64_t r = 0; r < p.rows; r += 4) {
+        ToBf16(p.view, r * p.k, 4 * p.k, group.data());
+        PackWeights(group.data(), 4, p.k, p.layout, dst + r * p.k);
+      }
+    }
+    *p.slot = dst;
+    DropPages(p.view);
+  }
+
+  // The fused matrix pending_[begin, end) in kOnednn, one block of kOnednnBlockColumns rows at a
+  // time (a block may span members).
+  void FillOnednn(size_t begin, size_t end) {
+    const Pending& first = pending_[begin];
+    const int64_t k = first.k;
+    const int64_t n = pending_[end - 1].first_row + pending_[end - 1].rows;
+    bf16* dst = reinterpret_cast<bf16*>(w_->matrices_.data() + first.offset);
+    std::vector<bf16> block(static_cast<size_t>(kOnednnBlockColumns * k));
+    for (int64_t r = 0; r < n; r += kOnednnBlockColumns) {
+      const int64_t cols = std::min(kOnednnBlockColumns, n - r);
+      for (size_t i = begin; i < end; ++i) {
+        const Pending& p = pending_[i];
+        const int64_t lo = std::max(r, p.first_row);
+        const int64_t hi = std::min(r + cols, p.first_row + p.rows);
+        if (lo < hi) ToBf16(p.view, (lo - p.first_row) * k, (hi - lo) * k, &block[(lo - r) * k]);
+      }
+      PackWeights(block.data(), cols, k, WeightLayout::kOnednn,
+                  dst + PackedWeightBytes(r, k, WeightLayout::kOnednn) / 2);
+    }
+    for (size_t i = begin; i < end; ++i) {
+      *pending_[i].slot = i == begin ? dst : nullptr;
+      DropPages(pending_[i].view);
+    }
+  }
 
   // Converts elements [begin, begin + n) of a tensor of a supported dtype to bf16 (exact copy
   // for bf16, RNE otherwise).
@@ -381,8 +441,10 @@ class Weights::Loader {
   std::vector<Pending> pending_;
   std::vector<Int8Pending> int8_pending_;
   bool int8_checkpoint_;
-  int64_t next_ = 0;       // bytes reserved in the matrix buffer so far
-  int64_t int8_rows_ = 0;  // rows of the int8 matrices reserved so far
+  int64_t next_ = 0;          // bytes reserved in the matrix buffer so far
+  int64_t group_offset_ = 0;  // where the current group (fused matrix) starts, in bytes
+  int64_t group_rows_ = 0;    // and its rows so far
+  int64_t int8_rows_ = 0;     // rows of the int8 matrices reserved so far
 };
 
 absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_dir,
@@ -393,17 +455,14 @@ absl::StatusOr<std::unique_ptr<Weights>> Weights::Load(const std::string& model_
   w->int8_ = w8a8 || c.int8_checkpoint;
   RETURN_IF_ERROR(l.OpenFiles(model_dir));
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.intermediate_size;
-  // Layouts: a fused matrix takes groups of rows only when each member's rows are whole groups.
   // The embedding is only looked up by rows unless it is also the lm_head.
   const bool tied = c.tie_word_embeddings;
   const WeightLayout lm_layout = PreferredWeightLayout(c.vocab_size, h);
   w->embed_layout = tied ? lm_layout : WeightLayout::kRows;
   w->lm_head_layout = lm_layout;
-  const WeightLayout qkv_layout =
-      q % 4 == 0 && kv % 4 == 0 ? PreferredWeightLayout(q + 2 * kv, h) : WeightLayout::kRows;
+  const WeightLayout qkv_layout = FusedLayout({q, kv, kv}, h);
   const WeightLayout o_layout = PreferredWeightLayout(h, q);
-  const WeightLayout gate_up_layout =
-      f % 4 == 0 ? PreferredWeightLayout(2 * f, h) : WeightLayout::kRows;
+  const WeightLayout gate_up_layout = FusedLayout({f, f}, h);
   const WeightLayout down_layout = PreferredWeightLayout(h, f);
   // Every tensor is found and shape-checked before the buffer is allocated and filled.
   RETURN_IF_ERROR(

@@ -3,7 +3,9 @@
 //
 // Matrices are bf16 [out_features, in_features] (the HF nn.Linear shape), stored in the layout the
 // matmul path of this process reads fastest (PreferredWeightLayout, matmul.h: rows interleaved in
-// groups of four on the vector paths, else the HF row layout; each matrix's layout is beside it),
+// groups of four on the vector paths, else the HF row layout, or oneDNN's blocked layout under
+// TANDEM_GEMM=onednn, which replaces the others rather than adding a copy; each matrix's layout
+// is beside it),
 // copied at load time into one anonymous, 2 MiB aligned buffer offered for transparent huge
 // pages (HugePageBuffer):
 // decode streams every matrix once per step, and streaming a read-only file mapping of 4 KiB
@@ -66,6 +68,8 @@ struct LayerWeights {
   // A fused matrix's members share its layout (every member's rows are whole groups).
   const bf16* wqkv = nullptr;  // [(n_heads + 2 * n_kv_heads) * head_dim, hidden]: wq; wk; wv
   WeightLayout wqkv_layout = WeightLayout::kRows;
+  // The members after the first of a fused matrix in WeightLayout::kOnednn are not addressable
+  // on their own (its blocks span members): wk, wv, w_up are null then.
   const bf16* wq = nullptr;  // [n_heads * head_dim, hidden] (== wqkv)
   const bf16* wk = nullptr;  // [n_kv_heads * head_dim, hidden] (follows wq)
   const bf16* wv = nullptr;  // [n_kv_heads * head_dim, hidden] (follows wk)

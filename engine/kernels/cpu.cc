@@ -1,7 +1,10 @@
 #include "engine/kernels/cpu.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +67,55 @@ bool ProbeCpuid7(unsigned int subleaf, int reg, int bit) {
   return (r[reg] >> bit) & 1u;
 }
 
+// Linux's arch_prctl codes for dynamically enabled XSAVE features (asm/prctl.h, Linux 5.16) and
+// the tile data feature number (the AMX tiles' 8 KiB register state).
+constexpr int kArchGetXcompPerm = 0x1022;
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+// Whether AMX can run in this process: the hardware has AMX-TILE, the OS enables the tile
+// config and data state in XCR0 (bits 17, 18), and Linux grants this process the tile data
+// permission (requested here).
+bool ProbeAmxPermission() {
+  if (!ProbeCpuid7(0, 3, 24)) return false;
+  if ((ReadXcr0() & (uint64_t{3} << 17)) != (uint64_t{3} << 17)) {
+    std::fprintf(stderr,
+                 "cpu: the CPU has AMX but the OS does not enable its tile state; not "
+                 "using AMX\n");
+    return false;
+  }
+  const long req = ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata);
+  const int req_errno = errno;
+  uint64_t granted = 0;
+  const long get = ::syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted);
+  const bool ok = req == 0 && get == 0 && ((granted >> kXfeatureXtiledata) & 1u);
+  if (!ok) {
+    std::fprintf(stderr,
+                 "cpu: the CPU has AMX but Linux refused the tile data permission "
+                 "(arch_prctl ARCH_REQ_XCOMP_PERM: %s); not using AMX\n",
+                 req == 0 ? "granted but not confirmed" : std::strerror(req_errno));
+  }
+  return ok;
+}
+
+bool AmxUsable() {
+  static const bool usable = ProbeAmxPermission();
+  return usable;
+}
+
 }  // namespace
+
+bool CpuHasAmxTile() { return AmxUsable(); }
+
+bool CpuHasAmxBf16() {
+  static const bool has = AmxUsable() && ProbeCpuid7(0, 3, 22);
+  return has;
+}
+
+bool CpuHasAmxInt8() {
+  static const bool has = AmxUsable() && ProbeCpuid7(0, 3, 25);
+  return has;
+}
 
 bool CpuHasAvx512Vnni() {
   static const bool has = SimdLevelSupported(SimdLevel::kAvx512) && ProbeCpuid7(0, 2, 11);

@@ -36,6 +36,17 @@ bool SimdLevelSupported(SimdLevel level);
 bool CpuHasAvx512Vnni();
 bool CpuHasAvxVnni();
 
+// Advanced Matrix Extensions (cpuid leaf 7 subleaf 0 edx: AMX-TILE bit 24, AMX-BF16 bit 22,
+// AMX-INT8 bit 25). Usable means the hardware has it AND Linux lets this process use the tile
+// data state: the first call asks for it (arch_prctl ARCH_REQ_XCOMP_PERM with XFEATURE_XTILEDATA,
+// Linux >= 5.16) and confirms it with ARCH_GET_XCOMP_PERM, once per process; a refusal on AMX
+// hardware is reported once on stderr and then every CpuHasAmx* is false. TANDEM_SIMD does not
+// cap these (they are a GEMM backend's business, not a SimdLevel: matmul.h GemmBackend).
+// Thread-safe; the permission is process-wide, so asking from any thread covers all of them.
+bool CpuHasAmxTile();
+bool CpuHasAmxBf16();
+bool CpuHasAmxInt8();
+
 }  // namespace tandem::engine
 
 #endif  // TANDEM_ENGINE_KERNELS_CPU_H_

@@ -139,11 +139,21 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
 }
 
 WeightLayout PreferredWeightLayout(int64_t n, int64_t k) {
+  if (SelectedGemmBackend() == GemmBackend::kOnednn) return WeightLayout::kOnednn;
   const bool fits = n > 0 && n % 4 == 0 && k > 0 && k % 16 == 0;
   return fits && DetectSimd() != SimdLevel::kScalar ? WeightLayout::kGroups4 : WeightLayout::kRows;
 }
 
+int64_t PackedWeightBytes(int64_t n, int64_t k, WeightLayout layout) {
+  if (layout == WeightLayout::kOnednn) return internal::OnednnPackedBytes(n, k);
+  return 2 * n * k;
+}
+
 void PackWeights(const bf16* w, int64_t n, int64_t k, WeightLayout layout, bf16* dst) {
+  if (layout == WeightLayout::kOnednn) {
+    internal::OnednnPack(w, n, k, dst);
+    return;
+  }
   if (layout == WeightLayout::kRows) {
     std::memcpy(dst, w, static_cast<size_t>(n * k) * sizeof(bf16));
     return;
@@ -158,7 +168,11 @@ void PackWeights(const bf16* w, int64_t n, int64_t k, WeightLayout layout, bf16*
   }
 }
 
-void CopyWeightRow(const bf16* w, int64_t k, WeightLayout layout, int64_t j, bf16* out) {
+void CopyWeightRow(const bf16* w, int64_t n, int64_t k, WeightLayout layout, int64_t j, bf16* out) {
+  if (layout == WeightLayout::kOnednn) {
+    internal::OnednnCopyRow(w, n, k, j, out);
+    return;
+  }
   if (layout == WeightLayout::kRows) {
     std::memcpy(out, w + j * k, static_cast<size_t>(k) * sizeof(bf16));
     return;
@@ -172,6 +186,10 @@ void MatmulBf16(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
                 float* y, int64_t ldy, ThreadPool* pool, WeightLayout layout) {
   if (layout == WeightLayout::kRows) {
     MatmulBf16(x, ldx, m, k, w, n, y, ldy, pool);
+    return;
+  }
+  if (layout == WeightLayout::kOnednn) {
+    internal::MatmulBf16Onednn(x, ldx, m, k, w, n, y, ldy, pool);
     return;
   }
   static const SimdLevel level = DetectSimd();
@@ -189,6 +207,8 @@ void MatmulBf16ForLevel(SimdLevel level, const bf16* x, int64_t ldx, int64_t m, 
   TANDEM_CHECK(
       SimdLevelSupported(level),
       absl::StrCat("MatmulBf16ForLevel: this CPU cannot run the ", SimdLevelName(level), " path"));
+  TANDEM_CHECK(layout != WeightLayout::kOnednn,
+               "MatmulBf16ForLevel: weights in oneDNN's layout run on oneDNN (MatmulBf16)");
   const MatmulFn path = layout == WeightLayout::kRows ? PathFor(level) : GroupsPathFor(level, n, k);
   path(x, ldx, m, k, w, n, y, ldy, pool);
 }

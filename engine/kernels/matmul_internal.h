@@ -35,6 +35,13 @@ void MatmulBf16Avx512Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, c
 void MatmulBf16Avx512Bf16Groups4(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
                                  int64_t n, float* y, int64_t ldy, ThreadPool* pool);
 
+// The oneDNN backend (matmul_onednn.cc): w in WeightLayout::kOnednn.
+void MatmulBf16Onednn(const bf16* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n,
+                      float* y, int64_t ldy, ThreadPool* pool);
+int64_t OnednnPackedBytes(int64_t n, int64_t k);
+void OnednnPack(const bf16* w, int64_t n, int64_t k, bf16* dst);
+void OnednnCopyRow(const bf16* w, int64_t n, int64_t k, int64_t j, bf16* out);
+
 void ConvertF32ToBf16Avx2(const float* src, bf16* dst, int64_t n);
 
 }  // namespace tandem::engine::internal

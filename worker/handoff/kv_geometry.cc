@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "engine/kernels/matmul.h"
 #include "kvtransfer/factory.h"
 #include "spdlog/spdlog.h"
 
@@ -20,6 +21,10 @@ kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
                    m.num_kv_heads, "|", m.head_dim, "|", m.intermediate_size, "|", m.vocab_size,
                    "|", m.rope_theta, "|", m.rms_norm_eps, "|", m.tie_word_embeddings, "|",
                    m.qk_norm, "|", m.attention_bias, int8_linear ? "|w8a8" : "",
+                   // The own kernels give the same bits on every SIMD path; oneDNN does not.
+                   engine::SelectedGemmBackend() == engine::GemmBackend::kOnednn
+                       ? absl::StrCat("|", engine::GemmBackendDescription())
+                       : "",
                    // Mixture of experts: the experts change the tokens, not the KV shape, but a
                    // pair serving different experts would not give the colocated tokens.
                    m.moe.num_experts == 0

@@ -29,8 +29,10 @@ inline constexpr char kKvLayoutName[] = "layer-major/[block][kv][token][head][di
 
 // model_id = served model name + "/" + the first 16 hex digits of SHA-256 of config.json's
 // canonical fields (with a mixture of experts, its settings too) and how the linear layers compute
-// (`int8_linear`: W8A8), so two workers agree only on the same model run the same way (a bf16
-// prefill worker never feeds an int8 decode one).
+// (`int8_linear`: W8A8; and under TANDEM_GEMM=onednn the oneDNN implementation, whose bits differ
+// from the own kernels' and between ISAs: engine/kernels/matmul.h "GEMM backends"), so two workers
+// agree only on the same model run the same way (a bf16 prefill worker never feeds an int8 decode
+// one, nor an own-kernel worker a oneDNN one).
 kv::CompatibilityRecord KvCompatibility(const std::string& served_model_name,
                                         const engine::ModelConfig& model,
                                         const engine::KvCacheStorage& storage, bool int8_linear);

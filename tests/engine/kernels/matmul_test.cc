@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/kernels/bf16.h"
@@ -246,7 +249,7 @@ TEST(WeightLayoutTest, PackedRowsReadBackAndOffsetsMatch) {
     PackWeights(w.data(), n, k, layout, packed.data());
     std::vector<bf16> row(k);
     for (int64_t j = 0; j < n; ++j) {
-      CopyWeightRow(packed.data(), k, layout, j, row.data());
+      CopyWeightRow(packed.data(), n, k, layout, j, row.data());
       for (int64_t p = 0; p < k; ++p) {
         ASSERT_EQ(row[p], w[j * k + p]) << j << " " << p;
         ASSERT_EQ(packed[WeightOffset(j, p, k, layout)], w[j * k + p]) << j << " " << p;
@@ -330,6 +333,124 @@ TEST(MatmulTest, EmptyShapesWriteNothing) {
     MatmulBf16ForLevel(level, x.data(), 16, 1, 0, w.data(), 1, y.data(), 1, nullptr);
     EXPECT_EQ(Bits(y[0]), 0u) << SimdLevelName(level);
   }
+}
+
+// The oneDNN backend (matmul.h "GEMM backends"), exercised on whatever implementation oneDNN picks
+// on this host (brgemm on AVX-512-BF16 or AMX); skipped where OnednnGemmAvailable() is false.
+class OnednnMatmulTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!OnednnGemmAvailable()) GTEST_SKIP() << "oneDNN has no usable bf16 matmul here";
+  }
+  static std::vector<bf16> Pack(const std::vector<bf16>& w, int64_t n, int64_t k) {
+    std::vector<bf16> packed(PackedWeightBytes(n, k, WeightLayout::kOnednn) / 2);
+    PackWeights(w.data(), n, k, WeightLayout::kOnednn, packed.data());
+    return packed;
+  }
+};
+
+TEST_F(OnednnMatmulTest, PackedRowsReadBackAndPackInWholeBlocks) {
+  // One block, a partial one, several with a short last block.
+  for (int64_t n : {int64_t{12}, kOnednnBlockColumns, 2 * kOnednnBlockColumns + 44}) {
+    const int64_t k = 96;
+    const auto w = RandomBf16(n * k, 43);
+    const auto packed = Pack(w, n, k);
+    std::vector<bf16> row(k);
+    for (int64_t j = 0; j < n; ++j) {
+      CopyWeightRow(packed.data(), n, k, WeightLayout::kOnednn, j, row.data());
+      for (int64_t p = 0; p < k; ++p) ASSERT_EQ(row[p], w[j * k + p]) << n << " " << j << " " << p;
+    }
+    // Packing block by block gives the same bytes as packing the whole.
+    std::vector<bf16> pieces(packed.size());
+    for (int64_t r = 0; r < n; r += kOnednnBlockColumns) {
+      const int64_t cols = std::min(kOnednnBlockColumns, n - r);
+      PackWeights(w.data() + r * k, cols, k, WeightLayout::kOnednn,
+                  pieces.data() + PackedWeightBytes(r, k, WeightLayout::kOnednn) / 2);
+    }
+    EXPECT_EQ(std::memcmp(pieces.data(), packed.data(), packed.size() * sizeof(bf16)), 0) << n;
+  }
+}
+
+TEST_F(OnednnMatmulTest, MatchesDoubleReferenceWithinFp32Bound) {
+  // k not a multiple of 16 or 32, n with a short last block, m across a row block boundary.
+  const int64_t m = kOnednnBlockRows + 5, n = kOnednnBlockColumns + 20, k = 200;
+  const auto x = RandomBf16(m * k, 44);
+  const auto w = RandomBf16(n * k, 45);
+  const auto packed = Pack(w, n, k);
+  std::vector<float> y(m * n), own(m * n);
+  ThreadPool pool(2);
+  MatmulBf16(x.data(), k, m, k, packed.data(), n, y.data(), n, &pool, WeightLayout::kOnednn);
+  MatmulBf16(x.data(), k, m, k, w.data(), n, own.data(), n, &pool);
+  std::vector<double> ref, abs_sum;
+  Reference(x, k, m, k, w, n, &ref, &abs_sum);
+  // Any fp32 summation order of the exact products is within gamma_k sum |x w| of the exact sum,
+  // so oneDNN and the own kernels are within twice that of each other.
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = (k + 2) * u / (1 - (k + 2) * u);
+  int64_t differing = 0;
+  for (int64_t e = 0; e < m * n; ++e) {
+    ASSERT_NEAR(y[e], ref[e], gamma * abs_sum[e] + 1e-30) << "e=" << e;
+    ASSERT_NEAR(y[e], own[e], 2 * gamma * abs_sum[e] + 1e-30) << "e=" << e;
+    differing += Bits(y[e]) != Bits(own[e]);
+  }
+  RecordProperty("bits_differing_from_own", std::to_string(differing));
+}
+
+TEST_F(OnednnMatmulTest, RowResultIndependentOfBatchOrderAndThreads) {
+  // Every m from 1 to past two row blocks, rows drawn in a shuffled order from a fixed set, on
+  // 1, 2 and 3 threads (split forced), against each row computed alone on the calling thread.
+  const int64_t n = 2 * kOnednnBlockColumns + 44, k = 136, distinct = 80;
+  const auto rows = RandomBf16(distinct * k, 46);
+  const auto packed = Pack(RandomBf16(n * k, 47), n, k);
+  std::vector<float> alone(distinct * n);
+  for (int64_t r = 0; r < distinct; ++r) {
+    MatmulBf16(rows.data() + r * k, k, 1, k, packed.data(), n, alone.data() + r * n, n, nullptr,
+               WeightLayout::kOnednn);
+  }
+  std::mt19937 rng(48);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    pool.set_min_parallel_work(0);
+    for (int64_t m = 1; m <= 70; ++m) {
+      std::vector<int64_t> pick(m);
+      for (auto& p : pick) p = static_cast<int64_t>(rng() % distinct);
+      // x rows ldx apart, wider than k, so the primitives also see a strided x.
+      const int64_t ldx = k + 8;
+      std::vector<bf16> x(m * ldx);
+      for (int64_t i = 0; i < m; ++i) {
+        std::memcpy(&x[i * ldx], &rows[pick[i] * k], k * sizeof(bf16));
+      }
+      std::vector<float> y(m * n);
+      MatmulBf16(x.data(), ldx, m, k, packed.data(), n, y.data(), n, &pool, WeightLayout::kOnednn);
+      for (int64_t i = 0; i < m; ++i) {
+        ASSERT_EQ(std::memcmp(&y[i * n], &alone[pick[i] * n], n * sizeof(float)), 0)
+            << "threads " << threads << " m " << m << " row " << i;
+      }
+    }
+  }
+}
+
+TEST_F(OnednnMatmulTest, ExplicitLevelRefusesOnednnWeights) {
+  const int64_t n = 8, k = 32;
+  const auto packed = Pack(RandomBf16(n * k, 49), n, k);
+  std::vector<bf16> x(k);
+  std::vector<float> y(n);
+  EXPECT_DEATH(MatmulBf16ForLevel(AvailableLevels().back(), x.data(), k, 1, k, packed.data(), n,
+                                  y.data(), n, nullptr, WeightLayout::kOnednn),
+               "oneDNN");
+}
+
+TEST(GemmBackendTest, SelectionFollowsTheEnvironmentAndAvailability) {
+  // The process's choice (TANDEM_GEMM as ctest sets it) and what it implies.
+  const char* env = std::getenv("TANDEM_GEMM");
+  const bool want_onednn = env != nullptr && std::strcmp(env, "onednn") == 0;
+  const GemmBackend backend = SelectedGemmBackend();
+  EXPECT_EQ(backend,
+            want_onednn && OnednnGemmAvailable() ? GemmBackend::kOnednn : GemmBackend::kOwn);
+  EXPECT_EQ(PreferredWeightLayout(64, 64) == WeightLayout::kOnednn,
+            backend == GemmBackend::kOnednn);
+  const std::string description = GemmBackendDescription();
+  EXPECT_EQ(description.rfind(GemmBackendName(backend), 0), 0u) << description;
 }
 
 }  // namespace

@@ -22,10 +22,13 @@ absl::StatusOr<std::unique_ptr<Weights>> LoadDir(const std::string& dir) {
   return Weights::Load(dir, *c);
 }
 
-// Element i (row-major order) of a [rows, k] matrix stored in `layout`.
-bf16 At(const bf16* w, int64_t k, WeightLayout layout, size_t i) {
+// Element i (row-major order) of the member starting at row `first` of an [n, k] matrix stored in
+// `layout` (read through CopyWeightRow, so any layout, TANDEM_GEMM=onednn's included).
+bf16 At(const bf16* w, int64_t n, int64_t k, WeightLayout layout, size_t i, int64_t first = 0) {
   const auto index = static_cast<int64_t>(i);
-  return w[WeightOffset(index / k, index % k, k, layout)];
+  std::vector<bf16> row(static_cast<size_t>(k));
+  CopyWeightRow(w, n, k, layout, first + index / k, row.data());
+  return row[static_cast<size_t>(index % k)];
 }
 
 void ExpectMatches(const Weights& w, const std::map<std::string, std::vector<float>>& values,
@@ -33,11 +36,11 @@ void ExpectMatches(const Weights& w, const std::map<std::string, std::vector<flo
   const auto& embed = values.at("model.embed_tokens.weight");
   for (size_t i = 0; i < embed.size(); ++i) {
     if (s.dtype == "F16") {  // fp16 storage rounds first, then the loader rounds to bf16
-      ASSERT_NEAR(Bf16ToF32(At(w.embed, s.hidden, w.embed_layout, i)), embed[i],
+      ASSERT_NEAR(Bf16ToF32(At(w.embed, s.vocab, s.hidden, w.embed_layout, i)), embed[i],
                   1e-2f * std::abs(embed[i]) + 7e-5f)
           << i;
     } else {
-      ASSERT_EQ(At(w.embed, s.hidden, w.embed_layout, i), F32ToBf16(embed[i])) << i;
+      ASSERT_EQ(At(w.embed, s.vocab, s.hidden, w.embed_layout, i), F32ToBf16(embed[i])) << i;
     }
   }
   const auto& down = values.at("model.layers.1.mlp.down_proj.weight");
@@ -46,11 +49,12 @@ void ExpectMatches(const Weights& w, const std::map<std::string, std::vector<flo
     if (s.dtype == "F16") {
       // (the test's fp16 writer flushes fp16 subnormals, hence the absolute term)
       const LayerWeights& L = w.layers[1];
-      ASSERT_NEAR(Bf16ToF32(At(L.w_down, s.intermediate, L.w_down_layout, i)), down[i],
+      ASSERT_NEAR(Bf16ToF32(At(L.w_down, s.hidden, s.intermediate, L.w_down_layout, i)), down[i],
                   1e-2f * std::abs(down[i]) + 7e-5f);
     } else {
       const LayerWeights& L = w.layers[1];
-      ASSERT_EQ(At(L.w_down, s.intermediate, L.w_down_layout, i), F32ToBf16(down[i])) << i;
+      ASSERT_EQ(At(L.w_down, s.hidden, s.intermediate, L.w_down_layout, i), F32ToBf16(down[i]))
+          << i;
     }
   }
   const auto& norm = values.at("model.norm.weight");
@@ -220,30 +224,38 @@ TEST(WeightsTest, MatricesAreCopiedAndFused) {
     for (int l = 0; l < s.layers; ++l) {
       const LayerWeights& L = (*w)->layers[l];
       EXPECT_EQ(L.wqkv, L.wq);
-      EXPECT_EQ(L.wk, L.wq + q * h);
-      EXPECT_EQ(L.wv, L.wk + kv * h);
       EXPECT_EQ(L.w_gate_up, L.w_gate);
-      EXPECT_EQ(L.w_up, L.w_gate + f * h);
+      if (L.wqkv_layout == WeightLayout::kOnednn) {  // blocks span members (weights.h)
+        EXPECT_EQ(L.wk, nullptr);
+        EXPECT_EQ(L.wv, nullptr);
+        EXPECT_EQ(L.w_up, nullptr);
+      } else {
+        EXPECT_EQ(L.wk, L.wq + q * h);
+        EXPECT_EQ(L.wv, L.wk + kv * h);
+        EXPECT_EQ(L.w_up, L.w_gate + f * h);
+      }
       EXPECT_EQ(reinterpret_cast<uintptr_t>(L.wqkv) % 64, 0u);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(L.w_gate_up) % 64, 0u);
       const std::string p = "model.layers." + std::to_string(l) + ".";
       struct Part {
         const char* name;
-        const bf16* ptr;
-        int64_t k;
+        const bf16* matrix;  // the fused matrix holding it
+        int64_t n, first, k;
         WeightLayout layout;
       };
-      const Part parts[] = {{"self_attn.q_proj.weight", L.wq, h, L.wqkv_layout},
-                            {"self_attn.k_proj.weight", L.wk, h, L.wqkv_layout},
-                            {"self_attn.v_proj.weight", L.wv, h, L.wqkv_layout},
-                            {"self_attn.o_proj.weight", L.wo, q, L.wo_layout},
-                            {"mlp.gate_proj.weight", L.w_gate, h, L.w_gate_up_layout},
-                            {"mlp.up_proj.weight", L.w_up, h, L.w_gate_up_layout},
-                            {"mlp.down_proj.weight", L.w_down, f, L.w_down_layout}};
+      const int64_t nqkv = q + 2 * kv;
+      const Part parts[] = {{"self_attn.q_proj.weight", L.wqkv, nqkv, 0, h, L.wqkv_layout},
+                            {"self_attn.k_proj.weight", L.wqkv, nqkv, q, h, L.wqkv_layout},
+                            {"self_attn.v_proj.weight", L.wqkv, nqkv, q + kv, h, L.wqkv_layout},
+                            {"self_attn.o_proj.weight", L.wo, h, 0, q, L.wo_layout},
+                            {"mlp.gate_proj.weight", L.w_gate_up, 2 * f, 0, h, L.w_gate_up_layout},
+                            {"mlp.up_proj.weight", L.w_gate_up, 2 * f, f, h, L.w_gate_up_layout},
+                            {"mlp.down_proj.weight", L.w_down, h, 0, f, L.w_down_layout}};
       for (const Part& part : parts) {
         const auto& expect = values.at(p + part.name);
         for (size_t i = 0; i < expect.size(); ++i) {
-          ASSERT_EQ(At(part.ptr, part.k, part.layout, i), F32ToBf16(expect[i]))
+          ASSERT_EQ(At(part.matrix, part.n, part.k, part.layout, i, part.first),
+                    F32ToBf16(expect[i]))
               << p << part.name << " " << i;
         }
       }
@@ -254,7 +266,7 @@ TEST(WeightsTest, MatricesAreCopiedAndFused) {
     EXPECT_LE((*w)->huge_page_bytes(), (*w)->resident_bytes());
     const auto& lm = values.at("lm_head.weight");
     for (size_t i = 0; i < lm.size(); ++i) {
-      ASSERT_EQ(At((*w)->lm_head, h, (*w)->lm_head_layout, i), F32ToBf16(lm[i])) << i;
+      ASSERT_EQ(At((*w)->lm_head, s.vocab, h, (*w)->lm_head_layout, i), F32ToBf16(lm[i])) << i;
     }
   }
 }
