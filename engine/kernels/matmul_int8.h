@@ -27,10 +27,12 @@
 // Cost. x is quantized once per call with the path's vector instructions (the same bytes as
 // QuantizeActivationRow; in scalar code 1.6 us at k = 896 and 8.5 us at k = 4864 on Zen 4, 4-12%
 // of an m = 1 call from DRAM): at m = 1 by each thread for itself inside the one pool dispatch, for
-// larger m split over the threads by rows. At m = 1 the AVX-512-VNNI path reads two groups side by
+// larger m split over the threads by rows. At m = 1 every vector path reads two groups side by
 // side (matmul_int8_avx512.cc); at Qwen2.5-0.5B shapes on Zen 4, 2 threads, kernels_bench
-// --int8-only, alternated: 0.91-0.97 of a plain read of the same bytes, against 0.73-0.84 with the
-// scalar quantization on the calling thread and four groups side by side.
+// --int8-only, alternated: AVX-512-VNNI 0.91-0.97 of a plain read of the same bytes on a quiet
+// host, against 0.73-0.84 with the scalar quantization on the calling thread and four groups side
+// by side (0.83-0.92 against 0.80-0.87 on a host at load 11); AVX2 (TANDEM_SIMD=avx2), one group
+// at a time before, 0.81-0.91 against 0.72-0.89 at load 11.
 //
 // Thread-safety: calls are thread-safe for distinct outputs; x and the weights are only read.
 #ifndef TANDEM_ENGINE_KERNELS_MATMUL_INT8_H_
