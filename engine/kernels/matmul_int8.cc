@@ -59,6 +59,19 @@ internal::Int8GroupsFn GroupsFnFor(Int8Path path) {
   return internal::MatmulInt8GroupsScalar;
 }
 
+internal::QuantizeRowFn QuantizeFnFor(Int8Path path) {
+  switch (path) {
+    case Int8Path::kAvx512Vnni:
+      return internal::QuantizeRowAvx512;
+    case Int8Path::kAvxVnni:
+    case Int8Path::kAvx2:
+      return internal::QuantizeRowAvx2;
+    case Int8Path::kScalar:
+      break;
+  }
+  return internal::QuantizeRowScalar;
+}
+
 bool UsesOffset(Int8Path path) {
   return path == Int8Path::kAvx512Vnni || path == Int8Path::kAvxVnni;
 }
@@ -166,6 +179,8 @@ float QuantizeWeightRow(const float* w, int64_t k, int8_t* q) {
 
 float QuantizeActivationRow(const bf16* x, int64_t k, int8_t* q) {
   float amax = 0.0f;
+  // NaNs are skipped (std::max keeps amax when the comparison is false), as the vector paths'
+  // max(|x|, amax) does.
   for (int64_t p = 0; p < k; ++p) amax = std::max(amax, std::fabs(Bf16ToF32(x[p])));
   if (!(amax > 0.0f)) {
     std::memset(q, 0, static_cast<size_t>(k));
@@ -173,11 +188,25 @@ float QuantizeActivationRow(const bf16* x, int64_t k, int8_t* q) {
   }
   const float inv = 127.0f / amax;
   for (int64_t p = 0; p < k; ++p) {
-    const float v = std::clamp(RoundHalfEven(Bf16ToF32(x[p]) * inv), -127.0f, 127.0f);
-    q[p] = static_cast<int8_t>(v);
+    const float v = Bf16ToF32(x[p]) * inv;
+    // A NaN product (a NaN in x, or 0 times an infinite 127 / max|x|) quantizes to 0.
+    q[p] = v == v ? static_cast<int8_t>(std::clamp(RoundHalfEven(v), -127.0f, 127.0f)) : 0;
   }
   return amax / 127.0f;
 }
+
+namespace internal {
+
+float QuantizeRowScalar(const bf16* x, int64_t k, int64_t kp, bool offset, uint8_t* q) {
+  const float sx = QuantizeActivationRow(x, k, reinterpret_cast<int8_t*>(q));
+  std::memset(q + k, 0, static_cast<size_t>(kp - k));
+  if (offset) {
+    for (int64_t p = 0; p < kp; ++p) q[p] = static_cast<uint8_t>(q[p] + 128u);
+  }
+  return sx;
+}
+
+}  // namespace internal
 
 void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, const Int8Matrix& w,
                        float* y, int64_t ldy, ThreadPool* pool) {
@@ -186,26 +215,45 @@ void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, con
   if (m <= 0 || w.n <= 0) return;
   const int64_t k = w.k;
   const int64_t kp = (k + kInt8Block - 1) / kInt8Block * kInt8Block;
+  const bool offset = UsesOffset(path);
+  const internal::QuantizeRowFn quantize_row = QuantizeFnFor(path);
+  const internal::Int8GroupsFn fn = GroupsFnFor(path);
+  const int64_t groups = (w.n + 3) / 4;
+  if (m == 1) {
+    // Decode: each thread quantizes the row into its own scratch (well under a microsecond on the
+    // vector paths) and streams its groups, so a call is one pool dispatch and no thread waits
+    // for another's quantization.
+    auto body = [&](int64_t g_begin, int64_t g_end) {
+      Int8Job job;
+      uint8_t* xq = ScratchBytes(kp);
+      const float sx = quantize_row(x, k, kp, offset, xq);
+      job.xq = xq;
+      job.sx = &sx;
+      job.m = 1;
+      job.kp = kp;
+      job.w = &w;
+      job.y = y;
+      job.ldy = ldy;
+      fn(job, g_begin, g_end);
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(groups, w.n * k, body);
+    } else {
+      body(0, groups);
+    }
+    return;
+  }
   uint8_t* xq = ScratchBytes(m * kp + m * static_cast<int64_t>(sizeof(float)));
   float* sx = reinterpret_cast<float*>(xq + m * kp);
-  const bool offset = UsesOffset(path);
   auto quantize = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      uint8_t* row = xq + i * kp;
-      sx[i] = QuantizeActivationRow(x + i * ldx, k, reinterpret_cast<int8_t*>(row));
-      std::memset(row + k, 0, static_cast<size_t>(kp - k));
-      if (offset) {
-        for (int64_t p = 0; p < kp; ++p) row[p] = static_cast<uint8_t>(row[p] + 128u);
-      }
-    }
+    for (int64_t i = begin; i < end; ++i)
+      sx[i] = quantize_row(x + i * ldx, k, kp, offset, xq + i * kp);
   };
   if (pool != nullptr) {
     pool->ParallelFor(m, 4 * m * k, quantize);
   } else {
     quantize(0, m);
   }
-  const internal::Int8GroupsFn fn = GroupsFnFor(path);
-  const int64_t groups = (w.n + 3) / 4;
   auto body = [&](int64_t g_begin, int64_t g_end) {
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
       Int8Job job;

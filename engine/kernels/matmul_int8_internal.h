@@ -45,6 +45,16 @@ inline void StoreInt8Group(const Int8Job& job, int64_t i, int64_t g, const int32
   }
 }
 
+// Quantizes one row of x (bf16 [k]) as QuantizeActivationRow does into q [kp] (k zero padded to
+// kp), as qx + 128 (unsigned) when `offset` (the VNNI paths), and returns sx. Every version
+// writes the same bytes (matmul_int8.h): the vector ones round with the instruction set's
+// round-to-nearest-even, which is what RoundHalfEven computes for these magnitudes.
+using QuantizeRowFn = float (*)(const bf16* x, int64_t k, int64_t kp, bool offset, uint8_t* q);
+
+float QuantizeRowScalar(const bf16* x, int64_t k, int64_t kp, bool offset, uint8_t* q);
+float QuantizeRowAvx2(const bf16* x, int64_t k, int64_t kp, bool offset, uint8_t* q);
+float QuantizeRowAvx512(const bf16* x, int64_t k, int64_t kp, bool offset, uint8_t* q);
+
 void MatmulInt8GroupsScalar(const Int8Job& job, int64_t g_begin, int64_t g_end);
 void MatmulInt8GroupsAvx2(const Int8Job& job, int64_t g_begin, int64_t g_end);
 void MatmulInt8GroupsAvxVnni(const Int8Job& job, int64_t g_begin, int64_t g_end);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/kernels/bf16.h"
+#include "engine/kernels/matmul_int8_internal.h"
 #include "engine/kernels/thread_pool.h"
 
 namespace tandem::engine {
@@ -94,6 +95,47 @@ TEST(QuantizeInt8Test, ActivationRowRoundsHalfToEven) {
   std::vector<bf16> zeros(5, F32ToBf16(0.0f));
   EXPECT_EQ(QuantizeActivationRow(zeros.data(), 5, q.data()), 0.0f);
   for (int p = 0; p < 5; ++p) EXPECT_EQ(q[p], 0);
+}
+
+// The matmul paths quantize x with the vector versions of QuantizeActivationRow: the same bytes
+// (with the padding, and offset by 128 for the VNNI paths) and sx, on tails of every length, ties,
+// denormal, zero, infinite and NaN inputs.
+TEST(QuantizeInt8Test, VectorRowsMatchScalar) {
+  std::vector<internal::QuantizeRowFn> fns;
+  if (Int8PathSupported(Int8Path::kAvx2)) fns.push_back(internal::QuantizeRowAvx2);
+  if (SimdLevelSupported(SimdLevel::kAvx512)) fns.push_back(internal::QuantizeRowAvx512);
+  if (fns.empty()) GTEST_SKIP() << "no vector path";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  for (int64_t k : {1, 7, 8, 15, 16, 17, 31, 33, 64, 100, 896, 4864}) {
+    const int64_t kp = (k + 63) / 64 * 64;
+    for (int variant = 0; variant < 6; ++variant) {
+      std::vector<bf16> x(k);
+      for (auto& e : x) e = F32ToBf16(d(rng));
+      if (variant == 1) {  // ties: max|x| = 127 leaves x * 1 exact, halves included
+        for (int64_t p = 0; p < k; ++p) x[p] = F32ToBf16(static_cast<float>(p % 9) * 0.5f - 2.0f);
+        x[k / 2] = F32ToBf16(127.0f);
+      }
+      if (variant == 2) std::fill(x.begin(), x.end(), F32ToBf16(0.0f));
+      if (variant == 3) x[k - 1] = 0x7fc1;  // NaN, last
+      if (variant == 4) x[k / 3] = 0xff80;  // -infinity
+      if (variant == 5) x[0] = 0x0003;      // a denormal
+      std::vector<int8_t> ref(k);
+      const float sx_ref = QuantizeActivationRow(x.data(), k, ref.data());
+      for (internal::QuantizeRowFn fn : fns) {
+        for (bool offset : {false, true}) {
+          std::vector<uint8_t> q(kp + 1, 77);
+          const float sx = fn(x.data(), k, kp, offset, q.data());
+          ASSERT_EQ(Bits(sx), Bits(sx_ref)) << "k=" << k << " variant=" << variant;
+          for (int64_t p = 0; p < kp; ++p) {
+            const uint8_t want = static_cast<uint8_t>((p < k ? ref[p] : 0) + (offset ? 128 : 0));
+            ASSERT_EQ(q[p], want) << "k=" << k << " variant=" << variant << " p=" << p;
+          }
+          ASSERT_EQ(q[kp], 77) << "wrote past kp";
+        }
+      }
+    }
+  }
 }
 
 TEST(QuantizeInt8Test, WeightRowIsSymmetricPerChannel) {
@@ -206,6 +248,7 @@ TEST_P(MatmulInt8PathTest, RowsIndependentOfBatchAndThreads) {
   std::vector<float> alone(n);
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
+    pool.set_min_parallel_work(0);  // split even these small calls (m = 1 quantizes per thread)
     for (int64_t m : {1, 2, 5, 64, 65, 131}) {
       std::vector<float> y(m * n);
       MatmulInt8ForPath(path, x.data(), k, m, w.view, y.data(), n, &pool);
