@@ -164,6 +164,27 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int32_t vocab_size)
     }
     if (!IsValidUtf8(p.stop[i])) return Invalid(name, "valid UTF-8", "ill-formed bytes");
   }
+  if (p.logit_bias.size() > kMaxLogitBiasEntries) {
+    return Invalid("logit_bias", absl::StrCat("at most ", kMaxLogitBiasEntries, " entries"),
+                   absl::StrCat(p.logit_bias.size()));
+  }
+  std::vector<int32_t> biased;
+  biased.reserve(p.logit_bias.size());
+  for (const auto& [id, bias] : p.logit_bias) {
+    const std::string name = absl::StrCat("logit_bias[", id, "]");
+    if (id < 0 || id >= vocab_size) {
+      return Invalid("logit_bias", absl::StrCat("keyed by token ids in [0, ", vocab_size, ")"),
+                     absl::StrCat(id));
+    }
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
+      return Invalid(name, "in [-100, 100]", Num(bias));
+    }
+    biased.push_back(id);
+  }
+  std::sort(biased.begin(), biased.end());
+  if (std::adjacent_find(biased.begin(), biased.end()) != biased.end()) {
+    return Invalid("logit_bias", "keyed by distinct token ids", "a repeated id");
+  }
   for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
     const int32_t id = p.stop_token_ids[i];
     if (id < 0 || id >= vocab_size) {
@@ -294,7 +315,7 @@ bool Sampler::HasPenalties() const {
 std::span<const float> Sampler::Penalized(std::span<const float> logits, Scratch* scratch) const {
   const bool penalties = HasPenalties();
   const bool mask = MaskActive();
-  if (!penalties && !mask) return logits;
+  if (!penalties && !mask && params_.logit_bias.empty()) return logits;
   std::vector<float>& work = scratch->logits;
   work.assign(logits.begin(), logits.end());
   if (penalties) {
@@ -306,6 +327,7 @@ std::span<const float> Sampler::Penalized(std::span<const float> logits, Scratch
       work[static_cast<size_t>(id)] = l;
     }
   }
+  for (const auto& [id, bias] : params_.logit_bias) work[static_cast<size_t>(id)] += bias;
   if (mask) {
     for (int32_t id : masked_) work[static_cast<size_t>(id)] = kNegInf;
   }

@@ -27,6 +27,11 @@ absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::Samp
   if (p.has_max_new_tokens()) s.max_new_tokens = p.max_new_tokens();
   if (p.has_frequency_penalty()) s.frequency_penalty = p.frequency_penalty();
   if (p.has_presence_penalty()) s.presence_penalty = p.presence_penalty();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  s.min_new_tokens = p.min_new_tokens();
+  // A map has no order on the wire: sorted, so every worker applies the same list.
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());
   // A request without a seed still samples reproducibly within itself; its seed is drawn here.
   s.seed = p.has_seed() ? p.seed() : RandomSeed();
   s.stop.assign(p.stop().begin(), p.stop().end());

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
@@ -19,6 +20,33 @@ absl::Status Unsupported(const std::string& path, const Json& value) {
   return absl::InvalidArgumentError(
       absl::StrCat(path, " is not supported by this server (got ",
                    Excerpt(value.dump(-1, ' ', false, Json::error_handler_t::replace)), ")"));
+}
+
+// OpenAI's logit_bias: {"<token id>": bias, ...}, ids in decimal, biases in [-100, 100]. The
+// ids' upper bound is the model's vocabulary, which the worker checks.
+absl::Status ReadLogitBias(const Json& value, const std::string& path, proto::SamplingParams* out) {
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " must be an object mapping token ids to biases, got ", JsonTypeName(value)));
+  }
+  if (value.size() > engine::kMaxLogitBiasEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has ", value.size(),
+                                                   " entries; at most ",
+                                                   engine::kMaxLogitBiasEntries, " are allowed"));
+  }
+  out->clear_logit_bias();
+  for (const auto& [key, bias] : value.items()) {
+    int32_t id = 0;
+    if (key.empty() || key.size() > 10 || !absl::SimpleAtoi(key, &id) || id < 0 ||
+        absl::StrCat(id) != key) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " keys must be token ids (decimal integers >= 0), got \"", Excerpt(key), "\""));
+    }
+    ASSIGN_OR_RETURN(const double v, ToNumber(bias, absl::StrCat(path, "[\"", key, "\"]"),
+                                              -engine::kMaxLogitBias, engine::kMaxLogitBias));
+    (*out->mutable_logit_bias())[id] = static_cast<float>(v);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -108,7 +136,10 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
       return absl::InvalidArgumentError(
           absl::StrCat(path, " must be in (0, 2] (1.0 = no penalty), got ", value.dump()));
     }
-    if (v != 1.0) return Unsupported(path, value);
+    out->set_repetition_penalty(static_cast<float>(v));
+  } else if (key == "logit_bias") {
+    if (!IsSet(value)) return true;  // null or {}: no bias
+    RETURN_IF_ERROR(ReadLogitBias(value, path, out));
   } else if (key == "skip_special_tokens") {
     ASSIGN_OR_RETURN(const bool v, ToBool(value, path));
     out->set_skip_special_tokens(v);
@@ -133,7 +164,7 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
     out->set_stream_interval(static_cast<int32_t>(v));
   } else if (key == "min_new_tokens" || key == "min_tokens") {
     ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt32Max));
-    if (v != 0) return Unsupported(path, value);
+    out->set_min_new_tokens(static_cast<int32_t>(v));
   } else if (key == "regex" || key == "ebnf" || key == "json_schema") {
     if (!IsSet(value)) return true;  // null or "": unconstrained
     using Kind = engine::GrammarConstraint::Kind;
@@ -147,7 +178,7 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
       ASSIGN_OR_RETURN(constraint.text, ToString(value, path));
     }
     RETURN_IF_ERROR(SetGrammarConstraint(constraint, path, out));
-  } else if (key == "structural_tag" || key == "logit_bias" || key == "custom_params") {
+  } else if (key == "structural_tag" || key == "custom_params") {
     if (IsSet(value)) return Unsupported(path, value);
   } else {
     return false;

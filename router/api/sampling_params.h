@@ -5,13 +5,13 @@
 // Ranges (SGLang's SamplingParams.verify): temperature finite and >= 0; top_p in (0, 1]; top_k
 // -1 (disabled) or >= 1 (0 is a 400, as in SGLang); min_p in [0, 1]; frequency_penalty and
 // presence_penalty in [-2, 2]; repetition_penalty in (0, 2]; max_new_tokens in [0, 2^31-1];
-// min_new_tokens >= 0 (and <= max_new_tokens); n >= 1; stream_interval >= 1. Ours on top: stop a
-// string or up to 64 non-empty strings; stop_token_ids up to 1024 ids >= 0; seed in [0, 2^63-1].
-// repetition_penalty has no field in the proto: 1.0 (its identity) is accepted, anything else in
-// range is a 400 saying it is not supported. n other than 1 is a 400 here: ParseBatch
-// (router/api/request.h) takes n out of the body before a prompt reaches this mapping. Parameters
-// we do not serve (min_new_tokens, structural_tag, logit_bias, custom_params) are a 400 unless set
-// to their default.
+// min_new_tokens >= 0 (and <= max_new_tokens, checked by the worker once max_new_tokens is
+// final); n >= 1; stream_interval >= 1. OpenAI's logit_bias: an object of up to 1024 entries
+// mapping decimal token ids (>= 0; the worker checks the vocabulary) to biases in [-100, 100].
+// Ours on top: stop a string or up to 64 non-empty strings; stop_token_ids up to 1024 ids >= 0;
+// seed in [0, 2^63-1]. n other than 1 is a 400 here: ParseBatch (router/api/request.h) takes n
+// out of the body before a prompt reaches this mapping. Parameters we do not serve
+// (structural_tag, custom_params) are a 400 unless set to their default.
 //
 // Structured output: regex (a string), ebnf (a string) and json_schema (a schema's JSON text, as
 // SGLang takes it, or the schema object itself) constrain the output (engine/grammar/); null or

@@ -31,6 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/worker.grpc.pb.h"
 #include "router/workers/cluster_credentials.h"
+#include "tests/handoff/pd_legs.h"
 #include "tests/integration/process.h"
 #include "tests/integration/worker_process.h"
 
@@ -43,119 +44,6 @@ using Worker = WorkerProcess;
 
 std::unique_ptr<Worker> Start(const std::string& role, const std::vector<std::string>& extra = {}) {
   return StartWorker(role, extra);
-}
-
-proto::SamplingParams Greedy(int max_new) {
-  proto::SamplingParams p;
-  p.set_temperature(0);
-  p.set_max_new_tokens(max_new);
-  p.set_ignore_eos(true);
-  p.set_skip_special_tokens(true);
-  return p;
-}
-
-struct DecodeResult {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;          // with return_logprob
-  std::vector<proto::TopLogprobs> top;  // with sampling_params.top_logprobs_num
-  proto::DecodeEvent last;
-};
-
-DecodeResult Decode(proto::Worker::Stub* stub, const proto::DecodeRequest& request) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + seconds(120));
-  DecodeResult r;
-  auto reader = stub->Decode(&ctx, request);
-  proto::DecodeEvent e;
-  while (reader->Read(&e)) {
-    r.tokens.insert(r.tokens.end(), e.token_ids().begin(), e.token_ids().end());
-    r.logprobs.insert(r.logprobs.end(), e.token_logprobs().begin(), e.token_logprobs().end());
-    r.top.insert(r.top.end(), e.top_logprobs().begin(), e.top_logprobs().end());
-    r.last = e;
-  }
-  r.status = reader->Finish();
-  return r;
-}
-
-grpc::Status Prefill(proto::Worker::Stub* stub, const proto::PrefillRequest& request,
-                     proto::PrefillResponse* response) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + seconds(120));
-  return stub->Prefill(&ctx, request, response);
-}
-
-// One disaggregated request: both legs at once, as the router sends them.
-// `top_logprobs` > 0: with return_logprob and that many alternatives per position.
-DecodeResult RunPd(Worker* p, Worker* d, uint64_t room, const std::vector<int32_t>& prompt,
-                   int max_new, grpc::Status* prefill_status = nullptr, int top_logprobs = 0,
-                   const proto::SamplingParams* sampling = nullptr) {
-  proto::PrefillRequest pr;
-  pr.set_rid(absl::StrCat("r", room));
-  pr.set_bootstrap_room(room);
-  pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *pr.mutable_sampling_params() = sampling != nullptr ? *sampling : Greedy(max_new);
-  pr.set_return_logprob(top_logprobs > 0);
-  pr.mutable_sampling_params()->set_top_logprobs_num(top_logprobs);
-  proto::PrefillResponse presp;
-  grpc::Status pst;
-  std::thread prefill([&] { pst = Prefill(p->stub.get(), pr, &presp); });
-  proto::DecodeRequest dr;
-  dr.set_rid(absl::StrCat("r", room));
-  dr.set_bootstrap_room(room);
-  dr.set_bootstrap_host("127.0.0.1");
-  dr.set_bootstrap_port(p->bootstrap_port);
-  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *dr.mutable_sampling_params() = sampling != nullptr ? *sampling : Greedy(max_new);
-  dr.set_return_logprob(top_logprobs > 0);
-  dr.mutable_sampling_params()->set_top_logprobs_num(top_logprobs);
-  dr.set_stream(true);
-  DecodeResult r = Decode(d->stub.get(), dr);
-  prefill.join();
-  if (prefill_status) *prefill_status = pst;
-  if (pst.ok() && r.status.ok() && !r.tokens.empty()) {
-    EXPECT_EQ(presp.first_token_id(), r.tokens[0]) << "room " << room;
-  }
-  return r;
-}
-
-proto::LoadReport Load(proto::Worker::Stub* stub) {
-  grpc::ClientContext ctx;
-  proto::LoadReport load;
-  EXPECT_TRUE(stub->GetLoad(&ctx, proto::LoadRequest(), &load).ok());
-  return load;
-}
-
-void ExpectAllBlocksReturn(Worker* w) {
-  auto deadline = std::chrono::steady_clock::now() + seconds(30);
-  proto::LoadReport load = Load(w->stub.get());
-  proto::FlushCacheResponse flush;
-  while (std::chrono::steady_clock::now() < deadline) {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(w->stub->FlushCache(&ctx, proto::FlushCacheRequest(), &flush).ok());
-    load = Load(w->stub.get());
-    if (flush.flushed() && load.free_kv_blocks() == load.total_kv_blocks()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(flush.flushed()) << w->role << ": " << flush.message();
-  EXPECT_GT(load.total_kv_blocks(), 0);
-  EXPECT_EQ(load.free_kv_blocks(), load.total_kv_blocks()) << w->role;
-}
-
-std::vector<std::vector<int32_t>> Prompts(int n) {
-  std::mt19937 rng(23);
-  std::uniform_int_distribution<int32_t> id(10, 3000);
-  std::vector<int32_t> shared(90);
-  for (auto& t : shared) t = id(rng);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p;
-    if (i % 4 == 0) p = shared;          // shared prefixes
-    const int len = 1 + (41 * i) % 230;  // many longer than the 64-token chunk
-    for (int k = 0; k < len; ++k) p.push_back(id(rng));
-    prompts.push_back(std::move(p));
-  }
-  return prompts;
 }
 
 constexpr int kMaxNew = 12;
@@ -218,7 +106,7 @@ TEST_P(PdClusterPairsTest, SixtyFourConcurrentRequestsMatchColocatedAndTandemRun
       proto::DecodeRequest dr;
       dr.set_rid(absl::StrCat("c", i));
       dr.mutable_input_ids()->Add(prompts[i].begin(), prompts[i].end());
-      *dr.mutable_sampling_params() = Greedy(MaxNew(i));
+      *dr.mutable_sampling_params() = GreedyParams(MaxNew(i));
       dr.set_stream(i % 2 == 0);
       ref[i] = Decode(colocated->stub.get(), dr);
     });
@@ -255,133 +143,6 @@ INSTANTIATE_TEST_SUITE_P(OneAndTwoPairs, PdClusterPairsTest, ::testing::Values(1
                            return std::to_string(info.param) + "x" + std::to_string(info.param);
                          });
 
-// Top logprobs cross the handoff: the first token's alternatives come from the prefill worker
-// (in its completion notice), the rest from the decode worker, and all of them are those the
-// colocated worker reports for the same greedy request.
-TEST(PdClusterTest, TopLogprobsMatchTheColocatedWorker) {
-  auto colocated = Start("colocated");
-  auto prefill = Start("prefill");
-  auto decode = Start("decode");
-  constexpr int kTop = 5;
-  constexpr int kNew = 8;
-  const std::vector<int32_t> prompt = Prompts(3)[2];
-  DecodeResult pd = RunPd(prefill.get(), decode.get(), 9100, prompt, kNew, nullptr, kTop);
-  proto::DecodeRequest dr;
-  dr.set_rid("c-top");
-  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *dr.mutable_sampling_params() = Greedy(kNew);
-  dr.set_return_logprob(true);
-  dr.mutable_sampling_params()->set_top_logprobs_num(kTop);
-  dr.set_stream(true);
-  DecodeResult ref = Decode(colocated->stub.get(), dr);
-  ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
-  ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
-  ASSERT_EQ(pd.tokens.size(), static_cast<size_t>(kNew));
-  EXPECT_EQ(pd.tokens, ref.tokens);
-  ASSERT_EQ(pd.logprobs.size(), pd.tokens.size());
-  ASSERT_EQ(pd.top.size(), pd.tokens.size());
-  ASSERT_EQ(ref.top.size(), ref.tokens.size());
-  for (size_t i = 0; i < pd.tokens.size(); ++i) {
-    ASSERT_EQ(pd.top[i].token_ids_size(), kTop) << i;
-    ASSERT_EQ(pd.top[i].logprobs_size(), kTop) << i;
-    // Greedy: the chosen token is the most likely one, with its own logprob.
-    EXPECT_EQ(pd.top[i].token_ids(0), pd.tokens[i]) << i;
-    EXPECT_EQ(pd.top[i].logprobs(0), pd.logprobs[i]) << i;
-    EXPECT_THAT(pd.top[i].token_ids(), ::testing::ElementsAreArray(ref.top[i].token_ids())) << i;
-    for (int j = 0; j < kTop; ++j) {
-      // The same kernels on both sides; 1e-4 allows for a different reduction split only.
-      EXPECT_NEAR(pd.top[i].logprobs(j), ref.top[i].logprobs(j), 1e-4) << i << "/" << j;
-      if (j > 0) {
-        EXPECT_LE(pd.top[i].logprobs(j), pd.top[i].logprobs(j - 1)) << i << "/" << j;
-      }
-    }
-  }
-  ExpectAllBlocksReturn(prefill.get());
-  ExpectAllBlocksReturn(decode.get());
-}
-
-// Structured output across processes: the prefill worker's first token obeys the grammar and the
-// decode worker continues it, giving the colocated worker's tokens exactly (temperature 1,
-// seeded); the output is a string of the grammar's language.
-TEST(PdClusterTest, GrammarConstrainedRequestMatchesTheColocatedWorker) {
-  auto colocated = Start("colocated");
-  auto prefill = Start("prefill");
-  auto decode = Start("decode");
-  const std::string regex = "(yes|no): [a-z]{2,10}\\.";
-  proto::SamplingParams sampling;
-  sampling.set_temperature(1.0f);
-  sampling.set_seed(5);
-  sampling.set_max_new_tokens(40);
-  sampling.set_skip_special_tokens(true);
-  sampling.set_regex(regex);
-  const std::vector<int32_t> prompt = Prompts(2)[1];
-  DecodeResult pd = RunPd(prefill.get(), decode.get(), 9200, prompt, 40, nullptr, 0, &sampling);
-  proto::DecodeRequest dr;
-  dr.set_rid("c-grammar");
-  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *dr.mutable_sampling_params() = sampling;
-  dr.set_stream(true);
-  DecodeResult ref = Decode(colocated->stub.get(), dr);
-  ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
-  ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
-  EXPECT_EQ(pd.tokens, ref.tokens);
-  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  std::string bytes;
-  for (int32_t id : pd.tokens) bytes += (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true);
-  auto grammar = engine::grammar::CompileRegex(regex);
-  ASSERT_TRUE(grammar.ok());
-  auto matcher = engine::grammar::GrammarMatcher::Create(*grammar).value();
-  EXPECT_TRUE(matcher.AcceptString(bytes) && matcher.IsComplete()) << bytes;
-  ExpectAllBlocksReturn(prefill.get());
-  ExpectAllBlocksReturn(decode.get());
-}
-
-// Length-aware closing across processes: json_object with a budget of a few tokens (the
-// prefill worker's first token already under it) ends as a JSON object that parses, and the PD
-// pair samples exactly the colocated worker's tokens.
-TEST(PdClusterTest, TightBudgetJsonObjectParsesAndMatchesTheColocatedWorker) {
-  auto colocated = Start("colocated");
-  auto prefill = Start("prefill");
-  auto decode = Start("decode");
-  const std::vector<int32_t> prompt = Prompts(2)[0];
-  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  for (int max_new : {2, 5, 9}) {
-    for (uint64_t seed = 1; seed <= 3; ++seed) {
-      SCOPED_TRACE(absl::StrCat("max_new_tokens ", max_new, " seed ", seed));
-      proto::SamplingParams sampling;
-      sampling.set_temperature(1.0f);
-      sampling.set_seed(seed);
-      sampling.set_max_new_tokens(max_new);
-      sampling.set_skip_special_tokens(true);
-      sampling.set_json_object(true);
-      const uint64_t room = 9300 + static_cast<uint64_t>(max_new) * 10 + seed;
-      DecodeResult pd =
-          RunPd(prefill.get(), decode.get(), room, prompt, max_new, nullptr, 0, &sampling);
-      proto::DecodeRequest dr;
-      dr.set_rid(absl::StrCat("c-tight-", room));
-      dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-      *dr.mutable_sampling_params() = sampling;
-      dr.set_stream(true);
-      DecodeResult ref = Decode(colocated->stub.get(), dr);
-      ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
-      ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
-      EXPECT_EQ(pd.tokens, ref.tokens);
-      EXPECT_LE(pd.tokens.size(), static_cast<size_t>(max_new));
-      std::string bytes;
-      for (int32_t id : pd.tokens) {
-        bytes += (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true);
-      }
-      const nlohmann::json parsed =
-          nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-      EXPECT_TRUE(parsed.is_object()) << bytes;
-    }
-  }
-  ExpectAllBlocksReturn(prefill.get());
-  ExpectAllBlocksReturn(decode.get());
-}
-
 // Every leg a worker ended, whatever the outcome (tandem_worker_requests_total summed).
 double LegsEnded(Worker* w) {
   const std::string body = HttpGet(w->http_port, "/metrics").body;
@@ -408,7 +169,7 @@ TEST(PdClusterTest, SiblingLegSharesTheLeadersTransferredPrompt) {
   pr.set_rid("lead");
   pr.set_bootstrap_room(kRoom);
   pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *pr.mutable_sampling_params() = Greedy(400);  // outlives the sibling; aborted below
+  *pr.mutable_sampling_params() = GreedyParams(400);  // outlives the sibling; aborted below
   proto::PrefillResponse presp;
   grpc::Status pst;
   std::thread prefill_leg([&] { pst = Prefill(prefill->stub.get(), pr, &presp); });
@@ -419,7 +180,7 @@ TEST(PdClusterTest, SiblingLegSharesTheLeadersTransferredPrompt) {
   dr.set_bootstrap_host("127.0.0.1");
   dr.set_bootstrap_port(prefill->bootstrap_port);
   dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *dr.mutable_sampling_params() = Greedy(400);
+  *dr.mutable_sampling_params() = GreedyParams(400);
   dr.set_stream(true);
   std::mutex mu;
   std::condition_variable cv;
@@ -449,7 +210,7 @@ TEST(PdClusterTest, SiblingLegSharesTheLeadersTransferredPrompt) {
   proto::DecodeRequest sr;
   sr.set_rid("lead_1");
   sr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *sr.mutable_sampling_params() = Greedy(10);
+  *sr.mutable_sampling_params() = GreedyParams(10);
   sr.set_stream(true);
   sr.set_share_prompt_with("lead");
   DecodeResult sib = Decode(decode->stub.get(), sr);
@@ -492,7 +253,7 @@ TEST(PdClusterTest, CancelledPrefillLegAbortsItsRoom) {
   pr.set_rid("cancelled");
   pr.set_bootstrap_room(4242);
   for (int32_t t = 11; t <= 18; ++t) pr.add_input_ids(t);
-  *pr.mutable_sampling_params() = Greedy(4);
+  *pr.mutable_sampling_params() = GreedyParams(4);
   grpc::ClientContext ctx;
   proto::PrefillResponse resp;
   std::mutex mu;
@@ -537,7 +298,7 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     dr.set_bootstrap_host("127.0.0.1");
     dr.set_bootstrap_port(p->bootstrap_port);
     dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-    *dr.mutable_sampling_params() = Greedy(5);
+    *dr.mutable_sampling_params() = GreedyParams(5);
     dr.set_stream(true);
     // Through a channel that pings every second while the leg waits with no data flowing, as
     // the router's does (every 10 s): the worker must not answer the pings with GOAWAY.
@@ -562,7 +323,7 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     proto::PrefillRequest pr;
     pr.set_bootstrap_room(902);
     pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-    *pr.mutable_sampling_params() = Greedy(5);
+    *pr.mutable_sampling_params() = GreedyParams(5);
     proto::PrefillResponse resp;
     grpc::Status st = Prefill(p->stub.get(), pr, &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
@@ -575,7 +336,7 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     dr.set_bootstrap_host("127.0.0.1");
     dr.set_bootstrap_port(p->bootstrap_port);
     dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-    *dr.mutable_sampling_params() = Greedy(5);
+    *dr.mutable_sampling_params() = GreedyParams(5);
     DecodeResult r = Decode(other->stub.get(), dr);
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(r.status.error_message().find("some-other-model"), std::string::npos)

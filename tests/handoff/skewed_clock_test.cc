@@ -26,6 +26,7 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "gtest/gtest.h"
 #include "proto/worker.grpc.pb.h"
+#include "tests/handoff/pd_legs.h"
 #include "tests/integration/process.h"
 #include "tests/integration/worker_process.h"
 
@@ -95,84 +96,6 @@ std::vector<std::string> Faketime(absl::Duration skew) {
           absl::StrCat("FAKETIME=", secs >= 0 ? "+" : "", secs), "FAKETIME_DONT_FAKE_MONOTONIC=1"};
 }
 
-proto::SamplingParams Greedy(int max_new) {
-  proto::SamplingParams p;
-  p.set_temperature(0);
-  p.set_max_new_tokens(max_new);
-  p.set_ignore_eos(true);
-  return p;
-}
-
-proto::DecodeRequest DecodeLeg(const WorkerProcess& p, uint64_t room,
-                               const std::vector<int32_t>& prompt, int max_new) {
-  proto::DecodeRequest dr;
-  dr.set_rid(absl::StrCat("r", room));
-  dr.set_bootstrap_room(room);
-  dr.set_bootstrap_host("127.0.0.1");
-  dr.set_bootstrap_port(p.bootstrap_port);
-  dr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *dr.mutable_sampling_params() = Greedy(max_new);
-  dr.set_stream(true);
-  return dr;
-}
-
-proto::PrefillRequest PrefillLeg(uint64_t room, const std::vector<int32_t>& prompt, int max_new) {
-  proto::PrefillRequest pr;
-  pr.set_rid(absl::StrCat("r", room));
-  pr.set_bootstrap_room(room);
-  pr.mutable_input_ids()->Add(prompt.begin(), prompt.end());
-  *pr.mutable_sampling_params() = Greedy(max_new);
-  return pr;
-}
-
-struct DecodeResult {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  proto::DecodeEvent last;
-};
-
-DecodeResult Decode(proto::Worker::Stub* stub, const proto::DecodeRequest& request) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + seconds(60));
-  DecodeResult r;
-  auto reader = stub->Decode(&ctx, request);
-  proto::DecodeEvent e;
-  while (reader->Read(&e)) {
-    r.tokens.insert(r.tokens.end(), e.token_ids().begin(), e.token_ids().end());
-    r.last = e;
-  }
-  r.status = reader->Finish();
-  return r;
-}
-
-grpc::Status Prefill(proto::Worker::Stub* stub, const proto::PrefillRequest& request,
-                     proto::PrefillResponse* response) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + seconds(60));
-  return stub->Prefill(&ctx, request, response);
-}
-
-proto::LoadReport Load(proto::Worker::Stub* stub) {
-  grpc::ClientContext ctx;
-  proto::LoadReport load;
-  EXPECT_TRUE(stub->GetLoad(&ctx, proto::LoadRequest(), &load).ok());
-  return load;
-}
-
-void ExpectAllBlocksReturn(proto::Worker::Stub* stub, const std::string& role) {
-  const auto deadline = Clock::now() + seconds(30);
-  proto::LoadReport load = Load(stub);
-  while (load.free_kv_blocks() != load.total_kv_blocks() && Clock::now() < deadline) {
-    grpc::ClientContext ctx;
-    proto::FlushCacheResponse flush;
-    (void)stub->FlushCache(&ctx, proto::FlushCacheRequest(), &flush);
-    std::this_thread::sleep_for(milliseconds(50));
-    load = Load(stub);
-  }
-  EXPECT_GT(load.total_kv_blocks(), 0) << role;
-  EXPECT_EQ(load.free_kv_blocks(), load.total_kv_blocks()) << role;
-}
-
 // Which worker runs with its wall clock skewed: the prefill worker kSkew ahead, or the decode
 // worker kSkew behind (so to the prefill worker, the decode worker's wall-clock instants lie in
 // the past either way).
@@ -220,7 +143,8 @@ class SkewedClockTest : public ::testing::TestWithParam<Skewed> {
 TEST_P(SkewedClockTest, RoomRegisteredBeforeItsPrefillLegCompletes) {
   const std::vector<int32_t> prompt = {41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52};
   DecodeResult decoded;
-  std::thread decode([&] { decoded = Decode(d_stub_.get(), DecodeLeg(*p_, 7001, prompt, 6)); });
+  std::thread decode(
+      [&] { decoded = Decode(d_stub_.get(), DecodeLeg(*p_, 7001, prompt, GreedyParams(6))); });
   // The decode leg holds its blocks and has registered the room with the prefill worker before
   // the prefill leg arrives: the registration waits there on the budget it carries.
   const auto give_up = Clock::now() + seconds(10);
@@ -231,7 +155,8 @@ TEST_P(SkewedClockTest, RoomRegisteredBeforeItsPrefillLegCompletes) {
   }
   std::this_thread::sleep_for(milliseconds(500));
   proto::PrefillResponse presp;
-  const grpc::Status pst = Prefill(p_stub_.get(), PrefillLeg(7001, prompt, 6), &presp);
+  const grpc::Status pst =
+      Prefill(p_stub_.get(), PrefillLeg(7001, prompt, GreedyParams(6)), &presp);
   decode.join();
   ASSERT_TRUE(pst.ok()) << pst.error_message();
   ASSERT_TRUE(decoded.status.ok()) << decoded.status.error_message();
@@ -245,7 +170,7 @@ TEST_P(SkewedClockTest, RoomRegisteredBeforeItsPrefillLegCompletes) {
 TEST_P(SkewedClockTest, DecodeLegWithoutPrefillIsGivenUpAtItsBudget) {
   const std::vector<int32_t> prompt = {61, 62, 63, 64, 65, 66, 67, 68};
   const auto t0 = Clock::now();
-  DecodeResult r = Decode(d_stub_.get(), DecodeLeg(*p_, 7002, prompt, 4));
+  DecodeResult r = Decode(d_stub_.get(), DecodeLeg(*p_, 7002, prompt, GreedyParams(4)));
   const auto took = Clock::now() - t0;
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.last.finish_reason().type(), proto::FinishReason::ABORT);
@@ -262,7 +187,7 @@ TEST_P(SkewedClockTest, PrefillLegWithoutRoomFailsAtBootstrapTimeout) {
   const std::vector<int32_t> prompt = {71, 72, 73, 74, 75, 76};
   const auto t0 = Clock::now();
   proto::PrefillResponse resp;
-  const grpc::Status st = Prefill(p_stub_.get(), PrefillLeg(7003, prompt, 4), &resp);
+  const grpc::Status st = Prefill(p_stub_.get(), PrefillLeg(7003, prompt, GreedyParams(4)), &resp);
   const auto took = Clock::now() - t0;
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
   EXPECT_NE(st.error_message().find("--bootstrap-timeout"), std::string::npos)

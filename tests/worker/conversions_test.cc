@@ -74,6 +74,11 @@ TEST(SamplingParamsFromProtoTest, EveryFieldIsCarried) {
   p.set_ignore_eos(true);
   p.set_frequency_penalty(0.5f);
   p.set_presence_penalty(-0.25f);
+  p.set_repetition_penalty(1.25f);
+  p.set_min_new_tokens(3);
+  (*p.mutable_logit_bias())[3071] = -100.0f;
+  (*p.mutable_logit_bias())[7] = 2.5f;
+  (*p.mutable_logit_bias())[0] = 1.0f;
   p.set_seed(0);  // an explicit 0 is a seed, not "unset"
   p.set_skip_special_tokens(true);
   p.set_no_stop_trim(true);
@@ -89,6 +94,11 @@ TEST(SamplingParamsFromProtoTest, EveryFieldIsCarried) {
   EXPECT_TRUE(s->ignore_eos);
   EXPECT_EQ(s->frequency_penalty, 0.5f);
   EXPECT_EQ(s->presence_penalty, -0.25f);
+  EXPECT_EQ(s->repetition_penalty, 1.25f);
+  EXPECT_EQ(s->min_new_tokens, 3);
+  // Sorted by token id, whatever order the map gave.
+  EXPECT_EQ(s->logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{0, 1.0f}, {7, 2.5f}, {3071, -100.0f}}));
   EXPECT_EQ(s->seed, 0u);
   EXPECT_TRUE(s->skip_special_tokens);
   EXPECT_TRUE(s->no_stop_trim);

@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -113,6 +115,49 @@ TEST(SamplerTest, PenaltiesIgnoreTheRowWhenNoTokenWasGenerated) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->token, 1);
   EXPECT_NEAR(r->logprob, LogSoftmax(row, 1), 1e-5);
+}
+
+TEST(SamplerTest, LogitBiasIsAddedAfterPenaltiesAndCountsInLogprobs) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
+  SamplingParams p = Greedy();
+  p.logit_bias = {{1, -100.0f}, {3, 2.5f}};  // 1 banned in effect; 3 lifted to 2.5
+  Sampler s = Make(p, 4);
+  auto r = s.Sample(logits);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->token, 3);
+  EXPECT_NEAR(r->logprob, LogSoftmax({1.0f, -97.0f, 2.0f, 2.5f}, 3), 1e-6);
+  // With a frequency penalty on the chosen token, the bias still applies on top of it.
+  p.frequency_penalty = 1.0f;
+  Sampler penalized = Make(p, 4);
+  EXPECT_EQ(Generate(penalized, logits, 2), (std::vector<int32_t>{3, 2}));
+  // -inf stays -inf: a bias never revives a masked token.
+  SamplingParams forced = Greedy();
+  forced.logit_bias = {{0, 100.0f}};
+  Sampler f = Make(forced, 4);
+  const float inf = std::numeric_limits<float>::infinity();
+  auto masked = f.Sample(std::vector<float>{-inf, 0.0f, 1.0f, 0.5f});
+  ASSERT_TRUE(masked.ok());
+  EXPECT_EQ(masked->token, 2);
+}
+
+TEST(SamplerTest, LogitBiasIsValidated) {
+  auto error = [](std::vector<std::pair<int32_t, float>> bias) {
+    SamplingParams p;
+    p.logit_bias = std::move(bias);
+    return std::string(ValidateSamplingParams(p, 8).message());
+  };
+  EXPECT_EQ(error({{8, 1.0f}}),
+            "sampling_params.logit_bias must be keyed by token ids in [0, 8), got 8");
+  EXPECT_EQ(error({{-1, 1.0f}}),
+            "sampling_params.logit_bias must be keyed by token ids in [0, 8), got -1");
+  EXPECT_EQ(error({{2, 100.5f}}),
+            "sampling_params.logit_bias[2] must be in [-100, 100], got 100.5");
+  EXPECT_EQ(error({{2, std::numeric_limits<float>::quiet_NaN()}}),
+            "sampling_params.logit_bias[2] must be in [-100, 100], got nan");
+  EXPECT_EQ(error({{2, 1.0f}, {2, 2.0f}}),
+            "sampling_params.logit_bias must be keyed by distinct token ids, got a repeated id");
+  EXPECT_EQ(error({}), "");
+  EXPECT_EQ(error({{0, -100.0f}, {7, 100.0f}}), "");
 }
 
 TEST(SamplerTest, MinNewTokensMasksEosAndStopIds) {

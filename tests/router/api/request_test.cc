@@ -144,8 +144,8 @@ TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
   EXPECT_THAT(error(R"({"seed":18446744073709551615})"), HasSubstr("sampling_params.seed must be"));
   EXPECT_THAT(error(R"({"max_new_tokens":2147483648.0})"),
               HasSubstr("sampling_params.max_new_tokens must be"));
-  EXPECT_THAT(error(R"({"repetition_penalty":1.2})"),
-              HasSubstr("sampling_params.repetition_penalty is not supported"));
+  EXPECT_THAT(error(R"({"repetition_penalty":3})"),
+              HasSubstr("sampling_params.repetition_penalty must be a number in [0, 2]"));
   EXPECT_THAT(error(R"j({"regex":"a(?=b)"})j"),
               HasSubstr("sampling_params.regex: regex: group flags, lookaround"));
   EXPECT_THAT(error(R"({"json_schema":"{\"type\": \"integer\", \"minimum\": 1}"})"),
@@ -363,8 +363,8 @@ TEST(ParseCompletionsTest, Errors) {
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","best_of":2})", ctx)), "best_of must be 1");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","suffix":"z"})", ctx)),
             "suffix is not supported by this server");
-  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","logit_bias":{"5":10}})", ctx)),
-            "logit_bias is not supported by this server (got {\"5\":10})");
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","logit_bias":{"x":10}})", ctx)),
+            "logit_bias keys must be token ids (decimal integers >= 0), got \"x\"");
   EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","user":7})", ctx)),
             "user must be a string, got integer");
 }

@@ -71,24 +71,58 @@ TEST(SamplingVerifyTest, RangesOfSglang) {
             "sampling_params.presence_penalty must be a number in [-2, 2], got 2.5");
   EXPECT_EQ(GenerateError(R"({"frequency_penalty":-2.5})"),
             "sampling_params.frequency_penalty must be a number in [-2, 2], got -2.5");
-  // repetition_penalty in (0, 2]; only its identity is served.
+  // repetition_penalty in (0, 2].
   EXPECT_EQ(GenerateError(R"({"repetition_penalty":0})"),
             "sampling_params.repetition_penalty must be in (0, 2] (1.0 = no penalty), got 0");
   EXPECT_EQ(GenerateError(R"({"repetition_penalty":2.5})"),
             "sampling_params.repetition_penalty must be a number in [0, 2], got 2.5");
-  EXPECT_THAT(GenerateError(R"({"repetition_penalty":1.5})"),
-              HasSubstr("sampling_params.repetition_penalty is not supported"));
+  EXPECT_TRUE(GenerateOk(R"({"repetition_penalty":1.5})"));
   EXPECT_TRUE(GenerateOk(R"({"repetition_penalty":1.0})"));
-  // max_new_tokens >= 0; min_new_tokens >= 0 (only 0 is served).
+  // max_new_tokens >= 0; min_new_tokens >= 0.
   EXPECT_THAT(GenerateError(R"({"max_new_tokens":-1})"),
               HasSubstr("sampling_params.max_new_tokens must be an integer in [0"));
   EXPECT_TRUE(GenerateOk(R"({"max_new_tokens":0})"));
   EXPECT_THAT(GenerateError(R"({"min_new_tokens":-1})"),
               HasSubstr("sampling_params.min_new_tokens must be an integer in [0"));
   EXPECT_TRUE(GenerateOk(R"({"min_new_tokens":0})"));
+  EXPECT_TRUE(GenerateOk(R"({"min_new_tokens":5,"max_new_tokens":8})"));
   // n >= 1, and one completion per request.
   EXPECT_THAT(GenerateError(R"({"n":0})"), HasSubstr("sampling_params.n must be an integer in [1"));
   EXPECT_THAT(GenerateError(R"({"n":3})"), HasSubstr("sampling_params.n must be 1"));
+}
+
+TEST(SamplingVerifyTest, LogitBiasMapsTokenIdsToBoundedBiases) {
+  const auto parsed = ParseGenerate(
+      R"({"text":"x","sampling_params":{"logit_bias":{"5":-100,"17":2.5,"0":100}}})", Context());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const auto& bias = parsed->sampling.logit_bias();
+  ASSERT_EQ(bias.size(), 3u);
+  EXPECT_EQ(bias.at(5), -100.0f);
+  EXPECT_EQ(bias.at(17), 2.5f);
+  EXPECT_EQ(bias.at(0), 100.0f);
+  EXPECT_TRUE(GenerateOk(R"({"logit_bias":{}})"));
+  EXPECT_TRUE(GenerateOk(R"({"logit_bias":null})"));
+  EXPECT_EQ(GenerateError(R"({"logit_bias":[1,2]})"),
+            "sampling_params.logit_bias must be an object mapping token ids to biases, got array");
+  for (const char* key : {"-1", "a", "", "1.0", "01", "+3", "99999999999"}) {
+    EXPECT_EQ(GenerateError(R"({"logit_bias":{")" + std::string(key) + R"(":1}})"),
+              "sampling_params.logit_bias keys must be token ids (decimal integers >= 0), got \"" +
+                  std::string(key) + "\"");
+  }
+  EXPECT_EQ(GenerateError(R"({"logit_bias":{"3":101}})"),
+            "sampling_params.logit_bias[\"3\"] must be a number in [-100, 100], got 101");
+  EXPECT_EQ(GenerateError(R"({"logit_bias":{"3":"1"}})"),
+            "sampling_params.logit_bias[\"3\"] must be a number, got string");
+  std::string many = R"({"logit_bias":{)";
+  for (int i = 0; i <= 1024; ++i) many += (i > 0 ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  EXPECT_EQ(GenerateError(many + "}}"),
+            "sampling_params.logit_bias has 1025 entries; at most 1024 are allowed");
+  // OpenAI's name at the top level of completions and chat.
+  const auto completion =
+      ParseCompletions(R"({"prompt":"x","logit_bias":{"5":10},"min_tokens":2})", Context());
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_EQ(completion->sampling.logit_bias().at(5), 10.0f);
+  EXPECT_EQ(completion->sampling.min_new_tokens(), 2);
 }
 
 TEST(EchoedStringsTest, RidIsBoundedPrintableAscii) {
