@@ -219,14 +219,12 @@ absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, Struc
                                                 bool allow_thinking, const GrammarLimits& limits) {
   ASSIGN_OR_RETURN(const Tag tag, ParseTag(tag_json));
   GrammarBuilder builder(limits);
-  JsonSchemaOptions options;
-  options.closed_objects = true;
-  options.lenient_annotations = true;
   std::vector<Symbol> values;
   for (size_t i = 0; i < tag.structures.size(); ++i) {
     const std::string where = absl::StrCat("structures[", i, "]");
     ASSIGN_OR_RETURN(Sequence value,
-                     CompileJsonSchemaInto(builder, tag.structures[i].schema, where + ".", options),
+                     CompileJsonSchemaInto(builder, tag.structures[i].schema, where + ".",
+                                           kStructuralTagSchemaOptions),
                      absl::StrCat("structural_tag: ", where, ".schema: "));
     values.push_back(builder.Group(std::move(value)));
     if (builder.failed()) break;  // Build() reports the exceeded limit

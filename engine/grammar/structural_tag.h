@@ -4,8 +4,7 @@
 //
 // The tag is a JSON object {"type": "structural_tag" (optional), "structures": [{"begin": B,
 // "schema": S, "end": E}, ...], "triggers": [T, ...]}. A structure's text is B, then a JSON value
-// S accepts (json_schema_compiler.h with JsonSchemaOptions closed_objects and
-// lenient_annotations, as xgrammar's strict mode reads the schemas of tags; no "schema": any JSON
+// S accepts (json_schema_compiler.h with kStructuralTagSchemaOptions; no "schema": any JSON
 // value), then E.
 //
 // Forms:
@@ -36,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/grammar/grammar.h"
+#include "engine/grammar/json_schema_compiler.h"
 
 namespace tandem::engine::grammar {
 
@@ -45,6 +45,11 @@ inline constexpr size_t kMaxTriggerBytes = 64;
 inline constexpr size_t kMaxTagBytes = 1024;
 
 enum class StructuralTagForm { kTriggered, kOne, kOneOrMore };
+
+// How the structures' schemas are read (xgrammar's strict mode): exported so that a caller that
+// builds a tag from schemas of its own can check each one and report its errors in its terms.
+inline constexpr JsonSchemaOptions kStructuralTagSchemaOptions{.closed_objects = true,
+                                                               .lenient_annotations = true};
 
 // `tag_json` is the tag's JSON text.
 absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, StructuralTagForm form,
