@@ -33,6 +33,7 @@
 #include "engine/grammar/json_schema_compiler.h"
 #include "engine/grammar/mask_cache.h"
 #include "engine/grammar/regex_compiler.h"
+#include "engine/grammar/structural_tag.h"
 #include "engine/grammar/token_mask.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -135,6 +136,15 @@ int main(int argc, char** argv) {
       {"regex_email",
        [] { return CompileRegex("[a-z0-9._%+-]{1,32}@[a-z0-9.-]{1,32}\\.[a-z]{2,6}"); }},
       {"ebnf_tool_call", [] { return CompileEbnf(kEbnf); }},
+      // Free text with a tool call (the event schema) behind a "<tool_call>" trigger.
+      {"structural_tag_tool_call",
+       [] {
+         const std::string tag =
+             std::string(R"({"structures": [{"begin": "<tool_call>\n{\"name\": \"event\", )"
+                         R"(\"arguments\": ", "schema": )") +
+             kEventSchema + R"(, "end": "}\n</tool_call>"}], "triggers": ["<tool_call>"]})";
+         return CompileStructuralTag(tag, StructuralTagForm::kTriggered, false);
+       }},
   };
   nlohmann::json report = {{"model_dir", model_dir},
                            {"vocab_size", vocab.vocab_size()},

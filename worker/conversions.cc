@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "absl/strings/str_cat.h"
 #include "grpcpp/support/status.h"
 
 namespace tandem::worker {
@@ -13,6 +14,27 @@ namespace {
 uint64_t RandomSeed() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return rng();
+}
+
+absl::StatusOr<engine::GrammarConstraint> StructuralTagFromProto(const proto::StructuralTag& tag) {
+  using Form = engine::grammar::StructuralTagForm;
+  engine::GrammarConstraint constraint{engine::GrammarConstraint::Kind::kStructuralTag, tag.tag()};
+  switch (tag.form()) {
+    case proto::StructuralTag::TRIGGERED:
+      constraint.tag_form = Form::kTriggered;
+      break;
+    case proto::StructuralTag::ONE:
+      constraint.tag_form = Form::kOne;
+      break;
+    case proto::StructuralTag::ONE_OR_MORE:
+      constraint.tag_form = Form::kOneOrMore;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling_params.structural_tag.form ", tag.form(), " is not known"));
+  }
+  constraint.allow_thinking = tag.allow_thinking();
+  return constraint;
 }
 
 }  // namespace
@@ -53,6 +75,13 @@ absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::Samp
     case proto::SamplingParams::kJsonObject:
       if (p.json_object()) s.constraint = {engine::GrammarConstraint::Kind::kJsonObject, ""};
       break;
+    case proto::SamplingParams::kStructuralTag: {
+      absl::StatusOr<engine::GrammarConstraint> constraint =
+          StructuralTagFromProto(p.structural_tag());
+      if (!constraint.ok()) return constraint.status();
+      s.constraint = *std::move(constraint);
+      break;
+    }
     case proto::SamplingParams::CONSTRAINT_NOT_SET:
       break;
   }

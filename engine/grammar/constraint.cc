@@ -3,6 +3,7 @@
 #include "engine/grammar/ebnf_compiler.h"
 #include "engine/grammar/json_schema_compiler.h"
 #include "engine/grammar/regex_compiler.h"
+#include "engine/grammar/structural_tag.h"
 
 namespace tandem::engine::grammar {
 
@@ -18,6 +19,8 @@ absl::StatusOr<GrammarPtr> CompileConstraint(const Constraint& constraint) {
       return CompileRegex(constraint.text);
     case Constraint::Kind::kEbnf:
       return CompileEbnf(constraint.text);
+    case Constraint::Kind::kStructuralTag:
+      return CompileStructuralTag(constraint.text, constraint.tag_form, constraint.allow_thinking);
   }
   return absl::InvalidArgumentError("unknown grammar constraint");
 }

@@ -1,5 +1,6 @@
 // Grammar: a context-free grammar over bytes, the one representation that JSON Schema, regular
-// expressions and EBNF compile into (json_schema_compiler.h, regex_compiler.h, ebnf_compiler.h).
+// expressions, EBNF and structural tags compile into (json_schema_compiler.h, regex_compiler.h,
+// ebnf_compiler.h, structural_tag.h).
 // GrammarMatcher (matcher.h) recognizes it byte by byte.
 //
 // A grammar is a list of rules; a rule is a list of alternatives; an alternative is a sequence

@@ -1,6 +1,7 @@
 #include "engine/grammar/json_schema_compiler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,12 +26,35 @@ using json = nlohmann::ordered_json;
 const absl::flat_hash_set<std::string_view> kAnnotations = {
     "title", "description", "default",    "examples", "$schema",
     "$id",   "$comment",    "deprecated", "readOnly", "writeOnly"};
-const absl::flat_hash_set<std::string_view> kKeywords = {
-    "type",      "properties", "required",    "additionalProperties",
-    "enum",      "const",      "items",       "minItems",
-    "maxItems",  "anyOf",      "oneOf",       "allOf",
-    "$ref",      "$defs",      "definitions", "pattern",
-    "minLength", "maxLength"};
+// What tool definitions carry and JsonSchemaOptions::lenient_annotations lets pass.
+const absl::flat_hash_set<std::string_view> kLenientAnnotations = {"format", "nullable", "strict"};
+const absl::flat_hash_set<std::string_view> kKeywords = {"type",
+                                                         "properties",
+                                                         "required",
+                                                         "additionalProperties",
+                                                         "enum",
+                                                         "const",
+                                                         "items",
+                                                         "minItems",
+                                                         "maxItems",
+                                                         "anyOf",
+                                                         "oneOf",
+                                                         "allOf",
+                                                         "$ref",
+                                                         "$defs",
+                                                         "definitions",
+                                                         "pattern",
+                                                         "minLength",
+                                                         "maxLength",
+                                                         "minimum",
+                                                         "maximum",
+                                                         "exclusiveMinimum",
+                                                         "exclusiveMaximum"};
+const char* const kBoundKeywords[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+
+// The largest integer magnitude a bounded integer grammar writes: 18 digits, so every bound
+// fits an int64 exactly.
+constexpr int64_t kMaxBoundedInteger = 999999999999999999;
 
 std::string Escape(std::string_view token) {
   // JSON pointer escaping of one reference token, for error messages.
@@ -58,25 +82,39 @@ struct KeyTrie {
   bool terminal = false;
 };
 
+absl::StatusOr<json> ParseSchema(std::string_view schema_json) {
+  // The JSON parser recurses per nesting level: bound it before parsing untrusted text.
+  if (JsonNestingDepth(schema_json, kMaxSchemaJsonDepth) > kMaxSchemaJsonDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "json_schema: the schema nests JSON deeper than ", kMaxSchemaJsonDepth, " levels"));
+  }
+  try {
+    return json::parse(schema_json);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("json_schema: not valid JSON: ", e.what()));
+  }
+}
+
 class JsonSchemaCompiler {
  public:
-  JsonSchemaCompiler(const json& document, const GrammarLimits& limits)
-      : document_(document), builder_(limits) {}
+  // `document` and `builder` must outlive the compiler.
+  JsonSchemaCompiler(const json& document, GrammarBuilder& builder, std::string_view rule_prefix,
+                     const JsonSchemaOptions& options)
+      : document_(document), builder_(builder), prefix_(rule_prefix), options_(options) {}
 
-  absl::StatusOr<GrammarPtr> CompileDocument() {
-    ASSIGN_OR_RETURN(Sequence seq, Compile(document_, "", 0));
-    int32_t root = builder_.NewRule("root");
-    builder_.AddAlternative(root, std::move(seq));
-    return builder_.Build(root);
-  }
+  absl::StatusOr<Sequence> CompileDocument() { return Compile(document_, "", 0); }
 
-  absl::StatusOr<GrammarPtr> CompileAnyObject() {
-    int32_t root = builder_.NewRule("root");
-    builder_.AddAlternative(root, {AnyObject()});
-    return builder_.Build(root);
-  }
+  Symbol CompileAnyObject() { return AnyObject(); }
 
  private:
+  bool IsAnnotation(std::string_view key) const {
+    return kAnnotations.contains(key) ||
+           (options_.lenient_annotations && kLenientAnnotations.contains(key));
+  }
+  int32_t NewRule(std::string_view name) {
+    return builder_.NewRule(absl::StrCat(prefix_, std::string(name)));
+  }
+
   static absl::Status Error(const std::string& path, std::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat("json_schema: ", std::string(what), " at '",
                                                    path.empty() ? "#" : "#" + path, "'"));
@@ -127,37 +165,48 @@ class JsonSchemaCompiler {
     }
     return string_;
   }
-  Symbol Integer() {
-    if (integer_ < 0) {
-      ByteSet digit, nonzero;
-      for (char c = '0'; c <= '9'; ++c) digit.set(c);
-      nonzero = digit;
-      nonzero.reset('0');
-      Symbol digits = builder_.Star({builder_.Terminal(digit)});
-      integer_ = builder_.Group(
-          {builder_.Optional({builder_.Byte('-')}),
-           builder_.Choice({{builder_.Byte('0')}, {builder_.Terminal(nonzero), digits}})});
+  Symbol Digit() { return builder_.Terminal(DigitsBetween('0', '9')); }
+  Symbol NonZeroDigit() { return builder_.Terminal(DigitsBetween('1', '9')); }
+  static ByteSet DigitsBetween(char from, char to) {
+    ByteSet set;
+    for (char c = from; c <= to; ++c) set.set(static_cast<uint8_t>(c));
+    return set;
+  }
+  // The magnitude of an integer without leading zeros.
+  Symbol Natural() {
+    if (natural_ < 0) {
+      natural_ =
+          builder_.Choice({{builder_.Byte('0')}, {NonZeroDigit(), builder_.Star({Digit()})}});
     }
+    return natural_;
+  }
+  Symbol Integer() {
+    if (integer_ < 0)
+      integer_ = builder_.Group({builder_.Optional({builder_.Byte('-')}), Natural()});
     return integer_;
   }
-  Symbol Number() {
-    if (number_ < 0) {
-      ByteSet digit;
-      for (char c = '0'; c <= '9'; ++c) digit.set(c);
-      Symbol digits = builder_.Plus({builder_.Terminal(digit)});
-      Symbol fraction = builder_.Optional({builder_.Byte('.'), digits});
+  Symbol Fraction() {  // optional
+    if (fraction_ < 0)
+      fraction_ = builder_.Optional({builder_.Byte('.'), builder_.Plus({Digit()})});
+    return fraction_;
+  }
+  Symbol Exponent() {  // optional
+    if (exponent_ < 0) {
       // At most two exponent digits: every number stays within a double's range.
-      Symbol exponent = builder_.Optional(
-          {builder_.Terminal(ByteSet().set('e').set('E')),
-           builder_.Optional({builder_.Terminal(ByteSet().set('+').set('-'))}),
-           builder_.Terminal(digit), builder_.Optional({builder_.Terminal(digit)})});
-      number_ = builder_.Group({Integer(), fraction, exponent});
+      exponent_ =
+          builder_.Optional({builder_.Terminal(ByteSet().set('e').set('E')),
+                             builder_.Optional({builder_.Terminal(ByteSet().set('+').set('-'))}),
+                             Digit(), builder_.Optional({Digit()})});
     }
+    return exponent_;
+  }
+  Symbol Number() {
+    if (number_ < 0) number_ = builder_.Group({Integer(), Fraction(), Exponent()});
     return number_;
   }
   Symbol AnyValue() {
     if (value_ < 0) {
-      value_ = builder_.NewRule("value");
+      value_ = NewRule("value");
       for (Sequence alternative : std::vector<Sequence>{{AnyObject()},
                                                         {AnyArray()},
                                                         {AnyString()},
@@ -172,7 +221,7 @@ class JsonSchemaCompiler {
   }
   Symbol AnyObject() {
     if (object_ < 0) {
-      object_ = builder_.NewRule("object");
+      object_ = NewRule("object");
       const Symbol value = AnyValue();
       Sequence member{AnyString(), Ws(), builder_.Byte(':'), Ws(), value, Ws()};
       Sequence more{builder_.Byte(','), Ws()};
@@ -186,7 +235,7 @@ class JsonSchemaCompiler {
   }
   Symbol AnyArray() {
     if (array_ < 0) {
-      array_ = builder_.NewRule("array");
+      array_ = NewRule("array");
       builder_.AddAlternative(array_, ArrayOf(AnyValue(), 0, -1));
     }
     return array_;
@@ -220,14 +269,14 @@ class JsonSchemaCompiler {
     }
     if (!schema.is_object()) return Error(path, "a schema must be an object or a boolean");
     for (const auto& [key, unused] : schema.items()) {
-      if (!kKeywords.contains(key) && !kAnnotations.contains(key)) {
+      if (!kKeywords.contains(key) && !IsAnnotation(key)) {
         return Error(path, absl::StrCat("unsupported keyword '", key, "'"));
       }
     }
     auto has = [&](const char* key) { return schema.contains(key); };
     auto siblings_besides = [&](std::initializer_list<std::string_view> allowed) {
       for (const auto& [key, unused] : schema.items()) {
-        if (kAnnotations.contains(key) || key == "$defs" || key == "definitions") continue;
+        if (IsAnnotation(key) || key == "$defs" || key == "definitions") continue;
         bool ok = false;
         for (std::string_view a : allowed) ok = ok || key == a;
         if (!ok) return key;
@@ -301,6 +350,9 @@ class JsonSchemaCompiler {
       types.push_back("array");
     } else if (has("pattern") || has("minLength") || has("maxLength")) {
       types.push_back("string");
+    } else if (has("minimum") || has("maximum") || has("exclusiveMinimum") ||
+               has("exclusiveMaximum")) {
+      types.push_back("number");
     } else {
       return Sequence{AnyValue()};
     }
@@ -316,9 +368,11 @@ class JsonSchemaCompiler {
         ASSIGN_OR_RETURN(Sequence string, CompileString(schema, path));
         alternatives.push_back(std::move(string));
       } else if (type == "number") {
-        alternatives.push_back({Number()});
+        ASSIGN_OR_RETURN(Sequence number, CompileNumber(schema, path));
+        alternatives.push_back(std::move(number));
       } else if (type == "integer") {
-        alternatives.push_back({Integer()});
+        ASSIGN_OR_RETURN(Sequence integer, CompileInteger(schema, path));
+        alternatives.push_back(std::move(integer));
       } else if (type == "boolean") {
         alternatives.push_back(
             {builder_.Choice({builder_.Literal("true"), builder_.Literal("false")})});
@@ -349,7 +403,7 @@ class JsonSchemaCompiler {
     if (resolved == nullptr) {
       return Error(path + "/$ref", absl::StrCat("unresolved reference '", target, "'"));
     }
-    const int32_t rule = builder_.NewRule(target);
+    const int32_t rule = NewRule(target);
     ref_rules_.emplace(target, rule);
     ASSIGN_OR_RETURN(Sequence body, Compile(*resolved, target.substr(1), depth + 1));
     builder_.AddAlternative(rule, std::move(body));
@@ -364,6 +418,154 @@ class JsonSchemaCompiler {
       return Error(absl::StrCat(path, "/", key), "must be a non-negative integer");
     }
     return value.get<int64_t>();
+  }
+
+  // --- Numeric bounds. ---
+  // The integers the bound keywords allow, [lo, hi] (nullopt: unbounded on that side). A bound
+  // whose magnitude exceeds kMaxBoundedInteger is clamped to it, which keeps that side to 18
+  // digits (stricter than the schema, never looser).
+  struct IntegerBounds {
+    std::optional<int64_t> lo, hi;
+  };
+  absl::StatusOr<IntegerBounds> ReadIntegerBounds(const json& schema, const std::string& path) {
+    IntegerBounds bounds;
+    for (const char* key : kBoundKeywords) {
+      if (!schema.contains(key)) continue;
+      const json& value = schema[key];
+      if (!value.is_number()) return Error(absl::StrCat(path, "/", key), "must be a number");
+      const std::string_view k = key;
+      const bool lower = k == "minimum" || k == "exclusiveMinimum";
+      const bool exclusive = k == "exclusiveMinimum" || k == "exclusiveMaximum";
+      // The bound as the nearest integer inside it, clamped to 19 digits.
+      int64_t v = 0;
+      if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{kMaxBoundedInteger}) {
+        v = kMaxBoundedInteger + 1;
+      } else if (value.is_number_integer()) {
+        v = std::clamp<int64_t>(value.get<int64_t>(), -kMaxBoundedInteger - 1,
+                                kMaxBoundedInteger + 1);
+        if (exclusive) v += lower ? 1 : -1;
+      } else {
+        const double d = std::clamp(value.get<double>(), -1e18, 1e18);
+        v = static_cast<int64_t>(lower ? (exclusive ? std::floor(d) + 1 : std::ceil(d))
+                                       : (exclusive ? std::ceil(d) - 1 : std::floor(d)));
+      }
+      if (lower) {
+        bounds.lo = std::max(bounds.lo.value_or(v), v);
+      } else {
+        bounds.hi = std::min(bounds.hi.value_or(v), v);
+      }
+    }
+    if (bounds.lo && *bounds.lo > kMaxBoundedInteger) {
+      return Error(path, "an integer lower bound above 999999999999999999 is not supported");
+    }
+    if (bounds.hi && *bounds.hi < -kMaxBoundedInteger) {
+      return Error(path, "an integer upper bound below -999999999999999999 is not supported");
+    }
+    if (bounds.lo) bounds.lo = std::max(*bounds.lo, -kMaxBoundedInteger);
+    if (bounds.hi) bounds.hi = std::min(*bounds.hi, kMaxBoundedInteger);
+    if (bounds.lo && bounds.hi && *bounds.lo > *bounds.hi) {
+      return Error(path, "the bounds leave no integer");
+    }
+    return bounds;
+  }
+
+  // The decimal strings from `lo` to `hi` (same length, lo <= hi), digit by digit: one
+  // alternative for the low edge, one for the full middle and one for the high edge, so the size
+  // is quadratic in the digits.
+  Sequence SameLengthRange(const std::string& lo, const std::string& hi) {
+    if (lo == hi) return builder_.Literal(lo);
+    if (lo.find_first_not_of('0') == std::string::npos &&
+        hi.find_first_not_of('9') == std::string::npos) {
+      return Sequence(lo.size(), Digit());
+    }
+    const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
+    Sequence out{builder_.Byte(static_cast<uint8_t>(lo[0]))};
+    if (lo[0] == hi[0]) {
+      Sequence rest = SameLengthRange(rest_lo, rest_hi);
+      out.insert(out.end(), rest.begin(), rest.end());
+      return out;
+    }
+    std::vector<Sequence> alternatives;
+    Sequence low = SameLengthRange(rest_lo, std::string(rest_lo.size(), '9'));
+    out.insert(out.end(), low.begin(), low.end());
+    alternatives.push_back(std::move(out));
+    if (hi[0] - lo[0] > 1) {
+      Sequence middle{builder_.Terminal(
+          DigitsBetween(static_cast<char>(lo[0] + 1), static_cast<char>(hi[0] - 1)))};
+      middle.insert(middle.end(), rest_lo.size(), Digit());
+      alternatives.push_back(std::move(middle));
+    }
+    Sequence high{builder_.Byte(static_cast<uint8_t>(hi[0]))};
+    Sequence high_rest = SameLengthRange(std::string(rest_hi.size(), '0'), rest_hi);
+    high.insert(high.end(), high_rest.begin(), high_rest.end());
+    alternatives.push_back(std::move(high));
+    return {builder_.Choice(std::move(alternatives))};
+  }
+
+  // The canonical decimals from `lo` (>= 0) to `hi` (nullopt: unbounded), one SameLengthRange
+  // per number of digits; unbounded, every longer number too.
+  void NaturalRange(int64_t lo, std::optional<int64_t> hi, Sequence prefix,
+                    std::vector<Sequence>* alternatives) {
+    int64_t first = 0, last = 9;  // the smallest and largest numbers with `digits` digits
+    for (int digits = 1; digits <= 18; ++digits) {
+      const int64_t from = std::max(lo, first);
+      const int64_t to = hi ? std::min(*hi, last) : last;
+      if (from <= to) {
+        Sequence alternative = prefix;
+        Sequence range = SameLengthRange(absl::StrCat(from), absl::StrCat(to));
+        alternative.insert(alternative.end(), range.begin(), range.end());
+        alternatives->push_back(std::move(alternative));
+      }
+      first = last + 1;
+      if (digits < 18) last = last * 10 + 9;
+    }
+    if (!hi) {
+      prefix.insert(prefix.end(), {NonZeroDigit(), builder_.Repeat({Digit()}, 18, -1)});
+      alternatives->push_back(std::move(prefix));
+    }
+  }
+
+  // Integers: minimum/maximum/exclusiveMinimum/exclusiveMaximum exactly.
+  absl::StatusOr<Sequence> CompileInteger(const json& schema, const std::string& path) {
+    ASSIGN_OR_RETURN(const IntegerBounds bounds, ReadIntegerBounds(schema, path));
+    if (!bounds.lo && !bounds.hi) return Sequence{Integer()};
+    std::vector<Sequence> alternatives;
+    if (!bounds.lo || *bounds.lo < 0) {  // "-" then 1 .. -lo
+      std::optional<int64_t> magnitude_hi;
+      if (bounds.lo) magnitude_hi = -*bounds.lo;
+      const int64_t magnitude_lo = bounds.hi && *bounds.hi < 0 ? -*bounds.hi : 1;
+      NaturalRange(magnitude_lo, magnitude_hi, {builder_.Byte('-')}, &alternatives);
+    }
+    if (!bounds.hi || *bounds.hi >= 0) {
+      NaturalRange(bounds.lo ? std::max<int64_t>(0, *bounds.lo) : 0, bounds.hi, {}, &alternatives);
+    }
+    return Sequence{builder_.Choice(std::move(alternatives))};
+  }
+
+  // Numbers: the bounds through the sign only (a lower bound >= 0 forbids a minus sign; maximum
+  // < 0 or exclusiveMaximum <= 0 requires a non-zero negative number).
+  absl::StatusOr<Sequence> CompileNumber(const json& schema, const std::string& path) {
+    bool nonnegative = false, negative = false, bounded = false;
+    for (const char* key : kBoundKeywords) {
+      if (!schema.contains(key)) continue;
+      const json& value = schema[key];
+      if (!value.is_number()) return Error(absl::StrCat(path, "/", key), "must be a number");
+      bounded = true;
+      const double v = value.get<double>();
+      const std::string_view k = key;
+      if ((k == "minimum" || k == "exclusiveMinimum") && v >= 0) nonnegative = true;
+      if ((k == "maximum" && v < 0) || (k == "exclusiveMaximum" && v <= 0)) negative = true;
+    }
+    if (!bounded) return Sequence{Number()};
+    if (nonnegative && negative) return Error(path, "the bounds leave no number");
+    if (nonnegative) return Sequence{Natural(), Fraction(), Exponent()};
+    if (!negative) return Sequence{Number()};
+    // A non-zero digit before or after the point.
+    const Symbol magnitude = builder_.Choice(
+        {{NonZeroDigit(), builder_.Star({Digit()}), Fraction()},
+         {builder_.Byte('0'), builder_.Byte('.'), builder_.Star({builder_.Byte('0')}),
+          NonZeroDigit(), builder_.Star({Digit()})}});
+    return Sequence{builder_.Byte('-'), magnitude, Exponent()};
   }
 
   absl::StatusOr<Sequence> CompileString(const json& schema, const std::string& path) {
@@ -418,7 +620,7 @@ class JsonSchemaCompiler {
         SubtractRanges(NormalizeRanges({}, true), {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}});
     const Symbol free = builder_.Star({RawStringChar()});
     std::vector<int32_t> rules(trie.size());
-    for (size_t i = 0; i < trie.size(); ++i) rules[i] = builder_.NewRule("key");
+    for (size_t i = 0; i < trie.size(); ++i) rules[i] = NewRule("key");
     for (size_t i = 0; i < trie.size(); ++i) {
       if (!trie[i].terminal) builder_.AddAlternative(rules[i], {});
       CodepointRanges others = raw;
@@ -452,8 +654,9 @@ class JsonSchemaCompiler {
     }
     // Additional properties: absent/true = any value, false = none, a schema = its values.
     std::optional<Sequence> extra;
-    const json additional =
-        schema.contains("additionalProperties") ? schema["additionalProperties"] : json(true);
+    const json additional = schema.contains("additionalProperties")
+                                ? schema["additionalProperties"]
+                                : json(!(options_.closed_objects && schema.contains("properties")));
     if (!(additional.is_boolean() && !additional.get<bool>())) {
       Symbol value = -1;
       if (additional.is_boolean()) {
@@ -512,33 +715,41 @@ class JsonSchemaCompiler {
 
  private:
   const json& document_;
-  GrammarBuilder builder_;
+  GrammarBuilder& builder_;
+  const std::string prefix_;
+  const JsonSchemaOptions options_;
   absl::flat_hash_map<std::string, int32_t> ref_rules_;
-  Symbol ws_ = -1, raw_char_ = -1, string_char_ = -1, string_ = -1, integer_ = -1, number_ = -1;
+  Symbol ws_ = -1, raw_char_ = -1, string_char_ = -1, string_ = -1, natural_ = -1, integer_ = -1,
+         fraction_ = -1, exponent_ = -1, number_ = -1;
   int32_t value_ = -1, object_ = -1, array_ = -1;
 };
 
 }  // namespace
 
+absl::StatusOr<Sequence> CompileJsonSchemaInto(GrammarBuilder& builder,
+                                               std::string_view schema_json,
+                                               std::string_view rule_prefix,
+                                               const JsonSchemaOptions& options) {
+  ASSIGN_OR_RETURN(const json document, ParseSchema(schema_json));
+  return JsonSchemaCompiler(document, builder, rule_prefix, options).CompileDocument();
+}
+
 absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,
                                              const GrammarLimits& limits) {
-  // The JSON parser recurses per nesting level: bound it before parsing untrusted text.
-  if (JsonNestingDepth(schema_json, kMaxSchemaJsonDepth) > kMaxSchemaJsonDepth) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "json_schema: the schema nests JSON deeper than ", kMaxSchemaJsonDepth, " levels"));
-  }
-  json document;
-  try {
-    document = json::parse(schema_json);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: not valid JSON: ", e.what()));
-  }
-  return JsonSchemaCompiler(document, limits).CompileDocument();
+  GrammarBuilder builder(limits);
+  ASSIGN_OR_RETURN(Sequence value, CompileJsonSchemaInto(builder, schema_json, "", {}));
+  const int32_t root = builder.NewRule("root");
+  builder.AddAlternative(root, std::move(value));
+  return builder.Build(root);
 }
 
 absl::StatusOr<GrammarPtr> CompileAnyJsonObject(const GrammarLimits& limits) {
   const json empty = json::object();
-  return JsonSchemaCompiler(empty, limits).CompileAnyObject();
+  GrammarBuilder builder(limits);
+  const Symbol object = JsonSchemaCompiler(empty, builder, "", {}).CompileAnyObject();
+  const int32_t root = builder.NewRule("root");
+  builder.AddAlternative(root, {object});
+  return builder.Build(root);
 }
 
 }  // namespace tandem::engine::grammar

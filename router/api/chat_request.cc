@@ -191,8 +191,10 @@ absl::StatusOr<std::vector<engine::ChatMessage>> ReadConversation(const Json* me
 
 namespace {
 
-// OpenAI's response_format: {"type": "text"}, {"type": "json_object"} (any JSON object) or
-// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}.
+// OpenAI's response_format: {"type": "text"}, {"type": "json_object"} (any JSON object),
+// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}} or
+// SGLang's {"type": "structural_tag", "structures": [...], "triggers": [...]}
+// (engine/grammar/structural_tag.h).
 absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampling) {
   using Kind = engine::GrammarConstraint::Kind;
   const Json* type = format.is_object() ? Find(format, "type") : nullptr;
@@ -216,8 +218,15 @@ absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampl
         {Kind::kJsonSchema, schema->is_string() ? schema->get<std::string>() : schema->dump()},
         "response_format.json_schema.schema", sampling);
   }
+  if (name == "structural_tag") {
+    // ParseJsonObject kept `structures` in the body's order (json_fields.h).
+    nlohmann::ordered_json tag = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : format.items()) tag[key] = OrderedValue(value);
+    return SetGrammarConstraint({Kind::kStructuralTag, tag.dump()}, "response_format", sampling);
+  }
   return absl::InvalidArgumentError(
-      "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+      "response_format.type must be \"text\", \"json_object\", \"json_schema\" or "
+      "\"structural_tag\"");
 }
 
 }  // namespace
@@ -293,10 +302,9 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     const bool allow_thinking =
         ctx.tokenizer->chat_family() == engine::ChatFamily::kQwen3 &&
         !(thinking != options.kwargs.end() && thinking->is_boolean() && !thinking->get<bool>());
-    ASSIGN_OR_RETURN(const std::string grammar,
-                     ToolCallGrammar(request.tool_call_syntax, tools, parallel, allow_thinking));
-    RETURN_IF_ERROR(SetGrammarConstraint({engine::GrammarConstraint::Kind::kEbnf, grammar},
-                                         "tool_choice", &request.sampling));
+    ASSIGN_OR_RETURN(const engine::GrammarConstraint constraint,
+                     ToolCallConstraint(request.tool_call_syntax, tools, parallel, allow_thinking));
+    RETURN_IF_ERROR(SetGrammarConstraint(constraint, "tool_choice", &request.sampling));
   }
   request.separate_reasoning = ctx.reasoning_parser;
   if (const Json* v = Find(body, "separate_reasoning"); v != nullptr) {

@@ -10,18 +10,21 @@
 namespace tandem::router::api_internal {
 namespace {
 
-// The JSON Schema objects of a request body, as pointers (see ParseJsonObject's header comment).
+// The JSON Schema and structural tag objects of a request body, as pointers (see ParseJsonObject's
+// header comment).
 std::vector<Json::json_pointer> SchemaObjects(const Json& body) {
   std::vector<Json::json_pointer> found;
   auto check = [&](const Json::json_pointer& pointer) {
     if (body.contains(pointer) && body.at(pointer).is_object()) found.push_back(pointer);
   };
   check(Json::json_pointer("/response_format/json_schema/schema"));
-  check(Json::json_pointer("/json_schema"));
-  check(Json::json_pointer("/sampling_params/json_schema"));
-  if (const auto it = body.find("sampling_params"); it != body.end() && it->is_array()) {
-    for (size_t i = 0; i < it->size(); ++i) {
-      check(Json::json_pointer(absl::StrCat("/sampling_params/", i, "/json_schema")));
+  for (const char* key : {"json_schema", "structural_tag"}) {
+    check(Json::json_pointer(absl::StrCat("/", key)));
+    check(Json::json_pointer(absl::StrCat("/sampling_params/", key)));
+    if (const auto it = body.find("sampling_params"); it != body.end() && it->is_array()) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        check(Json::json_pointer(absl::StrCat("/sampling_params/", i, "/", key)));
+      }
     }
   }
   return found;
@@ -48,16 +51,21 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
           absl::StrCat("the request body must be a JSON object, got ", JsonTypeName(parsed)));
     }
     const std::vector<Json::json_pointer> schemas = SchemaObjects(parsed);
-    const auto tools = parsed.find("tools");
-    const bool ordered_tools = tools != parsed.end() && tools->is_array();
-    if (!schemas.empty() || ordered_tools) {
+    std::vector<Json::json_pointer> arrays;  // kept in order as {kOrderedJsonKey: text}
+    for (const char* pointer : {"/tools", "/response_format/structures"}) {
+      const Json::json_pointer p(pointer);
+      if (parsed.contains(p) && parsed.at(p).is_array()) arrays.push_back(p);
+    }
+    if (!schemas.empty() || !arrays.empty()) {
       const nlohmann::ordered_json ordered =
           nlohmann::ordered_json::parse(body.begin(), body.end());
-      for (const Json::json_pointer& pointer : schemas) {
-        parsed[pointer] =
-            ordered.at(nlohmann::ordered_json::json_pointer(pointer.to_string())).dump();
+      auto original = [&](const Json::json_pointer& pointer) {
+        return ordered.at(nlohmann::ordered_json::json_pointer(pointer.to_string())).dump();
+      };
+      for (const Json::json_pointer& pointer : schemas) parsed[pointer] = original(pointer);
+      for (const Json::json_pointer& pointer : arrays) {
+        parsed[pointer] = Json{{kOrderedJsonKey, original(pointer)}};
       }
-      if (ordered_tools) parsed["tools"] = Json{{kOrderedJsonKey, ordered.at("tools").dump()}};
     }
     return parsed;
   } catch (const Json::exception& e) {

@@ -27,12 +27,13 @@ inline constexpr int kMaxJsonDepth = 64;
 // anything but whitespace after the object, a NUL byte included (the JSON parser would stop at
 // a NUL and ignore what follows it).
 absl::StatusOr<Json> ParseJsonObject(std::string_view body);
-// JSON Schemas given as objects (response_format.json_schema.schema, json_schema at the top level
-// or in sampling_params) list properties in the order the output must follow, which Json's sorted
-// objects lose: ParseJsonObject replaces each with its text, in the body's key order.
-// Chat's "tools" (printed by chat templates and compiled into tool-call constraints) keeps its
-// order too: an array there becomes the object {kOrderedJsonKey: its text}, which OrderedValue()
-// turns back into the array.
+// JSON Schemas given as objects (response_format.json_schema.schema, json_schema and
+// structural_tag at the top level or in sampling_params) list properties in the order the output
+// must follow, which Json's sorted objects lose: ParseJsonObject replaces each with its text, in
+// the body's key order. Chat's "tools" (printed by chat templates and compiled into tool-call
+// constraints) and response_format.structures (a structural tag's schemas) keep their order too:
+// such an array becomes the object {kOrderedJsonKey: its text}, which OrderedValue() turns back
+// into the array.
 inline constexpr char kOrderedJsonKey[] = "\x01ordered_json";
 // `value` as ordered_json: the text of a {kOrderedJsonKey: text} object parsed, else `value`
 // converted (its keys then in sorted order).

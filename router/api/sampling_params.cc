@@ -49,6 +49,24 @@ absl::Status ReadLogitBias(const Json& value, const std::string& path, proto::Sa
   return absl::OkStatus();
 }
 
+proto::StructuralTag StructuralTagToProto(const engine::GrammarConstraint& constraint) {
+  proto::StructuralTag tag;
+  tag.set_tag(constraint.text);
+  switch (constraint.tag_form) {
+    case engine::grammar::StructuralTagForm::kTriggered:
+      tag.set_form(proto::StructuralTag::TRIGGERED);
+      break;
+    case engine::grammar::StructuralTagForm::kOne:
+      tag.set_form(proto::StructuralTag::ONE);
+      break;
+    case engine::grammar::StructuralTagForm::kOneOrMore:
+      tag.set_form(proto::StructuralTag::ONE_OR_MORE);
+      break;
+  }
+  tag.set_allow_thinking(constraint.allow_thinking);
+  return tag;
+}
+
 }  // namespace
 
 absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
@@ -56,8 +74,8 @@ absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
   if (out->constraint_case() != proto::SamplingParams::CONSTRAINT_NOT_SET) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
-                     ": only one of regex, json_schema, ebnf and response_format may "
-                     "constrain the output"));
+                     ": only one of regex, json_schema, ebnf, structural_tag, response_format and "
+                     "tool_choice may constrain the output"));
   }
   absl::StatusOr<engine::grammar::GrammarPtr> compiled = engine::CompileConstraint(constraint);
   if (!compiled.ok()) {
@@ -76,6 +94,9 @@ absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
       break;
     case Kind::kJsonObject:
       out->set_json_object(true);
+      break;
+    case Kind::kStructuralTag:
+      *out->mutable_structural_tag() = StructuralTagToProto(constraint);
       break;
     case Kind::kNone:
       break;
@@ -178,7 +199,18 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
       ASSIGN_OR_RETURN(constraint.text, ToString(value, path));
     }
     RETURN_IF_ERROR(SetGrammarConstraint(constraint, path, out));
-  } else if (key == "structural_tag" || key == "custom_params") {
+  } else if (key == "structural_tag") {
+    if (!IsSet(value)) return true;  // null or "": unconstrained
+    // SGLang takes the tag's JSON text; the object itself is accepted too.
+    engine::GrammarConstraint constraint;
+    constraint.kind = engine::GrammarConstraint::Kind::kStructuralTag;
+    if (value.is_object()) {
+      constraint.text = value.dump();
+    } else {
+      ASSIGN_OR_RETURN(constraint.text, ToString(value, path));
+    }
+    RETURN_IF_ERROR(SetGrammarConstraint(constraint, path, out));
+  } else if (key == "custom_params") {
     if (IsSet(value)) return Unsupported(path, value);
   } else {
     return false;

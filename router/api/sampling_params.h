@@ -11,13 +11,15 @@
 // Ours on top: stop a string or up to 64 non-empty strings; stop_token_ids up to 1024 ids >= 0;
 // seed in [0, 2^63-1]. n other than 1 is a 400 here: ParseBatch (router/api/request.h) takes n
 // out of the body before a prompt reaches this mapping. Parameters we do not serve
-// (structural_tag, custom_params) are a 400 unless set to their default.
+// (custom_params) are a 400 unless set to their default.
 //
-// Structured output: regex (a string), ebnf (a string) and json_schema (a schema's JSON text, as
-// SGLang takes it, or the schema object itself) constrain the output (engine/grammar/); null or
-// "" leaves them unset. They are compiled here, so an unsupported feature is a 400 naming it
-// before any worker is involved; at most one constraint per request (OpenAI's response_format
-// counts as one).
+// Structured output: regex (a string), ebnf (a string), json_schema (a schema's JSON text, as
+// SGLang takes it, or the schema object itself) and structural_tag (the tag's JSON text, as SGLang
+// takes it, or the object: engine/grammar/structural_tag.h, free text with triggered structures)
+// constrain the output (engine/grammar/); null or "" leaves them unset. They are compiled here,
+// so an unsupported feature or a malformed tag is a 400 naming it before any worker is involved;
+// at most one constraint per request (OpenAI's response_format and a required or named
+// tool_choice count as one).
 //
 // Thread-safety: pure functions. Internal to router/api.
 #ifndef TANDEM_ROUTER_API_SAMPLING_PARAMS_H_

@@ -188,11 +188,27 @@ std::vector<BodyCase> BodyCases() {
       {"audio output", kChat, Chat(R"("modalities":["text","audio"])"), 400,
        "modalities \"audio\" is not supported"},
       {"response_format of an unknown type", kChat, Chat(R"("response_format":{"type":"xml"})"),
-       400, "response_format.type must be \"text\", \"json_object\" or \"json_schema\""},
+       400,
+       "response_format.type must be \"text\", \"json_object\", \"json_schema\" or "
+       "\"structural_tag\""},
       {"response_format schema with an unsupported keyword", kChat,
        Chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
-            R"("schema":{"type":"integer","minimum":0}}})"),
-       400, "json_schema: unsupported keyword 'minimum'"},
+            R"("schema":{"type":"integer","multipleOf":2}}})"),
+       400, "json_schema: unsupported keyword 'multipleOf'"},
+      {"response_format structural tag without triggers", kChat,
+       Chat(R"("response_format":{"type":"structural_tag","structures":[{"begin":"<a>",)"
+            R"("schema":{"type":"integer"},"end":"</a>"}]})"),
+       400, "response_format: structural_tag: triggers must be a list of 1 to 16 strings"},
+      {"structural_tag that is not JSON", kGen, Gen(R"("structural_tag":"{structures")"), 400,
+       "sampling_params.structural_tag: structural_tag: not valid JSON"},
+      {"structural_tag with a begin no trigger starts", kGen,
+       Gen(R"j("structural_tag":{"structures":[{"begin":"(a","end":")"}],"triggers":["<"]})j"), 400,
+       "sampling_params.structural_tag: structural_tag: structures[0].begin does not start with "
+       "any trigger"},
+      {"structural_tag with a huge begin", kGen,
+       Gen(R"("structural_tag":{"structures":[{"begin":"<)" + std::string(5000, 'a') +
+           R"(","end":""}],"triggers":["<"]})"),
+       400, "structures[0].begin must be at most 1024 bytes, got 5001"},
       // Unknown and unsupported fields.
       {"unknown sampling parameter", kGen, Gen(R"("temprature":0.5)"), 400,
        "sampling_params.temprature is not a known sampling parameter"},
@@ -322,8 +338,8 @@ std::vector<BodyCase> BodyCases() {
        ChatMessages(R"([{"role":")" + std::string(5000, 'x') + R"(","content":"a"}])"), 400,
        "xxx...' is not supported"},
       {"long unsupported value is cut in the message", kGen,
-       Gen(R"("structural_tag":")" + std::string(5000, 'a') + R"(")"), 400,
-       "sampling_params.structural_tag is not supported by this server (got \"aaaa"},
+       Gen(R"("custom_params":")" + std::string(5000, 'a') + R"(")"), 400,
+       "sampling_params.custom_params is not supported by this server (got \"aaaa"},
       // SGLang's SamplingParams.verify rules.
       {"top_k zero", kGen, Gen(R"("top_k":0)"), 400,
        "sampling_params.top_k must be -1 (disabled) or at least 1, got 0"},

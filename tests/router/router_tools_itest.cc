@@ -2,7 +2,8 @@
 // plain worker and of a prefill/decode pair. tool_choice "required" and a named function make
 // the tiny model write calls (the grammar constrains the prefill worker's first token too) whose
 // arguments validate against the tool's schema — checked with the engine's own JSON Schema
-// compiler, independent of the router's call grammar — streamed and not.
+// compiler, independent of the router's call grammar — streamed and not; SGLang's structural_tag
+// on /generate.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "engine/grammar/json_schema_compiler.h"
 #include "engine/grammar/matcher.h"
+#include "engine/grammar/structural_tag.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/process.h"
@@ -251,6 +253,46 @@ TEST_F(RouterToolsTest, SmallMaxTokensStructuredOutputParses) {
       }
     }
   }
+}
+
+// SGLang's structural_tag on /generate, plain and PD: free text in which every "e" the model
+// writes must be followed by one digit (the structure "e" + an integer 0..9 + ""). The outputs are
+// in the tag's language, the trigger does occur, and a PD pair samples the same text as a plain
+// worker for the same seed.
+TEST_F(RouterToolsTest, StructuralTagConstrainsWhatFollowsTheTrigger) {
+  const json tag = {{"structures",
+                     {{{"begin", "e"},
+                       {"schema", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}},
+                       {"end", ""}}}},
+                    {"triggers", {"e"}}};
+  auto grammar = engine::grammar::CompileStructuralTag(
+      tag.dump(), engine::grammar::StructuralTagForm::kTriggered, false);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  std::vector<std::unique_ptr<RouterProcess>> routers = Routers();
+  bool triggered = false;
+  for (int seed = 1; seed <= 3; ++seed) {
+    std::vector<std::string> texts;
+    for (const auto& router : routers) {
+      SCOPED_TRACE(::testing::Message() << "port " << router->port << " seed " << seed);
+      const json body = {{"text", "Once upon a time"},
+                         {"sampling_params",
+                          {{"structural_tag", tag.dump()},
+                           {"max_new_tokens", 40},
+                           {"temperature", 1},
+                           {"sampling_seed", seed}}}};
+      const testing::ClientResponse response =
+          RouterRequest(router->port, "POST", "/generate", body.dump());
+      ASSERT_EQ(response.status, 200) << response.body;
+      const std::string text = json::parse(response.body)["text"];
+      auto matcher = engine::grammar::GrammarMatcher::Create(*grammar);
+      ASSERT_TRUE(matcher.ok());
+      EXPECT_TRUE(matcher->AcceptString(text) && matcher->IsComplete()) << text;
+      triggered = triggered || text.find('e') != std::string::npos;
+      texts.push_back(text);
+    }
+    EXPECT_EQ(texts[0], texts[1]) << "seed " << seed;
+  }
+  EXPECT_TRUE(triggered);
 }
 
 }  // namespace

@@ -58,6 +58,17 @@ TEST(SamplingParamsFromProtoTest, GrammarConstraintIsCarried) {
   p.set_json_object(true);
   s = SamplingParamsFromProto(p, kVocab);
   EXPECT_EQ(s->constraint.kind, Kind::kJsonObject);
+  p.mutable_structural_tag()->set_tag("{}");
+  p.mutable_structural_tag()->set_form(proto::StructuralTag::ONE_OR_MORE);
+  p.mutable_structural_tag()->set_allow_thinking(true);
+  s = SamplingParamsFromProto(p, kVocab);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->constraint.kind, Kind::kStructuralTag);
+  EXPECT_EQ(s->constraint.text, "{}");
+  EXPECT_EQ(s->constraint.tag_form, engine::grammar::StructuralTagForm::kOneOrMore);
+  EXPECT_TRUE(s->constraint.allow_thinking);
+  p.mutable_structural_tag()->set_form(static_cast<proto::StructuralTag::Form>(7));
+  EXPECT_EQ(SamplingParamsFromProto(p, kVocab).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SamplingParamsFromProtoTest, EveryFieldIsCarried) {

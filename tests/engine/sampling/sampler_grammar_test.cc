@@ -166,9 +166,9 @@ TEST(SamplerGrammarTest, CreateReportsCompileErrorsAndMissingVocabulary) {
       Sampler::Create(Params("a(?=b)", 1.0f, 1), kVocab, {kEos}, Vocabulary());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   SamplingParams schema;
-  schema.constraint = {Kind::kJsonSchema, R"({"type": "integer", "minimum": 3})"};
+  schema.constraint = {Kind::kJsonSchema, R"({"type": "integer", "multipleOf": 3})"};
   bad = Sampler::Create(schema, kVocab, {kEos}, Vocabulary());
-  EXPECT_NE(bad.status().message().find("minimum"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("multipleOf"), std::string::npos) << bad.status();
   bad = Sampler::Create(Params("a", 1.0f, 1), kVocab, {kEos}, nullptr);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }

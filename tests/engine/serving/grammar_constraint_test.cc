@@ -51,6 +51,17 @@ const std::vector<GrammarConstraint>& Constraints() {
       {Kind::kJsonObject, ""},
       {Kind::kRegex, "(yes|no), [a-z]{1,8}\\."},
       {Kind::kEbnf, "root ::= \"(\" num (\" + \" num)* \")\"\nnum ::= [1-9] [0-9]?"},
+      // Free text in which every "e" is followed by a digit.
+      {Kind::kStructuralTag,
+       R"({"structures": [{"begin": "e", "schema": {"type": "integer", "minimum": 0,
+           "maximum": 9}, "end": ""}], "triggers": ["e"]})",
+       grammar::StructuralTagForm::kTriggered, false},
+      // Calls only, after an optional thinking block, as tool_choice "required" builds them.
+      {Kind::kStructuralTag,
+       R"({"structures": [{"begin": "<f>", "schema": {"type": "object", "properties": {"n":
+           {"type": "integer", "minimum": -5, "maximum": 5}}, "required": ["n"]},
+           "end": "</f>"}], "triggers": ["<f>"]})",
+       grammar::StructuralTagForm::kOneOrMore, true},
   };
   return constraints;
 }

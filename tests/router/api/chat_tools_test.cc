@@ -6,7 +6,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/grammar/ebnf_compiler.h"
+#include "engine/grammar/constraint.h"
 #include "engine/grammar/matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -150,9 +150,19 @@ TEST(ChatToolsTest, Errors) {
 namespace tandem::router {
 namespace {
 
-// Whether the EBNF a request was constrained with accepts `text` as a whole answer.
+// Whether the structural tag a request was constrained with accepts `text` as a whole answer.
 bool GrammarAccepts(const RoutedRequest& request, const std::string& text) {
-  auto grammar = engine::grammar::CompileEbnf(request.sampling.ebnf());
+  using engine::grammar::StructuralTagForm;
+  const proto::StructuralTag& tag = request.sampling.structural_tag();
+  engine::grammar::Constraint constraint;
+  constraint.kind = engine::grammar::Constraint::Kind::kStructuralTag;
+  constraint.text = tag.tag();
+  constraint.tag_form = tag.form() == proto::StructuralTag::ONE_OR_MORE
+                            ? StructuralTagForm::kOneOrMore
+                        : tag.form() == proto::StructuralTag::ONE ? StructuralTagForm::kOne
+                                                                  : StructuralTagForm::kTriggered;
+  constraint.allow_thinking = tag.allow_thinking();
+  auto grammar = engine::grammar::CompileConstraint(constraint);
   EXPECT_TRUE(grammar.ok()) << grammar.status();
   if (!grammar.ok()) return false;
   auto matcher = engine::grammar::GrammarMatcher::Create(*grammar);
@@ -164,7 +174,8 @@ TEST(ChatToolsGrammarTest, RequiredConstrainsTheAnswerToCallsOfTheTools) {
   const auto parsed = ParseChatCompletions(Body(R"("tool_choice":"required")"), QwenContext());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->tool_call_syntax, ToolCallSyntax::kQwen);
-  ASSERT_FALSE(parsed->sampling.ebnf().empty());
+  ASSERT_TRUE(parsed->sampling.has_structural_tag());
+  EXPECT_EQ(parsed->sampling.structural_tag().form(), proto::StructuralTag::ONE_OR_MORE);
   const std::string call =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
       "\"unit\": \"c\"}}\n</tool_call>";
@@ -207,7 +218,7 @@ TEST(ChatToolsGrammarTest, AutoAndNoneDoNotConstrain) {
   for (const char* choice : {R"("tool_choice":"auto")", R"("tool_choice":"none")"}) {
     const auto parsed = ParseChatCompletions(Body(choice), QwenContext());
     ASSERT_TRUE(parsed.ok()) << parsed.status();
-    EXPECT_TRUE(parsed->sampling.ebnf().empty());
+    EXPECT_FALSE(parsed->sampling.has_structural_tag());
   }
 }
 
@@ -262,7 +273,7 @@ TEST(ChatToolsGrammarTest, PatternsAreEnforcedOnTheStringsValue) {
   EXPECT_THAT(Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required",)"
                     R"("tools":[{"type":"function","function":{"name":"f","parameters":)"
                     R"({"type":"object","properties":{"s":{"pattern":"(a)\\1"}}}}}]})"),
-              HasSubstr("tools[0].function.parameters: pattern: unsupported escape \\1"));
+              HasSubstr("tools[0].function.parameters: #/properties/s/pattern: regex: "));
 }
 
 TEST(ChatToolsGrammarTest, IntegerBoundsAreExactNumberBoundsOnlyTheSign) {
@@ -288,19 +299,20 @@ TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
       Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
             R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
             R"("properties":{"n":{"type":"integer","multipleOf":2}}}}}]})"),
-      "tools[0].function.parameters: keyword 'multipleOf' cannot be enforced for a required tool "
-      "call");
+      "tools[0].function.parameters: json_schema: unsupported keyword 'multipleOf' at "
+      "'#/properties/n'");
   EXPECT_EQ(
       Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
             R"({"type":"function","function":{"name":"f","parameters":{"$ref":"#/$defs/no"}}}]})"),
-      "tools[0].function.parameters: $ref '#/$defs/no' points to nothing");
+      "tools[0].function.parameters: json_schema: unresolved reference '#/$defs/no' at '#/$ref'");
   EXPECT_EQ(
       Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
             R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
             R"("properties":{"n":{"type":"integer","minimum":5,"maximum":4}}}}}]})"),
-      "tools[0].function.parameters: the bounds leave no integer");
+      "tools[0].function.parameters: json_schema: the bounds leave no integer at '#/properties/n'");
   EXPECT_THAT(Error(Body(R"("tool_choice":"required","response_format":{"type":"json_object"})")),
-              HasSubstr("only one of regex, json_schema, ebnf and response_format"));
+              HasSubstr("only one of regex, json_schema, ebnf, structural_tag, response_format and "
+                        "tool_choice"));
 }
 
 }  // namespace

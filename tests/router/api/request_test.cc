@@ -148,8 +148,9 @@ TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
               HasSubstr("sampling_params.repetition_penalty must be a number in [0, 2]"));
   EXPECT_THAT(error(R"j({"regex":"a(?=b)"})j"),
               HasSubstr("sampling_params.regex: regex: group flags, lookaround"));
-  EXPECT_THAT(error(R"({"json_schema":"{\"type\": \"integer\", \"minimum\": 1}"})"),
-              HasSubstr("sampling_params.json_schema: json_schema: unsupported keyword 'minimum'"));
+  EXPECT_THAT(
+      error(R"({"json_schema":"{\"type\": \"integer\", \"multipleOf\": 2}"})"),
+      HasSubstr("sampling_params.json_schema: json_schema: unsupported keyword 'multipleOf'"));
   EXPECT_THAT(error(R"({"ebnf":"root ::= missing"})"),
               HasSubstr("sampling_params.ebnf: ebnf: undefined rule 'missing'"));
   EXPECT_THAT(error(R"({"regex":"a+","ebnf":"root ::= \"a\""})"), HasSubstr("only one of"));
@@ -438,7 +439,8 @@ TEST(ParseChatCompletionsTest, Errors) {
             "logprobs must be a boolean, got integer");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],
       "response_format":{"type":"xml"}})"),
-            "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+            "response_format.type must be \"text\", \"json_object\", \"json_schema\" or "
+            "\"structural_tag\"");
   EXPECT_EQ(error(R"({"messages":[{"role":"user","content":"a"}],
       "response_format":{"type":"json_schema","json_schema":{"name":"x"}}})"),
             "response_format.json_schema.schema must be a JSON Schema object");
@@ -526,6 +528,56 @@ TEST(StructuredOutputTest, ChatResponseFormat) {
                                 ctx);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->sampling.constraint_case(), proto::SamplingParams::CONSTRAINT_NOT_SET);
+}
+
+TEST(StructuredOutputTest, StructuralTagOnGenerateAndChat) {
+  const ApiContext ctx = Context();
+  // SGLang's /generate takes the tag's JSON text; the object is accepted too, in its key order.
+  const std::string tag =
+      R"({"type":"structural_tag","structures":[{"begin":"<f=a>","schema":{"type":"object",)"
+      R"("properties":{"z":{"type":"integer"},"b":{"type":"string"}}},"end":"</f>"}],)"
+      R"("triggers":["<f="]})";
+  auto parsed = ParseGenerate(
+      R"({"text":"x","sampling_params":{"structural_tag":)" + nlohmann::json(tag).dump() + "}}",
+      ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.structural_tag().tag(), tag);
+  EXPECT_EQ(parsed->sampling.structural_tag().form(), proto::StructuralTag::TRIGGERED);
+  parsed = ParseGenerate(R"({"text":"x","sampling_params":{"structural_tag":)" + tag + "}}", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.structural_tag().tag(), tag);
+  // OpenAI's response_format, with the schemas' key order kept.
+  parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"a"}],"response_format":)" + tag + "}", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(nlohmann::ordered_json::parse(parsed->sampling.structural_tag().tag())["structures"],
+            nlohmann::ordered_json::parse(tag)["structures"]);
+
+  auto error = [&](const std::string& body) {
+    return ErrorOf(ParseGenerate(body, ctx), absl::StatusCode::kInvalidArgument);
+  };
+  EXPECT_EQ(error(R"({"text":"x","sampling_params":{"structural_tag":"[]"}})"),
+            "sampling_params.structural_tag: structural_tag: must be a JSON object");
+  EXPECT_EQ(error(R"({"text":"x","sampling_params":{"structural_tag":{"structures":[{"begin":"<a",)"
+                  R"("end":""}],"triggers":["<a","a"]}}})"),
+            "sampling_params.structural_tag: structural_tag: triggers[0] contains triggers[1]: no "
+            "trigger may occur within another");
+  EXPECT_THAT(
+      error(R"({"text":"x","sampling_params":{"structural_tag":{"structures":[{"begin":"<a",)"
+            R"("end":"","schema":{"type":"object","patternProperties":{}}}],)"
+            R"("triggers":["<"]}}})"),
+      HasSubstr("sampling_params.structural_tag: structural_tag: structures[0].schema: "
+                "json_schema: unsupported keyword 'patternProperties'"));
+  EXPECT_THAT(error(R"({"text":"x","sampling_params":{"regex":"a","structural_tag":{"structures":)"
+                    R"([{"begin":"<a","end":""}],"triggers":["<"]}}})"),
+              HasSubstr("only one of"));
+  EXPECT_THAT(ErrorOf(ParseChatCompletions(R"({"messages":[{"role":"user","content":"a"}],)"
+                                           R"("response_format":{"type":"structural_tag",)"
+                                           R"("structures":[{"begin":"<a","end":""}],)"
+                                           R"("triggers":["<"],"extra":1}})",
+                                           ctx),
+                      absl::StatusCode::kInvalidArgument),
+              HasSubstr("response_format: structural_tag: unknown key 'extra'"));
 }
 
 }  // namespace
