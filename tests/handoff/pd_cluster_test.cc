@@ -173,7 +173,7 @@ std::vector<std::vector<int32_t>> TandemRunTokens(
     }
   }
   RunResult r = RunToExit(
-      {BinaryPath("tandem-run"), "--model-path", SourcePath("models/tandem-tiny-fortunes"),
+      {BinaryPath("tandem-run"), "--model-path", SourcePath("models/tandem-tiny-english"),
        "--batch-file", path, "--input-ids", "--jsonl", "--temperature", "0", "--ignore-eos",
        "--max-new-tokens", std::to_string(kMaxNew), "--threads", "1", "--prefill-chunk", "64"},
       std::chrono::seconds(300));
@@ -325,7 +325,7 @@ TEST(PdClusterTest, GrammarConstrainedRequestMatchesTheColocatedWorker) {
   ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
   ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
   EXPECT_EQ(pd.tokens, ref.tokens);
-  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
+  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-english"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   std::string bytes;
   for (int32_t id : pd.tokens) bytes += (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true);
@@ -345,7 +345,7 @@ TEST(PdClusterTest, TightBudgetJsonObjectParsesAndMatchesTheColocatedWorker) {
   auto prefill = Start("prefill");
   auto decode = Start("decode");
   const std::vector<int32_t> prompt = Prompts(2)[0];
-  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
+  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-english"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   for (int max_new : {2, 5, 9}) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {
@@ -580,7 +580,7 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(r.status.error_message().find("some-other-model"), std::string::npos)
         << r.status.error_message();
-    EXPECT_NE(r.status.error_message().find("tandem-tiny-fortunes"), std::string::npos)
+    EXPECT_NE(r.status.error_message().find("tandem-tiny-english"), std::string::npos)
         << r.status.error_message();
 
     // The same model run W8A8 on one side: its KV is not the bf16 side's, so the pair is refused.

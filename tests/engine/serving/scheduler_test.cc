@@ -377,7 +377,7 @@ TEST(SchedulerTest, MaxNewTokensIsClampedToTheContextAndZeroOnlyPrefills) {
 }
 
 TEST(SchedulerTest, EosEndsARequestUnlessIgnored) {
-  // The shipped model was trained on fortunes each followed by EOS (<|endoftext|>, id 3069). Find
+  // The shipped model was trained on documents each followed by EOS (<|endoftext|>, id 3069). Find
   // the prompts of a fixed list whose greedy continuation (EOS ignored) contains EOS, then check
   // that without ignore_eos exactly those stop there.
   const Tokenizer& tok = SharedTokenizer();
