@@ -31,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin=${1:-build/bin}
-model=${MODEL_PATH:-models/tandem-tiny-fortunes}
+model=${MODEL_PATH:-models/tandem-tiny-english}
 groups_n=${GROUPS_N:-8}
 per_group=${PER_GROUP:-8}
 prefix_len=${PREFIX_LEN:-256}

@@ -1,7 +1,7 @@
 // grammar_bench: compile time and per-token mask cost of grammar-constrained decoding, printed
 // as JSON.
 //
-//   grammar_bench [--model-dir models/tandem-tiny-fortunes] [--tokens 128] [--seed 1]
+//   grammar_bench [--model-dir models/tandem-tiny-english] [--tokens 128] [--seed 1]
 //                 [--decode-steps 64 --decode-repeats 5 --threads 2] [--json out.json]
 //                 [--decode-max-new-tokens N]
 //
@@ -94,7 +94,7 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   CLI::App app{"grammar_bench"};
-  std::string model_dir = "models/tandem-tiny-fortunes";
+  std::string model_dir = "models/tandem-tiny-english";
   int tokens = 128;
   uint64_t seed = 1;
   app.add_option("--model-dir", model_dir, "directory with tokenizer.json");

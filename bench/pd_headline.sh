@@ -59,7 +59,7 @@ bin=${1:-build/bin}
 
 if [ "${SMOKE:-0}" = 1 ]; then
   # The shipped model (512 positions): the same shape of workload, scaled down.
-  : "${MODEL_PATH:=models/tandem-tiny-fortunes}" "${RATES:=4 8}" "${NUM_PROMPTS:=12}"
+  : "${MODEL_PATH:=models/tandem-tiny-english}" "${RATES:=4 8}" "${NUM_PROMPTS:=12}"
   : "${LONG_IN:=384}" "${LONG_OUT:=8}" "${SHORT_IN_MIN:=16}" "${SHORT_IN_MAX:=32}"
   : "${SHORT_OUT:=32}" "${KV_CACHE:=64MiB}" "${SLO_TTFT_MS:=2000}" "${SLO_ITL_P99_MS:=200}"
   : "${RUN_TIMEOUT_S:=60}"

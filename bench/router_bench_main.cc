@@ -92,10 +92,10 @@ std::string SelfDir() {
   return self.empty() ? std::string(".") : std::filesystem::path(self).parent_path().string();
 }
 
-// models/tandem-tiny-fortunes from the working directory, else from the source tree two levels
+// models/tandem-tiny-english from the working directory, else from the source tree two levels
 // above the bin dir (build-x/bin).
 std::string DefaultModelPath(const std::string& bin_dir) {
-  const std::string rel = "models/tandem-tiny-fortunes";
+  const std::string rel = "models/tandem-tiny-english";
   if (std::filesystem::exists(rel + "/tokenizer.json")) return rel;
   return (std::filesystem::path(bin_dir) / ".." / ".." / rel).lexically_normal().string();
 }
@@ -497,7 +497,7 @@ int main(int argc, char** argv) {
   app.add_option("--bin-dir", o.bin_dir, "Where tandem-router is (default: this binary's dir)");
   app.add_option("--model-path", o.model_path,
                  "Tokenizer dir for the router "
-                 "(default models/tandem-tiny-fortunes)");
+                 "(default models/tandem-tiny-english)");
   app.add_option("--nginx", o.nginx, "nginx binary");
   app.add_flag("--keep-temp", o.keep_temp, "Keep the temp dir (configs, logs)");
   app.add_option(

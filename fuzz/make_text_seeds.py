@@ -16,7 +16,7 @@ import os
 import struct
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL = os.path.join(ROOT, "models", "tandem-tiny-fortunes")
+MODEL = os.path.join(ROOT, "models", "tandem-tiny-english")
 
 
 def write(path, data):

@@ -23,7 +23,7 @@ packages=(
 # Tools that only regenerate committed artefacts (the shipped model, reference goldens such as
 # the chat-template renderings of python3-jinja2); the
 # build, the tests and the quickstart do not need them. `--dev` installs them too.
-dev_packages=(python3-torch python3-regex python3-jinja2 fortunes fortunes-min nodejs)
+dev_packages=(python3-torch python3-regex python3-jinja2 fortunes wordnet-base python3.11-doc debian-reference-en nodejs)
 if [ "${1:-}" = "--dev" ]; then
   packages+=("${dev_packages[@]}")
   # Some nodejs builds bundle npm; Debian's own splits it into the npm package.

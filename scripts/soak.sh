@@ -39,7 +39,7 @@ run_dir="$repo/run/soak"
 concurrency=4
 rate=6
 fd_slack=8
-model="$repo/models/tandem-tiny-fortunes"
+model="$repo/models/tandem-tiny-english"
 while [ $# -gt 0 ]; do
   case "$1" in
     -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;

@@ -1,6 +1,6 @@
 // tandem-run: generate text from a Hugging Face model directory on the CPU, streaming to stdout.
 //
-//   tandem-run --model-path models/tandem-tiny-fortunes --prompt "The meaning of life"
+//   tandem-run --model-path models/tandem-tiny-english --prompt "The meaning of life"
 //   echo "Tell me a joke" | tandem-run --model-path DIR --chat --temperature 0.7
 //   tandem-run --model-path DIR --batch-file prompts.txt     # one prompt per line, concurrently
 //   tandem-run --model-path DIR --batch-file ids.txt --input-ids --jsonl   # token ids in and out

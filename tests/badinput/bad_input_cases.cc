@@ -19,18 +19,18 @@ std::string Gen(const std::string& params) {
 }
 // A /v1/completions body with `fields` added.
 std::string Cmp(const std::string& fields) {
-  return R"({"model":"tandem-tiny-fortunes","prompt":"Tell me a fortune.","max_tokens":4)" +
+  return R"({"model":"tandem-tiny-english","prompt":"Tell me a fortune.","max_tokens":4)" +
          (fields.empty() ? std::string() : "," + fields) + "}";
 }
 // A /v1/chat/completions body with `fields` added to a valid one-message conversation.
 std::string Chat(const std::string& fields) {
-  return R"({"model":"tandem-tiny-fortunes","messages":[{"role":"user","content":"Hi"}],)"
+  return R"({"model":"tandem-tiny-english","messages":[{"role":"user","content":"Hi"}],)"
          R"("max_tokens":4)" +
          (fields.empty() ? std::string() : "," + fields) + "}";
 }
 // A chat body whose messages are `messages` (JSON array text).
 std::string ChatMessages(const std::string& messages) {
-  return R"({"model":"tandem-tiny-fortunes","max_tokens":4,"messages":)" + messages + "}";
+  return R"({"model":"tandem-tiny-english","max_tokens":4,"messages":)" + messages + "}";
 }
 
 std::string Repeat(const std::string& s, int n) {
@@ -137,11 +137,11 @@ std::vector<BodyCase> BodyCases() {
       {"completions max_tokens negative", kCmp, Cmp(R"("max_tokens":-1,"n":1)"), 400,
        "max_tokens must be an integer in [0"},
       {"completions max_tokens string", kCmp,
-       R"({"model":"tandem-tiny-fortunes","prompt":"a","max_tokens":"10"})", 400,
+       R"({"model":"tandem-tiny-english","prompt":"a","max_tokens":"10"})", 400,
        "max_tokens must be an integer, got string"},
       {"completions prompt object", kCmp, R"({"prompt":{"text":"a"}})", 400,
        "prompt must be a string or an array of token ids, got object"},
-      {"completions prompt missing", kCmp, R"({"model":"tandem-tiny-fortunes"})", 400,
+      {"completions prompt missing", kCmp, R"({"model":"tandem-tiny-english"})", 400,
        "prompt is required"},
       {"stream_options not an object", kCmp, Cmp(R"("stream":true,"stream_options":3)"), 400,
        "stream_options must be an object, got integer"},
@@ -154,7 +154,7 @@ std::vector<BodyCase> BodyCases() {
       {"chat logprobs int", kChat, Chat(R"("logprobs":1)"), 400,
        "logprobs must be a boolean, got integer"},
       // Messages.
-      {"messages missing", kChat, R"({"model":"tandem-tiny-fortunes"})", 400,
+      {"messages missing", kChat, R"({"model":"tandem-tiny-english"})", 400,
        "messages is required"},
       {"messages not an array", kChat, ChatMessages(R"("hello")"), 400,
        "messages must be an array, got string"},
@@ -279,7 +279,7 @@ std::vector<BodyCase> BodyCases() {
       // Models.
       // A name that is not the served model's is a 404 (--any-model-name serves any, as SGLang).
       {"unknown model", kCmp, R"({"model":"gpt-4","prompt":"a","max_tokens":2})", 404,
-       "the model 'gpt-4' does not exist; this server serves 'tandem-tiny-fortunes'"},
+       "the model 'gpt-4' does not exist; this server serves 'tandem-tiny-english'"},
       {"unknown model, chat", kChat,
        R"({"model":"gpt-4o","messages":[{"role":"user","content":"a"}]})", 404,
        "the model 'gpt-4o' does not exist"},

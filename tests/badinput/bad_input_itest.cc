@@ -210,7 +210,7 @@ void HugeMaxTokensIsClampedToTheContextLeft(const Cluster& cluster) {
     EXPECT_LE(completion, kContextLength - kPromptTokens) << r.body;
 
     ++bad_inputs_tried;
-    const json chat = {{"model", "tandem-tiny-fortunes"},
+    const json chat = {{"model", "tandem-tiny-english"},
                        {"messages", {{{"role", "user"}, {"content", "A long fortune, please."}}}},
                        {"max_tokens", 1000000000},
                        {"temperature", 0}};

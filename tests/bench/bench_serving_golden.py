@@ -23,7 +23,7 @@ import random
 
 import numpy as np
 
-TINY_VOCAB = 3069  # models/tandem-tiny-fortunes: len(tokenizer.json model.vocab)
+TINY_VOCAB = 3069  # models/tandem-tiny-english: len(tokenizer.json model.vocab)
 TINY_VOCABULARY = 3072  # every id, added tokens included (get_vocab())
 
 

@@ -17,7 +17,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::string kModel = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-fortunes";
+const std::string kModel = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-english";
 
 class BenchServingGoldenTest : public ::testing::Test {
  protected:

@@ -21,7 +21,7 @@ namespace {
 using json = nlohmann::json;
 using std::chrono::seconds;
 
-const char kModel[] = "models/tandem-tiny-fortunes";
+const char kModel[] = "models/tandem-tiny-english";
 
 // A fresh path for one benchmark's JSON output, removed when the test ends.
 class JsonOut {

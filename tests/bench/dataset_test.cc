@@ -18,7 +18,7 @@ class DatasetTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto tok = engine::Tokenizer::FromModelDir(std::string(TANDEM_SOURCE_DIR) +
-                                               "/models/tandem-tiny-fortunes");
+                                               "/models/tandem-tiny-english");
     ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = tok->release();
   }

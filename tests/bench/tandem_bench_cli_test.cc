@@ -20,7 +20,7 @@ namespace {
 using testing::FakeSglangServer;
 
 const std::string kBinary = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-bench";
-const std::string kModel = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-fortunes";
+const std::string kModel = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-english";
 
 struct CommandResult {
   int exit_code = -1;

@@ -39,7 +39,7 @@ TEST(TandemBenchRouterItest, TableAgreesWithTheRouterAndWorkerMetrics) {
   auto decode = StartWorker("decode");
   const int router_port = FreePort();
   Process router({BinaryPath("tandem-router"), "--port", std::to_string(router_port),
-                  "--model-path", SourcePath("models/tandem-tiny-fortunes"), "--pd-disaggregation",
+                  "--model-path", SourcePath("models/tandem-tiny-english"), "--pd-disaggregation",
                   "--prefill", "http://" + prefill->grpc_address(),
                   std::to_string(prefill->bootstrap_port), "--decode",
                   "http://" + decode->grpc_address(), "--policy", "round_robin",
@@ -52,7 +52,7 @@ TEST(TandemBenchRouterItest, TableAgreesWithTheRouterAndWorkerMetrics) {
   const std::string d_before = HttpGet(decode->http_port, "/metrics").body;
   RunResult run =
       RunToExit({BinaryPath("tandem-bench"), "--backend", "sglang", "--host", "127.0.0.1", "--port",
-                 std::to_string(router_port), "--model", SourcePath("models/tandem-tiny-fortunes"),
+                 std::to_string(router_port), "--model", SourcePath("models/tandem-tiny-english"),
                  "--dataset-name", "random", "--num-prompts", "24", "--random-input-len", "48",
                  "--random-output-len", "8", "--random-range-ratio", "1", "--max-concurrency", "8",
                  "--warmup-requests", "0", "--seed", "3",

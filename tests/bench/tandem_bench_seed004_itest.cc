@@ -54,7 +54,7 @@ class TandemBenchSeed004Itest : public ::testing::Test {
             "--port",
             std::to_string(router_->port),
             "--model",
-            SourcePath("models/tandem-tiny-fortunes"),
+            SourcePath("models/tandem-tiny-english"),
             "--dataset-name",
             "random"};
   }

@@ -27,7 +27,7 @@ namespace {
 const char kSecret[] = "handoff-test-secret-0123456789";
 
 std::string ModelDir() {
-  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes").string();
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-english").string();
 }
 
 // The tiny Qwen3-MoE test checkpoint (tests/engine/models).
@@ -51,7 +51,7 @@ std::unique_ptr<engine::Engine> NewEngine(const std::string& quantization = "",
 }
 
 HandoffOptions Options(const std::string& id, const std::string& secret = kSecret,
-                       const std::string& model = "tandem-tiny-fortunes") {
+                       const std::string& model = "tandem-tiny-english") {
   HandoffOptions h;
   h.worker_id = id;
   h.served_model_name = model;
@@ -308,7 +308,7 @@ TEST(HandoffTest, WrongSecretAndOtherModelAreRefusedWithBothValues) {
     absl::Status s = (*dh)->PrepareDecodeLeg(Leg(8, good.ph->bootstrap_port()), &r);
     EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
     EXPECT_NE(s.message().find("another-model"), std::string::npos) << s;
-    EXPECT_NE(s.message().find("tandem-tiny-fortunes"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("tandem-tiny-english"), std::string::npos) << s;
   }
   {  // nothing listens there
     engine::Request r;

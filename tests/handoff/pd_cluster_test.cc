@@ -61,7 +61,7 @@ std::vector<std::vector<int32_t>> TandemRunTokens(
     }
   }
   RunResult r = RunToExit(
-      {BinaryPath("tandem-run"), "--model-path", SourcePath("models/tandem-tiny-fortunes"),
+      {BinaryPath("tandem-run"), "--model-path", SourcePath("models/tandem-tiny-english"),
        "--batch-file", path, "--input-ids", "--jsonl", "--temperature", "0", "--ignore-eos",
        "--max-new-tokens", std::to_string(kMaxNew), "--threads", "1", "--prefill-chunk", "64"},
       std::chrono::seconds(300));
@@ -341,7 +341,7 @@ TEST(PdClusterTest, FailuresEndWithClearErrorsAndFreeBlocks) {
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(r.status.error_message().find("some-other-model"), std::string::npos)
         << r.status.error_message();
-    EXPECT_NE(r.status.error_message().find("tandem-tiny-fortunes"), std::string::npos)
+    EXPECT_NE(r.status.error_message().find("tandem-tiny-english"), std::string::npos)
         << r.status.error_message();
 
     // The same model run W8A8 on one side: its KV is not the bf16 side's, so the pair is refused.

@@ -112,7 +112,7 @@ TEST_F(PdSamplingTest, GrammarConstrainedRequestMatchesTheColocatedWorker) {
   ASSERT_TRUE(pd.status.ok()) << pd.status.error_message();
   ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
   EXPECT_EQ(pd.tokens, ref.tokens);
-  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
+  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-english"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   std::string bytes;
   for (int32_t id : pd.tokens) bytes += (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/true);
@@ -132,7 +132,7 @@ TEST_F(PdSamplingTest, TightBudgetJsonObjectParsesAndMatchesTheColocatedWorker) 
   auto& prefill = prefill_;
   auto& decode = decode_;
   const std::vector<int32_t> prompt = Prompts(2)[0];
-  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-fortunes"));
+  auto tokenizer = engine::Tokenizer::FromModelDir(SourcePath("models/tandem-tiny-english"));
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   for (int max_new : {2, 5, 9}) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {

@@ -34,7 +34,7 @@ std::string ModelDir() {
   return dir;
 }
 
-std::string ShippedModel() { return SourcePath("models/tandem-tiny-fortunes"); }
+std::string ShippedModel() { return SourcePath("models/tandem-tiny-english"); }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
   std::string path = "/tmp/tandem-cli-" + std::to_string(getpid()) + "-" + name;

@@ -33,7 +33,7 @@ std::unique_ptr<RouterProcess> StartRouter(const std::vector<std::string>& extra
           "--port",
           std::to_string(r->port),
           "--model-path",
-          SourcePath("models/tandem-tiny-fortunes"),
+          SourcePath("models/tandem-tiny-english"),
           "--health-check-interval-secs",
           "1",
           "--health-success-threshold",

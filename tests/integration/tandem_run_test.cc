@@ -13,7 +13,7 @@ namespace {
 std::vector<std::string> Base() {
   return {BinaryPath("tandem-run"),
           "--model-path",
-          SourcePath("models/tandem-tiny-fortunes"),
+          SourcePath("models/tandem-tiny-english"),
           "--temperature",
           "0",
           "--max-new-tokens",

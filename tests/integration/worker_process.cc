@@ -75,7 +75,7 @@ std::unique_ptr<WorkerProcess> StartWorkerOnce(const std::string& role,
   std::vector<std::string>& argv = w->argv;
   argv = {BinaryPath(role == "prefill" ? "tandem-prefill" : "tandem-decode"),
           "--model-path",
-          SourcePath("models/tandem-tiny-fortunes"),
+          SourcePath("models/tandem-tiny-english"),
           "--port",
           std::to_string(w->grpc_port),
           "--http-port",

@@ -26,7 +26,7 @@ namespace {
 using nlohmann::json;
 using testing::ClientResponse;
 
-const char kModel[] = "tandem-tiny-fortunes";
+const char kModel[] = "tandem-tiny-english";
 const char kCachedMetric[] = "tandem_engine_cached_prompt_tokens_total";
 
 // Long enough for several whole KV blocks, so a repeat has a prefix to reuse.

@@ -173,7 +173,7 @@ TEST_F(RouterClusterTest, GenerateShapesAndPdEqualsPlain) {
 
 TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
   auto pd = Pd();
-  json completion = {{"model", "tandem-tiny-fortunes"},
+  json completion = {{"model", "tandem-tiny-english"},
                      {"prompt", kPrompt},
                      {"max_tokens", 6},
                      {"temperature", 0},
@@ -201,7 +201,7 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
   }
   EXPECT_EQ(streamed, jc["choices"][0]["text"].get<std::string>());
 
-  json chat = {{"model", "tandem-tiny-fortunes"},
+  json chat = {{"model", "tandem-tiny-english"},
                {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
                {"max_tokens", 5},
                {"temperature", 0},
@@ -229,14 +229,14 @@ TEST_F(RouterClusterTest, OpenAiRoutesStreamAndNotWithUsage) {
 
   ClientResponse models = RouterRequest(pd->port, "GET", "/v1/models");
   ASSERT_EQ(models.status, 200);
-  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tandem-tiny-fortunes") << models.body;
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "tandem-tiny-english") << models.body;
 }
 
 // OpenAI top_logprobs through a PD pair: every position has the alternatives asked for, the
 // greedy choice first with its own logprob, and streaming gives the same positions.
 TEST_F(RouterClusterTest, ChatTopLogprobsThroughAPair) {
   auto pd = Pd();
-  json chat = {{"model", "tandem-tiny-fortunes"},
+  json chat = {{"model", "tandem-tiny-english"},
                {"messages", {{{"role", "user"}, {"content", "Tell me a fortune"}}}},
                {"max_tokens", 6},
                {"temperature", 0},

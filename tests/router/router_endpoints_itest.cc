@@ -76,7 +76,7 @@ WorkerProcess* RouterEndpointsTest::decode_ = nullptr;
 TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
   auto plain = Plain({"--api-key", kApiKey});
   const std::string key = Auth(kApiKey);
-  const std::string model_dir = SourcePath("models/tandem-tiny-fortunes");
+  const std::string model_dir = SourcePath("models/tandem-tiny-english");
 
   // SGLang's get_model_info fields (http_server.py), keys in nlohmann's (sorted) order.
   ClientResponse info = RouterRequest(plain->port, "GET", "/get_model_info", "", key);
@@ -91,7 +91,7 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
 
   // OpenAI's retrieve-model for the served name: /v1/models' card.
   ClientResponse card =
-      RouterRequest(plain->port, "GET", "/v1/models/tandem-tiny-fortunes", "", key);
+      RouterRequest(plain->port, "GET", "/v1/models/tandem-tiny-english", "", key);
   ASSERT_EQ(card.status, 200) << card.body;
   ClientResponse models = RouterRequest(plain->port, "GET", "/v1/models", "", key);
   EXPECT_EQ(json::parse(card.body), json::parse(models.body)["data"][0]);

@@ -22,7 +22,7 @@ using testing::ClientResponse;
 using testing::TestClient;
 
 const char kPrompt[] = "Tell me a fortune about the sea.";
-const char kModel[] = "tandem-tiny-fortunes";
+const char kModel[] = "tandem-tiny-english";
 
 ClientResponse Post(int port, const std::string& target, const json& body) {
   TestClient c(static_cast<uint16_t>(port), 60);

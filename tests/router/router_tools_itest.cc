@@ -163,7 +163,7 @@ std::string ReadWholeFile(const std::string& path) {
 std::string Qwen3TokenizerDir() {
   const std::string dir = ::testing::TempDir() + "/router_tools_qwen3";
   std::filesystem::create_directories(dir);
-  const std::string model = SourcePath("models/tandem-tiny-fortunes");
+  const std::string model = SourcePath("models/tandem-tiny-english");
   std::filesystem::copy_file(model + "/tokenizer.json", dir + "/tokenizer.json",
                              std::filesystem::copy_options::overwrite_existing);
   json config = json::parse(ReadWholeFile(model + "/tokenizer_config.json"));

@@ -194,7 +194,7 @@ TEST_F(StrangerWorkerTest, AdminApiIsClosedWithoutAKeyUnlessTheOperatorOptsOut) 
   auto closed = std::make_unique<RouterProcess>();
   closed->port = FreePort();
   closed->argv = {BinaryPath("tandem-router"), "--port", std::to_string(closed->port),
-                  "--model-path", SourcePath("models/tandem-tiny-fortunes")};
+                  "--model-path", SourcePath("models/tandem-tiny-english")};
   for (const std::string& flag : PdFlags()) closed->argv.push_back(flag);
   std::string why;
   ASSERT_TRUE(closed->Launch(&why)) << why;

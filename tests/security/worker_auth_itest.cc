@@ -87,7 +87,7 @@ DecodeOutcome RunDecode(proto::Worker::Stub* stub, const proto::DecodeRequest& r
 
 std::unique_ptr<Process> StartRouter(int port, std::vector<std::string> extra) {
   std::vector<std::string> argv = {BinaryPath("tandem-router"), "--port", std::to_string(port),
-                                   "--model-path", SourcePath("models/tandem-tiny-fortunes"),
+                                   "--model-path", SourcePath("models/tandem-tiny-english"),
                                    "--health-check-interval-secs", "1",
                                    "--health-success-threshold", "1", "--health-failure-threshold",
                                    "1", "--policy", "round_robin",
@@ -265,7 +265,7 @@ TEST_F(WorkerAuthTest, RouterServesHttpsWhenGivenACertificate) {
   const std::string missing = ::testing::TempDir() + "/no-such-router.key";
   RunResult bad =
       RunToExit({BinaryPath("tandem-router"), "--port", "0", "--model-path",
-                 SourcePath("models/tandem-tiny-fortunes"), "--worker-urls", colocated_->url(),
+                 SourcePath("models/tandem-tiny-english"), "--worker-urls", colocated_->url(),
                  "--tls-cert-file", cert.cert_file, "--tls-key-file", missing},
                 seconds(60));
   EXPECT_NE(bad.exit_code, 0) << bad.out;

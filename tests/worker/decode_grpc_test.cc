@@ -28,7 +28,7 @@ using std::chrono::seconds;
 
 const char kKvMemory[] = "16MiB";
 
-std::string ModelDir() { return SourcePath("models/tandem-tiny-fortunes"); }
+std::string ModelDir() { return SourcePath("models/tandem-tiny-english"); }
 
 struct Daemon {
   int grpc_port = 0;
@@ -392,7 +392,7 @@ TEST_F(DecodeGrpcTest, HealthGenerateServerInfoAndFlushWhileBusy) {
   proto::ServerInfo info;
   ASSERT_TRUE(stub()->GetServerInfo(&info_ctx, proto::ServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.role(), proto::ServerInfo::COLOCATED);
-  EXPECT_EQ(info.served_model_name(), "tandem-tiny-fortunes");
+  EXPECT_EQ(info.served_model_name(), "tandem-tiny-english");
   EXPECT_EQ(info.kv_block_size(), 16);
   EXPECT_EQ(info.total_kv_blocks(), Load(stub()).total_kv_blocks());
 

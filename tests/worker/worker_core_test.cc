@@ -15,7 +15,7 @@ namespace {
 
 std::unique_ptr<engine::Engine> NewEngine(bool radix_cache = true) {
   engine::ServingOptions o;
-  o.model_path = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-fortunes";
+  o.model_path = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-tiny-english";
   o.kv_cache_memory = "4MiB";
   o.threads = 1;
   o.disable_radix_cache = !radix_cache;

@@ -35,7 +35,7 @@ a SiLU-gated MLP like the dense one (bf16 or int8); the outputs are combined in 
 out = 0, then out = out + w_k * y_k for k = 0, 1, ... (what the engine does, bit for bit).
 
 Usage as a library:
-  model = load_model("models/tandem-tiny-fortunes")
+  model = load_model("models/tandem-tiny-english")
   logits = model.forward(ids)            # [len(ids), vocab] fp32, causal, positions 0..n-1
   ids, margins = model.greedy(prompt, 64)
 """

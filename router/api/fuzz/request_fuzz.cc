@@ -3,7 +3,7 @@
 // shaper on a final event and, for chat, on the body's bytes as the model's answer (tool calls and
 // reasoning parsed from it); the same body also goes to /tokenize's and /detokenize's parsers.
 // Crashes, exceptions, sanitizer reports and an OK parse with an empty prompt are findings. The
-// tokenizer comes from $TANDEM_MODEL_DIR (default models/tandem-tiny-fortunes relative to the
+// tokenizer comes from $TANDEM_MODEL_DIR (default models/tandem-tiny-english relative to the
 // working directory).
 //
 // Build and run from the repo root: scripts/fuzz.sh request_fuzz (fuzz/CMakeLists.txt compiles
@@ -26,7 +26,7 @@ const tandem::engine::Tokenizer& GetTokenizer() {
   static const tandem::engine::Tokenizer* tokenizer = [] {
     const char* dir = std::getenv("TANDEM_MODEL_DIR");
     auto loaded = tandem::engine::Tokenizer::FromModelDir(
-        dir != nullptr ? dir : "models/tandem-tiny-fortunes");
+        dir != nullptr ? dir : "models/tandem-tiny-english");
     if (!loaded.ok()) {
       std::fprintf(stderr, "router_request_fuzz: %s\n",
                    std::string(loaded.status().message()).c_str());

@@ -48,10 +48,10 @@ absl::StatusOr<GrammarPtr> CompileCase(const std::string& kind, const Json& gram
   return absl::InvalidArgumentError("unknown kind " + kind);
 }
 
-const TokenVocabulary& FortunesVocabulary() {
+const TokenVocabulary& TinyEnglishVocabulary() {
   static const TokenVocabulary* vocabulary = [] {
     auto tokenizer =
-        Tokenizer::FromModelDir(fs::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes");
+        Tokenizer::FromModelDir(fs::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-english");
     if (!tokenizer.ok()) {
       ADD_FAILURE() << tokenizer.status();
       return new TokenVocabulary({}, {});

@@ -32,8 +32,8 @@ nlohmann::ordered_json LoadInvalidCorpus();
 absl::StatusOr<GrammarPtr> CompileCase(const std::string& kind,
                                        const nlohmann::ordered_json& grammar);
 
-// models/tandem-tiny-fortunes' vocabulary (special tokens have no bytes), loaded once.
-const TokenVocabulary& FortunesVocabulary();
+// models/tandem-tiny-english' vocabulary (special tokens have no bytes), loaded once.
+const TokenVocabulary& TinyEnglishVocabulary();
 
 // One random output under the grammar: up to `max_tokens` tokens drawn uniformly among those
 // the mask allows (EOS, when allowed, with probability 1/8), then the shortest byte completion

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   using namespace tandem::engine::grammar::testing;
   const int seeds = argc > 1 ? std::atoi(argv[1]) : 8;
   const int max_tokens = argc > 2 ? std::atoi(argv[2]) : 64;
-  const auto& vocab = FortunesVocabulary();
+  const auto& vocab = TinyEnglishVocabulary();
   for (const CorpusCase& c : LoadCorpus()) {
     if (c.kind != "json_schema") continue;
     auto grammar = CompileCase(c.kind, c.grammar);

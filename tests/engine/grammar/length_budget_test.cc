@@ -48,7 +48,7 @@ std::string SampleWithinBudget(const GrammarPtr& grammar, const TokenVocabulary&
 }
 
 TEST(LengthBudgetTest, CorpusOutputsCompleteWithinTheBudget) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   int outputs = 0;
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
@@ -70,7 +70,7 @@ TEST(LengthBudgetTest, CorpusOutputsCompleteWithinTheBudget) {
 // The memoised search over a frozen prefix gives the plain search's answer for every token tried
 // from one state.
 TEST(LengthBudgetTest, MemoisedShortestCompletionMatchesThePlainSearch) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   int compared = 0;
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
@@ -97,7 +97,7 @@ TEST(LengthBudgetTest, MemoisedShortestCompletionMatchesThePlainSearch) {
 }
 
 TEST(LengthBudgetTest, FarFromTheBudgetTheMaskIsUnchanged) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
     GrammarMatcher matcher = GrammarMatcher::Create(CompileCase(c.kind, c.grammar).value()).value();
@@ -113,7 +113,7 @@ TEST(LengthBudgetTest, FarFromTheBudgetTheMaskIsUnchanged) {
 
 // With one token left, only tokens that complete the output stay (here: the closing brace).
 TEST(LengthBudgetTest, LastTokenCompletesTheOutput) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   GrammarMatcher matcher =
       GrammarMatcher::Create(
           CompileCase("json_schema", nlohmann::ordered_json::parse(R"({"type": "object"})"))
@@ -145,7 +145,7 @@ namespace {
 // the corpus, with states met again at other budgets (a capacity of 1 and of 4, so hits,
 // evictions and misses all occur), and with EOS selectable or not.
 TEST(LengthBudgetTest, CachedRestrictionEqualsThePlainOne) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   int64_t hits = 0;
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);

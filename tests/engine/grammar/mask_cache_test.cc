@@ -101,7 +101,7 @@ void CheckCorpus(const TokenVocabulary& vocab, const std::string& only_kind) {
 }
 
 TEST(TokenMaskCacheTest, CachedMaskEqualsFreshMaskAlongSampledOutputsAndSideSteps) {
-  CheckCorpus(FortunesVocabulary(), "");
+  CheckCorpus(TinyEnglishVocabulary(), "");
 }
 
 TEST(TokenMaskCacheTest, CachedMaskEqualsFreshMaskWithTokensThatCloseValues) {
@@ -111,7 +111,7 @@ TEST(TokenMaskCacheTest, CachedMaskEqualsFreshMaskWithTokensThatCloseValues) {
 // The learned automaton gives the plain walk's mask whether it may learn everything, a little
 // (then falls back to matcher steps mid-walk), or nothing.
 TEST(TokenMaskCacheTest, WalkWithTransitionsEqualsPlainWalkWithinAnyBudget) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
     GrammarPtr grammar = CompileCase(c.kind, c.grammar).value();

@@ -59,7 +59,7 @@ std::vector<size_t> PrefixLengths(const std::string& text, size_t count) {
 }
 
 TEST(TokenMaskTest, MatchesReferenceWalkOnCorpusPrefixes) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   ASSERT_GT(vocab.vocab_size(), 1000);
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
@@ -76,7 +76,7 @@ TEST(TokenMaskTest, MatchesReferenceWalkOnCorpusPrefixes) {
 }
 
 TEST(TokenMaskTest, MatchesReferenceWalkAlongSampledOutputs) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
     GrammarPtr grammar = CompileCase(c.kind, c.grammar).value();
@@ -93,7 +93,7 @@ TEST(TokenMaskTest, MatchesReferenceWalkAlongSampledOutputs) {
 }
 
 TEST(TokenMaskTest, EosOnlyWhenComplete) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   ASSERT_FALSE(vocab.eos_token_ids().empty());
   const int32_t eos = vocab.eos_token_ids()[0];
   GrammarPtr grammar = CompileCase("regex", "ab?").value();

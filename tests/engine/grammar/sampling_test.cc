@@ -18,7 +18,7 @@ constexpr int kSeeds = 6;
 constexpr int kMaxTokens = 48;
 
 TEST(GrammarSamplingTest, SampledOutputsAreInTheLanguage) {
-  const TokenVocabulary& vocab = FortunesVocabulary();
+  const TokenVocabulary& vocab = TinyEnglishVocabulary();
   for (const CorpusCase& c : LoadCorpus()) {
     SCOPED_TRACE(c.kind + "/" + c.name);
     GrammarPtr grammar = CompileCase(c.kind, c.grammar).value();

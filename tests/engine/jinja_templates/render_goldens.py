@@ -29,7 +29,7 @@ TEMPLATES = {
                                                 "eos_token": "<|eot_id|>"},
     "meta-llama-Meta-Llama-3-8B-Instruct.jinja": {"bos_token": "<|begin_of_text|>",
                                                   "eos_token": "<|end_of_text|>"},
-    "tandem-tiny-fortunes.jinja": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+    "tandem-tiny-english.jinja": {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
 }
 
 WEATHER_TOOL = {

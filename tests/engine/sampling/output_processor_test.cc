@@ -13,10 +13,10 @@ namespace {
 
 using testing::AllTokenizers;
 using testing::ByteTokens;
-using testing::FortunesTokenizer;
 using testing::PieceTokens;
+using testing::TinyEnglishTokenizer;
 
-constexpr int32_t kFortunesEos = 3069;  // <|endoftext|>
+constexpr int32_t kTinyEnglishEos = 3069;  // <|endoftext|>
 
 // Everything a stream produced.
 struct Stream {
@@ -110,7 +110,7 @@ TEST(OutputProcessorTest, MultiByteStopStringMatchesAcrossTokens) {
 }
 
 TEST(OutputProcessorTest, HeldBackPrefixIsReleasedWhenTheMatchFails) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   OutputProcessor out(tok, WithStops({"END"}), {});
   const std::vector<int32_t> ids = ByteTokens(tok, "Hi ENd!");
   std::vector<std::string> seen;
@@ -123,7 +123,7 @@ TEST(OutputProcessorTest, HeldBackPrefixIsReleasedWhenTheMatchFails) {
 }
 
 TEST(OutputProcessorTest, NoStopTrimKeepsTheStopString) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   SamplingParams p = WithStops({"END"});
   p.no_stop_trim = true;
   OutputProcessor out(tok, p, {});
@@ -167,38 +167,38 @@ TEST(OutputProcessorTest, TheStopStringThatCompletesFirstWins) {
 }
 
 TEST(OutputProcessorTest, EosEndsUnlessIgnoreEos) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   std::vector<int32_t> ids = tok.Encode("Hi there", false);
-  ids.push_back(kFortunesEos);
+  ids.push_back(kTinyEnglishEos);
   ids.push_back(tok.Encode("x", false)[0]);
 
   SamplingParams p;
-  OutputProcessor out(tok, p, {kFortunesEos});
+  OutputProcessor out(tok, p, {kTinyEnglishEos});
   Stream s = Feed(out, ids);
   EXPECT_EQ(s.text, "Hi there");
-  EXPECT_EQ(*s.finish, FinishReason::StopToken(kFortunesEos));
+  EXPECT_EQ(*s.finish, FinishReason::StopToken(kTinyEnglishEos));
   EXPECT_EQ(s.finished_at, static_cast<int64_t>(ids.size()) - 1);
 
   p.ignore_eos = true;
   p.max_new_tokens = static_cast<int32_t>(ids.size());
-  OutputProcessor ignoring(tok, p, {kFortunesEos});
+  OutputProcessor ignoring(tok, p, {kTinyEnglishEos});
   s = Feed(ignoring, ids);
   EXPECT_EQ(s.text, "Hi therex");  // the special token has no text with skip_special_tokens
   EXPECT_EQ(*s.finish, FinishReason::Length(static_cast<int64_t>(ids.size())));
 
   p.skip_special_tokens = false;
-  OutputProcessor verbatim(tok, p, {kFortunesEos});
+  OutputProcessor verbatim(tok, p, {kTinyEnglishEos});
   s = Feed(verbatim, ids);
   EXPECT_EQ(s.text, "Hi there<|endoftext|>x");
 }
 
 TEST(OutputProcessorTest, StopTokenIdsEndEvenWithIgnoreEosAndReleaseHeldText) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   const int32_t bang = ByteTokens(tok, "!")[0];
   SamplingParams p = WithStops({"END"});
   p.stop_token_ids = {bang};
   p.ignore_eos = true;
-  OutputProcessor out(tok, p, {kFortunesEos});
+  OutputProcessor out(tok, p, {kTinyEnglishEos});
   std::vector<int32_t> ids = ByteTokens(tok, "wow EN");
   ids.push_back(bang);
   const Stream s = Feed(out, ids);
@@ -208,7 +208,7 @@ TEST(OutputProcessorTest, StopTokenIdsEndEvenWithIgnoreEosAndReleaseHeldText) {
 }
 
 TEST(OutputProcessorTest, LengthReleasesEverythingHeld) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   const std::vector<int32_t> ids = ByteTokens(tok, "ab EN");
   OutputProcessor out(tok, WithStops({"END"}, static_cast<int32_t>(ids.size())), {});
   const Stream s = Feed(out, ids);
@@ -226,41 +226,41 @@ TEST(OutputProcessorTest, LengthReleasesEverythingHeld) {
 }
 
 TEST(OutputProcessorTest, MaxNewTokensOfOne) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   SamplingParams p;
   p.max_new_tokens = 1;
-  OutputProcessor out(tok, p, {kFortunesEos});
+  OutputProcessor out(tok, p, {kTinyEnglishEos});
   OutputProcessor::Update u = out.Push(tok.Encode("Hi", false)[0]);
   ASSERT_TRUE(u.finish.has_value());
   EXPECT_EQ(*u.finish, FinishReason::Length(1));
   EXPECT_EQ(u.finish->ToJson().dump(), R"({"length":1,"type":"length"})");
   // EOS as the only token is a stop, not a length finish.
-  OutputProcessor eos(tok, p, {kFortunesEos});
-  EXPECT_EQ(*eos.Push(kFortunesEos).finish, FinishReason::StopToken(kFortunesEos));
+  OutputProcessor eos(tok, p, {kTinyEnglishEos});
+  EXPECT_EQ(*eos.Push(kTinyEnglishEos).finish, FinishReason::StopToken(kTinyEnglishEos));
 }
 
 TEST(OutputProcessorTest, MinNewTokensDefersEosAndStopStrings) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   SamplingParams p = WithStops({"x"});
   p.min_new_tokens = 3;
-  OutputProcessor out(tok, p, {kFortunesEos});
-  const std::vector<int32_t> ids = {kFortunesEos, ByteTokens(tok, "x")[0], ByteTokens(tok, "y")[0],
-                                    kFortunesEos};
+  OutputProcessor out(tok, p, {kTinyEnglishEos});
+  const std::vector<int32_t> ids = {kTinyEnglishEos, ByteTokens(tok, "x")[0],
+                                    ByteTokens(tok, "y")[0], kTinyEnglishEos};
   const Stream s = Feed(out, ids);
   // The first 3 tokens never end it by EOS; "x" completed at token 2 (< min_new_tokens) stays
   // text; the EOS at token 4 ends it.
   EXPECT_EQ(s.finished_at, 4);
-  EXPECT_EQ(*s.finish, FinishReason::StopToken(kFortunesEos));
+  EXPECT_EQ(*s.finish, FinishReason::StopToken(kTinyEnglishEos));
   EXPECT_EQ(s.text, "xy");
 
-  OutputProcessor by_string(tok, p, {kFortunesEos});
+  OutputProcessor by_string(tok, p, {kTinyEnglishEos});
   const Stream t = Feed(by_string, ByteTokens(tok, "abx"));
   EXPECT_EQ(t.finished_at, 3);
   EXPECT_EQ(t.text, "ab");
 }
 
 TEST(OutputProcessorTest, FlushReleasesHeldTextOnce) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   OutputProcessor out(tok, WithStops({"END"}), {});
   std::vector<int32_t> ids = ByteTokens(tok, "so EN");
   const std::vector<int32_t> half = ByteTokens(tok, "€");
@@ -322,7 +322,7 @@ TEST(OutputProcessorTest, OutcomeIsIndependentOfTokenization) {
 }
 
 TEST(OutputProcessorTest, AnEmptyStopStringNeverMatches) {
-  const Tokenizer& tok = FortunesTokenizer();
+  const Tokenizer& tok = TinyEnglishTokenizer();
   SamplingParams p;
   p.stop = {"", "zz"};  // not validated: the empty one is ignored, "zz" still works
   OutputProcessor out(tok, p, {});

@@ -38,10 +38,10 @@ char32_t ByteLevelChar(unsigned char b) {
 
 }  // namespace
 
-const Tokenizer& FortunesTokenizer() {
-  static const Tokenizer* t = Load(fs::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes");
+const Tokenizer& TinyEnglishTokenizer() {
+  static const Tokenizer* t = Load(fs::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-english");
   if (t == nullptr) {
-    ADD_FAILURE() << "models/tandem-tiny-fortunes/tokenizer.json cannot be loaded";
+    ADD_FAILURE() << "models/tandem-tiny-english/tokenizer.json cannot be loaded";
     std::abort();
   }
   return *t;
@@ -50,7 +50,7 @@ const Tokenizer& FortunesTokenizer() {
 std::vector<NamedTokenizer> AllTokenizers() {
   static const Tokenizer* qwen3 = Load(Npm("qwen3"));
   static const Tokenizer* llama3 = Load(Npm("llama3"));
-  std::vector<NamedTokenizer> all = {{"tandem-tiny-fortunes", &FortunesTokenizer()}};
+  std::vector<NamedTokenizer> all = {{"tandem-tiny-english", &TinyEnglishTokenizer()}};
   if (qwen3 != nullptr) all.push_back({"qwen3", qwen3});
   if (llama3 != nullptr) all.push_back({"llama3", llama3});
   return all;

@@ -24,9 +24,9 @@ struct NamedTokenizer {
   const Tokenizer* tokenizer;
 };
 
-// models/tandem-tiny-fortunes (always present; a test fails if it cannot be loaded).
-const Tokenizer& FortunesTokenizer();
-// The fortunes tokenizer plus Qwen3 and Llama-3 when their files exist.
+// models/tandem-tiny-english (always present; a test fails if it cannot be loaded).
+const Tokenizer& TinyEnglishTokenizer();
+// The tandem-tiny-english tokenizer plus Qwen3 and Llama-3 when their files exist.
 std::vector<NamedTokenizer> AllTokenizers();
 
 // One byte-level token per byte of `text` (byte-level BPE vocabularies hold all 256 bytes).

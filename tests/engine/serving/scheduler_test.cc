@@ -377,9 +377,10 @@ TEST(SchedulerTest, MaxNewTokensIsClampedToTheContextAndZeroOnlyPrefills) {
 }
 
 TEST(SchedulerTest, EosEndsARequestUnlessIgnored) {
-  // The shipped model was trained on fortunes each followed by EOS (<|endoftext|>, id 3069). Find
-  // the prompts of a fixed list whose greedy continuation (EOS ignored) contains EOS, then check
-  // that without ignore_eos exactly those stop there.
+  // The shipped model was trained on documents each followed by <|endoftext|> (id 3069), chat
+  // answers by <|im_end|> (id 3071); generation_config.json lists both as EOS. Find the prompts of
+  // a fixed list whose greedy continuation (EOS ignored) contains one, then check that without
+  // ignore_eos exactly those stop at the first.
   const Tokenizer& tok = SharedTokenizer();
   const std::vector<std::string> prompts = {"A fool and his money are soon parted.",
                                             "You will be",
@@ -407,7 +408,8 @@ TEST(SchedulerTest, EosEndsARequestUnlessIgnored) {
     const Collected& eos = out[absl::StrCat("eos", i)];
     EXPECT_EQ(ign.tokens.size(), 120u);
     EXPECT_EQ(ign.finish->kind, FinishReason::Kind::kLength);
-    auto first_eos = std::find(ign.tokens.begin(), ign.tokens.end(), 3069);
+    auto first_eos = std::find_if(ign.tokens.begin(), ign.tokens.end(),
+                                  [](int32_t t) { return t == 3069 || t == 3071; });
     if (first_eos == ign.tokens.end()) {
       EXPECT_EQ(eos.tokens, ign.tokens) << prompts[i];
       continue;
@@ -415,7 +417,7 @@ TEST(SchedulerTest, EosEndsARequestUnlessIgnored) {
     ++stopped;
     EXPECT_EQ(eos.tokens, std::vector<int32_t>(ign.tokens.begin(), first_eos + 1)) << prompts[i];
     ASSERT_EQ(eos.finish->kind, FinishReason::Kind::kStop);
-    EXPECT_EQ(eos.finish->ToJson()["matched"], 3069);
+    EXPECT_EQ(eos.finish->ToJson()["matched"], *first_eos);
     EXPECT_EQ(eos.text.find("<|"), std::string::npos) << "special tokens are skipped";
   }
   EXPECT_GE(stopped, 1) << "no prompt of the list reached EOS; the test lost its subject";

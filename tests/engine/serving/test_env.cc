@@ -8,7 +8,7 @@
 namespace tandem::engine::testing {
 
 std::string ShippedModelDir() {
-  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes").string();
+  return (std::filesystem::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-english").string();
 }
 
 Model& SharedModel() {

@@ -102,7 +102,7 @@ TEST(ChatJinjaTest, TokenizerReproducesPythonJinja2Goldens) {
 
 TEST(ChatJinjaTest, ShippedModelRendersItsOwnTemplate) {
   auto t = Tokenizer::FromModelDir(
-      (fs::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-fortunes").string());
+      (fs::path(TANDEM_SOURCE_DIR) / "models/tandem-tiny-english").string());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE((*t)->chat_template_status().ok());
   auto r = (*t)->ApplyChatTemplate({{"system", "Be kind."}, {"user", "A fortune?"}}, true);

@@ -21,7 +21,7 @@ using ::testing::HasSubstr;
 
 ApiContext Context() {
   ApiContext ctx;
-  ctx.tokenizer = &FortunesTokenizer();
+  ctx.tokenizer = &TinyEnglishTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
   return ctx;
@@ -71,9 +71,9 @@ TEST(ParseBatchTest, GenerateTextListWithPerPromptSamplingParams) {
   EXPECT_EQ(ok->n, 2);
   ASSERT_EQ(ok->items.size(), 4u);
   EXPECT_THAT(Rids(*ok), ElementsAre("r_0", "r_1", "r_2", "r_3"));
-  EXPECT_EQ(ok->items[0].input_ids, FortunesTokenizer().Encode("Hello"));
-  EXPECT_EQ(ok->items[1].input_ids, FortunesTokenizer().Encode("Hello"));
-  EXPECT_EQ(ok->items[2].input_ids, FortunesTokenizer().Encode("world"));
+  EXPECT_EQ(ok->items[0].input_ids, TinyEnglishTokenizer().Encode("Hello"));
+  EXPECT_EQ(ok->items[1].input_ids, TinyEnglishTokenizer().Encode("Hello"));
+  EXPECT_EQ(ok->items[2].input_ids, TinyEnglishTokenizer().Encode("world"));
   EXPECT_EQ(ok->items[0].sampling.max_new_tokens(), 3);
   EXPECT_EQ(ok->items[3].sampling.max_new_tokens(), 5);
   for (int k = 0; k < 4; ++k) {

@@ -26,16 +26,16 @@ std::string ReadFile(const std::string& path) {
   return out.str();
 }
 
-// The fortunes vocabulary with Qwen2.5-7B-Instruct's chat template.
+// The tandem-tiny-english vocabulary with Qwen2.5-7B-Instruct's chat template.
 const engine::Tokenizer& QwenTokenizer() {
   static const engine::Tokenizer* tokenizer = [] {
     const std::string root = TANDEM_SOURCE_DIR;
-    nlohmann::json config = nlohmann::json::parse(
-        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    nlohmann::json config =
+        nlohmann::json::parse(ReadFile(root + "/models/tandem-tiny-english/tokenizer_config.json"));
     config["chat_template"] =
         ReadFile(root + "/tests/engine/jinja_templates/Qwen-Qwen2.5-7B-Instruct.jinja");
     auto loaded = engine::Tokenizer::FromStrings(
-        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+        ReadFile(root + "/models/tandem-tiny-english/tokenizer.json"), config.dump());
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     return loaded.ok() ? loaded->release() : nullptr;
   }();
@@ -106,8 +106,8 @@ TEST(ChatToolsTest, ToolChoiceNoneRendersWithoutTools) {
 }
 
 TEST(ChatToolsTest, ChatTemplateKwargsBecomeTemplateVariables) {
-  // The fortunes template ignores unknown variables; Qwen2.5's too: the kwargs are only checked
-  // to be an object here (their effect is covered by the template tests).
+  // The tandem-tiny-english template ignores unknown variables; Qwen2.5's too: the kwargs are only
+  // checked to be an object here (their effect is covered by the template tests).
   EXPECT_TRUE(ParseChatCompletions(Body(R"("chat_template_kwargs":{"enable_thinking":false})"),
                                    QwenContext())
                   .ok());
@@ -321,17 +321,17 @@ TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
 namespace tandem::router {
 namespace {
 
-// The fortunes vocabulary with Llama 3.2's chat template (the Llama-3 family).
+// The tandem-tiny-english vocabulary with Llama 3.2's chat template (the Llama-3 family).
 const engine::Tokenizer& LlamaTokenizer() {
   static const engine::Tokenizer* tokenizer = [] {
     const std::string root = TANDEM_SOURCE_DIR;
-    nlohmann::json config = nlohmann::json::parse(
-        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    nlohmann::json config =
+        nlohmann::json::parse(ReadFile(root + "/models/tandem-tiny-english/tokenizer_config.json"));
     config["chat_template"] =
         ReadFile(root + "/tests/engine/jinja_templates/meta-llama-Llama-3.2-3B-Instruct.jinja");
     config["bos_token"] = "<|im_start|>";
     auto loaded = engine::Tokenizer::FromStrings(
-        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+        ReadFile(root + "/models/tandem-tiny-english/tokenizer.json"), config.dump());
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     return loaded.ok() ? loaded->release() : nullptr;
   }();
@@ -349,15 +349,15 @@ TEST(ChatToolsGrammarTest, Llama3TemplatesUseTheJsonCallSyntax) {
   EXPECT_FALSE(GrammarAccepts(*parsed, "<tool_call>\n{\"name\": \"get_weather\"}"));
 }
 
-// The fortunes vocabulary with Qwen3's chat template (thinking by default).
+// The tandem-tiny-english vocabulary with Qwen3's chat template (thinking by default).
 const engine::Tokenizer& Qwen3Tokenizer() {
   static const engine::Tokenizer* tokenizer = [] {
     const std::string root = TANDEM_SOURCE_DIR;
-    nlohmann::json config = nlohmann::json::parse(
-        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer_config.json"));
+    nlohmann::json config =
+        nlohmann::json::parse(ReadFile(root + "/models/tandem-tiny-english/tokenizer_config.json"));
     config["chat_template"] = ReadFile(root + "/tests/engine/jinja_templates/Qwen-Qwen3.jinja");
     auto loaded = engine::Tokenizer::FromStrings(
-        ReadFile(root + "/models/tandem-tiny-fortunes/tokenizer.json"), config.dump());
+        ReadFile(root + "/models/tandem-tiny-english/tokenizer.json"), config.dump());
     EXPECT_TRUE(loaded.ok()) << loaded.status();
     return loaded.ok() ? loaded->release() : nullptr;
   }();

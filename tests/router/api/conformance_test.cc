@@ -263,7 +263,7 @@ ShapeRules GenerateRules() {
 
 ApiContext Context() {
   ApiContext ctx;
-  ctx.tokenizer = &FortunesTokenizer();
+  ctx.tokenizer = &TinyEnglishTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.any_model_name = true;  // the documented examples name OpenAI's models
   ctx.context_length = 512;
@@ -285,7 +285,7 @@ RoutedRequest Single(ApiKind kind, const std::string& body) {
 }
 
 int32_t Id(const std::string& text) {
-  const std::vector<int32_t> ids = FortunesTokenizer().Encode(text, false);
+  const std::vector<int32_t> ids = TinyEnglishTokenizer().Encode(text, false);
   EXPECT_FALSE(ids.empty()) << text;
   return ids.empty() ? 0 : ids[0];
 }
@@ -323,7 +323,7 @@ proto::DecodeEvent Last(const std::string& text, bool logprobs, bool top,
 // The non-streamed body of `request` after two tokens.
 Json BodyOf(const RoutedRequest& request, proto::FinishReason::Type type) {
   const bool logprobs = request.return_logprob, top = request.top_logprobs > 0;
-  ResponseShaper shaper(request, &FortunesTokenizer());
+  ResponseShaper shaper(request, &TinyEnglishTokenizer());
   shaper.Accumulate(Token("Hello", logprobs, top));
   shaper.Accumulate(Last(" world", logprobs, top, type));
   EXPECT_TRUE(shaper.FinalStatus().ok());
@@ -333,7 +333,7 @@ Json BodyOf(const RoutedRequest& request, proto::FinishReason::Type type) {
 // The streamed events of `request` after three tokens, [DONE] included, framing checked.
 std::vector<Json> StreamOf(const RoutedRequest& request) {
   const bool logprobs = request.return_logprob, top = request.top_logprobs > 0;
-  ResponseShaper shaper(request, &FortunesTokenizer());
+  ResponseShaper shaper(request, &TinyEnglishTokenizer());
   std::string sse = shaper.StreamEvent(Token("Hello", logprobs, top));
   sse += shaper.StreamEvent(Token(" world", logprobs, top));
   sse += shaper.StreamEvent(Last("!", logprobs, top, proto::FinishReason::STOP));
@@ -457,7 +457,7 @@ TEST(ConformanceTest, OpenAiNChoices) {
     std::vector<std::unique_ptr<ResponseShaper>> shapers;
     std::vector<const ResponseShaper*> items;
     for (const RoutedRequest& item : batch.items) {
-      shapers.push_back(std::make_unique<ResponseShaper>(item, &FortunesTokenizer()));
+      shapers.push_back(std::make_unique<ResponseShaper>(item, &TinyEnglishTokenizer()));
       shapers.back()->Accumulate(Last("Hi", false, false, proto::FinishReason::STOP));
       items.push_back(shapers.back().get());
     }
@@ -485,7 +485,7 @@ TEST(ConformanceTest, SglangGenerate) {
   std::vector<std::unique_ptr<ResponseShaper>> shapers;
   std::vector<const ResponseShaper*> items;
   for (const RoutedRequest& item : batch.items) {
-    shapers.push_back(std::make_unique<ResponseShaper>(item, &FortunesTokenizer()));
+    shapers.push_back(std::make_unique<ResponseShaper>(item, &TinyEnglishTokenizer()));
     shapers.back()->Accumulate(Last("Hi", false, false));
     items.push_back(shapers.back().get());
   }
@@ -511,7 +511,7 @@ TEST(ConformanceTest, SglangGenerateLogprobs) {
   const RoutedRequest r = Single(ApiKind::kGenerate, R"({"text":"What is the capital?",
       "return_logprob":true,"top_logprobs_num":2,"logprob_start_len":0})");
   // The prompt's logprobs, as the worker that prefilled reports them.
-  ResponseShaper shaper(r, &FortunesTokenizer());
+  ResponseShaper shaper(r, &TinyEnglishTokenizer());
   proto::DecodeEvent first = Token("Hello", true, true);
   first.mutable_prompt_logprobs()->set_start(0);
   for (size_t i = 1; i < r.input_ids.size(); ++i) {

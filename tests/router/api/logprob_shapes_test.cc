@@ -18,7 +18,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-const engine::Tokenizer& Tok() { return FortunesTokenizer(); }
+const engine::Tokenizer& Tok() { return TinyEnglishTokenizer(); }
 
 // The first id whose bytes are not whole UTF-8 characters (a byte-level token of part of one).
 int32_t PartialUtf8Token() {

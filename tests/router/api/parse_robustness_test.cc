@@ -65,7 +65,7 @@ std::string RandomBytes(std::mt19937_64& rng) {
 
 void Exercise(ApiKind kind, uint64_t seed) {
   ApiContext ctx;
-  ctx.tokenizer = &FortunesTokenizer();
+  ctx.tokenizer = &TinyEnglishTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
   std::mt19937_64 rng(seed);

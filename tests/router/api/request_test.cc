@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 
 ApiContext Context() {
   ApiContext ctx;
-  ctx.tokenizer = &FortunesTokenizer();
+  ctx.tokenizer = &TinyEnglishTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
   return ctx;
@@ -44,7 +44,7 @@ TEST(ParseGenerateTest, TextPromptWithSamplingParams) {
   EXPECT_EQ(r.kind, ApiKind::kGenerate);
   EXPECT_EQ(r.rid, "r1");
   EXPECT_EQ(r.prompt_text, "Hello world");
-  EXPECT_EQ(r.input_ids, FortunesTokenizer().Encode("Hello world"));
+  EXPECT_EQ(r.input_ids, TinyEnglishTokenizer().Encode("Hello world"));
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.return_logprob);
   EXPECT_FLOAT_EQ(r.sampling.temperature(), 0.5f);
@@ -263,7 +263,7 @@ TEST(ParseCompletionsTest, OpenAiFieldsMap) {
   EXPECT_EQ(r.kind, ApiKind::kCompletions);
   EXPECT_EQ(r.model, "tandem-tiny");
   EXPECT_EQ(r.prompt_text, "Once upon");
-  EXPECT_EQ(r.input_ids, FortunesTokenizer().Encode("Once upon"));
+  EXPECT_EQ(r.input_ids, TinyEnglishTokenizer().Encode("Once upon"));
   EXPECT_EQ(r.sampling.max_new_tokens(), 20);
   EXPECT_TRUE(r.sampling.has_temperature());
   EXPECT_FLOAT_EQ(r.sampling.temperature(), 0.0f);
@@ -385,8 +385,8 @@ TEST(ParseChatCompletionsTest, AppliesTheChatTemplate) {
       "<|im_start|>assistant\nSure.<|im_end|>\n<|im_start|>user\nAnother<|im_end|>\n"
       "<|im_start|>assistant\n";
   EXPECT_EQ(parsed->prompt_text, expected);
-  EXPECT_EQ(parsed->input_ids, FortunesTokenizer().Encode(expected, false));
-  EXPECT_EQ(parsed->input_ids.front(), *FortunesTokenizer().TokenId("<|im_start|>"));
+  EXPECT_EQ(parsed->input_ids, TinyEnglishTokenizer().Encode(expected, false));
+  EXPECT_EQ(parsed->input_ids.front(), *TinyEnglishTokenizer().TokenId("<|im_start|>"));
   EXPECT_EQ(parsed->kind, ApiKind::kChatCompletions);
   EXPECT_EQ(parsed->sampling.max_new_tokens(), 40);
   EXPECT_TRUE(parsed->return_logprob);

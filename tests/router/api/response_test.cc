@@ -214,8 +214,8 @@ TEST(ResponseShaperTest, GenerateStreamIsCumulative) {
 TEST(ResponseShaperTest, CompletionsBodyWithLogprobs) {
   RoutedRequest r = Request(ApiKind::kCompletions);
   r.return_logprob = true;
-  ResponseShaper shaper(r, &FortunesTokenizer());
-  const std::vector<int32_t> ids = FortunesTokenizer().Encode("Hi there", false);
+  ResponseShaper shaper(r, &TinyEnglishTokenizer());
+  const std::vector<int32_t> ids = TinyEnglishTokenizer().Encode("Hi there", false);
   ASSERT_GE(ids.size(), 2u);
   std::vector<float> lps(ids.size(), -0.5f);
   shaper.Accumulate(Final(ids, "Hi there", proto::FinishReason::LENGTH, lps));

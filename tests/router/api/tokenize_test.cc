@@ -18,31 +18,31 @@ using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
 Json Tokenize(const std::string& body) {
-  absl::StatusOr<std::string> answer = TokenizeBody(body, FortunesTokenizer(), 512);
+  absl::StatusOr<std::string> answer = TokenizeBody(body, TinyEnglishTokenizer(), 512);
   EXPECT_TRUE(answer.ok()) << answer.status();
   return answer.ok() ? Json::parse(*answer) : Json();
 }
 
 Json Detokenize(const std::string& body) {
-  absl::StatusOr<std::string> answer = DetokenizeBody(body, FortunesTokenizer());
+  absl::StatusOr<std::string> answer = DetokenizeBody(body, TinyEnglishTokenizer());
   EXPECT_TRUE(answer.ok()) << answer.status();
   return answer.ok() ? Json::parse(*answer) : Json();
 }
 
 std::string TokenizeError(const std::string& body) {
-  absl::StatusOr<std::string> answer = TokenizeBody(body, FortunesTokenizer(), 512);
+  absl::StatusOr<std::string> answer = TokenizeBody(body, TinyEnglishTokenizer(), 512);
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument) << body;
   return std::string(answer.status().message());
 }
 
 std::string DetokenizeError(const std::string& body) {
-  absl::StatusOr<std::string> answer = DetokenizeBody(body, FortunesTokenizer());
+  absl::StatusOr<std::string> answer = DetokenizeBody(body, TinyEnglishTokenizer());
   EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument) << body;
   return std::string(answer.status().message());
 }
 
 TEST(TokenizeTest, OnePromptIsTheTokenizersIds) {
-  const engine::Tokenizer& tok = FortunesTokenizer();
+  const engine::Tokenizer& tok = TinyEnglishTokenizer();
   const Json j = Tokenize(R"({"model":"default","prompt":"Once upon a time"})");
   const std::vector<int32_t> ids = tok.Encode("Once upon a time");
   EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), ids);
@@ -53,13 +53,13 @@ TEST(TokenizeTest, OnePromptIsTheTokenizersIds) {
 }
 
 TEST(TokenizeTest, AddSpecialTokensFalseLeavesThePostProcessorsTokensOut) {
-  const engine::Tokenizer& tok = FortunesTokenizer();
+  const engine::Tokenizer& tok = TinyEnglishTokenizer();
   const Json j = Tokenize(R"({"prompt":"Hello","add_special_tokens":false})");
   EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), tok.Encode("Hello", false));
 }
 
 TEST(TokenizeTest, AListInIsAListOut) {
-  const engine::Tokenizer& tok = FortunesTokenizer();
+  const engine::Tokenizer& tok = TinyEnglishTokenizer();
   const Json j = Tokenize(R"({"prompt":["Hello","Once upon a time",""]})");
   ASSERT_TRUE(j["tokens"].is_array());
   ASSERT_EQ(j["tokens"].size(), 3u);
@@ -76,7 +76,7 @@ TEST(TokenizeTest, MessagesAreRenderedAsAChatRequestIs) {
   const std::string messages = R"([{"role":"user","content":"Tell me a fortune"}])";
   const Json j = Tokenize(R"({"messages":)" + messages + "}");
   ApiContext ctx;
-  ctx.tokenizer = &FortunesTokenizer();
+  ctx.tokenizer = &TinyEnglishTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
   absl::StatusOr<RoutedRequest> chat =
@@ -108,7 +108,7 @@ TEST(TokenizeTest, ErrorsNameTheField) {
 }
 
 TEST(DetokenizeTest, IdsBackToTextAndListsToLists) {
-  const engine::Tokenizer& tok = FortunesTokenizer();
+  const engine::Tokenizer& tok = TinyEnglishTokenizer();
   const std::vector<int32_t> ids = tok.Encode("Once upon a time");
   const Json one = Detokenize(Json({{"tokens", ids}}).dump());
   EXPECT_EQ(one["text"], tok.Decode(ids, /*skip_special_tokens=*/true));
@@ -121,7 +121,7 @@ TEST(DetokenizeTest, IdsBackToTextAndListsToLists) {
 }
 
 TEST(DetokenizeTest, SkipSpecialTokensDefaultsToTrue) {
-  const engine::Tokenizer& tok = FortunesTokenizer();
+  const engine::Tokenizer& tok = TinyEnglishTokenizer();
   const std::vector<int32_t> eos = tok.eos_token_ids();
   ASSERT_FALSE(eos.empty());
   std::vector<int32_t> ids = tok.Encode("Hello", false);
@@ -135,7 +135,7 @@ TEST(DetokenizeTest, SkipSpecialTokensDefaultsToTrue) {
 }
 
 TEST(DetokenizeTest, ErrorsNameTheField) {
-  const int vocab = FortunesTokenizer().vocab_size();
+  const int vocab = TinyEnglishTokenizer().vocab_size();
   EXPECT_THAT(DetokenizeError(R"({})"), HasSubstr("tokens is required"));
   EXPECT_THAT(DetokenizeError(R"({"tokens":"abc"})"), HasSubstr("tokens must be an array"));
   EXPECT_THAT(DetokenizeError(Json({{"tokens", {1, vocab}}}).dump()),

@@ -16,7 +16,7 @@ using ::testing::HasSubstr;
 
 ApiContext Context() {
   ApiContext ctx;
-  ctx.tokenizer = &FortunesTokenizer();
+  ctx.tokenizer = &TinyEnglishTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
   return ctx;
@@ -200,7 +200,7 @@ TEST(ContextCheckTest, ByteBoundRefusesWithoutTokenizing) {
 // The early bound must never refuse a prompt that fits: with the real longest token, the bound
 // is at most the tokenizer's count, for assorted text.
 TEST(ContextCheckTest, ByteBoundIsALowerBoundOfTheTokenCount) {
-  const engine::Tokenizer& tokenizer = FortunesTokenizer();
+  const engine::Tokenizer& tokenizer = TinyEnglishTokenizer();
   size_t longest = 0;
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
     longest = std::max(longest, tokenizer.TokenBytes(id, false).size());
