@@ -527,7 +527,11 @@ class JsonSchemaCompiler {
 
   // Integers: minimum/maximum/exclusiveMinimum/exclusiveMaximum exactly.
   absl::StatusOr<Sequence> CompileInteger(const json& schema, const std::string& path) {
-    ASSIGN_OR_RETURN(const IntegerBounds bounds, ReadIntegerBounds(schema, path));
+    ASSIGN_OR_RETURN(IntegerBounds bounds, ReadIntegerBounds(schema, path));
+    if (options_.int64_integers) {
+      if (!bounds.lo) bounds.lo = -kMaxBoundedInteger;
+      if (!bounds.hi) bounds.hi = kMaxBoundedInteger;
+    }
     if (!bounds.lo && !bounds.hi) return Sequence{Integer()};
     std::vector<Sequence> alternatives;
     if (!bounds.lo || *bounds.lo < 0) {  // "-" then 1 .. -lo

@@ -45,6 +45,9 @@ struct JsonSchemaOptions {
   // format, nullable and strict, which tool definitions carry, are ignored as annotations
   // instead of refused.
   bool lenient_annotations = false;
+  // Integers have at most 18 digits on an unbounded side too, so every one fits a signed 64-bit
+  // integer (a consumer parsing into int64 or double-free JSON never sees a float).
+  bool int64_integers = false;
 };
 
 // `schema_json` is the schema's JSON text.

@@ -46,10 +46,12 @@ inline constexpr size_t kMaxTagBytes = 1024;
 
 enum class StructuralTagForm { kTriggered, kOne, kOneOrMore };
 
-// How the structures' schemas are read (xgrammar's strict mode): exported so that a caller that
-// builds a tag from schemas of its own can check each one and report its errors in its terms.
-inline constexpr JsonSchemaOptions kStructuralTagSchemaOptions{.closed_objects = true,
-                                                               .lenient_annotations = true};
+// How the structures' schemas are read (xgrammar's strict mode; integers of at most 18 digits,
+// so a tool call's integer arguments stay integers for every JSON parser): exported so that a
+// caller that builds a tag from schemas of its own can check each one and report its errors in
+// its terms.
+inline constexpr JsonSchemaOptions kStructuralTagSchemaOptions{
+    .closed_objects = true, .lenient_annotations = true, .int64_integers = true};
 
 // `tag_json` is the tag's JSON text.
 absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, StructuralTagForm form,

@@ -100,7 +100,7 @@ TEST(BenchSmokeItest, GrammarBenchReportsMaskCostAndConstrainedDecode) {
                            "--decode-context", "4", "--threads", "1", "--json", out.path()},
                           out, seconds(120));
   ASSERT_TRUE(j.contains("grammars") && j["grammars"].is_array());
-  EXPECT_EQ(j["grammars"].size(), 5u);
+  EXPECT_EQ(j["grammars"].size(), 6u);
   for (const json& g : j["grammars"]) {
     SCOPED_TRACE(g.value("name", ""));
     for (const char* key : {"mask_us_mean", "mask_us_p99", "cached_mask_us_mean",

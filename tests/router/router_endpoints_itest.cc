@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/version.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/http_test_client.h"
@@ -131,7 +132,7 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
   EXPECT_EQ(info.status, 200) << info.body;
 }
 
-TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
+TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndModelNames) {
   auto pd = Pd();
   const json body = {{"text", "Tell me a fortune."},
                      {"sampling_params", {{"temperature", 0}, {"max_new_tokens", 4}}}};
@@ -154,14 +155,20 @@ TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndAnyModelName) {
   EXPECT_EQ(flushed.status, 200) << flushed.body;
   EXPECT_EQ(json::parse(flushed.body)["flushed"], true) << flushed.body;
 
-  // "default" (SGLang's protocol default) and any other name are served and echoed.
-  for (const char* model : {"default", "gpt-3.5-turbo"}) {
+  // "default" (SGLang's protocol default) and a path ending in the served name are served and
+  // echoed; another model's name is a 404 naming the served one.
+  for (const char* model : {"default", "/srv/llm/tandem-tiny-english"}) {
     ClientResponse c =
         RouterRequest(pd->port, "POST", "/v1/completions",
                       json({{"model", model}, {"prompt", "Hi"}, {"max_tokens", 2}}).dump());
     ASSERT_EQ(c.status, 200) << model << ": " << c.body;
     EXPECT_EQ(json::parse(c.body)["model"], model);
   }
+  ClientResponse other =
+      RouterRequest(pd->port, "POST", "/v1/completions",
+                    json({{"model", "gpt-3.5-turbo"}, {"prompt", "Hi"}, {"max_tokens", 2}}).dump());
+  EXPECT_EQ(other.status, 404) << other.body;
+  EXPECT_THAT(other.body, ::testing::HasSubstr("this server serves 'tandem-tiny-english'"));
 }
 
 // SGLang's stream_interval: the first token at once, then chunks of at least that many tokens,
