@@ -1,7 +1,5 @@
 #include "engine/grammar/json_schema_compiler.h"
 
-#include <algorithm>
-#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -13,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "common/status.h"
+#include "engine/grammar/json_schema_numbers.h"
 #include "engine/grammar/regex_compiler.h"
 #include "engine/grammar/utf8_class.h"
 #include "nlohmann/json.hpp"
@@ -50,11 +49,6 @@ const absl::flat_hash_set<std::string_view> kKeywords = {"type",
                                                          "maximum",
                                                          "exclusiveMinimum",
                                                          "exclusiveMaximum"};
-const char* const kBoundKeywords[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-
-// The largest integer magnitude a bounded integer grammar writes: 18 digits, so every bound
-// fits an int64 exactly.
-constexpr int64_t kMaxBoundedInteger = 999999999999999999;
 
 std::string Escape(std::string_view token) {
   // JSON pointer escaping of one reference token, for error messages.
@@ -100,7 +94,11 @@ class JsonSchemaCompiler {
   // `document` and `builder` must outlive the compiler.
   JsonSchemaCompiler(const json& document, GrammarBuilder& builder, std::string_view rule_prefix,
                      const JsonSchemaOptions& options)
-      : document_(document), builder_(builder), prefix_(rule_prefix), options_(options) {}
+      : document_(document),
+        builder_(builder),
+        prefix_(rule_prefix),
+        options_(options),
+        numbers_(builder) {}
 
   absl::StatusOr<Sequence> CompileDocument() { return Compile(document_, "", 0); }
 
@@ -116,8 +114,7 @@ class JsonSchemaCompiler {
   }
 
   static absl::Status Error(const std::string& path, std::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: ", std::string(what), " at '",
-                                                   path.empty() ? "#" : "#" + path, "'"));
+    return JsonSchemaError(path, what);
   }
 
   // --- Generic JSON pieces, each built once. ---
@@ -165,52 +162,13 @@ class JsonSchemaCompiler {
     }
     return string_;
   }
-  Symbol Digit() { return builder_.Terminal(DigitsBetween('0', '9')); }
-  Symbol NonZeroDigit() { return builder_.Terminal(DigitsBetween('1', '9')); }
-  static ByteSet DigitsBetween(char from, char to) {
-    ByteSet set;
-    for (char c = from; c <= to; ++c) set.set(static_cast<uint8_t>(c));
-    return set;
-  }
-  // The magnitude of an integer without leading zeros.
-  Symbol Natural() {
-    if (natural_ < 0) {
-      natural_ =
-          builder_.Choice({{builder_.Byte('0')}, {NonZeroDigit(), builder_.Star({Digit()})}});
-    }
-    return natural_;
-  }
-  Symbol Integer() {
-    if (integer_ < 0)
-      integer_ = builder_.Group({builder_.Optional({builder_.Byte('-')}), Natural()});
-    return integer_;
-  }
-  Symbol Fraction() {  // optional
-    if (fraction_ < 0)
-      fraction_ = builder_.Optional({builder_.Byte('.'), builder_.Plus({Digit()})});
-    return fraction_;
-  }
-  Symbol Exponent() {  // optional
-    if (exponent_ < 0) {
-      // At most two exponent digits: every number stays within a double's range.
-      exponent_ =
-          builder_.Optional({builder_.Terminal(ByteSet().set('e').set('E')),
-                             builder_.Optional({builder_.Terminal(ByteSet().set('+').set('-'))}),
-                             Digit(), builder_.Optional({Digit()})});
-    }
-    return exponent_;
-  }
-  Symbol Number() {
-    if (number_ < 0) number_ = builder_.Group({Integer(), Fraction(), Exponent()});
-    return number_;
-  }
   Symbol AnyValue() {
     if (value_ < 0) {
       value_ = NewRule("value");
       for (Sequence alternative : std::vector<Sequence>{{AnyObject()},
                                                         {AnyArray()},
                                                         {AnyString()},
-                                                        {Number()},
+                                                        {numbers_.AnyNumber()},
                                                         builder_.Literal("true"),
                                                         builder_.Literal("false"),
                                                         builder_.Literal("null")}) {
@@ -368,10 +326,10 @@ class JsonSchemaCompiler {
         ASSIGN_OR_RETURN(Sequence string, CompileString(schema, path));
         alternatives.push_back(std::move(string));
       } else if (type == "number") {
-        ASSIGN_OR_RETURN(Sequence number, CompileNumber(schema, path));
+        ASSIGN_OR_RETURN(Sequence number, numbers_.Number(schema, path));
         alternatives.push_back(std::move(number));
       } else if (type == "integer") {
-        ASSIGN_OR_RETURN(Sequence integer, CompileInteger(schema, path));
+        ASSIGN_OR_RETURN(Sequence integer, numbers_.Integer(schema, path, options_.int64_integers));
         alternatives.push_back(std::move(integer));
       } else if (type == "boolean") {
         alternatives.push_back(
@@ -418,158 +376,6 @@ class JsonSchemaCompiler {
       return Error(absl::StrCat(path, "/", key), "must be a non-negative integer");
     }
     return value.get<int64_t>();
-  }
-
-  // --- Numeric bounds. ---
-  // The integers the bound keywords allow, [lo, hi] (nullopt: unbounded on that side). A bound
-  // whose magnitude exceeds kMaxBoundedInteger is clamped to it, which keeps that side to 18
-  // digits (stricter than the schema, never looser).
-  struct IntegerBounds {
-    std::optional<int64_t> lo, hi;
-  };
-  absl::StatusOr<IntegerBounds> ReadIntegerBounds(const json& schema, const std::string& path) {
-    IntegerBounds bounds;
-    for (const char* key : kBoundKeywords) {
-      if (!schema.contains(key)) continue;
-      const json& value = schema[key];
-      if (!value.is_number()) return Error(absl::StrCat(path, "/", key), "must be a number");
-      const std::string_view k = key;
-      const bool lower = k == "minimum" || k == "exclusiveMinimum";
-      const bool exclusive = k == "exclusiveMinimum" || k == "exclusiveMaximum";
-      // The bound as the nearest integer inside it, clamped to 19 digits.
-      int64_t v = 0;
-      if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{kMaxBoundedInteger}) {
-        v = kMaxBoundedInteger + 1;
-      } else if (value.is_number_integer()) {
-        v = std::clamp<int64_t>(value.get<int64_t>(), -kMaxBoundedInteger - 1,
-                                kMaxBoundedInteger + 1);
-        if (exclusive) v += lower ? 1 : -1;
-      } else {
-        const double d = std::clamp(value.get<double>(), -1e18, 1e18);
-        v = static_cast<int64_t>(lower ? (exclusive ? std::floor(d) + 1 : std::ceil(d))
-                                       : (exclusive ? std::ceil(d) - 1 : std::floor(d)));
-      }
-      if (lower) {
-        bounds.lo = std::max(bounds.lo.value_or(v), v);
-      } else {
-        bounds.hi = std::min(bounds.hi.value_or(v), v);
-      }
-    }
-    if (bounds.lo && *bounds.lo > kMaxBoundedInteger) {
-      return Error(path, "an integer lower bound above 999999999999999999 is not supported");
-    }
-    if (bounds.hi && *bounds.hi < -kMaxBoundedInteger) {
-      return Error(path, "an integer upper bound below -999999999999999999 is not supported");
-    }
-    if (bounds.lo) bounds.lo = std::max(*bounds.lo, -kMaxBoundedInteger);
-    if (bounds.hi) bounds.hi = std::min(*bounds.hi, kMaxBoundedInteger);
-    if (bounds.lo && bounds.hi && *bounds.lo > *bounds.hi) {
-      return Error(path, "the bounds leave no integer");
-    }
-    return bounds;
-  }
-
-  // The decimal strings from `lo` to `hi` (same length, lo <= hi), digit by digit: one
-  // alternative for the low edge, one for the full middle and one for the high edge, so the size
-  // is quadratic in the digits.
-  Sequence SameLengthRange(const std::string& lo, const std::string& hi) {
-    if (lo == hi) return builder_.Literal(lo);
-    if (lo.find_first_not_of('0') == std::string::npos &&
-        hi.find_first_not_of('9') == std::string::npos) {
-      return Sequence(lo.size(), Digit());
-    }
-    const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
-    Sequence out{builder_.Byte(static_cast<uint8_t>(lo[0]))};
-    if (lo[0] == hi[0]) {
-      Sequence rest = SameLengthRange(rest_lo, rest_hi);
-      out.insert(out.end(), rest.begin(), rest.end());
-      return out;
-    }
-    std::vector<Sequence> alternatives;
-    Sequence low = SameLengthRange(rest_lo, std::string(rest_lo.size(), '9'));
-    out.insert(out.end(), low.begin(), low.end());
-    alternatives.push_back(std::move(out));
-    if (hi[0] - lo[0] > 1) {
-      Sequence middle{builder_.Terminal(
-          DigitsBetween(static_cast<char>(lo[0] + 1), static_cast<char>(hi[0] - 1)))};
-      middle.insert(middle.end(), rest_lo.size(), Digit());
-      alternatives.push_back(std::move(middle));
-    }
-    Sequence high{builder_.Byte(static_cast<uint8_t>(hi[0]))};
-    Sequence high_rest = SameLengthRange(std::string(rest_hi.size(), '0'), rest_hi);
-    high.insert(high.end(), high_rest.begin(), high_rest.end());
-    alternatives.push_back(std::move(high));
-    return {builder_.Choice(std::move(alternatives))};
-  }
-
-  // The canonical decimals from `lo` (>= 0) to `hi` (nullopt: unbounded), one SameLengthRange
-  // per number of digits; unbounded, every longer number too.
-  void NaturalRange(int64_t lo, std::optional<int64_t> hi, Sequence prefix,
-                    std::vector<Sequence>* alternatives) {
-    int64_t first = 0, last = 9;  // the smallest and largest numbers with `digits` digits
-    for (int digits = 1; digits <= 18; ++digits) {
-      const int64_t from = std::max(lo, first);
-      const int64_t to = hi ? std::min(*hi, last) : last;
-      if (from <= to) {
-        Sequence alternative = prefix;
-        Sequence range = SameLengthRange(absl::StrCat(from), absl::StrCat(to));
-        alternative.insert(alternative.end(), range.begin(), range.end());
-        alternatives->push_back(std::move(alternative));
-      }
-      first = last + 1;
-      if (digits < 18) last = last * 10 + 9;
-    }
-    if (!hi) {
-      prefix.insert(prefix.end(), {NonZeroDigit(), builder_.Repeat({Digit()}, 18, -1)});
-      alternatives->push_back(std::move(prefix));
-    }
-  }
-
-  // Integers: minimum/maximum/exclusiveMinimum/exclusiveMaximum exactly.
-  absl::StatusOr<Sequence> CompileInteger(const json& schema, const std::string& path) {
-    ASSIGN_OR_RETURN(IntegerBounds bounds, ReadIntegerBounds(schema, path));
-    if (options_.int64_integers) {
-      if (!bounds.lo) bounds.lo = -kMaxBoundedInteger;
-      if (!bounds.hi) bounds.hi = kMaxBoundedInteger;
-    }
-    if (!bounds.lo && !bounds.hi) return Sequence{Integer()};
-    std::vector<Sequence> alternatives;
-    if (!bounds.lo || *bounds.lo < 0) {  // "-" then 1 .. -lo
-      std::optional<int64_t> magnitude_hi;
-      if (bounds.lo) magnitude_hi = -*bounds.lo;
-      const int64_t magnitude_lo = bounds.hi && *bounds.hi < 0 ? -*bounds.hi : 1;
-      NaturalRange(magnitude_lo, magnitude_hi, {builder_.Byte('-')}, &alternatives);
-    }
-    if (!bounds.hi || *bounds.hi >= 0) {
-      NaturalRange(bounds.lo ? std::max<int64_t>(0, *bounds.lo) : 0, bounds.hi, {}, &alternatives);
-    }
-    return Sequence{builder_.Choice(std::move(alternatives))};
-  }
-
-  // Numbers: the bounds through the sign only (a lower bound >= 0 forbids a minus sign; maximum
-  // < 0 or exclusiveMaximum <= 0 requires a non-zero negative number).
-  absl::StatusOr<Sequence> CompileNumber(const json& schema, const std::string& path) {
-    bool nonnegative = false, negative = false, bounded = false;
-    for (const char* key : kBoundKeywords) {
-      if (!schema.contains(key)) continue;
-      const json& value = schema[key];
-      if (!value.is_number()) return Error(absl::StrCat(path, "/", key), "must be a number");
-      bounded = true;
-      const double v = value.get<double>();
-      const std::string_view k = key;
-      if ((k == "minimum" || k == "exclusiveMinimum") && v >= 0) nonnegative = true;
-      if ((k == "maximum" && v < 0) || (k == "exclusiveMaximum" && v <= 0)) negative = true;
-    }
-    if (!bounded) return Sequence{Number()};
-    if (nonnegative && negative) return Error(path, "the bounds leave no number");
-    if (nonnegative) return Sequence{Natural(), Fraction(), Exponent()};
-    if (!negative) return Sequence{Number()};
-    // A non-zero digit before or after the point.
-    const Symbol magnitude = builder_.Choice(
-        {{NonZeroDigit(), builder_.Star({Digit()}), Fraction()},
-         {builder_.Byte('0'), builder_.Byte('.'), builder_.Star({builder_.Byte('0')}),
-          NonZeroDigit(), builder_.Star({Digit()})}});
-    return Sequence{builder_.Byte('-'), magnitude, Exponent()};
   }
 
   absl::StatusOr<Sequence> CompileString(const json& schema, const std::string& path) {
@@ -723,8 +529,8 @@ class JsonSchemaCompiler {
   const std::string prefix_;
   const JsonSchemaOptions options_;
   absl::flat_hash_map<std::string, int32_t> ref_rules_;
-  Symbol ws_ = -1, raw_char_ = -1, string_char_ = -1, string_ = -1, natural_ = -1, integer_ = -1,
-         fraction_ = -1, exponent_ = -1, number_ = -1;
+  JsonNumberGrammar numbers_;
+  Symbol ws_ = -1, raw_char_ = -1, string_char_ = -1, string_ = -1;
   int32_t value_ = -1, object_ = -1, array_ = -1;
 };
 

@@ -47,9 +47,9 @@ inline constexpr size_t kMaxTagBytes = 1024;
 enum class StructuralTagForm { kTriggered, kOne, kOneOrMore };
 
 // How the structures' schemas are read (xgrammar's strict mode; integers of at most 18 digits,
-// so a tool call's integer arguments stay integers for every JSON parser): exported so that a
-// caller that builds a tag from schemas of its own can check each one and report its errors in
-// its terms.
+// so a tool call's integer arguments stay integers for every JSON parser). A caller that builds a
+// tag from schemas of its own maps a schema's error back to its source by the error's prefix,
+// "structural_tag: structures[i].schema: ".
 inline constexpr JsonSchemaOptions kStructuralTagSchemaOptions{
     .closed_objects = true, .lenient_annotations = true, .int64_integers = true};
 

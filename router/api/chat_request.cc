@@ -304,7 +304,7 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
         !(thinking != options.kwargs.end() && thinking->is_boolean() && !thinking->get<bool>());
     ASSIGN_OR_RETURN(const engine::GrammarConstraint constraint,
                      ToolCallConstraint(request.tool_call_syntax, tools, parallel, allow_thinking));
-    RETURN_IF_ERROR(SetGrammarConstraint(constraint, "tool_choice", &request.sampling));
+    RETURN_IF_ERROR(SetCompiledGrammarConstraint(constraint, "tool_choice", &request.sampling));
   }
   request.separate_reasoning = ctx.reasoning_parser;
   if (const Json* v = Find(body, "separate_reasoning"); v != nullptr) {

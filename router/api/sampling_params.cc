@@ -67,20 +67,18 @@ proto::StructuralTag StructuralTagToProto(const engine::GrammarConstraint& const
   return tag;
 }
 
-}  // namespace
-
-absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
-                                  const std::string& path, proto::SamplingParams* out) {
-  if (out->constraint_case() != proto::SamplingParams::CONSTRAINT_NOT_SET) {
+// The "only one constraint" rule: InvalidArgument prefixed with `path` when `out` has one.
+absl::Status CheckNoConstraint(const std::string& path, const proto::SamplingParams& out) {
+  if (out.constraint_case() != proto::SamplingParams::CONSTRAINT_NOT_SET) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
                      ": only one of regex, json_schema, ebnf, structural_tag, response_format and "
                      "tool_choice may constrain the output"));
   }
-  absl::StatusOr<engine::grammar::GrammarPtr> compiled = engine::CompileConstraint(constraint);
-  if (!compiled.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", compiled.status().message()));
-  }
+  return absl::OkStatus();
+}
+
+void SetConstraint(const engine::GrammarConstraint& constraint, proto::SamplingParams* out) {
   using Kind = engine::GrammarConstraint::Kind;
   switch (constraint.kind) {
     case Kind::kJsonSchema:
@@ -101,6 +99,25 @@ absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
     case Kind::kNone:
       break;
   }
+}
+
+}  // namespace
+
+absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
+                                  const std::string& path, proto::SamplingParams* out) {
+  RETURN_IF_ERROR(CheckNoConstraint(path, *out));
+  absl::StatusOr<engine::grammar::GrammarPtr> compiled = engine::CompileConstraint(constraint);
+  if (!compiled.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", compiled.status().message()));
+  }
+  SetConstraint(constraint, out);
+  return absl::OkStatus();
+}
+
+absl::Status SetCompiledGrammarConstraint(const engine::GrammarConstraint& constraint,
+                                          const std::string& path, proto::SamplingParams* out) {
+  RETURN_IF_ERROR(CheckNoConstraint(path, *out));
+  SetConstraint(constraint, out);
   return absl::OkStatus();
 }
 

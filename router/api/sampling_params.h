@@ -46,6 +46,12 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
 absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
                                   const std::string& path, proto::SamplingParams* out);
 
+// SetGrammarConstraint for a constraint the caller has compiled itself (so that its errors are
+// reported in the caller's terms): InvalidArgument prefixed with `path` when `out` already
+// carries a constraint.
+absl::Status SetCompiledGrammarConstraint(const engine::GrammarConstraint& constraint,
+                                          const std::string& path, proto::SamplingParams* out);
+
 // Applies a /generate `sampling_params` object (path "sampling_params"). Unknown names are a 400,
 // as SGLang's SamplingParams(**kwargs) rejects them.
 absl::Status ApplySamplingObject(const Json& object, proto::SamplingParams* out);

@@ -1,12 +1,32 @@
 #include "router/api/tool_grammar.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
-#include "engine/grammar/json_schema_compiler.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "engine/grammar/structural_tag.h"
 
 namespace tandem::router::api_internal {
+namespace {
+
+// The tag's compile error in the request's terms: a structure's schema error
+// ("structural_tag: structures[k].schema: ...", structural_tag.h) names the tool's parameters,
+// anything else (the grammar too large) is tool_choice's.
+absl::Status ToolError(const absl::Status& status, const std::vector<size_t>& tool_of_structure) {
+  for (size_t k = 0; k < tool_of_structure.size(); ++k) {
+    absl::string_view message = status.message();
+    if (absl::ConsumePrefix(&message,
+                            absl::StrCat("structural_tag: structures[", k, "].schema: "))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tools[", tool_of_structure[k], "].function.parameters: ", message));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("tool_choice: ", status.message()));
+}
+
+}  // namespace
 
 absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax syntax,
                                                                const ChatTools& tools,
@@ -15,6 +35,7 @@ absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax sy
   using engine::grammar::StructuralTagForm;
   const bool llama3 = syntax == ToolCallSyntax::kLlama3;
   nlohmann::ordered_json structures = nlohmann::ordered_json::array();
+  std::vector<size_t> tool_of_structure;  // [structure index] -> index in tools.tools
   for (size_t i = 0; i < tools.tools.size(); ++i) {
     const nlohmann::ordered_json& function = tools.tools[i]["function"];
     const std::string name = function["name"].get<std::string>();
@@ -22,13 +43,8 @@ absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax sy
     nlohmann::ordered_json schema = {{"type", "object"}};
     if (const auto it = function.find("parameters"); it != function.end() && !it->empty()) {
       schema = *it;
-      // Checked here so that the error names the tool, not the structure built from it.
-      engine::grammar::GrammarBuilder scratch;
-      RETURN_IF_ERROR(engine::grammar::CompileJsonSchemaInto(
-                          scratch, schema.dump(), "", engine::grammar::kStructuralTagSchemaOptions)
-                          .status(),
-                      absl::StrCat("tools[", i, "].function.parameters: "));
     }
+    tool_of_structure.push_back(i);
     // Tool names are [A-Za-z0-9_-]: nothing to escape.
     structures.push_back(
         {{"begin", llama3
@@ -45,6 +61,9 @@ absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax sy
   const bool several = !llama3 && parallel_tool_calls && tools.choice == ToolChoice::kRequired;
   constraint.tag_form = several ? StructuralTagForm::kOneOrMore : StructuralTagForm::kOne;
   constraint.allow_thinking = allow_thinking && !llama3;
+  const absl::StatusOr<engine::grammar::GrammarPtr> compiled =
+      engine::grammar::CompileConstraint(constraint);
+  if (!compiled.ok()) return ToolError(compiled.status(), tool_of_structure);
   return constraint;
 }
 

@@ -25,8 +25,10 @@ namespace tandem::router::api_internal {
 // The constraint for `tools` under `tools.choice` (kRequired or kNamed) in `syntax` (not kNone).
 // `allow_thinking` (kQwen only: a Qwen3 template with thinking enabled): the calls may be
 // preceded by one "<think>...</think>" block and up to two line breaks, as SGLang's structural
-// tags allow. A parameters schema the compiler cannot enforce is an InvalidArgument naming it
-// ("tools[0].function.parameters: json_schema: unsupported keyword 'multipleOf' at ...").
+// tags allow. The tag is compiled here, once: a parameters schema the compiler cannot enforce is an
+// InvalidArgument naming it ("tools[0].function.parameters: json_schema: unsupported keyword
+// 'multipleOf' at ..."), any other compile error (the grammar too large) one prefixed
+// "tool_choice: ". Set the result with SetCompiledGrammarConstraint (sampling_params.h).
 absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax syntax,
                                                                const ChatTools& tools,
                                                                bool parallel_tool_calls,

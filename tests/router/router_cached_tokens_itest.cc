@@ -19,6 +19,7 @@
 #include "tests/integration/process.h"
 #include "tests/integration/router_process.h"
 #include "tests/integration/worker_process.h"
+#include "tests/router/cluster_fixture.h"
 
 namespace tandem::itest {
 namespace {
@@ -110,45 +111,15 @@ int CachedTokens(int router_port, const Route& route) {
   return answer[where].get<int>();
 }
 
-class RouterCachedTokensTest : public ::testing::Test {
+class RouterCachedTokensTest : public ClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
-    prefill_ = StartWorker("prefill").release();
-    decode_ = StartWorker("decode").release();
-    plain_ =
-        StartRouter({"--cluster-secret", kTestClusterSecret, "--worker-urls", colocated_->url()})
-            .release();
-    pd_ = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
-                       prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode",
-                       decode_->url()})
-              .release();
-  }
-  static void TearDownTestSuite() {
-    delete plain_;
-    delete pd_;
-    for (WorkerProcess* w : {colocated_, prefill_, decode_}) delete w;
-  }
+  static void SetUpTestSuite() { StartCluster({.shared_routers = true}); }
   // Empties every prefix cache, so each route starts from nothing cached.
   static void FlushAll() {
     std::string why;
-    ASSERT_TRUE(WaitForAllKvBlocksFree(plain_->port, kTestAdminKey, colocated_->http_port, &why))
-        << why;
-    ASSERT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, prefill_->http_port, &why)) << why;
-    ASSERT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, decode_->http_port, &why)) << why;
+    ASSERT_TRUE(SharedWorkersBlocksFree(&why)) << why;
   }
-
-  static WorkerProcess* colocated_;
-  static WorkerProcess* prefill_;
-  static WorkerProcess* decode_;
-  static RouterProcess* plain_;
-  static RouterProcess* pd_;
 };
-WorkerProcess* RouterCachedTokensTest::colocated_ = nullptr;
-WorkerProcess* RouterCachedTokensTest::prefill_ = nullptr;
-WorkerProcess* RouterCachedTokensTest::decode_ = nullptr;
-RouterProcess* RouterCachedTokensTest::plain_ = nullptr;
-RouterProcess* RouterCachedTokensTest::pd_ = nullptr;
 
 // The same prompt twice on every route: the repeat reports what the prefill worker reused, the
 // decode worker's own cache counts none of it, and plain mode reports the same numbers.
@@ -199,9 +170,9 @@ TEST_F(RouterCachedTokensTest, GrpcSessionsReportThePrefillWorkersReuse) {
   auto decode = StartWorker("decode", {"--session-port", "-1"});
   ASSERT_NE(prefill, nullptr);
   ASSERT_NE(decode, nullptr);
-  auto pd = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
-                         prefill->url(), std::to_string(prefill->bootstrap_port), "--decode",
-                         decode->url()});
+  auto pd =
+      StartClusterRouter({"--pd-disaggregation", "--prefill", prefill->url(),
+                          std::to_string(prefill->bootstrap_port), "--decode", decode->url()});
   ASSERT_NE(pd, nullptr);
   for (const Route& route : Routes()) {
     SCOPED_TRACE(route.name);
@@ -224,10 +195,10 @@ TEST_F(RouterCachedTokensTest, ARetriedRequestReportsTheAttemptThatServedIt) {
   ASSERT_NE(survivor, nullptr);
   ASSERT_NE(doomed, nullptr);
   ASSERT_NE(decode, nullptr);
-  auto pd = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
-                         survivor->url(), std::to_string(survivor->bootstrap_port), "--prefill",
-                         doomed->url(), std::to_string(doomed->bootstrap_port), "--decode",
-                         decode->url(), "--health-check-interval-secs", "60"});
+  auto pd = StartClusterRouter({"--pd-disaggregation", "--prefill", survivor->url(),
+                                std::to_string(survivor->bootstrap_port), "--prefill",
+                                doomed->url(), std::to_string(doomed->bootstrap_port), "--decode",
+                                decode->url(), "--health-check-interval-secs", "60"});
   ASSERT_NE(pd, nullptr);
   const Route generate = Routes()[0];
   // Round robin: each prefill worker computes the prompt once and caches it.
@@ -248,10 +219,7 @@ TEST_F(RouterCachedTokensTest, ARetriedRequestReportsTheAttemptThatServedIt) {
 // A short prompt conditional disaggregation prefills on the decode worker reports the decode
 // worker's own count; the prefill worker's cache plays no part.
 TEST_F(RouterCachedTokensTest, LocalLegsReportTheDecodeWorkersOwnCount) {
-  auto conditional =
-      StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
-                   prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode",
-                   decode_->url(), "--pd-local-prefill-max-tokens", "4096"});
+  auto conditional = Pd({"--pd-local-prefill-max-tokens", "4096"});
   ASSERT_NE(conditional, nullptr);
   const Route generate = Routes()[0];
   FlushAll();

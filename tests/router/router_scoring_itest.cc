@@ -13,6 +13,7 @@
 #include "tests/integration/process.h"
 #include "tests/integration/router_process.h"
 #include "tests/integration/worker_process.h"
+#include "tests/router/cluster_fixture.h"
 
 namespace tandem::itest {
 namespace {
@@ -21,7 +22,6 @@ using nlohmann::json;
 using testing::ClientResponse;
 using testing::TestClient;
 
-const char kPrompt[] = "Tell me a fortune about the sea.";
 const char kModel[] = "tandem-tiny-english";
 
 ClientResponse Post(int port, const std::string& target, const json& body) {
@@ -34,32 +34,13 @@ ClientResponse Post(int port, const std::string& target, const json& body) {
   return r.value_or(ClientResponse{});
 }
 
-class RouterScoringTest : public ::testing::Test {
+class RouterScoringTest : public ClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    colocated_ = StartWorker("colocated", {"--cluster-secret", kTestClusterSecret}).release();
-    prefill_ = StartWorker("prefill").release();
-    decode_ = StartWorker("decode").release();
-    plain_ =
-        StartRouter({"--cluster-secret", kTestClusterSecret, "--worker-urls", colocated_->url()})
-            .release();
-    pd_ = StartRouter({"--cluster-secret", kTestClusterSecret, "--pd-disaggregation", "--prefill",
-                       prefill_->url(), std::to_string(prefill_->bootstrap_port), "--decode",
-                       decode_->url()})
-              .release();
-  }
-  static void TearDownTestSuite() {
-    delete plain_;
-    delete pd_;
-    for (WorkerProcess* w : {colocated_, prefill_, decode_}) delete w;
-  }
+  static void SetUpTestSuite() { StartCluster({.shared_routers = true}); }
   // Every worker's blocks are free once the prefix caches are flushed: no request left any held.
   static void ExpectAllBlocksFree() {
     std::string why;
-    EXPECT_TRUE(WaitForAllKvBlocksFree(plain_->port, kTestAdminKey, colocated_->http_port, &why))
-        << why;
-    EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, prefill_->http_port, &why)) << why;
-    EXPECT_TRUE(WaitForAllKvBlocksFree(pd_->port, kTestAdminKey, decode_->http_port, &why)) << why;
+    EXPECT_TRUE(SharedWorkersBlocksFree(&why)) << why;
   }
 
   // Legs the decode worker finished (its /metrics).
@@ -67,26 +48,15 @@ class RouterScoringTest : public ::testing::Test {
     return MetricValue(HttpGet(decode_->http_port, "/metrics").body,
                        "tandem_worker_requests_total{outcome=\"finished\"}");
   }
-
-  static WorkerProcess* colocated_;
-  static WorkerProcess* prefill_;
-  static WorkerProcess* decode_;
-  static RouterProcess* plain_;
-  static RouterProcess* pd_;
 };
-WorkerProcess* RouterScoringTest::colocated_ = nullptr;
-WorkerProcess* RouterScoringTest::prefill_ = nullptr;
-WorkerProcess* RouterScoringTest::decode_ = nullptr;
-RouterProcess* RouterScoringTest::plain_ = nullptr;
-RouterProcess* RouterScoringTest::pd_ = nullptr;
 
 // SGLang's answer to max_new_tokens 0: no text, no ids, finish_reason length 0, the prompt
 // counted; the same in plain and PD mode, whole and streamed, on every route.
 TEST_F(RouterScoringTest, ZeroTokenRequestsEndWithLengthZeroInEveryMode) {
   const std::optional<double> decode_legs_before = DecodeLegs();
   ASSERT_TRUE(decode_legs_before.has_value());
-  for (RouterProcess* router : {plain_, pd_}) {
-    const std::string mode = router == plain_ ? "plain" : "pd";
+  for (RouterProcess* router : {plain_.get(), pd_.get()}) {
+    const std::string mode = router == plain_.get() ? "plain" : "pd";
     json generate = {{"text", kPrompt}, {"sampling_params", {{"max_new_tokens", 0}}}};
     ClientResponse g = Post(router->port, "/generate", generate);
     ASSERT_EQ(g.status, 200) << mode << ": " << g.body;

@@ -1,0 +1,166 @@
+// tandem-router end to end, its limits and admin API over real workers (cluster_fixture.h): a
+// full queue is a 429, client and admin keys are checked, workers are added, listed and removed,
+// and /get_server_info has the shape SGLang's tools read, in plain and PD mode. Bounded waits only.
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/http_test_client.h"
+#include "tests/integration/router_process.h"
+#include "tests/router/cluster_fixture.h"
+
+namespace tandem::itest {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using testing::ClientResponse;
+using testing::TestClient;
+
+const char kApiKey[] = "client-key-1";
+const char kAdminKey[] = "admin-key-2";
+
+class RouterLimitsTest : public ClusterTest {
+ protected:
+  static void SetUpTestSuite() { StartCluster({.second_colocated = true}); }
+};
+
+TEST_F(RouterLimitsTest, QueueFullIs429AndKeysAreChecked) {
+  auto plain = Plain({"--max-concurrent-requests", "1", "--queue-size", "0", "--api-key", kApiKey,
+                      "--admin-key", kAdminKey});
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump()).status,
+            401);
+  ClientResponse wrong =
+      RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth("nope"));
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(json::parse(wrong.body)["error"]["type"], "authentication_error") << wrong.body;
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kApiKey)).status, 401);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/health").status, 200);  // probes need no key
+
+  // A long stream holds the only slot while the next request arrives. On a loaded machine the
+  // stream (about 0.2 s of decoding) can end before that request is admitted, so a 200 there is
+  // retried with a new stream; a router that never answers 429 fails every attempt.
+  json long_body = GenerateBody(400, true);
+  bool saw_429 = false;
+  for (int attempt = 0; attempt < 5 && !saw_429; ++attempt) {
+    TestClient streaming(static_cast<uint16_t>(plain->port), 60);
+    ASSERT_TRUE(streaming.SendRequest("POST", "/generate", long_body.dump(), Auth(kApiKey)));
+    std::optional<ClientResponse> head = streaming.ReadHead();  // the first one is running
+    ASSERT_TRUE(head.has_value());
+    ASSERT_EQ(head->status, 200);
+    ClientResponse full = RouterRequest(plain->port, "POST", "/generate",
+                                        GenerateBody(2, false).dump(), Auth(kApiKey));
+    if (full.status == 429) {
+      saw_429 = true;
+      EXPECT_NE(full.body.find("--queue-size"), std::string::npos) << full.body;
+      EXPECT_EQ(full.headers["retry-after"], "1");
+    } else {
+      EXPECT_EQ(full.status, 200) << full.body;  // the stream had ended first
+    }
+    for (;;) {  // drain the stream, then the slot is free again
+      std::optional<std::string> chunk = streaming.ReadChunk();
+      ASSERT_TRUE(chunk.has_value());
+      if (chunk->empty()) break;
+    }
+  }
+  EXPECT_TRUE(saw_429) << "a request beyond --max-concurrent-requests 1 with --queue-size 0 "
+                          "was never refused";
+  // A batch takes a slot per choice: n = 2 with one slot and no queue is refused whole, and the
+  // choice that was running gives its slot back (the next request is served).
+  json batch = GenerateBody(100, false);
+  batch["sampling_params"]["n"] = 2;
+  bool batch_429 = false;
+  for (int attempt = 0; attempt < 5 && !batch_429; ++attempt) {
+    ClientResponse r = RouterRequest(plain->port, "POST", "/generate", batch.dump(), Auth(kApiKey));
+    // 200 only if the first choice ended before the second asked for the slot.
+    if (r.status != 429) {
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+    batch_429 = r.status == 429;
+  }
+  EXPECT_TRUE(batch_429) << "a batch of 2 was served with one slot and no queue";
+  EXPECT_EQ(
+      RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
+          .status,
+      200);
+}
+
+TEST_F(RouterLimitsTest, AdminAddListRemoveAndServerInfo) {
+  auto plain = Plain({"--admin-key", kAdminKey});
+  ClientResponse list = RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(json::parse(list.body)["urls"], json::array({colocated_->url()}));
+  EXPECT_EQ(RouterRequest(plain->port, "POST", "/add_worker?url=" + colocated2_->url()).status,
+            401);
+  ClientResponse added = RouterRequest(plain->port, "POST", "/add_worker?url=" + colocated2_->url(),
+                                       "", Auth(kAdminKey));
+  EXPECT_EQ(added.status, 200) << added.body;
+  ClientResponse dup = RouterRequest(plain->port, "POST", "/workers",
+                                     json({{"url", colocated2_->url()}}).dump(), Auth(kAdminKey));
+  EXPECT_EQ(dup.status, 409) << dup.body;
+  ClientResponse bad =
+      RouterRequest(plain->port, "POST", "/workers",
+                    R"({"url":"http://127.0.0.1:9","worker_type":"prefill"})", Auth(kAdminKey));
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("worker_type"), std::string::npos) << bad.body;
+  ClientResponse workers = RouterRequest(plain->port, "GET", "/workers", "", Auth(kAdminKey));
+  ASSERT_EQ(workers.status, 200);
+  EXPECT_EQ(json::parse(workers.body)["workers"].size(), 2u) << workers.body;
+  // Every worker advertises its session socket in Health; the router learns the port at the
+  // first health check, which for a worker added just now may not have run yet (bounded wait).
+  bool all_learned = false;
+  for (const auto deadline = std::chrono::steady_clock::now() + seconds(15);
+       !all_learned && std::chrono::steady_clock::now() < deadline;) {
+    workers = RouterRequest(plain->port, "GET", "/workers", "", Auth(kAdminKey));
+    ASSERT_EQ(workers.status, 200);
+    all_learned = true;
+    for (const json& w : json::parse(workers.body)["workers"]) {
+      all_learned = all_learned && w["session_port"].get<int>() > 0;
+    }
+    if (!all_learned) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(all_learned) << workers.body;
+
+  ClientResponse info = RouterRequest(plain->port, "GET", "/get_server_info");
+  ASSERT_EQ(info.status, 200) << info.body;
+  json ji = json::parse(info.body);
+  ASSERT_TRUE(ji["internal_states"].is_array());
+  ASSERT_FALSE(ji["internal_states"].empty());
+  // No speculative decoding: no accept length (bench_serving prints a row whenever it is there).
+  for (const json& state : ji["internal_states"]) {
+    EXPECT_FALSE(state.contains("avg_spec_accept_length")) << info.body;
+  }
+  for (const json& w : ji["workers"]) {
+    if (w.contains("error")) continue;  // a worker that did not answer has no state
+    EXPECT_TRUE(w["internal_states"][0].contains("cache_hit_rate")) << info.body;
+    EXPECT_FALSE(w["internal_states"][0].contains("avg_spec_accept_length")) << info.body;
+  }
+  ClientResponse loads = RouterRequest(plain->port, "GET", "/get_loads");
+  EXPECT_EQ(loads.status, 200) << loads.body;
+
+  ClientResponse removed =
+      RouterRequest(plain->port, "DELETE", "/workers", json({{"url", colocated2_->url()}}).dump(),
+                    Auth(kAdminKey));
+  EXPECT_EQ(removed.status, 200) << removed.body;
+  ClientResponse gone = RouterRequest(
+      plain->port, "POST", "/remove_worker?url=" + colocated2_->url(), "", Auth(kAdminKey));
+  EXPECT_EQ(gone.status, 404) << gone.body;
+  list = RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));
+  EXPECT_EQ(json::parse(list.body)["urls"].size(), 1u);
+
+  // PD mode's server info nests per role, as sglang.bench_serving reads it.
+  auto pd = Pd();
+  info = RouterRequest(pd->port, "GET", "/get_server_info");
+  ASSERT_EQ(info.status, 200) << info.body;
+  ji = json::parse(info.body);
+  EXPECT_TRUE(ji["decode"][0]["internal_states"][0].contains("cache_hit_rate")) << info.body;
+  EXPECT_FALSE(ji["decode"][0]["internal_states"][0].contains("avg_spec_accept_length"))
+      << info.body;
+  EXPECT_EQ(ji["prefill"][0]["disaggregation_mode"], "prefill") << info.body;
+}
+
+}  // namespace
+}  // namespace tandem::itest
