@@ -8,7 +8,10 @@
 //      when norm_topk_prob (RouteToken);
 //   3. the (token, rank) pairs grouped by expert, tokens in batch order within an expert; each
 //      expert with tokens runs its gate/up matmul, SiLU * up (rounded to bf16) and down matmul
-//      once over its gathered rows (bf16 or W8A8 int8, as the dense MLP);
+//      once over its gathered rows (bf16 or W8A8 int8, as the dense MLP); the experts with at
+//      most kMoeSharedDispatchMaxRows rows (every expert at decode batch 1) share one pool
+//      dispatch for their gate/up matmuls and one for their downs, each thread running its share
+//      of their weight rows back to back;
 //   4. per token, out = sum over ranks k = 0, 1, ... of weight_k * expert_k(x) in fp32, in rank
 //      order starting from 0 (not in the order experts ran).
 // Every step gives a token's result from its own row only (the matmuls' rows are independent of
@@ -31,6 +34,12 @@
 
 namespace tandem::engine {
 
+// Experts with at most this many rows in a call run in the shared dispatches (step 3 above): at
+// decode, where an expert's rows are few and its weights are read once, a dispatch per matrix
+// costs more than each thread converting the few rows of x itself; larger groups (prefill) split
+// each matmul over the threads.
+inline constexpr int64_t kMoeSharedDispatchMaxRows = 8;
+
 // Activations of the mixture-of-experts layers of one batch, sized by Reserve (at the start of a
 // Forward, never inside the layer loop).
 struct MoeScratch {
@@ -42,6 +51,7 @@ struct MoeScratch {
   std::vector<int64_t> expert_begin;  // [num_experts + 1] first gathered row of each expert
   std::vector<int64_t> expert_next;   // [num_experts] next free row while grouping
   std::vector<int32_t> row_token;     // [T k] token of each gathered row
+  std::vector<int32_t> shared;        // experts run in the shared dispatches (capacity num_experts)
   std::vector<bf16> x;                // [T k, hidden] gathered inputs
   std::vector<float> gate_up;         // [T k, 2 moe_intermediate]
   std::vector<bf16> act;              // [T k, moe_intermediate]

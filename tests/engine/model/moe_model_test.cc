@@ -1,9 +1,11 @@
 // Qwen3-MoE through the model: the qwen3_moe config keys, routing (softmax, top k, ties,
 // renormalisation), the expert weights in bf16 and int8, and a token's logits independent of its
-// batch, its prefill chunking and the thread count (docs/numerics.md "Mixture of experts").
+// batch, its prefill chunking and the thread count (docs/numerics.md "Mixture of experts"); the
+// experts of few rows (run together, moe.h) give the bits of the experts run one by one.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "engine/model.h"
@@ -284,6 +286,63 @@ TEST(MoeModelTest, LogitsIndependentOfBatchChunkingAndThreads) {
 
 TEST(Int8MoeModelTest, LogitsIndependentOfBatchChunkingAndThreads) {
   ExpectBatchIndependent(ModelDir("qwen3-moe-tiny"), Quantization::kW8A8);
+}
+
+// MoeForward on a sparse layer: each token alone (every expert has one row: the shared
+// dispatches) and all tokens in one call (experts of one to a few rows: shared too) give the bits
+// of the token's row repeated past kMoeSharedDispatchMaxRows in one call (every expert run on its
+// own, each matmul split over the threads), on 1 to 4 threads.
+void ExpectSharedDispatchMatchesExpertsOneByOne(Quantization q) {
+  auto model = Load(ModelDir("qwen3-moe-tiny"), q);
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  ASSERT_TRUE(c.IsMoeLayer(2));
+  const LayerWeights& w = model->weights().layers[2];
+  const int64_t h = c.hidden_size, T = 6, repeats = kMoeSharedDispatchMaxRows + 1;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<bf16> xs(T * h);
+  for (auto& v : xs) v = F32ToBf16(normal(rng));
+  MoeScratch s;
+  s.Reserve(c, repeats);
+
+  // Reference: each token's row `repeats` times, one thread.
+  ThreadPool one(1);
+  std::vector<std::vector<float>> ref;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<bf16> rows;
+    for (int64_t r = 0; r < repeats; ++r) rows.insert(rows.end(), &xs[t * h], &xs[(t + 1) * h]);
+    std::vector<float> out(repeats * h);
+    EXPECT_EQ(MoeForward(c, w, rows.data(), h, repeats, &s, &one, out.data()),
+              c.moe.num_experts_per_tok);
+    EXPECT_EQ(std::memcmp(out.data(), out.data() + (repeats - 1) * h, h * sizeof(float)), 0);
+    ref.emplace_back(out.begin(), out.begin() + h);
+  }
+  for (int threads = 1; threads <= 4; ++threads) {
+    ThreadPool pool(threads);
+    pool.set_min_parallel_work(0);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> out(h);
+      EXPECT_EQ(MoeForward(c, w, xs.data() + t * h, h, 1, &s, &pool, out.data()),
+                c.moe.num_experts_per_tok);
+      EXPECT_TRUE(BitwiseEqual(out, ref[t])) << "token " << t << ", " << threads << " threads";
+    }
+    std::vector<float> all(T * h);
+    MoeForward(c, w, xs.data(), h, T, &s, &pool, all.data());
+    for (int64_t t = 0; t < T; ++t) {
+      EXPECT_TRUE(
+          BitwiseEqual(std::vector<float>(all.begin() + t * h, all.begin() + (t + 1) * h), ref[t]))
+          << "token " << t << " in the batch, " << threads << " threads";
+    }
+  }
+}
+
+TEST(MoeModelTest, SharedDispatchMatchesExpertsRunOneByOne) {
+  ExpectSharedDispatchMatchesExpertsOneByOne(Quantization::kNone);
+}
+
+TEST(Int8MoeModelTest, SharedDispatchMatchesExpertsRunOneByOne) {
+  ExpectSharedDispatchMatchesExpertsOneByOne(Quantization::kW8A8);
 }
 
 // tools/make_synthetic_model --moe --w8a8 quantizes the experts as the engine does at load and
