@@ -338,7 +338,7 @@ TEST(ResponseShaperTest, StreamErrorEndsTheStream) {
   const std::vector<Json> events = SseEvents(sse);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0], Json::parse(R"({"error":{"message":"prefill worker lost",
-      "type":"service_unavailable","code":503}})"));
+      "type":"service_unavailable","param":null,"code":503}})"));
   EXPECT_EQ(shaper.StreamEvent(Tokens({1}, "x")), "");
 }
 
@@ -357,7 +357,7 @@ TEST(ErrorResponseTest, StatusCodes) {
   const HttpResponse r = ErrorResponse(absl::InvalidArgumentError("messages must not be empty"));
   EXPECT_EQ(r.content_type, "application/json");
   EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"error":{"message":"messages must not be empty",
-      "type":"invalid_request_error","code":400}})"));
+      "type":"invalid_request_error","param":null,"code":400}})"));
 }
 
 TEST(ModelsBodyTest, Shape) {
