@@ -476,9 +476,14 @@ void RouterServer::AddRoutes() {
                HandleServerInfo(std::move(r), route);
              }));
   }
-  h.Handle("GET", "/get_model_info",
-           Guarded("/get_model_info", api_key, "API key",
-                   [this](HttpRequest, HttpResponder r) { HandleModelInfo(std::move(r)); }));
+  // /model_info is the newer SGLang's name for /get_model_info.
+  for (const char* path : {"/get_model_info", "/model_info"}) {
+    const std::string route = path;
+    h.Handle("GET", route,
+             Guarded(route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
+               HandleModelInfo(std::move(r), route);
+             }));
+  }
   h.Handle("GET", "/get_load",
            Guarded("/get_load", api_key, "API key",
                    [this](HttpRequest, HttpResponder r) { HandleGetLoad(std::move(r)); }));
