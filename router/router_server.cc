@@ -404,7 +404,8 @@ void RouterServer::AddRoutes() {
   h.Handle("GET", "/v1/models",
            Guarded("/v1/models", api_key, "API key", [this](HttpRequest, HttpResponder r) {
              Answer("/v1/models", r,
-                    HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_)));
+                    HttpResponse::Json(
+                        200, ModelsBody(api_.served_model_name, created_, api_.context_length)));
            }));
 
   // SGLang's tokenizer routes (router/api/tokenize.h): the router's own tokenizer answers.
@@ -430,8 +431,8 @@ void RouterServer::AddRoutes() {
   h.Handle(
       "GET", model_path,
       Guarded(model_path, api_key, "API key", [this, model_path](HttpRequest, HttpResponder r) {
-        const nlohmann::json list =
-            nlohmann::json::parse(ModelsBody(api_.served_model_name, created_));
+        const nlohmann::json list = nlohmann::json::parse(
+            ModelsBody(api_.served_model_name, created_, api_.context_length));
         Answer(model_path, r, HttpResponse::Json(200, list["data"][0].dump()));
       }));
 

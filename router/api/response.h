@@ -189,8 +189,10 @@ HttpResponse ErrorResponse(const absl::Status& status);
 // The HTTP status ErrorResponse uses for `status`.
 int HttpStatusFor(const absl::Status& status);
 
-// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
-std::string ModelsBody(const std::string& id, int64_t created);
+// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by","root",
+// "max_model_len"}]} (max_model_len is SGLang's and vLLM's card field: the context length, null
+// when `context_length` is 0, unknown).
+std::string ModelsBody(const std::string& id, int64_t created, int context_length);
 
 }  // namespace tandem::router
 

@@ -16,6 +16,7 @@ check('models list and retrieve', async () => {
   const card = await client.models.retrieve(page.data[0].id);
   assert.equal(card.id, page.data[0].id);
   assert.equal(card.object, 'model');
+  assert.ok(page.data[0].max_model_len > 0);  // SGLang's and vLLM's card field
 });
 
 check('completions: n, logprobs, echo, usage counted once', async () => {

@@ -361,9 +361,11 @@ TEST(ErrorResponseTest, StatusCodes) {
 }
 
 TEST(ModelsBodyTest, Shape) {
-  EXPECT_EQ(Json::parse(ModelsBody("tandem-tiny", 42)),
+  EXPECT_EQ(Json::parse(ModelsBody("tandem-tiny", 42, 512)),
             Json::parse(R"({"object":"list","data":[{"id":"tandem-tiny","object":"model",
-                "created":42,"owned_by":"tandem","root":"tandem-tiny"}]})"));
+                "created":42,"owned_by":"tandem","root":"tandem-tiny","max_model_len":512}]})"));
+  // SGLang's card: max_model_len is optional, null when the context length is unknown.
+  EXPECT_TRUE(Json::parse(ModelsBody("tandem-tiny", 42, 0))["data"][0]["max_model_len"].is_null());
 }
 
 }  // namespace
