@@ -324,6 +324,16 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     request.separate_reasoning = separate && ctx.reasoning_parser;
   }
 
+  // SGLang's extension: the prompt already rendered and tokenized by the client, used as it is
+  // instead of the template's rendering of `messages` (which are still checked, and tools and
+  // tool_choice still read, as SGLang does).
+  if (const Json* ids = Find(body, "input_ids"); ids != nullptr) {
+    ASSIGN_OR_RETURN(request.input_ids, ToIntList(*ids, "input_ids", 0, kInt32Max));
+    if (request.input_ids.empty()) return absl::InvalidArgumentError("input_ids is empty");
+    RETURN_IF_ERROR(
+        FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));
+    return request;
+  }
   if (ctx.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         "this server has no tokenizer loaded, so it cannot apply the chat template");

@@ -44,8 +44,10 @@
 //   their arguments parsed from JSON text; `tools`, `tool_choice` and `chat_template_kwargs`
 //   as router/api/chat_tools.h reads them; the function role, function_call and non-text parts
 //   are 400s, and so are the legacy top-level `functions` / `function_call` (other than
-//   "none") rather than answered without the call they ask for. response_format is read for
-//   completions too (as vLLM and SGLang do).
+//   "none") rather than answered without the call they ask for. SGLang's chat `input_ids`, when
+//   given, is the prompt instead of the template's rendering of `messages`; `reasoning_effort`
+//   "none" turns thinking off (chat_tools.h). response_format is read for completions too (as
+//   vLLM and SGLang do).
 // - skip_special_tokens defaults to true (SGLang's default); the workers take it as sent.
 // - Client strings the router echoes are bounded at parse time with a 400 naming the field:
 //   `rid` (and the request-id headers, router/request_headers.h) at most kMaxRidBytes of

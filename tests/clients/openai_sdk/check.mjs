@@ -417,6 +417,10 @@ check('errors are the SDK\'s typed errors', async () => {
       }),
       (e) => e instanceof OpenAI.BadRequestError && /functions/.test(e.message) &&
           e.type === 'invalid_request_error' && e.param === null);
+  // SGLang's extensions we do not serve are named, not ignored.
+  await assert.rejects(
+      client.completions.create({ model: 'default', prompt: 'x', stop_regex: '\\d' }),
+      (e) => e instanceof OpenAI.BadRequestError && /stop_regex/.test(e.message));
 });
 
 let failed = 0;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -520,6 +521,42 @@ TEST(ParseChatCompletionsTest, LegacyFunctionsAreRefusedNotIgnored) {
   // Their defaults ask for nothing.
   EXPECT_TRUE(ParseChatCompletions(user + R"("functions":[],"function_call":"none"})", ctx).ok());
   EXPECT_TRUE(ParseChatCompletions(user + R"("functions":null,"function_call":null})", ctx).ok());
+}
+
+TEST(ParseChatCompletionsTest, InputIdsAreThePromptAsSglangTakesThem) {
+  const ApiContext ctx = Context();
+  auto parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"a"}],"input_ids":[5,6,7],"max_tokens":3})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->input_ids, ElementsAre(5, 6, 7));
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 3);
+  // The messages are still checked; the ids are checked as /generate's are.
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(R"({"messages":[],"input_ids":[5]})", ctx)),
+            "messages must not be empty");
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                R"({"messages":[{"role":"user","content":"a"}],"input_ids":[]})", ctx)),
+            "input_ids is empty");
+  EXPECT_THAT(ErrorOf(ParseChatCompletions(
+                  R"({"messages":[{"role":"user","content":"a"}],"input_ids":[99999999]})", ctx)),
+              HasSubstr("input_ids[0] = 99999999 is outside the vocabulary"));
+}
+
+TEST(ParseOpenAiTest, SglangExtensionsWeDoNotServeAreNamed) {
+  const ApiContext ctx = Context();
+  for (const char* key : {"stop_regex", "custom_logit_processor", "session_id", "return_token_ids",
+                          "return_prompt_token_ids", "return_meta_info"}) {
+    const std::string value = absl::StrContains(key, "return_") ? "true" : R"("x")";
+    const std::string field = absl::StrCat(R"(")", key, R"(":)", value, "}");
+    EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a",)" + field, ctx)),
+              absl::StrCat(key, " is not supported by this server"));
+    EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                  R"({"messages":[{"role":"user","content":"a"}],)" + field, ctx)),
+              absl::StrCat(key, " is not supported by this server"));
+    // At their defaults they ask for nothing.
+    const std::string off = absl::StrCat(R"(")", key, R"(":)",
+                                         absl::StrContains(key, "return_") ? "false" : "null", "}");
+    EXPECT_TRUE(ParseCompletions(R"({"prompt":"a",)" + off, ctx).ok()) << key;
+  }
 }
 
 TEST(ParseChatCompletionsTest, AssistantRefusalPartsAreWhatItSaid) {
