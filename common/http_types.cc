@@ -62,6 +62,7 @@ std::string ErrorJson(int status, const std::string& message, const std::string&
   nlohmann::json body = {{"error",
                           {{"message", message},
                            {"type", type.empty() ? ErrorTypeForStatus(status) : type},
+                           {"param", nullptr},
                            {"code", status}}}};
   // Replace invalid UTF-8 (e.g. echoed request bytes) instead of throwing.
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -42,12 +42,13 @@ struct HttpResponse {
 
   static HttpResponse Json(int status, std::string body);
   static HttpResponse Text(int status, std::string body);
-  // An error in OpenAI's shape: {"error":{"message":...,"type":...,"code":status}}. When `type`
-  // is empty it is derived from the status (see ErrorTypeForStatus).
+  // An error in OpenAI's shape: {"error":{"message":...,"type":...,"param":null,"code":status}}
+  // (param null: the message names the field). When `type` is empty it is derived from the
+  // status (see ErrorTypeForStatus).
   static HttpResponse Error(int status, const std::string& message, const std::string& type = "");
 };
 
-// {"error":{"message":"...","type":"...","code":N}}
+// {"error":{"message":"...","type":"...","param":null,"code":N}}
 std::string ErrorJson(int status, const std::string& message, const std::string& type = "");
 // "invalid_request_error" for most 4xx, "not_found_error" (404), "authentication_error" (401),
 // "permission_error" (403), "rate_limit_error" (429), "service_unavailable" (503),

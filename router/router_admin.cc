@@ -1,4 +1,4 @@
-// RouterServer's info and admin routes: /get_server_info, /get_model_info, /get_load,
+// RouterServer's info and admin routes: /get_server_info, /get_model_info (/model_info), /get_load,
 // /get_loads, /abort_request, /flush_cache and the worker admin API (GET/POST/DELETE /workers, POST
 // /workers/drain and SGLang's /add_worker, /remove_worker, /list_workers forms).
 #include <algorithm>
@@ -215,7 +215,7 @@ void RouterServer::HandleServerInfo(HttpResponder responder, const std::string& 
   });
 }
 
-void RouterServer::HandleModelInfo(HttpResponder responder) {
+void RouterServer::HandleModelInfo(HttpResponder responder, const std::string& route) {
   // SGLang's fields; the SGLang frontend (RuntimeEndpoint) reads them when it connects.
   const std::string model_path =
       !options_.model_path.empty() ? options_.model_path : options_.tokenizer_path;
@@ -225,7 +225,7 @@ void RouterServer::HandleModelInfo(HttpResponder responder) {
       {"is_generation", true},
       {"preferred_sampling_params", nullptr},
       {"weight_version", "default"}};
-  Answer("/get_model_info", responder, HttpResponse::Json(200, body.dump()));
+  Answer(route, responder, HttpResponse::Json(200, body.dump()));
 }
 
 void RouterServer::HandleGetLoad(HttpResponder responder) {

@@ -404,7 +404,8 @@ void RouterServer::AddRoutes() {
   h.Handle("GET", "/v1/models",
            Guarded("/v1/models", api_key, "API key", [this](HttpRequest, HttpResponder r) {
              Answer("/v1/models", r,
-                    HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_)));
+                    HttpResponse::Json(
+                        200, ModelsBody(api_.served_model_name, created_, api_.context_length)));
            }));
 
   // SGLang's tokenizer routes (router/api/tokenize.h): the router's own tokenizer answers.
@@ -430,8 +431,8 @@ void RouterServer::AddRoutes() {
   h.Handle(
       "GET", model_path,
       Guarded(model_path, api_key, "API key", [this, model_path](HttpRequest, HttpResponder r) {
-        const nlohmann::json list =
-            nlohmann::json::parse(ModelsBody(api_.served_model_name, created_));
+        const nlohmann::json list = nlohmann::json::parse(
+            ModelsBody(api_.served_model_name, created_, api_.context_length));
         Answer(model_path, r, HttpResponse::Json(200, list["data"][0].dump()));
       }));
 
@@ -476,9 +477,14 @@ void RouterServer::AddRoutes() {
                HandleServerInfo(std::move(r), route);
              }));
   }
-  h.Handle("GET", "/get_model_info",
-           Guarded("/get_model_info", api_key, "API key",
-                   [this](HttpRequest, HttpResponder r) { HandleModelInfo(std::move(r)); }));
+  // /model_info is the newer SGLang's name for /get_model_info.
+  for (const char* path : {"/get_model_info", "/model_info"}) {
+    const std::string route = path;
+    h.Handle("GET", route,
+             Guarded(route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
+               HandleModelInfo(std::move(r), route);
+             }));
+  }
   h.Handle("GET", "/get_load",
            Guarded("/get_load", api_key, "API key",
                    [this](HttpRequest, HttpResponder r) { HandleGetLoad(std::move(r)); }));

@@ -7,9 +7,9 @@
 //                        GET /v1/models; POST /abort_request {"rid"} (abort_all: admin key);
 //                        POST /tokenize, /detokenize (also under /v1/: the router's tokenizer)
 //   probes (no key):     GET /health, /liveness, /readiness, /metrics
-//   info (--api-key):    GET /get_model_info, /get_server_info (also /server_info), /get_load,
-//                        /get_loads, /version, /health_generate (a model leg: keyed and
-//                        admitted like any request)
+//   info (--api-key):    GET /get_model_info (also /model_info), /get_server_info (also
+//                        /server_info), /get_load, /get_loads, /version, /health_generate (a
+//                        model leg: keyed and admitted like any request)
 //   admin (--admin-key): GET/POST/DELETE /workers, POST /workers/drain, GET|POST /flush_cache,
 //                        POST /add_worker?url=, POST /remove_worker?url=, GET /list_workers
 //
@@ -89,7 +89,7 @@ class RouterServer {
   void HandleAbortRequest(const HttpRequest& request, HttpResponder responder);
   // Info and admin routes (router_admin.cc).
   void HandleServerInfo(HttpResponder responder, const std::string& route);
-  void HandleModelInfo(HttpResponder responder);
+  void HandleModelInfo(HttpResponder responder, const std::string& route);
   void HandleGetLoad(HttpResponder responder);
   void HandleGetLoads(HttpResponder responder);
   void HandleFlushCache(HttpResponder responder);

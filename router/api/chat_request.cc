@@ -20,8 +20,11 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr size_t kMaxMessages = 4096;
 
-// A message's content: a string, or an array of {"type":"text","text":...} parts, joined.
-absl::StatusOr<std::string> ReadContent(const Json& content, const std::string& path) {
+// A message's content: a string, or an array of {"type":"text","text":...} parts, joined. An
+// assistant turn may also hold OpenAI's {"type":"refusal","refusal":...} parts: what the
+// assistant said, so their text joins the content too.
+absl::StatusOr<std::string> ReadContent(const Json& content, const std::string& path,
+                                        bool assistant) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -38,13 +41,17 @@ absl::StatusOr<std::string> ReadContent(const Json& content, const std::string& 
     const Json* type = Find(part, "type");
     if (type == nullptr) return absl::InvalidArgumentError(part_path + ".type is required");
     ASSIGN_OR_RETURN(const std::string type_name, ToString(*type, part_path + ".type"));
-    if (type_name != "text") {
+    const bool refusal = assistant && type_name == "refusal";
+    if (type_name != "text" && !refusal) {
       return absl::InvalidArgumentError(absl::StrCat(part_path, ".type '", Excerpt(type_name),
                                                      "' is not supported; only text parts are"));
     }
-    const Json* part_text = Find(part, "text");
-    if (part_text == nullptr) return absl::InvalidArgumentError(part_path + ".text is required");
-    ASSIGN_OR_RETURN(const std::string piece, ToString(*part_text, part_path + ".text"));
+    const char* key = refusal ? "refusal" : "text";
+    const Json* part_text = Find(part, key);
+    if (part_text == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(part_path, ".", key, " is required"));
+    }
+    ASSIGN_OR_RETURN(const std::string piece, ToString(*part_text, JoinPath(part_path, key)));
     text += piece;
   }
   return text;
@@ -163,7 +170,7 @@ absl::StatusOr<engine::ChatMessage> ReadMessage(const Json& message, size_t inde
     if (!assistant) return absl::InvalidArgumentError(path + ".content is required");
     return out;
   }
-  ASSIGN_OR_RETURN(out.content, ReadContent(*content, path + ".content"));
+  ASSIGN_OR_RETURN(out.content, ReadContent(*content, path + ".content", assistant));
   return out;
 }
 
@@ -189,12 +196,6 @@ absl::StatusOr<std::vector<engine::ChatMessage>> ReadConversation(const Json* me
   return conversation;
 }
 
-namespace {
-
-// OpenAI's response_format: {"type": "text"}, {"type": "json_object"} (any JSON object),
-// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}} or
-// SGLang's {"type": "structural_tag", "structures": [...], "triggers": [...]}
-// (engine/grammar/structural_tag.h).
 absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampling) {
   using Kind = engine::GrammarConstraint::Kind;
   const Json* type = format.is_object() ? Find(format, "type") : nullptr;
@@ -228,8 +229,6 @@ absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampl
       "response_format.type must be \"text\", \"json_object\", \"json_schema\" or "
       "\"structural_tag\"");
 }
-
-}  // namespace
 
 absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx) {
   RoutedRequest request = NewRequest(ApiKind::kChatCompletions);
@@ -277,6 +276,19 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
   if (const Json* v = Find(body, "continue_final_message"); v != nullptr && IsSet(*v)) {
     return absl::InvalidArgumentError("continue_final_message is not supported");
   }
+  // The legacy function-calling API: answering without the call it asks for would look like
+  // a model that chose not to call, so it is refused and `tools` named instead.
+  if (const Json* v = Find(body, "functions"); v != nullptr && IsSet(*v)) {
+    return absl::InvalidArgumentError(
+        "functions is not supported by this server; send them as tools "
+        "([{\"type\": \"function\", \"function\": {...}}])");
+  }
+  if (const Json* v = Find(body, "function_call"); v != nullptr && IsSet(*v)) {
+    if (!(v->is_string() && v->get<std::string>() == "none")) {
+      return absl::InvalidArgumentError(
+          "function_call is not supported by this server; use tool_choice");
+    }
+  }
   RETURN_IF_ERROR(ReadOpenAiCommon(body, &request));
   if (tools.choice != ToolChoice::kNone && ctx.tokenizer != nullptr) {
     request.tool_call_syntax = ctx.tokenizer->chat_family() == engine::ChatFamily::kLlama3
@@ -312,6 +324,16 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     request.separate_reasoning = separate && ctx.reasoning_parser;
   }
 
+  // SGLang's extension: the prompt already rendered and tokenized by the client, used as it is
+  // instead of the template's rendering of `messages` (which are still checked, and tools and
+  // tool_choice still read, as SGLang does).
+  if (const Json* ids = Find(body, "input_ids"); ids != nullptr) {
+    ASSIGN_OR_RETURN(request.input_ids, ToIntList(*ids, "input_ids", 0, kInt32Max));
+    if (request.input_ids.empty()) return absl::InvalidArgumentError("input_ids is empty");
+    RETURN_IF_ERROR(
+        FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));
+    return request;
+  }
   if (ctx.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         "this server has no tokenizer loaded, so it cannot apply the chat template");

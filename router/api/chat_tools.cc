@@ -148,6 +148,16 @@ absl::StatusOr<engine::ChatTemplateOptions> TemplateOptions(const Json& body,
     }
     options.kwargs = OrderedValue(*kwargs);
   }
+  // reasoning_effort "none" turns thinking off, as SGLang reads it: enable_thinking (Qwen3) and
+  // thinking default to false unless chat_template_kwargs sets them. Other efforts have no
+  // template variable to map to.
+  if (const Json* effort = Find(body, "reasoning_effort");
+      effort != nullptr && effort->is_string() && effort->get<std::string>() == "none") {
+    if (!options.kwargs.is_object()) options.kwargs = OrderedJson::object();
+    for (const char* key : {"enable_thinking", "thinking"}) {
+      if (!options.kwargs.contains(key)) options.kwargs[key] = false;
+    }
+  }
   return options;
 }
 

@@ -1,6 +1,6 @@
-// OpenAI tool calling on the request side (internal to router/api): `tools`, `tool_choice` and
-// `chat_template_kwargs` of a chat body, read and checked, and what the chat template sees of
-// them.
+// OpenAI tool calling on the request side (internal to router/api): `tools`, `tool_choice`,
+// `chat_template_kwargs` and `reasoning_effort` of a chat body, read and checked, and what the
+// chat template sees of them.
 //
 // Decisions (as SGLang's serving_chat): tool_choice defaults to "auto" when tools are given,
 // "none" otherwise; with "none" the template is rendered without the tools and no calls are
@@ -39,7 +39,8 @@ struct ChatTools {
 absl::StatusOr<ChatTools> ReadChatTools(const Json& body);
 
 // The template options for `tools` (the tools the choice shows: all, the named one, or none)
-// and `chat_template_kwargs` (an object; its keys become template variables).
+// and `chat_template_kwargs` (an object; its keys become template variables); `reasoning_effort`
+// "none" sets enable_thinking and thinking to false where chat_template_kwargs does not.
 absl::StatusOr<engine::ChatTemplateOptions> TemplateOptions(const Json& body,
                                                             const ChatTools& tools);
 

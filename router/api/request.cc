@@ -161,9 +161,13 @@ absl::StatusOr<RoutedRequest> ParseCompletionsJson(const Json& body, const ApiCo
   RoutedRequest request = api_internal::NewRequest(ApiKind::kCompletions);
   RETURN_IF_ERROR(api_internal::ReadModel(body, ctx, &request));
   RETURN_IF_ERROR(ReadCompletionsPrompt(body, &request));
-  if (const Json* v = Find(body, "max_tokens"); v != nullptr) {
-    ASSIGN_OR_RETURN(const int64_t n, api_internal::ToInt(*v, "max_tokens", 0, kInt32Max));
-    request.sampling.set_max_new_tokens(static_cast<int32_t>(n));
+  // max_completion_tokens is chat's name; clients that send it everywhere get its meaning here
+  // too rather than the default of 16 (it wins over max_tokens, as in chat).
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (const Json* v = Find(body, key); v != nullptr) {
+      ASSIGN_OR_RETURN(const int64_t n, api_internal::ToInt(*v, key, 0, kInt32Max));
+      request.sampling.set_max_new_tokens(static_cast<int32_t>(n));
+    }
   }
   if (const Json* v = Find(body, "logprobs"); v != nullptr) {
     ASSIGN_OR_RETURN(const int64_t n, api_internal::ToInt(*v, "logprobs", 0, 5));
@@ -180,6 +184,9 @@ absl::StatusOr<RoutedRequest> ParseCompletionsJson(const Json& body, const ApiCo
     if (n != 1) return absl::InvalidArgumentError("best_of must be 1");
   }
   RETURN_IF_ERROR(api_internal::ReadOpenAiCommon(body, &request));
+  if (const Json* v = Find(body, "response_format"); v != nullptr) {
+    RETURN_IF_ERROR(api_internal::ReadResponseFormat(*v, &request.sampling));
+  }
   RETURN_IF_ERROR(api_internal::FinishPrompt(ctx, kOpenAiDefaultMaxTokens,
                                              /*add_special_tokens=*/true, &request));
   return request;

@@ -24,8 +24,9 @@
 //   The alternatives are the most likely tokens of the distribution the chosen token's logprob
 //   comes from (engine/sampler.h), sent to the workers as sampling.top_logprobs_num.
 // - max_new_tokens when the client gives none: /generate and chat use
-//   ApiContext::default_max_new_tokens (SGLang's 128), completions OpenAI's 16. Chat takes
-//   max_completion_tokens over the deprecated max_tokens when both are present.
+//   ApiContext::default_max_new_tokens (SGLang's 128), completions OpenAI's 16. Chat (and
+//   completions, for clients that send chat's name everywhere) takes max_completion_tokens over
+//   the deprecated max_tokens when both are present.
 // - Context length (as SGLang): a prompt of `context_length` tokens or more is a 400; a prompt
 //   that fits but leaves less room than max_new_tokens has max_new_tokens clamped to
 //   context_length - prompt_tokens.
@@ -42,7 +43,11 @@
 //   or an array of text parts (absent/null on assistant turns: ""); assistant tool_calls with
 //   their arguments parsed from JSON text; `tools`, `tool_choice` and `chat_template_kwargs`
 //   as router/api/chat_tools.h reads them; the function role, function_call and non-text parts
-//   are 400s.
+//   are 400s, and so are the legacy top-level `functions` / `function_call` (other than
+//   "none") rather than answered without the call they ask for. SGLang's chat `input_ids`, when
+//   given, is the prompt instead of the template's rendering of `messages`; `reasoning_effort`
+//   "none" turns thinking off (chat_tools.h). response_format is read for completions too (as
+//   vLLM and SGLang do).
 // - skip_special_tokens defaults to true (SGLang's default); the workers take it as sent.
 // - Client strings the router echoes are bounded at parse time with a 400 naming the field:
 //   `rid` (and the request-id headers, router/request_headers.h) at most kMaxRidBytes of

@@ -40,10 +40,20 @@ constexpr std::array<const char*, 23> kOpenAiSamplingKeys = {"temperature",
                                                              "custom_params",
                                                              "sampling_seed"};
 
-// Features SGLang's OpenAI server has and we do not: a 400 naming them when set.
-constexpr std::array<const char*, 6> kOpenAiUnsupportedKeys = {
-    "lora_path",      "suffix",         "return_hidden_states",
-    "session_params", "bootstrap_host", "bootstrap_room"};
+// Features SGLang's OpenAI server has and we do not: a 400 naming them when set (ignoring them
+// would change the answer, or leave out fields the client asked for).
+constexpr std::array<const char*, 12> kOpenAiUnsupportedKeys = {"lora_path",
+                                                                "suffix",
+                                                                "return_hidden_states",
+                                                                "session_params",
+                                                                "session_id",
+                                                                "bootstrap_host",
+                                                                "bootstrap_room",
+                                                                "stop_regex",
+                                                                "custom_logit_processor",
+                                                                "return_token_ids",
+                                                                "return_prompt_token_ids",
+                                                                "return_meta_info"};
 
 // A client name the router may echo (model in responses and errors, user): bounded, and free of
 // control characters (it is valid UTF-8 already: the JSON parser checked).

@@ -56,6 +56,13 @@ absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
 absl::StatusOr<RoutedRequest> ParseRequestJson(ApiKind kind, const Json& body,
                                                const ApiContext& ctx);
 
+// OpenAI's response_format (chat; completions too, as vLLM and SGLang take it there):
+// {"type": "text"}, {"type": "json_object"} (any JSON object), {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}, "strict": ...}} or SGLang's {"type":
+// "structural_tag", "structures": [...], "triggers": [...]} (engine/grammar/structural_tag.h),
+// set on `sampling` as its one grammar constraint. Errors name response_format (chat_request.cc).
+absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampling);
+
 // The chat parser on an already parsed body (chat_request.cc).
 absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx);
 

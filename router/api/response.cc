@@ -467,13 +467,16 @@ HttpResponse ErrorResponse(const absl::Status& status) {
   return HttpResponse::Error(HttpStatusFor(status), std::string(status.message()));
 }
 
-std::string ModelsBody(const std::string& id, int64_t created) {
-  const Json body = {{"object", "list"},
-                     {"data", Json::array({{{"id", id},
-                                            {"object", "model"},
-                                            {"created", created},
-                                            {"owned_by", "tandem"},
-                                            {"root", id}}})}};
+std::string ModelsBody(const std::string& id, int64_t created, int context_length) {
+  const Json body = {
+      {"object", "list"},
+      {"data", Json::array({{{"id", id},
+                             {"object", "model"},
+                             {"created", created},
+                             {"owned_by", "tandem"},
+                             {"root", id},
+                             {"max_model_len",
+                              context_length > 0 ? Json(context_length) : Json(nullptr)}}})}};
   return Dump(body);
 }
 

@@ -179,9 +179,9 @@ class ResponseShaper {
 // request too large to send to a worker, which no absl code says). `status` must not be OK.
 absl::Status WithHttpStatus(absl::Status status, int http_status);
 
-// The HTTP status and JSON error body ({"error":{"message","type","code"}}, OpenAI shape) for a
-// Status: the status set by WithHttpStatus if any, else InvalidArgument 400, NotFound 404,
-// AlreadyExists 409, ResourceExhausted 429, DeadlineExceeded 408 when the message mentions the
+// The HTTP status and JSON error body ({"error":{"message","type","param","code"}}, OpenAI
+// shape) for a Status: the status set by WithHttpStatus if any, else InvalidArgument 400, NotFound
+// 404, AlreadyExists 409, ResourceExhausted 429, DeadlineExceeded 408 when the message mentions the
 // queue (queue timeout) else 504, Unavailable 503, Unauthenticated 401, PermissionDenied 403,
 // FailedPrecondition 400, else 500. An OK status is a programming error and yields a 500.
 HttpResponse ErrorResponse(const absl::Status& status);
@@ -189,8 +189,10 @@ HttpResponse ErrorResponse(const absl::Status& status);
 // The HTTP status ErrorResponse uses for `status`.
 int HttpStatusFor(const absl::Status& status);
 
-// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by"}]}.
-std::string ModelsBody(const std::string& id, int64_t created);
+// GET /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by","root",
+// "max_model_len"}]} (max_model_len is SGLang's and vLLM's card field: the context length, null
+// when `context_length` is 0, unknown).
+std::string ModelsBody(const std::string& id, int64_t created, int context_length);
 
 }  // namespace tandem::router
 

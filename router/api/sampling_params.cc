@@ -12,6 +12,7 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 constexpr double kFloatMax = std::numeric_limits<float>::max();
 constexpr size_t kMaxStopStrings = 64;
 constexpr size_t kMaxStopTokenIds = 1024;
@@ -189,7 +190,9 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
     ASSIGN_OR_RETURN(const bool v, ToBool(value, path));
     out->set_no_stop_trim(v);
   } else if (key == "seed" || key == "sampling_seed") {
-    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 0, kInt64Max));
+    // OpenAI's range is that of a signed 64-bit integer; a negative seed is kept as its
+    // two's-complement bits, so each value still names its own sequence.
+    ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, kInt64Min, kInt64Max));
     out->set_seed(static_cast<uint64_t>(v));
   } else if (key == "n") {
     ASSIGN_OR_RETURN(const int64_t v, ToInt(value, path, 1, kInt32Max));

@@ -9,9 +9,10 @@
 // final); n >= 1; stream_interval >= 1. OpenAI's logit_bias: an object of up to 1024 entries
 // mapping decimal token ids (>= 0; the worker checks the vocabulary) to biases in [-100, 100].
 // Ours on top: stop a string or up to 64 non-empty strings; stop_token_ids up to 1024 ids >= 0;
-// seed in [0, 2^63-1]. n other than 1 is a 400 here: ParseBatch (router/api/request.h) takes n
-// out of the body before a prompt reaches this mapping. Parameters we do not serve
-// (custom_params) are a 400 unless set to their default.
+// seed in [-2^63, 2^63-1] (OpenAI's int64; a negative seed is used as its two's-complement
+// bits). n other than 1 is a 400 here: ParseBatch (router/api/request.h) takes n out of the body
+// before a prompt reaches this mapping. Parameters we do not serve (custom_params) are a 400
+// unless set to their default.
 //
 // Structured output: regex (a string), ebnf (a string), json_schema (a schema's JSON text, as
 // SGLang takes it, or the schema object itself) and structural_tag (the tag's JSON text, as SGLang

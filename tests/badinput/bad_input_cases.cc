@@ -275,7 +275,13 @@ std::vector<BodyCase> BodyCases() {
        "sampling_params.stop_token_ids"},
       {"frequency_penalty", kCmp, Cmp(R"("frequency_penalty":3)"), 400,
        "frequency_penalty must be a number in [-2, 2]"},
-      {"seed negative", kCmp, Cmp(R"("seed":-1)"), 400, "seed must be an integer in [0"},
+      {"seed below int64", kCmp, Cmp(R"("seed":-1e19)"), 400,
+       "seed must be an integer in [-9223372036854775808"},
+      // Fields a client sends that would change the answer if ignored.
+      {"legacy functions", kChat, Chat(R"("functions":[{"name":"f"}])"), 400,
+       "functions is not supported by this server; send them as tools"},
+      {"SGLang's stop_regex (OpenAI)", kCmp, Cmp(R"("stop_regex":"\\d")"), 400,
+       "stop_regex is not supported by this server"},
       // Models.
       // A name that is not the served model's is a 404 (--any-model-name serves any, as SGLang).
       {"unknown model", kCmp, R"({"model":"gpt-4","prompt":"a","max_tokens":2})", 404,

@@ -1,10 +1,10 @@
 // tandem-router's SGLang endpoints end to end, against a tandem-decode --local-prefill worker
 // (plain mode) and a tandem-prefill + tandem-decode pair (PD mode) on loopback: the bodies of
-// /get_model_info, /liveness, /version, /get_load and /abort_request compared with what SGLang's
-// http_server.py and sgl-router answer, PUT /generate and GET /flush_cache as their POST forms,
-// any model name served, and /abort_request really ending a request: the stream ends with
-// finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with a 503
-// saying so, and both workers of the pair have every KV block free afterwards. Bounded waits
+// /get_model_info (and /model_info), /liveness, /version, /get_load and /abort_request compared
+// with what SGLang's http_server.py and sgl-router answer, PUT /generate and GET /flush_cache as
+// their POST forms, any model name served, and /abort_request really ending a request: the stream
+// ends with finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with
+// a 503 saying so, and both workers of the pair have every KV block free afterwards. Bounded waits
 // only.
 #include <atomic>
 #include <chrono>
@@ -89,6 +89,11 @@ TEST_F(RouterEndpointsTest, SglangInfoEndpointsHaveSglangShapes) {
                              {"weight_version", "default"}})
                            .dump());
   EXPECT_EQ(RouterRequest(plain->port, "GET", "/get_model_info").status, 401);
+  // /model_info is the newer SGLang's name for the same answer.
+  ClientResponse model_info = RouterRequest(plain->port, "GET", "/model_info", "", key);
+  ASSERT_EQ(model_info.status, 200) << model_info.body;
+  EXPECT_EQ(model_info.body, info.body);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/model_info").status, 401);
 
   // OpenAI's retrieve-model for the served name: /v1/models' card.
   ClientResponse card =

@@ -16,6 +16,7 @@ check('models list and retrieve', async () => {
   const card = await client.models.retrieve(page.data[0].id);
   assert.equal(card.id, page.data[0].id);
   assert.equal(card.object, 'model');
+  assert.ok(page.data[0].max_model_len > 0);  // SGLang's and vLLM's card field
 });
 
 check('completions: n, logprobs, echo, usage counted once', async () => {
@@ -348,6 +349,50 @@ check('chat: response_format json_schema output validates', async () => {
   }
 });
 
+check('chat: the SDK\'s stream helper and parse() assemble and parse the answer', async () => {
+  // developer role, text parts and a user name, as LangChain-style callers send them.
+  const messages = [
+    { role: 'developer', content: 'Answer briefly.' },
+    {
+      role: 'user', name: 'ana',
+      content: [{ type: 'text', text: 'A fortune, ' }, { type: 'text', text: 'please.' }],
+    },
+  ];
+  const stream = client.chat.completions.stream({
+    model: 'default', messages, max_completion_tokens: 6, seed: -3, temperature: 0.8,
+    stream_options: { include_usage: true },
+  });
+  const final = await stream.finalChatCompletion();  // throws without role or finish_reason
+  assert.equal(final.choices[0].message.role, 'assistant');
+  assert.equal(final.choices[0].finish_reason, 'length');
+  assert.equal(final.usage.completion_tokens, 6);
+  // A negative seed is in OpenAI's int64 range (sent above too).
+  const seeded = await client.chat.completions.create({
+    model: 'default', messages, max_completion_tokens: 6, seed: -(2 ** 62), temperature: 0.8,
+  });
+  assert.equal(seeded.usage.completion_tokens, 6);
+
+  const schema = {
+    type: 'object', properties: { n: { type: 'integer' } }, required: ['n'],
+    additionalProperties: false,
+  };
+  const parsed = await client.chat.completions.parse({
+    model: 'default', messages, max_completion_tokens: 30,
+    response_format: { type: 'json_schema', json_schema: { name: 'count', strict: true, schema } },
+  });
+  assert.equal(typeof parsed.choices[0].message.parsed.n, 'number');
+});
+
+check('completions: response_format json_object constrains the text', async () => {
+  const r = await client.completions.create({
+    model: 'default', prompt: 'Data:', max_tokens: 40, temperature: 1, seed: 5,
+    response_format: { type: 'json_object' },
+  });
+  const value = JSON.parse(r.choices[0].text);
+  assert.equal(typeof value, 'object');
+  assert.ok(value !== null && !Array.isArray(value));
+});
+
 check('errors are the SDK\'s typed errors', async () => {
   await assert.rejects(
       client.chat.completions.create({
@@ -364,6 +409,18 @@ check('errors are the SDK\'s typed errors', async () => {
         model: 'default', messages: [{ role: 'user', content: 'x' }], modalities: ['audio'],
       }),
       (e) => e instanceof OpenAI.BadRequestError && /modalities/.test(e.message));
+  // The legacy function API is refused, not answered as if no call were wanted.
+  await assert.rejects(
+      client.chat.completions.create({
+        model: 'default', messages: [{ role: 'user', content: 'x' }],
+        functions: [{ name: 'f', parameters: { type: 'object' } }],
+      }),
+      (e) => e instanceof OpenAI.BadRequestError && /functions/.test(e.message) &&
+          e.type === 'invalid_request_error' && e.param === null);
+  // SGLang's extensions we do not serve are named, not ignored.
+  await assert.rejects(
+      client.completions.create({ model: 'default', prompt: 'x', stop_regex: '\\d' }),
+      (e) => e instanceof OpenAI.BadRequestError && /stop_regex/.test(e.message));
 });
 
 let failed = 0;

@@ -398,6 +398,33 @@ TEST(ChatToolsGrammarTest, Qwen3MayThinkBeforeARequiredCall) {
   EXPECT_FALSE(GrammarAccepts(*qwen25, thought + call));
 }
 
+TEST(ChatToolsGrammarTest, ReasoningEffortNoneTurnsQwen3ThinkingOff) {
+  ApiContext ctx = QwenContext();
+  ctx.tokenizer = &Qwen3Tokenizer();
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"c\"}}\n</tool_call>";
+  const std::string thought = "<think>\nParis.\n</think>\n\n";
+  // As chat_template_kwargs {"enable_thinking": false}: the same prompt, no thinking allowed.
+  const auto off =
+      ParseChatCompletions(Body(R"("tool_choice":"required","reasoning_effort":"none")"), ctx);
+  ASSERT_TRUE(off.ok()) << off.status();
+  const auto kwargs_off = ParseChatCompletions(
+      Body(R"("tool_choice":"required","chat_template_kwargs":{"enable_thinking":false})"), ctx);
+  ASSERT_TRUE(kwargs_off.ok()) << kwargs_off.status();
+  EXPECT_EQ(off->prompt_text, kwargs_off->prompt_text);
+  EXPECT_TRUE(GrammarAccepts(*off, call));
+  EXPECT_FALSE(GrammarAccepts(*off, thought + call));
+  // chat_template_kwargs wins; other efforts change nothing.
+  for (const char* fields : {R"("tool_choice":"required","reasoning_effort":"none",)"
+                             R"("chat_template_kwargs":{"enable_thinking":true})",
+                             R"("tool_choice":"required","reasoning_effort":"low")"}) {
+    const auto on = ParseChatCompletions(Body(fields), ctx);
+    ASSERT_TRUE(on.ok()) << on.status();
+    EXPECT_TRUE(GrammarAccepts(*on, thought + call)) << fields;
+  }
+}
+
 TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
   ApiContext ctx = QwenContext();
   const std::string plain = R"({"messages":[{"role":"user","content":"x"}]})";

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -138,7 +139,7 @@ TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
               HasSubstr("sampling_params.stop_token_ids must be an array of integers"));
   EXPECT_THAT(error(R"({"ignore_eos":1})"),
               HasSubstr("sampling_params.ignore_eos must be a boolean, got integer"));
-  EXPECT_THAT(error(R"({"seed":-4})"), HasSubstr("sampling_params.seed"));
+  EXPECT_THAT(error(R"({"seed":-1e19})"), HasSubstr("sampling_params.seed must be"));
   EXPECT_THAT(error(R"({"seed":9223372036854775808.0})"),
               HasSubstr("sampling_params.seed must be"));
   EXPECT_THAT(error(R"({"seed":18446744073709551615})"), HasSubstr("sampling_params.seed must be"));
@@ -280,6 +281,34 @@ TEST(ParseCompletionsTest, OpenAiFieldsMap) {
   EXPECT_FALSE(r.sampling.skip_special_tokens());
   EXPECT_THAT(r.sampling.stop_token_ids(), ElementsAre(3));
   EXPECT_TRUE(r.sampling.no_stop_trim());
+}
+
+TEST(ParseCompletionsTest, MaxCompletionTokensIsTakenAsChatTakesIt) {
+  const ApiContext ctx = Context();
+  auto parsed = ParseCompletions(R"({"prompt":"a","max_completion_tokens":5})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 5);
+  parsed = ParseCompletions(R"({"prompt":"a","max_tokens":9,"max_completion_tokens":3})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 3);
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","max_completion_tokens":-1})", ctx)),
+              HasSubstr("max_completion_tokens must be an integer in [0, "));
+}
+
+TEST(ParseCompletionsTest, SeedTakesOpenAisSignedRange) {
+  // OpenAI's seed is any int64; a negative one is kept as its two's-complement bits.
+  const ApiContext ctx = Context();
+  auto parsed = ParseCompletions(R"({"prompt":"a","seed":-4})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.seed(), ~uint64_t{3});
+  parsed = ParseCompletions(R"({"prompt":"a","seed":-9223372036854775808})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.seed(), uint64_t{1} << 63);
+  parsed = ParseChatCompletions(R"({"messages":[{"role":"user","content":"a"}],"seed":-1})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.seed(), ~uint64_t{0});
+  EXPECT_THAT(ErrorOf(ParseCompletions(R"({"prompt":"a","seed":9223372036854775808})", ctx)),
+              HasSubstr("seed must be an integer in [-9223372036854775808, 9223372036854775807]"));
 }
 
 TEST(ParseCompletionsTest, DefaultsAndPromptForms) {
@@ -477,6 +506,79 @@ TEST(ParseChatCompletionsTest, Errors) {
       "this server has no tokenizer loaded, so it cannot apply the chat template");
 }
 
+TEST(ParseChatCompletionsTest, LegacyFunctionsAreRefusedNotIgnored) {
+  const ApiContext ctx = Context();
+  const std::string user = R"({"messages":[{"role":"user","content":"a"}],)";
+  // Answering without the call asked for would read as a model that chose not to call.
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                user + R"("functions":[{"name":"f","parameters":{"type":"object"}}]})", ctx)),
+            "functions is not supported by this server; send them as tools "
+            "([{\"type\": \"function\", \"function\": {...}}])");
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(user + R"("function_call":{"name":"f"}})", ctx)),
+            "function_call is not supported by this server; use tool_choice");
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(user + R"("function_call":"auto"})", ctx)),
+            "function_call is not supported by this server; use tool_choice");
+  // Their defaults ask for nothing.
+  EXPECT_TRUE(ParseChatCompletions(user + R"("functions":[],"function_call":"none"})", ctx).ok());
+  EXPECT_TRUE(ParseChatCompletions(user + R"("functions":null,"function_call":null})", ctx).ok());
+}
+
+TEST(ParseChatCompletionsTest, InputIdsAreThePromptAsSglangTakesThem) {
+  const ApiContext ctx = Context();
+  auto parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"a"}],"input_ids":[5,6,7],"max_tokens":3})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(parsed->input_ids, ElementsAre(5, 6, 7));
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 3);
+  // The messages are still checked; the ids are checked as /generate's are.
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(R"({"messages":[],"input_ids":[5]})", ctx)),
+            "messages must not be empty");
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                R"({"messages":[{"role":"user","content":"a"}],"input_ids":[]})", ctx)),
+            "input_ids is empty");
+  EXPECT_THAT(ErrorOf(ParseChatCompletions(
+                  R"({"messages":[{"role":"user","content":"a"}],"input_ids":[99999999]})", ctx)),
+              HasSubstr("input_ids[0] = 99999999 is outside the vocabulary"));
+}
+
+TEST(ParseOpenAiTest, SglangExtensionsWeDoNotServeAreNamed) {
+  const ApiContext ctx = Context();
+  for (const char* key : {"stop_regex", "custom_logit_processor", "session_id", "return_token_ids",
+                          "return_prompt_token_ids", "return_meta_info"}) {
+    const std::string value = absl::StrContains(key, "return_") ? "true" : R"("x")";
+    const std::string field = absl::StrCat(R"(")", key, R"(":)", value, "}");
+    EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a",)" + field, ctx)),
+              absl::StrCat(key, " is not supported by this server"));
+    EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                  R"({"messages":[{"role":"user","content":"a"}],)" + field, ctx)),
+              absl::StrCat(key, " is not supported by this server"));
+    // At their defaults they ask for nothing.
+    const std::string off = absl::StrCat(R"(")", key, R"(":)",
+                                         absl::StrContains(key, "return_") ? "false" : "null", "}");
+    EXPECT_TRUE(ParseCompletions(R"({"prompt":"a",)" + off, ctx).ok()) << key;
+  }
+}
+
+TEST(ParseChatCompletionsTest, AssistantRefusalPartsAreWhatItSaid) {
+  const ApiContext ctx = Context();
+  const auto parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","refusal":null,
+      "content":[{"type":"text","text":"Well. "},{"type":"refusal","refusal":"No."}]},
+      {"role":"user","content":"b"}]})",
+      ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_NE(parsed->prompt_text.find("<|im_start|>assistant\nWell. No.<|im_end|>"),
+            std::string::npos)
+      << parsed->prompt_text;
+  EXPECT_EQ(
+      ErrorOf(ParseChatCompletions(
+          R"({"messages":[{"role":"user","content":[{"type":"refusal","refusal":"x"}]}]})", ctx)),
+      "messages[0].content[0].type 'refusal' is not supported; only text parts are");
+  EXPECT_EQ(ErrorOf(ParseChatCompletions(
+                R"({"messages":[{"role":"assistant","content":[{"type":"refusal"}]}]})", ctx)),
+            "messages[0].content[0].refusal is required");
+}
+
 TEST(ParseChatCompletionsTest, AssistantNullContentIsEmpty) {
   const auto parsed = ParseChatCompletions(
       R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null}]})",
@@ -528,6 +630,37 @@ TEST(StructuredOutputTest, ChatResponseFormat) {
                                 ctx);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->sampling.constraint_case(), proto::SamplingParams::CONSTRAINT_NOT_SET);
+}
+
+TEST(StructuredOutputTest, CompletionsResponseFormat) {
+  // vLLM's and SGLang's completions take response_format too; it constrains, never is ignored.
+  const ApiContext ctx = Context();
+  auto parsed = ParseCompletions(R"({"prompt":"a","response_format":{"type":"json_object"}})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->sampling.json_object());
+  parsed = ParseCompletions(R"({"prompt":"a","response_format":{"type":"json_schema",
+      "json_schema":{"name":"n","schema":{"type":"object","properties":{"b":{"type":"integer"},
+      "a":{"type":"string"}}}}}})",
+                            ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.json_schema(),
+            R"({"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}}})");
+  parsed = ParseCompletions(R"({"prompt":"a","response_format":{"type":"text"}})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sampling.constraint_case(), proto::SamplingParams::CONSTRAINT_NOT_SET);
+  EXPECT_EQ(ErrorOf(ParseCompletions(R"({"prompt":"a","response_format":{"type":"xml"}})", ctx)),
+            "response_format.type must be \"text\", \"json_object\", \"json_schema\" or "
+            "\"structural_tag\"");
+  EXPECT_THAT(ErrorOf(ParseCompletions(
+                  R"({"prompt":"a","regex":"a+","response_format":{"type":"json_object"}})", ctx)),
+              HasSubstr("only one of"));
+  // A batch's every prompt carries it.
+  const auto batch =
+      ParseBatch(ApiKind::kCompletions,
+                 R"({"prompt":["a","b"],"response_format":{"type":"json_object"}})", ctx);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->items.size(), 2u);
+  for (const RoutedRequest& item : batch->items) EXPECT_TRUE(item.sampling.json_object());
 }
 
 TEST(StructuredOutputTest, StructuralTagOnGenerateAndChat) {

@@ -338,7 +338,7 @@ TEST(ResponseShaperTest, StreamErrorEndsTheStream) {
   const std::vector<Json> events = SseEvents(sse);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0], Json::parse(R"({"error":{"message":"prefill worker lost",
-      "type":"service_unavailable","code":503}})"));
+      "type":"service_unavailable","param":null,"code":503}})"));
   EXPECT_EQ(shaper.StreamEvent(Tokens({1}, "x")), "");
 }
 
@@ -357,13 +357,15 @@ TEST(ErrorResponseTest, StatusCodes) {
   const HttpResponse r = ErrorResponse(absl::InvalidArgumentError("messages must not be empty"));
   EXPECT_EQ(r.content_type, "application/json");
   EXPECT_EQ(Json::parse(r.body), Json::parse(R"({"error":{"message":"messages must not be empty",
-      "type":"invalid_request_error","code":400}})"));
+      "type":"invalid_request_error","param":null,"code":400}})"));
 }
 
 TEST(ModelsBodyTest, Shape) {
-  EXPECT_EQ(Json::parse(ModelsBody("tandem-tiny", 42)),
+  EXPECT_EQ(Json::parse(ModelsBody("tandem-tiny", 42, 512)),
             Json::parse(R"({"object":"list","data":[{"id":"tandem-tiny","object":"model",
-                "created":42,"owned_by":"tandem","root":"tandem-tiny"}]})"));
+                "created":42,"owned_by":"tandem","root":"tandem-tiny","max_model_len":512}]})"));
+  // SGLang's card: max_model_len is optional, null when the context length is unknown.
+  EXPECT_TRUE(Json::parse(ModelsBody("tandem-tiny", 42, 0))["data"][0]["max_model_len"].is_null());
 }
 
 }  // namespace
