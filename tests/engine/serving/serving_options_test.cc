@@ -178,15 +178,20 @@ TEST(ServingOptionsTest, MaxTotalTokensCapsTheKvBlocksInWholePages) {
 
 TEST(ServingOptionsTest, CompressedTensorsNeedsSuchACheckpoint) {
   ServingOptions o;
-  o.model_path = testing::ShippedModelDir();  // a bf16 checkpoint
   o.kv_cache_memory = "4MiB";
   o.quantization = "compressed-tensors";
-  EXPECT_EQ(*ServingQuantization(o), Quantization::kNone);
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(o);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_THAT(std::string(engine.status().message()),
+  EXPECT_EQ(*ServingQuantization(o), Quantization::kNone);  // the checkpoint's own int8
+  o.model_path = std::string(TANDEM_SOURCE_DIR) + "/tests/engine/models/qwen3-tiny-w8a8";
+  absl::StatusOr<std::unique_ptr<Engine>> int8 = Engine::Create(o);
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  EXPECT_TRUE((*int8)->int8_linear());
+
+  o.model_path = testing::ShippedModelDir();  // a bf16 checkpoint
+  absl::StatusOr<std::unique_ptr<Engine>> bf16 = Engine::Create(o);
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_THAT(std::string(bf16.status().message()),
               HasSubstr("--quantization compressed-tensors: "));
-  EXPECT_THAT(std::string(engine.status().message()), HasSubstr("use --quantization w8a8"));
+  EXPECT_THAT(std::string(bf16.status().message()), HasSubstr("use --quantization w8a8"));
 }
 
 }  // namespace
