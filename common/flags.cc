@@ -258,6 +258,48 @@ Flags::Flags(std::string program, std::string description)
 
 Flags::~Flags() = default;
 
+CLI::Option* Flags::AddIgnoredSwitch(const std::string& flag, const std::string& note) {
+  bool* on = &switches_.emplace_back(false);
+  CLI::Option* option = app_.add_flag(flag, *on, note);
+  ignored_.push_back({option, on, note});
+  return option;
+}
+
+CLI::Option* Flags::AddRefused(const std::string& flag, bool takes_value, const std::string& why) {
+  const std::string help = absl::StrCat("Refused: ", why);
+  if (!takes_value) {
+    bool* on = &switches_.emplace_back(false);
+    CLI::Option* option = app_.add_flag(flag, *on, help);
+    refused_switches_.push_back({option, on, why});
+    return option;
+  }
+  CLI::Option* option = app_.add_option(flag, CLI::callback_t(), help, false);
+  option->expected(1, CLI::detail::expected_max_vector_size);
+  option->allow_extra_args();
+  option->type_name("VALUES");
+  option->check(CLI::Validator([why](std::string&) { return why; }, "", "tandem-refused"));
+  return option;
+}
+
+std::vector<std::string> Flags::IgnoredNotes() const {
+  std::vector<std::string> notes;
+  for (const Noted& n : ignored_) {
+    if (n.option->count() == 0 || (n.on != nullptr && !*n.on)) continue;
+    std::string given = n.option->get_name();
+    if (n.on == nullptr) {
+      for (const std::string& value : n.option->results()) absl::StrAppend(&given, " ", value);
+    }
+    notes.push_back(absl::StrCat(given, ": ", n.text));
+  }
+  return notes;
+}
+
+void Flags::CheckRefusedSwitches() const {
+  for (const Noted& n : refused_switches_) {
+    if (*n.on) throw CLI::ValidationError(n.option->get_name(), n.text);
+  }
+}
+
 std::string Flags::config_path() const {
   const CLI::Option* option = app_.get_config_ptr();
   if (option == nullptr || option->results().empty()) return "";
@@ -302,12 +344,18 @@ std::optional<int> Flags::Run(Fn&& parse) {
 }
 
 std::optional<int> Flags::Parse(int argc, char** argv) {
-  return Run([&] { app_.parse(argc, argv); });
+  return Run([&] {
+    app_.parse(argc, argv);
+    CheckRefusedSwitches();
+  });
 }
 
 std::optional<int> Flags::Parse(const std::vector<std::string>& args) {
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back.
-  return Run([&] { app_.parse(reversed); });
+  return Run([&] {
+    app_.parse(reversed);
+    CheckRefusedSwitches();
+  });
 }
 
 }  // namespace tandem

@@ -28,12 +28,20 @@
 // decimal only, whole string, in range of the bound type (so `--port -1` into a uint16_t fails
 // instead of wrapping).
 //
+// Flags of other servers' launch lines (SGLang's) that Tandem accepts without acting on them are
+// registered with AddIgnored / AddIgnoredSwitch: their values are checked like any other (a typo'd
+// number is an error) and, when given, IgnoredNotes() has one line naming the flag and why it has
+// no effect, for the daemon to log once logging is up. Flags asking for something Tandem does not
+// do are registered with AddRefused: giving one (on the command line or in the file) is an error
+// naming it and saying why.
+//
 // Not thread-safe; used once, on the main thread, before the daemon starts. The bound variables
 // (the pointers given to Add) are owned by the caller and must outlive Parse().
 #ifndef TANDEM_COMMON_FLAGS_H_
 #define TANDEM_COMMON_FLAGS_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -127,6 +135,29 @@ class Flags {
     return option;
   }
 
+  // Registers "--name" (aliases after commas: "--tp-size,--tp") as accepted and without effect.
+  // Its value must convert to E (strictly, as in Add); `many` takes one or more values. When
+  // given, IgnoredNotes() holds "--name VALUE: <note>". Returns the option, e.g. for a
+  // ->check(...) that refuses values Tandem cannot honour.
+  template <typename E = std::string>
+  CLI::Option* AddIgnored(const std::string& flag, const std::string& note, bool many = false) {
+    CLI::Option* option = app_.add_option(flag, CLI::callback_t(), note, false);
+    option->expected(1, many ? CLI::detail::expected_max_vector_size : 1);
+    option->allow_extra_args(many);
+    option->type_name(many ? "VALUES" : "VALUE");
+    if (auto validator = flags_internal::StrictValidator<E>()) option->check(*validator);
+    ignored_.push_back({option, nullptr, note});
+    return option;
+  }
+  // The same for a switch (`--name`, `--name=false`); noted only when set true.
+  CLI::Option* AddIgnoredSwitch(const std::string& flag, const std::string& note);
+  // Registers "--name" as refused: Parse fails with "--name: <why>" when it is given (a switch:
+  // when set true). `takes_value`: the flag takes one or more values, like its original.
+  CLI::Option* AddRefused(const std::string& flag, bool takes_value, const std::string& why);
+  // After Parse: one line per ignored flag that was given, e.g.
+  //   "--cuda-graph-bs 8 16: ignored: CUDA graphs are a GPU launch optimisation".
+  std::vector<std::string> IgnoredNotes() const;
+
   // Parses argv, then the --config file. Returns std::nullopt to continue, or the exit code the
   // program must exit with: 0 after --help/--version (text printed to stdout), 2 after printing a
   // clear error to stderr (bad flag, bad value, unreadable file, unknown key, wrong type).
@@ -150,8 +181,16 @@ class Flags {
 
  private:
   class YamlConfig;
+  // An ignored or refused flag; `on` is the switch's value (null for flags with values).
+  struct Noted {
+    CLI::Option* option;
+    bool* on;
+    std::string text;
+  };
   template <typename Fn>
   std::optional<int> Run(Fn&& parse);
+  // Throws CLI::ValidationError for the first refused switch that is set.
+  void CheckRefusedSwitches() const;
 
   std::string program_;
   CLI::App app_;
@@ -159,6 +198,9 @@ class Flags {
   std::ostream* out_ = &std::cout;
   std::ostream* err_ = &std::cerr;
   std::string error_;
+  std::deque<bool> switches_;  // values of ignored and refused switches (stable addresses)
+  std::vector<Noted> ignored_;
+  std::vector<Noted> refused_switches_;
 };
 
 }  // namespace tandem

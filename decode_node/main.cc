@@ -1,4 +1,6 @@
 // tandem-decode: flags -> config -> DecodeServer -> wait for SIGINT/SIGTERM -> drain.
+#include <string>
+
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   if (auto s = tandem::InitLogging("tandem-decode", flags.log_level()); !s.ok()) {
     return tandem::ReportStartupFailure("tandem-decode", s);
   }
+  for (const std::string& note : flags.IgnoredNotes()) spdlog::info("{}", note);
   auto server = tandem::decode::DecodeServer::Create(options);
   if (!server.ok()) return tandem::ReportStartupFailure("tandem-decode", server.status());
   int sig = tandem::WaitForShutdownSignal();

@@ -13,19 +13,25 @@
 namespace tandem::engine {
 
 absl::StatusOr<SchedulerConfig> SchedulerConfigFromOptions(const ServingOptions& o,
-                                                           const ModelConfig& model) {
-  ASSIGN_OR_RETURN(const int64_t bytes, ParseByteSize(o.kv_cache_memory, TotalRamBytes()),
-                   "--kv-cache-memory: ");
+                                                           const ModelConfig& model,
+                                                           int64_t weight_bytes) {
+  ASSIGN_OR_RETURN(const int64_t bytes, KvCacheBytes(o, TotalRamBytes(), weight_bytes));
   const int64_t per_block = model.num_layers * KvCacheStorage::BlockBytes(
                                                    o.page_size, model.num_kv_heads, model.head_dim);
   SchedulerConfig c;
   c.block_size = o.page_size;
   c.num_blocks = bytes / per_block;
   if (c.num_blocks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv-cache-memory ", o.kv_cache_memory, " (", bytes,
-                     " bytes) holds no KV block: one block of ", o.page_size, " tokens takes ",
-                     per_block, " bytes for this model"));
+    const std::string budget = o.mem_fraction_static > 0
+                                   ? absl::StrCat("--mem-fraction-static ", o.mem_fraction_static)
+                                   : absl::StrCat("--kv-cache-memory ", o.kv_cache_memory);
+    return absl::InvalidArgumentError(absl::StrCat(
+        budget, " (", bytes, " bytes for the KV cache) holds no KV block: one block of ",
+        o.page_size, " tokens takes ", per_block, " bytes for this model"));
+  }
+  if (o.max_total_tokens > 0) {
+    c.num_blocks =
+        std::min<int64_t>(c.num_blocks, (o.max_total_tokens + o.page_size - 1) / o.page_size);
   }
   c.num_blocks = std::min<int64_t>(c.num_blocks, int64_t{1} << 30);
   c.max_running_requests = o.max_running_requests;
@@ -64,9 +70,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ServingOptions& opt
   mo.threads = options.threads > 0
                    ? options.threads
                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ASSIGN_OR_RETURN(mo.quantization, ParseQuantization(options.quantization));
+  ASSIGN_OR_RETURN(mo.quantization, ServingQuantization(options));
   ASSIGN_OR_RETURN(auto model, Model::Load(options.model_path, mo));
-  ASSIGN_OR_RETURN(SchedulerConfig config, SchedulerConfigFromOptions(options, model->config()));
+  if (options.quantization == "compressed-tensors" && !model->config().int8_checkpoint) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantization compressed-tensors: ", options.model_path,
+                     "/config.json has no compressed-tensors W8A8 int8 quantization_config (use "
+                     "--quantization w8a8 to quantize this checkpoint at load)"));
+  }
+  ASSIGN_OR_RETURN(
+      SchedulerConfig config,
+      SchedulerConfigFromOptions(options, model->config(), model->weights().resident_bytes()));
   return Create(config, std::move(model), std::move(tokenizer));
 }
 

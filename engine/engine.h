@@ -36,10 +36,12 @@
 
 namespace tandem::engine {
 
-// The SchedulerConfig the serving options describe for `model`: KV memory to blocks and the rest
+// The SchedulerConfig the serving options describe for `model`, whose loaded weights take
+// `weight_bytes`: KV memory (KvCacheBytes) to blocks, capped by --max-total-tokens, and the rest
 // by name. InvalidArgument naming the flag when the memory holds no block.
 absl::StatusOr<SchedulerConfig> SchedulerConfigFromOptions(const ServingOptions& options,
-                                                           const ModelConfig& model);
+                                                           const ModelConfig& model,
+                                                           int64_t weight_bytes);
 
 class Engine {
  public:

@@ -7,6 +7,7 @@
 #include "common/byte_size.h"
 #include "common/status.h"
 #include "engine/model.h"
+#include "engine/sglang_server_flags.h"
 
 namespace tandem::engine {
 
@@ -37,14 +38,28 @@ void RegisterServingFlags(Flags& flags, ServingOptions* o) {
       .Add("--kv-events-buffer", &o->kv_events_buffer,
            "KV events (radix cache stores and evictions) kept for the router to read; 0: none")
       ->check(CLI::Range(0, 1 << 24));
-  flags.Add("--kv-cache-memory", &o->kv_cache_memory,
-            "Memory for the KV cache: bytes, a unit (4GiB, 512MB) or a fraction of RAM (0.25)");
+  CLI::Option* kv_cache_memory =
+      flags.Add("--kv-cache-memory", &o->kv_cache_memory,
+                "Memory for the KV cache: bytes, a unit (4GiB, 512MB) or a fraction of RAM (0.25)");
   flags.Add("--page-size", &o->page_size, "Tokens per KV block")->check(CLI::Range(1, 4096));
   flags.Add("--threads", &o->threads, "Compute threads (0: every core)")
       ->check(CLI::Range(0, 4096));
   flags.Add("--quantization", &o->quantization,
             "w8a8 (or w8a8_int8): int8 weights per output channel, quantized at load, and int8 "
-            "activations per token (an int8 checkpoint needs no flag)");
+            "activations per token; compressed-tensors: the checkpoint must be compressed-tensors "
+            "W8A8 int8 (such a checkpoint needs no flag)");
+  flags
+      .Add("--mem-fraction-static", &o->mem_fraction_static,
+           "SGLang's budget for weights plus KV cache as a fraction of RAM: the KV cache gets "
+           "this fraction of RAM minus the loaded weights (0: --kv-cache-memory decides)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes(kv_cache_memory);
+  flags
+      .Add("--max-total-tokens", &o->max_total_tokens,
+           "Caps the KV cache at this many tokens, rounded up to whole pages; the memory budget "
+           "still bounds it (0: no cap)")
+      ->check(CLI::NonNegativeNumber);
+  RegisterSglangServerFlags(flags);
 }
 
 absl::Status ValidateServingOptions(const ServingOptions& o) {
@@ -67,10 +82,39 @@ absl::Status ValidateServingOptions(const ServingOptions& o) {
         absl::StrCat("--chunked-prefill-size (", o.chunked_prefill_size,
                      ") exceeds --max-prefill-tokens (", o.max_prefill_tokens, ")"));
   }
-  RETURN_IF_ERROR(ParseQuantization(o.quantization).status(), "--quantization: ");
+  RETURN_IF_ERROR(ServingQuantization(o).status());
   auto kv = ParseByteSize(o.kv_cache_memory, TotalRamBytes());
   RETURN_IF_ERROR(kv.status(), "--kv-cache-memory: ");
   return absl::OkStatus();
+}
+
+absl::StatusOr<Quantization> ServingQuantization(const ServingOptions& o) {
+  if (o.quantization == "compressed-tensors") return Quantization::kNone;
+  absl::StatusOr<Quantization> q = ParseQuantization(o.quantization);
+  if (!q.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quantization: unsupported quantization '", o.quantization,
+                     "' (supported: w8a8, w8a8_int8, compressed-tensors for a compressed-tensors "
+                     "W8A8 int8 checkpoint, none)"));
+  }
+  return q;
+}
+
+absl::StatusOr<int64_t> KvCacheBytes(const ServingOptions& o, int64_t total_ram_bytes,
+                                     int64_t weight_bytes) {
+  if (o.mem_fraction_static <= 0) {
+    ASSIGN_OR_RETURN(int64_t bytes, ParseByteSize(o.kv_cache_memory, total_ram_bytes),
+                     "--kv-cache-memory: ");
+    return bytes;
+  }
+  const int64_t budget = static_cast<int64_t>(o.mem_fraction_static * total_ram_bytes);
+  if (budget <= weight_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mem-fraction-static ", o.mem_fraction_static, ": ", FormatBytes(budget), " of ",
+        FormatBytes(total_ram_bytes), " RAM leaves nothing for the KV cache after the weights (",
+        FormatBytes(weight_bytes), ")"));
+  }
+  return budget - weight_bytes;
 }
 
 std::string ServedModelName(const ServingOptions& o) {

@@ -1,4 +1,6 @@
 // tandem-prefill: flags -> config -> PrefillServer -> wait for SIGINT/SIGTERM.
+#include <string>
+
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   if (auto s = tandem::InitLogging("tandem-prefill", flags.log_level()); !s.ok()) {
     return tandem::ReportStartupFailure("tandem-prefill", s);
   }
+  for (const std::string& note : flags.IgnoredNotes()) spdlog::info("{}", note);
   auto server = tandem::prefill::PrefillServer::Create(options);
   if (!server.ok()) return tandem::ReportStartupFailure("tandem-prefill", server.status());
   int sig = tandem::WaitForShutdownSignal();

@@ -1,4 +1,6 @@
 // tandem-router: flags -> config -> RouterServer -> wait for SIGINT/SIGTERM.
+#include <string>
+
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   if (auto s = tandem::InitLogging("tandem-router", flags.log_level()); !s.ok()) {
     return tandem::ReportStartupFailure("tandem-router", s);
   }
+  for (const std::string& note : flags.IgnoredNotes()) spdlog::info("{}", note);
   auto server = tandem::router::RouterServer::Create(options);
   if (!server.ok()) return tandem::ReportStartupFailure("tandem-router", server.status());
   int sig = tandem::WaitForShutdownSignal();

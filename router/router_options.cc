@@ -61,6 +61,29 @@ CLI::Option* AddDuration(Flags& flags, const std::string& flag, absl::Duration* 
   return option;
 }
 
+// sglang_router's launch_router flags that tandem-router accepts without acting on them, or
+// refuses (docs/operations.md "SGLang launch flags").
+void RegisterSglangRouterFlags(Flags& flags) {
+  flags.AddIgnoredSwitch("--mini-lb",
+                         "ignored: selects SGLang's Python debugging balancer (random only); "
+                         "tandem-router routes by --policy");
+  flags.AddIgnored<int>("--prometheus-port",
+                        "ignored: tandem-router serves /metrics on its own --port");
+  flags.AddIgnored("--prometheus-host", "ignored: tandem-router serves /metrics on its own --port");
+  flags.AddIgnored("--log-dir", "ignored: tandem-router logs to stderr");
+  flags.AddIgnored<int>("--worker-startup-timeout-secs",
+                        "ignored: a worker takes traffic once its health checks pass "
+                        "(--health-check-interval-secs)");
+  flags.AddIgnored<int>("--worker-startup-check-interval",
+                        "ignored: a worker takes traffic once its health checks pass "
+                        "(--health-check-interval-secs)");
+  flags.AddRefused("--dp-aware", /*takes_value=*/false,
+                   "a Tandem worker is one data-parallel rank: list each worker's URL instead");
+  flags.AddRefused("--service-discovery", /*takes_value=*/false,
+                   "Tandem has no Kubernetes service discovery: list the workers "
+                   "(--worker-urls, --prefill, --decode) or add them through the admin API");
+}
+
 }  // namespace
 
 void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
@@ -237,6 +260,7 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--tls-cert-file", &o->tls_cert_file,
             "PEM certificate chain: serve HTTPS instead of HTTP (with --tls-key-file)");
   flags.Add("--tls-key-file", &o->tls_key_file, "PEM private key of --tls-cert-file");
+  RegisterSglangRouterFlags(flags);
 }
 
 absl::StatusOr<std::string> LoadRouterClusterSecret(const RouterOptions& o) {

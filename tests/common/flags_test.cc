@@ -252,6 +252,68 @@ TEST_F(FlagsTest, BadLogLevelRejected) {
   EXPECT_THAT(flags_.error(), HasSubstr("unknown log level 'loud'"));
 }
 
+// Another server's flags (SGLang's): accepted without effect and noted, or refused by name.
+class ForeignFlagsTest : public FlagsTest {
+ protected:
+  ForeignFlagsTest() {
+    flags_.AddIgnored<int>("--cuda-graph-bs", "ignored: GPU only", /*many=*/true);
+    flags_.AddIgnored<int>("--tp-size,--tp", "one process")
+        ->check(CLI::Validator(
+            [](std::string& v) { return v == "1" ? std::string() : "must be 1"; }, "", "one"));
+    flags_.AddIgnored("--attention-backend", "ignored: GPU kernels");
+    flags_.AddIgnoredSwitch("--trust-remote-code", "ignored: no checkpoint code");
+    flags_.AddRefused("--speculative-algorithm", /*takes_value=*/true, "no speculative decoding");
+    flags_.AddRefused("--enable-dp-attention", /*takes_value=*/false, "no DP attention");
+  }
+};
+
+TEST_F(ForeignFlagsTest, IgnoredFlagsParseAndAreNotedOnlyWhenGiven) {
+  ASSERT_FALSE(flags_.Parse({"--port", "9"}).has_value()) << err_.str();
+  EXPECT_TRUE(flags_.IgnoredNotes().empty());
+
+  ASSERT_FALSE(flags_
+                   .Parse({"--cuda-graph-bs", "8", "16", "--tp", "1", "--attention-backend",
+                           "ascend", "--trust-remote-code", "--port", "9"})
+                   .has_value())
+      << err_.str();
+  EXPECT_EQ(port_, 9);
+  EXPECT_THAT(
+      flags_.IgnoredNotes(),
+      ::testing::ElementsAre("--cuda-graph-bs 8 16: ignored: GPU only", "--tp-size 1: one process",
+                             "--attention-backend ascend: ignored: GPU kernels",
+                             "--trust-remote-code: ignored: no checkpoint code"));
+}
+
+TEST_F(ForeignFlagsTest, IgnoredValuesMustStillParse) {
+  EXPECT_EQ(flags_.Parse({"--cuda-graph-bs", "8", "l6"}), 2);
+  EXPECT_THAT(flags_.error(), HasSubstr("--cuda-graph-bs: expects an integer, got 'l6'"));
+  EXPECT_EQ(flags_.Parse({"--tp-size", "8"}), 2);
+  EXPECT_THAT(flags_.error(), HasSubstr("--tp-size: must be 1"));
+}
+
+TEST_F(ForeignFlagsTest, RefusedFlagsNameThemselvesAndWhy) {
+  EXPECT_EQ(flags_.Parse({"--speculative-algorithm", "EAGLE"}), 2);
+  EXPECT_THAT(flags_.error(), HasSubstr("--speculative-algorithm: no speculative decoding"));
+  EXPECT_EQ(flags_.Parse({"--enable-dp-attention"}), 2);
+  EXPECT_THAT(flags_.error(), HasSubstr("--enable-dp-attention: no DP attention"));
+  EXPECT_FALSE(flags_.Parse({"--enable-dp-attention=false"}).has_value()) << err_.str();
+}
+
+TEST_F(ForeignFlagsTest, ConfigFileKeysBehaveLikeTheFlags) {
+  ASSERT_FALSE(
+      ParseWithConfig("tp: 1\ncuda_graph_bs: [4, 8]\ntrust-remote-code: true\n").has_value())
+      << err_.str();
+  EXPECT_THAT(
+      flags_.IgnoredNotes(),
+      ::testing::ElementsAre("--cuda-graph-bs 4 8: ignored: GPU only", "--tp-size 1: one process",
+                             "--trust-remote-code: ignored: no checkpoint code"));
+  EXPECT_EQ(ParseWithConfig("port: 9\nspeculative-algorithm: NEXTN\n"), 2);
+  EXPECT_THAT(flags_.error(),
+              HasSubstr(":2: key 'speculative-algorithm': no speculative decoding"));
+  EXPECT_EQ(ParseWithConfig("enable-dp-attention: true\n"), 2);
+  EXPECT_THAT(flags_.error(), HasSubstr("--enable-dp-attention: no DP attention"));
+}
+
 TEST(FlagsRequiredTest, RequiredOptionSatisfiedByFile) {
   Flags flags("tandem-req", "required from file");
   std::ostringstream out, err;

@@ -174,6 +174,47 @@ TEST(WorkerCliTest, ConfigFileIsReadAndFlagsWin) {
   unlink(cfg.c_str());
 }
 
+TEST(WorkerCliTest, SglangCpuLaunchLineStartsAWorker) {
+  // An operator's SGLang launch line for a CPU host, as pasted, plus our colocated switch.
+  const int port = FreePort();
+  Process p({BinaryPath("tandem-decode"),
+             "--model-path",
+             ShippedModel(),
+             "--disaggregation-mode",
+             "decode",
+             "--device",
+             "cpu",
+             "--tp",
+             "1",
+             "--trust-remote-code",
+             "--mem-fraction-static",
+             "0.5",
+             "--max-total-tokens",
+             "4096",
+             "--dtype",
+             "bfloat16",
+             "--attention-backend",
+             "triton",
+             "--cuda-graph-max-bs",
+             "16",
+             "--host",
+             "127.0.0.1",
+             "--port",
+             "0",
+             "--http-port",
+             std::to_string(port),
+             "--local-prefill"});
+  ASSERT_TRUE(WaitForHttp(port, "/health", 200, seconds(30))) << p.Output();
+  p.Signal(SIGTERM);
+  EXPECT_EQ(p.Wait(seconds(10)), 0) << p.Output();
+  const std::string log = p.Output();
+  EXPECT_NE(log.find("--trust-remote-code: ignored: Tandem runs no code"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("--attention-backend triton: ignored"), std::string::npos) << log;
+  // --max-total-tokens 4096 caps the cache the memory fraction would give: 256 pages of 16.
+  EXPECT_NE(log.find("256 KV blocks of 16 tokens"), std::string::npos) << log;
+}
+
 TEST(WorkerCliTest, DecodeGrpcPortInUseIsAClearStartupFailure) {
   const int grpc_port = FreePort();
   const int http_port = FreePort();
@@ -218,6 +259,14 @@ TEST(WorkerCliTest, OperatorMistakesAreNamed) {
         "--disaggregation-transfer-backend", "carrier-pigeon"},
        "carrier-pigeon"},
       {{BinaryPath("tandem-decode"), "--local-prefill"}, "--model-path is required"},
+      {{BinaryPath("tandem-decode"), "--model-path", ModelDir(), "--local-prefill", "--tp-size",
+        "8"},
+       "--tp-size: '8': Tandem has no tensor parallelism"},
+      {{BinaryPath("tandem-prefill"), "--model-path", ModelDir(), "--cluster-secret", kSecret,
+        "--speculative-algorithm", "NEXTN"},
+       "--speculative-algorithm: Tandem has no speculative decoding"},
+      {{BinaryPath("tandem-router"), "--worker-urls", "http://127.0.0.1:1", "--dp-aware"},
+       "--dp-aware: "},
       {{BinaryPath("tandem-router"), "--pd-disaggregation", "--decode", "http://127.0.0.1:1"},
        "--pd-disaggregation needs at least one --prefill"},
   };

@@ -14,6 +14,7 @@ namespace {
 struct Parsed {
   std::optional<int> exit_code;
   std::string error;
+  std::vector<std::string> notes;
   RouterOptions options;
 };
 
@@ -25,6 +26,7 @@ Parsed Parse(const std::vector<std::string>& args) {
   RegisterRouterFlags(flags, &p.options);
   p.exit_code = flags.Parse(args);
   p.error = err.str();
+  p.notes = flags.IgnoredNotes();
   return p;
 }
 
@@ -45,6 +47,32 @@ TEST(RouterOptionsTest, SglangPdCommandLineTranslatesAsIs) {
   EXPECT_EQ(p.options.prefill_policy, "cache_aware");
   // Decode workers keep no prefix cache: cache affinity is for prefill only.
   EXPECT_EQ(p.options.decode_policy, "power_of_two");
+}
+
+TEST(RouterOptionsTest, SglangRouterFlagsWithoutMeaningHereAreNotedAndMissingFeaturesRefused) {
+  // The seeds' router line ends in --mini-lb (SGLang's Python debugging balancer).
+  Parsed p = Parse({"--pd-disaggregation", "--prefill", "http://10.0.0.1:8000", "8998", "--decode",
+                    "http://10.0.0.3:8001", "--host", "127.0.0.1", "--port", "6688", "--mini-lb",
+                    "--prometheus-port", "29000"});
+  ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_EQ(p.options.policy, "cache_aware");
+  ASSERT_EQ(p.notes.size(), 2u);
+  EXPECT_NE(p.notes[0].find("--mini-lb: ignored"), std::string::npos) << p.notes[0];
+  EXPECT_NE(p.notes[1].find("--prometheus-port 29000: ignored"), std::string::npos) << p.notes[1];
+
+  Parsed typo = Parse({"--worker-urls", "http://w:1", "--prometheus-port", "29k"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.error.find("--prometheus-port: expects an integer"), std::string::npos)
+      << typo.error;
+  Parsed dp = Parse({"--worker-urls", "http://w:1", "--dp-aware"});
+  EXPECT_EQ(dp.exit_code, 2);
+  EXPECT_NE(dp.error.find("--dp-aware: a Tandem worker is one data-parallel rank"),
+            std::string::npos)
+      << dp.error;
+  Parsed policy = Parse({"--worker-urls", "http://w:1", "--policy", "consistent_hashing"});
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_NE(policy.error.find("consistent_hashing"), std::string::npos) << policy.error;
 }
 
 TEST(RouterOptionsTest, ReasoningParserIsQwen3OrOff) {
