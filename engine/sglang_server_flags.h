@@ -2,9 +2,8 @@
 // their own, so that an operator's SGLang line starts a worker where its meaning applies on a CPU
 // host and is refused, naming the flag, where it asks for something Tandem does not do
 // (docs/operations.md "SGLang launch flags"). Three kinds:
-//   - the same concept: accepted with the one value that describes a Tandem worker (--tp-size 1,
-//   --device cpu,
-//     --dtype bfloat16, ...) and refused with any other;
+//   - the same concept: accepted with the one value that describes a Tandem worker
+//     (--tp-size 1, --device cpu, --dtype bfloat16, ...) and refused with any other;
 //   - GPU/NPU tuning that changes no result here (--cuda-graph-bs, --attention-backend, ...):
 //     accepted, values checked, one start-up log line each (Flags::IgnoredNotes);
 //   - features Tandem lacks (--speculative-algorithm, --enable-dp-attention, --lora-paths, ...):

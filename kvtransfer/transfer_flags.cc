@@ -7,8 +7,20 @@
 namespace tandem::kv {
 
 void RegisterTransferFlags(Flags& flags, TransferFlags* o) {
-  flags.Add("--disaggregation-transfer-backend", &o->backend, "KV transfer backend: tcp or rdma")
-      ->check(CLI::IsMember({"tcp", "rdma"}));
+  flags
+      .Add("--disaggregation-transfer-backend", &o->backend,
+           "KV transfer backend: tcp or rdma (SGLang's mooncake and nixl mean rdma)")
+      ->check(CLI::IsMember({"tcp", "rdma", "mooncake", "nixl"}))
+      ->transform(CLI::Validator(
+          [o](std::string& name) {
+            o->backend_alias.clear();
+            if (name == "mooncake" || name == "nixl") {
+              o->backend_alias = name;
+              name = "rdma";
+            }
+            return std::string();
+          },
+          "", "sglang-backend-alias"));
   flags.Add("--transfer-fallback-tcp", &o->fallback_to_tcp,
             "When the rdma backend cannot start, use tcp instead of exiting");
   flags.Add("--disaggregation-ib-device", &o->ib_device, "RDMA device name (default: the first)");

@@ -13,6 +13,7 @@ namespace tandem::kv {
 
 struct TransferFlags {
   std::string backend = "tcp";              // tcp | rdma
+  std::string backend_alias;                // SGLang's name given for rdma (mooncake, nixl), or ""
   bool fallback_to_tcp = false;             // rdma unavailable: use tcp instead of exiting
   std::string ib_device;                    // rdma device ("" = first)
   std::string transfer_host = "127.0.0.1";  // where the transfer endpoint listens
@@ -25,6 +26,9 @@ struct TransferFlags {
 };
 
 // Registers the flags above on `flags`; `out` must outlive flags.Parse().
+// --disaggregation-transfer-backend takes tcp and rdma, and SGLang's RDMA engines' names, mooncake
+// and nixl, as rdma (backend "rdma", backend_alias the name given): the KV moves over Tandem's
+// own libibverbs engine between Tandem workers, as theirs do between SGLang's.
 void RegisterTransferFlags(Flags& flags, TransferFlags* out);
 
 // The cluster secret from --cluster-secret-file, --cluster-secret or the TANDEM_CLUSTER_SECRET

@@ -121,16 +121,23 @@ absl::StatusOr<kv::TransferEnginePtr> StartKvTransfer(const kv::TransferFlags& t
   options.listen_port = transfer.transfer_port;
   options.lanes = transfer.lanes;
   options.rdma_device = transfer.ib_device;
+  // The name the operator gave (SGLang's mooncake or nixl stand for rdma: transfer_flags.h).
+  const std::string& given =
+      transfer.backend_alias.empty() ? transfer.backend : transfer.backend_alias;
+  if (given != transfer.backend) {
+    spdlog::info("--disaggregation-transfer-backend {}: Tandem's own {} engine moves the KV", given,
+                 transfer.backend);
+  }
   auto engine = kv::CreateTransferEngine(transfer.backend, options);
   if (!engine.ok() && transfer.fallback_to_tcp && transfer.backend != "tcp") {
-    spdlog::warn("transfer backend {} unavailable ({}); falling back to tcp as asked",
-                 transfer.backend, std::string(engine.status().message()));
+    spdlog::warn("transfer backend {} unavailable ({}); falling back to tcp as asked", given,
+                 std::string(engine.status().message()));
     engine = kv::CreateTransferEngine("tcp", options);
   }
   if (!engine.ok()) {
-    return absl::Status(engine.status().code(),
-                        absl::StrCat("--disaggregation-transfer-backend ", transfer.backend, ": ",
-                                     engine.status().message()));
+    return absl::Status(
+        engine.status().code(),
+        absl::StrCat("--disaggregation-transfer-backend ", given, ": ", engine.status().message()));
   }
   kv::TransferEnginePtr started = std::move(*engine);
   RETURN_IF_ERROR(started->RegisterRegion(
