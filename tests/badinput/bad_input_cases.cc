@@ -303,6 +303,8 @@ std::vector<BodyCase> BodyCases() {
        "choices; at most 128 are allowed per request"},
       {"batched prompt with an empty one", kCmp, R"({"prompt":["a",""]})", 400,
        "prompt[1]: prompt is empty"},
+      {"rid listed twice in a batch", kGen, R"({"text":["a","b"],"rid":["r","r"]})", 400,
+       "rid[1] 'r' repeats rid[0]"},
       {"token id outside the vocabulary", kGen, R"({"input_ids":[1,2,5000]})", 400,
        "input_ids[2] = 5000 is outside the vocabulary (size 3072)"},
       {"token id outside the vocabulary (completions)", kCmp,
