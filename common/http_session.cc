@@ -32,9 +32,6 @@ constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string ToString(beast::string_view view) { return std::string(view.data(), view.size()); }
 
-}  // namespace
-
-// One connection over `Stream`: beast::tcp_stream (plain) or beast::ssl_stream<beast::tcp_stream>.
 // A request's head as an HttpRequest (empty body); an error is the 400 its target earns.
 template <class Fields>
 absl::StatusOr<HttpRequest> RequestHead(const http::request_header<Fields>& head,
@@ -58,6 +55,9 @@ absl::StatusOr<HttpRequest> RequestHead(const http::request_header<Fields>& head
   return request;
 }
 
+}  // namespace
+
+// One connection over `Stream`: beast::tcp_stream (plain) or beast::ssl_stream<beast::tcp_stream>.
 template <class Stream>
 class HttpStreamConnection final
     : public HttpConnection,
