@@ -27,7 +27,9 @@ int ReportStartupFailure(const std::string& program, const absl::Status& status)
 absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(
     const HttpServerOptions& options, const MetricsRegistry& registry,
     std::function<absl::Status()> health_fn, const std::string& port_flag) {
-  auto server = std::make_unique<HttpServer>(options);
+  HttpServerOptions bodiless = options;
+  bodiless.max_body_bytes = 0;
+  auto server = std::make_unique<HttpServer>(std::move(bodiless));
   AddStandardRoutes(*server, registry, std::move(health_fn));
   RETURN_IF_ERROR(server->Start(), port_flag);
   return server;

@@ -38,8 +38,9 @@ ServerCore::ServerCore(HttpServerOptions options)
       accept_retry_(accept_strand_),
       sweep_timer_(accept_strand_) {}
 
-void ServerCore::Handle(const std::string& method, const std::string& path, HttpHandler handler) {
-  routes_[path][method] = std::move(handler);
+void ServerCore::Handle(const std::string& method, const std::string& path, HttpHandler handler,
+                        HttpHeadCheck head_check) {
+  routes_[path][method] = Route{std::move(handler), std::move(head_check)};
 }
 
 absl::StatusOr<uint16_t> ServerCore::Listen() {
@@ -210,28 +211,53 @@ void ServerCore::Shutdown() {
   work_.reset();
 }
 
-void ServerCore::Dispatch(HttpRequest request, HttpResponder responder) const {
-  const auto route = routes_.find(request.path);
+const ServerCore::Route* ServerCore::FindRoute(const std::string& method, const std::string& path,
+                                               HttpResponse* refusal) const {
+  const auto route = routes_.find(path);
   if (route == routes_.end()) {
-    responder.Send(HttpResponse::Error(404, absl::StrCat("no route for ", request.path)));
-    return;
+    *refusal = HttpResponse::Error(404, absl::StrCat("no route for ", path));
+    return nullptr;
   }
-  const auto handler = route->second.find(request.method);
-  if (handler == route->second.end()) {
+  const auto found = route->second.find(method);
+  if (found == route->second.end()) {
     std::vector<std::string> allowed;
-    for (const auto& [method, unused] : route->second) allowed.push_back(method);
-    HttpResponse response = HttpResponse::Error(
-        405, absl::StrCat("method ", request.method, " not allowed on ", request.path,
-                          " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
-    response.headers.emplace_back("Allow", absl::StrJoin(allowed, ", "));
-    responder.Send(std::move(response));
+    for (const auto& [name, unused] : route->second) allowed.push_back(name);
+    *refusal =
+        HttpResponse::Error(405, absl::StrCat("method ", method, " not allowed on ", path,
+                                              " (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+    refusal->headers.emplace_back("Allow", absl::StrJoin(allowed, ", "));
+    return nullptr;
+  }
+  return &found->second;
+}
+
+std::optional<HttpResponse> ServerCore::RefuseHead(const HttpRequest& head) const {
+  HttpResponse refusal;
+  const Route* route = FindRoute(head.method, head.path, &refusal);
+  if (route == nullptr) return refusal;
+  if (!route->head_check) return std::nullopt;
+  try {
+    return route->head_check(head);
+  } catch (const std::exception& e) {
+    spdlog::error("http: head check for {} {} threw: {}", head.method, head.path, e.what());
+  } catch (...) {
+    spdlog::error("http: head check for {} {} threw a non-exception", head.method, head.path);
+  }
+  return HttpResponse::Error(500, "internal error: the server failed while handling this request");
+}
+
+void ServerCore::Dispatch(HttpRequest request, HttpResponder responder) const {
+  HttpResponse refusal;
+  const Route* route = FindRoute(request.method, request.path, &refusal);
+  if (route == nullptr) {
+    responder.Send(std::move(refusal));
     return;
   }
   const std::string method = request.method;
   const std::string path = request.path;
   try {
     // If the handler throws, its responder parameter is destroyed unanswered: a 500 goes out.
-    handler->second(std::move(request), std::move(responder));
+    route->handler(std::move(request), std::move(responder));
   } catch (const std::exception& e) {
     spdlog::error("http: handler for {} {} threw: {}", method, path, e.what());
   } catch (...) {
@@ -316,10 +342,11 @@ HttpServer::HttpServer(HttpServerOptions options)
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Handle(const std::string& method, const std::string& path, HttpHandler handler) {
+void HttpServer::Handle(const std::string& method, const std::string& path, HttpHandler handler,
+                        HttpHeadCheck head_check) {
   TANDEM_CHECK(!started_,
                absl::StrCat("HttpServer::Handle(", method, " ", path, ") after Start()"));
-  core_->Handle(method, path, std::move(handler));
+  core_->Handle(method, path, std::move(handler), std::move(head_check));
 }
 
 absl::Status HttpServer::Start() {

@@ -28,9 +28,13 @@
 // Limits and errors (bodies are JSON {"error":{"message","type","code"}}): body larger than
 // max_body_bytes -> 413, headers larger than max_header_bytes -> 431, malformed request -> 400;
 // these close the connection. Unknown path -> 404, known path with another method -> 405 (with
-// Allow). A connection idle for `idle_timeout` between requests, or taking longer than
-// `read_timeout` to deliver a request once it started, is closed (slow clients cannot hold
-// connections). Beyond `max_connections`, new connections are closed at once.
+// Allow). A request that announces a body is judged on its head first: an unknown path, a method
+// not allowed, or a route's HttpHeadCheck refusing it (e.g. a missing key) is answered before
+// any body byte is read (no 100 Continue), and the connection closes, so a peer that may not use
+// a route cannot make the server buffer a body for it. A connection idle for `idle_timeout` between
+// requests, or taking longer than `read_timeout` to deliver a request once it started, is closed
+// (slow clients cannot hold connections). Beyond `max_connections`, new connections are closed at
+// once.
 //
 // Thread-safety: Handle() before Start() only; Start()/Stop() from one controlling thread, never
 // from a handler. Everything else is thread-safe. Stop() (also run by the destructor) closes the
@@ -45,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +139,12 @@ class HttpResponder {
 
 // Handlers take the request by value (move out what you keep) and the responder.
 using HttpHandler = std::function<void(HttpRequest request, HttpResponder responder)>;
+// Judges a request from its head alone (method, target, path, query, headers, peer; the body is
+// empty), before the server reads a body it announced: a response refuses the request with it,
+// nullopt lets the body be read and the handler run. Runs on an I/O thread: cheap, non-blocking.
+// It runs only for requests with a body still to read, so the handler must check the same
+// thing itself for requests without one.
+using HttpHeadCheck = std::function<std::optional<HttpResponse>(const HttpRequest& head)>;
 
 class HttpServer {
  public:
@@ -142,9 +153,11 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Registers the handler for exactly `method` + `path` (no trailing-slash or prefix matching).
-  // Must be called before Start(); registering the same pair twice replaces the handler.
-  void Handle(const std::string& method, const std::string& path, HttpHandler handler);
+  // Registers the handler for exactly `method` + `path` (no trailing-slash or prefix matching),
+  // with an optional check of the request's head (see HttpHeadCheck). Must be called before
+  // Start(); registering the same pair twice replaces the handler.
+  void Handle(const std::string& method, const std::string& path, HttpHandler handler,
+              HttpHeadCheck head_check = nullptr);
 
   // Binds host:port, listens and starts the threads. Errors (bad host, address in use,
   // permission) name the address. Calling Start twice is FailedPrecondition.

@@ -8,15 +8,18 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/beast/ssl.hpp"
 #include "common/http_direct_answer.h"
 #include "common/http_response_wire.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::http_internal {
@@ -28,6 +31,29 @@ constexpr std::chrono::milliseconds kLingerTimeout{500};
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string ToString(beast::string_view view) { return std::string(view.data(), view.size()); }
+
+// A request's head as an HttpRequest (empty body); an error is the 400 its target earns.
+template <class Fields>
+absl::StatusOr<HttpRequest> RequestHead(const http::request_header<Fields>& head,
+                                        const std::string& peer) {
+  HttpRequest request;
+  request.method = ToString(head.method_string());
+  request.target = ToString(head.target());
+  request.version = static_cast<int>(head.version());
+  request.peer = peer;
+  for (const auto& field : head) {
+    request.headers.emplace_back(ToString(field.name_string()), ToString(field.value()));
+  }
+  if (request.target.empty() || request.target[0] != '/') {
+    return absl::InvalidArgumentError("request target must be an absolute path");
+  }
+  const size_t question = request.target.find('?');
+  request.path = request.target.substr(0, question);
+  if (question != std::string::npos) {
+    ASSIGN_OR_RETURN(request.query, ParseQuery(request.target.substr(question + 1)));
+  }
+  return request;
+}
 
 }  // namespace
 
@@ -76,6 +102,8 @@ class HttpStreamConnection final
   void ArmWatch();
   void OnWatch(beast::error_code ec);
   void SendError(int status, const std::string& message, bool close);
+  // Answers the request being read with `response` and closes the connection afterwards.
+  void Refuse(HttpResponse response);
   void WriteResponse(HttpResponse response);
   void OnWritten(beast::error_code ec);
   // Direct answers (http_session.h). On the strand: lets a handler's thread write the answer
@@ -301,6 +329,18 @@ void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
               /*close=*/true);
     return;
   }
+  if (!parser_->is_done()) {
+    // Judged before a body byte is read (http_server.h): a refused peer's body is never held.
+    version_ = request.version();
+    absl::StatusOr<HttpRequest> head = RequestHead(request, peer_);
+    std::optional<HttpResponse> refusal =
+        head.ok() ? core_->RefuseHead(*head)
+                  : HttpResponse::Error(400, std::string(head.status().message()));
+    if (refusal.has_value()) {
+      Refuse(*std::move(refusal));
+      return;
+    }
+  }
   const auto expect = request.find(http::field::expect);
   if (expect != request.end() &&
       absl::EqualsIgnoreCase(ToString(expect->value()), "100-continue") && !parser_->is_done()) {
@@ -373,34 +413,16 @@ void HttpStreamConnection<Stream>::OnRequest() {
   keep_alive_ = message.keep_alive();
   version_ = message.version();
 
-  HttpRequest request;
-  request.method = ToString(message.method_string());
-  request.target = ToString(message.target());
-  request.version = static_cast<int>(version_);
-  request.peer = peer_;
-  for (const auto& field : message) {
-    request.headers.emplace_back(ToString(field.name_string()), ToString(field.value()));
-  }
-  request.body = std::move(message.body());
-
+  absl::StatusOr<HttpRequest> head = RequestHead(message, peer_);
   current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
   AllowDirect(false);  // until the handler has returned without answering
   HttpResponder responder(current_);
-  if (request.target.empty() || request.target[0] != '/') {
-    responder.Send(HttpResponse::Error(400, "request target must be an absolute path"));
+  if (!head.ok()) {
+    responder.Send(HttpResponse::Error(400, std::string(head.status().message())));
     return;
   }
-  const size_t question = request.target.find('?');
-  request.path = request.target.substr(0, question);
-  if (question != std::string::npos) {
-    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> query =
-        ParseQuery(request.target.substr(question + 1));
-    if (!query.ok()) {
-      responder.Send(HttpResponse::Error(400, std::string(query.status().message())));
-      return;
-    }
-    request.query = *std::move(query);
-  }
+  HttpRequest request = *std::move(head);
+  request.body = std::move(message.body());
   std::shared_ptr<Exchange> exchange = current_;
   core_->Dispatch(std::move(request), std::move(responder));
   // Watch for a disconnect only while someone may still act on it: most requests are answered
@@ -464,6 +486,13 @@ void HttpStreamConnection<Stream>::SendError(int status, const std::string& mess
   if (close) keep_alive_ = false;
   current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
   HttpResponder(current_).Send(HttpResponse::Error(status, message));
+}
+
+template <class Stream>
+void HttpStreamConnection<Stream>::Refuse(HttpResponse response) {
+  keep_alive_ = false;
+  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
+  HttpResponder(current_).Send(std::move(response));
 }
 
 template <class Stream>

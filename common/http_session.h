@@ -137,7 +137,8 @@ class ServerCore {
   const HttpServerOptions& options() const { return options_; }
   net::io_context& io_context() { return ioc_; }
 
-  void Handle(const std::string& method, const std::string& path, HttpHandler handler);
+  void Handle(const std::string& method, const std::string& path, HttpHandler handler,
+              HttpHeadCheck head_check);
   // Loads the TLS files if any (errors name the file), binds and listens; returns the bound port.
   absl::StatusOr<uint16_t> Listen();
   void StartAccepting();
@@ -148,6 +149,9 @@ class ServerCore {
 
   // Routes a complete request (on the session's strand).
   void Dispatch(HttpRequest request, HttpResponder responder) const;
+  // The answer a request gets from its head alone, before its body is read (see HttpHeadCheck):
+  // 404, 405 or the route's head check's refusal; nullopt when the body should be read.
+  std::optional<HttpResponse> RefuseHead(const HttpRequest& head) const;
   void RemoveSession(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -166,8 +170,16 @@ class ServerCore {
   net::steady_timer accept_retry_;
   net::steady_timer sweep_timer_;
   bool stopping_ = false;  // on accept_strand_
-  // path -> method -> handler; written only before Start().
-  std::map<std::string, std::map<std::string, HttpHandler>> routes_;
+  struct Route {
+    HttpHandler handler;
+    HttpHeadCheck head_check;  // may be empty
+  };
+  // The route of `method` + `path`, or null with the 404 or 405 to answer in `*refusal`.
+  const Route* FindRoute(const std::string& method, const std::string& path,
+                         HttpResponse* refusal) const;
+
+  // path -> method -> route; written only before Start().
+  std::map<std::string, std::map<std::string, Route>> routes_;
 
   absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -16,9 +16,9 @@ struct AbortSpec {
 };
 
 // An empty body is an empty object. Errors are InvalidArgument naming the field: a body that is
-// not one JSON object, a rid that is not a string (or longer than 256 bytes: no request can have
-// it), an abort_all that is not a boolean, or neither a rid nor abort_all true. Null fields count
-// as absent. Never throws.
+// not one JSON object (or nests deeper than 64 levels, refused before it is parsed), a rid that is
+// not a string (or longer than 256 bytes: no request can have it), an abort_all that is not a
+// boolean, or neither a rid nor abort_all true. Null fields count as absent. Never throws.
 absl::StatusOr<AbortSpec> ParseAbortRequest(std::string_view body);
 
 }  // namespace tandem::router

@@ -4,7 +4,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "nlohmann/json.hpp"
+#include "router/api/json_fields.h"
 
 namespace tandem::router {
 namespace {
@@ -28,6 +30,10 @@ absl::Status CheckSpec(const AdminWorkerSpec& spec) {
 
 absl::StatusOr<AdminWorkerSpec> ParseAdminWorkerBody(std::string_view body,
                                                      const std::string& default_type) {
+  if (JsonNestingDepth(body, api_internal::kMaxJsonDepth) > api_internal::kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the body nests JSON deeper than ", api_internal::kMaxJsonDepth, " levels"));
+  }
   nlohmann::json j = nlohmann::json::parse(body.begin(), body.end(), nullptr,
                                            /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");

@@ -22,7 +22,8 @@ struct AdminWorkerSpec {
 
 // {"url": "...", "worker_type": "prefill|decode|regular", "bootstrap_port": N}. worker_type
 // defaults to `default_type` when absent; bootstrap_port may be absent or null. Errors are
-// InvalidArgument naming the field and what is wrong with it; never throws.
+// InvalidArgument naming the field and what is wrong with it (a body nesting deeper than 64
+// levels is refused before it is parsed); never throws.
 absl::StatusOr<AdminWorkerSpec> ParseAdminWorkerBody(std::string_view body,
                                                      const std::string& default_type);
 

@@ -257,15 +257,40 @@ HttpHandler RouterServer::Guarded(const std::string& route, const std::string* k
   };
 }
 
+HttpHeadCheck RouterServer::KeyCheck(const std::string& route, const std::string* key,
+                                     const std::string& what) {
+  if (key == nullptr) return nullptr;
+  return [this, route, key, what](const HttpRequest& head) -> std::optional<HttpResponse> {
+    absl::Status s = CheckBearer(head, *key, what);
+    if (s.ok()) return std::nullopt;
+    return Refused(route, ErrorResponse(s));
+  };
+}
+
+void RouterServer::HandleGuarded(const std::string& method, const std::string& route,
+                                 const std::string* key, const std::string& what,
+                                 HttpHandler handler) {
+  http_->Handle(method, route, Guarded(route, key, what, std::move(handler)),
+                KeyCheck(route, key, what));
+}
+
+HttpResponse RouterServer::Refused(const std::string& route, HttpResponse response) {
+  router_metrics_->CountError("unauthorized");
+  router_metrics_->CountRequest(route, response.status);
+  return response;
+}
+
+HttpResponse RouterServer::AdminDisabledResponse() {
+  return ErrorResponse(absl::PermissionDeniedError(
+      "the admin API is disabled: this router was started without an admin key; start it with "
+      "--admin-key-file FILE (or --admin-key KEY) and send 'Authorization: Bearer KEY', or pass "
+      "--disable-admin-auth to leave the admin API open to anyone who can reach this port"));
+}
+
 HttpHandler RouterServer::AdminDisabled(const std::string& route) {
   return [this, route](HttpRequest, HttpResponder responder) {
     router_metrics_->CountError("unauthorized");
-    Answer(route, responder,
-           ErrorResponse(absl::PermissionDeniedError(
-               "the admin API is disabled: this router was started without an admin key; start "
-               "it with --admin-key-file FILE (or --admin-key KEY) and send 'Authorization: "
-               "Bearer KEY', or pass --disable-admin-auth to leave the admin API open to anyone "
-               "who can reach this port")));
+    Answer(route, responder, AdminDisabledResponse());
   };
 }
 
@@ -388,53 +413,64 @@ void RouterServer::AddRoutes() {
   const std::string* admin_key = options_.admin_key.empty() ? nullptr : &options_.admin_key;
   auto inference = [this, api_key](const std::string& method, const std::string& path,
                                    ApiKind kind) {
-    http_->Handle(method, path,
-                  Guarded(path, api_key, "API key",
-                          [this, path, kind](HttpRequest r, HttpResponder responder) {
-                            HandleInference(path, kind, std::move(r), std::move(responder));
-                          }));
+    HandleGuarded(method, path, api_key, "API key",
+                  [this, path, kind](HttpRequest r, HttpResponder responder) {
+                    HandleInference(path, kind, std::move(r), std::move(responder));
+                  });
   };
   // SGLang serves /generate on PUT as well as POST.
   inference("POST", "/generate", ApiKind::kGenerate);
   inference("PUT", "/generate", ApiKind::kGenerate);
   inference("POST", "/v1/completions", ApiKind::kCompletions);
   inference("POST", "/v1/chat/completions", ApiKind::kChatCompletions);
-  h.Handle("POST", "/abort_request",
-           [this](HttpRequest q, HttpResponder r) { HandleAbortRequest(q, std::move(r)); });
-  h.Handle("GET", "/v1/models",
-           Guarded("/v1/models", api_key, "API key", [this](HttpRequest, HttpResponder r) {
-             Answer("/v1/models", r,
-                    HttpResponse::Json(
-                        200, ModelsBody(api_.served_model_name, created_, api_.context_length)));
-           }));
+  // Which key /abort_request takes depends on its body: a body is read only for a peer that
+  // holds one of them.
+  HttpHeadCheck abort_head_check;
+  if (api_key != nullptr) {
+    abort_head_check = [this](const HttpRequest& head) -> std::optional<HttpResponse> {
+      const absl::Status s = CheckBearer(head, options_.api_key, "API key");
+      if (s.ok() || (!options_.admin_key.empty() &&
+                     CheckBearer(head, options_.admin_key, "admin key").ok())) {
+        return std::nullopt;
+      }
+      return Refused("/abort_request", ErrorResponse(s));
+    };
+  }
+  h.Handle(
+      "POST", "/abort_request",
+      [this](HttpRequest q, HttpResponder r) { HandleAbortRequest(q, std::move(r)); },
+      std::move(abort_head_check));
+  HandleGuarded("GET", "/v1/models", api_key, "API key", [this](HttpRequest, HttpResponder r) {
+    Answer(
+        "/v1/models", r,
+        HttpResponse::Json(200, ModelsBody(api_.served_model_name, created_, api_.context_length)));
+  });
 
   // SGLang's tokenizer routes (router/api/tokenize.h): the router's own tokenizer answers.
   for (const char* path : {"/tokenize", "/v1/tokenize", "/detokenize", "/v1/detokenize"}) {
     const std::string route = path;
     const bool detokenize = route.find("detokenize") != std::string::npos;
-    h.Handle("POST", route,
-             Guarded(route, api_key, "API key",
-                     [this, route, detokenize](HttpRequest q, HttpResponder r) {
-                       absl::StatusOr<std::string> body =
-                           detokenize ? DetokenizeBody(q.body, *tokenizer_)
-                                      : TokenizeBody(q.body, *tokenizer_, api_.context_length);
-                       if (!body.ok()) router_metrics_->CountError("bad_request");
-                       Answer(route, r,
-                              body.ok() ? HttpResponse::Json(200, *std::move(body))
-                                        : ErrorResponse(body.status()));
-                     }));
+    HandleGuarded("POST", route, api_key, "API key",
+                  [this, route, detokenize](HttpRequest q, HttpResponder r) {
+                    absl::StatusOr<std::string> body =
+                        detokenize ? DetokenizeBody(q.body, *tokenizer_)
+                                   : TokenizeBody(q.body, *tokenizer_, api_.context_length);
+                    if (!body.ok()) router_metrics_->CountError("bad_request");
+                    Answer(route, r,
+                           body.ok() ? HttpResponse::Json(200, *std::move(body))
+                                     : ErrorResponse(body.status()));
+                  });
   }
 
   // OpenAI's "retrieve model" for the one model served (any other name is the 404 of an unknown
   // path): the card /v1/models lists.
   const std::string model_path = "/v1/models/" + api_.served_model_name;
-  h.Handle(
-      "GET", model_path,
-      Guarded(model_path, api_key, "API key", [this, model_path](HttpRequest, HttpResponder r) {
-        const nlohmann::json list = nlohmann::json::parse(
-            ModelsBody(api_.served_model_name, created_, api_.context_length));
-        Answer(model_path, r, HttpResponse::Json(200, list["data"][0].dump()));
-      }));
+  HandleGuarded("GET", model_path, api_key, "API key",
+                [this, model_path](HttpRequest, HttpResponder r) {
+                  const nlohmann::json list = nlohmann::json::parse(
+                      ModelsBody(api_.served_model_name, created_, api_.context_length));
+                  Answer(model_path, r, HttpResponse::Json(200, list["data"][0].dump()));
+                });
 
   h.Handle("GET", "/health", [this](HttpRequest, HttpResponder r) {
     absl::Status s = dispatcher_->CanRoute();
@@ -460,9 +496,8 @@ void RouterServer::AddRoutes() {
     if (!s.ok()) j["error"] = std::string(s.message());
     Answer("/readiness", r, HttpResponse::Json(s.ok() ? 200 : 503, j.dump()));
   });
-  h.Handle("GET", "/health_generate",
-           Guarded("/health_generate", api_key, "API key",
-                   [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); }));
+  HandleGuarded("GET", "/health_generate", api_key, "API key",
+                [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); });
   h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) {
     HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
     resp.content_type = "text/plain; version=0.0.4";
@@ -472,37 +507,37 @@ void RouterServer::AddRoutes() {
   // /server_info is the newer SGLang's name for it.
   for (const char* path : {"/get_server_info", "/server_info"}) {
     const std::string route = path;
-    h.Handle("GET", route,
-             Guarded(route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
-               HandleServerInfo(std::move(r), route);
-             }));
+    HandleGuarded("GET", route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
+      HandleServerInfo(std::move(r), route);
+    });
   }
   // /model_info is the newer SGLang's name for /get_model_info.
   for (const char* path : {"/get_model_info", "/model_info"}) {
     const std::string route = path;
-    h.Handle("GET", route,
-             Guarded(route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
-               HandleModelInfo(std::move(r), route);
-             }));
+    HandleGuarded("GET", route, api_key, "API key", [this, route](HttpRequest, HttpResponder r) {
+      HandleModelInfo(std::move(r), route);
+    });
   }
-  h.Handle("GET", "/get_load",
-           Guarded("/get_load", api_key, "API key",
-                   [this](HttpRequest, HttpResponder r) { HandleGetLoad(std::move(r)); }));
-  h.Handle("GET", "/version",
-           Guarded("/version", api_key, "API key", [this](HttpRequest, HttpResponder r) {
-             Answer("/version", r,
-                    HttpResponse::Json(200, nlohmann::json({{"version", kTandemVersion}}).dump()));
-           }));
-  h.Handle("GET", "/get_loads",
-           Guarded("/get_loads", api_key, "API key",
-                   [this](HttpRequest, HttpResponder r) { HandleGetLoads(std::move(r)); }));
+  HandleGuarded("GET", "/get_load", api_key, "API key",
+                [this](HttpRequest, HttpResponder r) { HandleGetLoad(std::move(r)); });
+  HandleGuarded("GET", "/version", api_key, "API key", [this](HttpRequest, HttpResponder r) {
+    Answer("/version", r,
+           HttpResponse::Json(200, nlohmann::json({{"version", kTandemVersion}}).dump()));
+  });
+  HandleGuarded("GET", "/get_loads", api_key, "API key",
+                [this](HttpRequest, HttpResponder r) { HandleGetLoads(std::move(r)); });
 
   const bool admin_closed = admin_key == nullptr && !options_.disable_admin_auth;
   auto admin = [this, admin_key, admin_closed](const std::string& method, const std::string& path,
                                                HttpHandler handler) {
-    http_->Handle(method, path,
-                  admin_closed ? AdminDisabled(path)
-                               : Guarded(path, admin_key, "admin key", std::move(handler)));
+    if (admin_closed) {
+      http_->Handle(method, path, AdminDisabled(path),
+                    [this, path](const HttpRequest&) -> std::optional<HttpResponse> {
+                      return Refused(path, AdminDisabledResponse());
+                    });
+      return;
+    }
+    HandleGuarded(method, path, admin_key, "admin key", std::move(handler));
   };
   // SGLang serves GET too; both keep the admin key (a flush reaches every worker).
   admin("POST", "/flush_cache",

@@ -102,8 +102,18 @@ class RouterServer {
   // Wraps a handler with the key check for `key` and request counting.
   HttpHandler Guarded(const std::string& route, const std::string* key, const std::string& what,
                       HttpHandler handler);
-  // Answers 403 (PermissionDenied) naming --admin-key-file, --admin-key and
-  // --disable-admin-auth: the admin API of a router started with none of them.
+  // The same key check on a request's head, so that the body of a request without the key is
+  // never read (common/http_server.h); null when `key` is null.
+  HttpHeadCheck KeyCheck(const std::string& route, const std::string* key, const std::string& what);
+  // Registers `handler` behind both checks.
+  void HandleGuarded(const std::string& method, const std::string& route, const std::string* key,
+                     const std::string& what, HttpHandler handler);
+  // `response` counted under `route` as a refused request, for a head check to return.
+  HttpResponse Refused(const std::string& route, HttpResponse response);
+  // 403 (PermissionDenied) naming --admin-key-file, --admin-key and --disable-admin-auth: the
+  // admin API of a router started with none of them.
+  static HttpResponse AdminDisabledResponse();
+  // Answers AdminDisabledResponse().
   HttpHandler AdminDisabled(const std::string& route);
 
   RouterOptions options_;

@@ -2,6 +2,7 @@
 // per choice. Each prompt is parsed by the one-prompt parser (request.cc) on a copy of the body
 // that holds only that prompt and its share of the per-prompt lists, so every check the
 // one-prompt path makes holds for each item of a batch too.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -214,7 +215,17 @@ absl::StatusOr<RoutedBatch> ParseBatch(ApiKind kind, std::string_view body_text,
         batch.rid = parsed->rid;
         batch.include_usage = parsed->include_usage;
       }
-      if (batch.rid_list) prompt_rids.push_back(parsed->rid);
+      if (batch.rid_list) {
+        // Items are keyed by rid on the workers: a repeat would be refused there as a request
+        // already in progress (409), which is not what went wrong.
+        const auto seen = std::find(prompt_rids.begin(), prompt_rids.end(), parsed->rid);
+        if (seen != prompt_rids.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("rid[", i, "] '", api_internal::Excerpt(parsed->rid), "' repeats rid[",
+                           seen - prompt_rids.begin(), "]; give each prompt its own rid"));
+        }
+        prompt_rids.push_back(parsed->rid);
+      }
       for (int j = 0; j < batch.n; ++j) {
         RoutedRequest item = j + 1 < batch.n ? *parsed : std::move(*parsed);
         // Choices of one prompt differ (and stay reproducible) under a client's seed.

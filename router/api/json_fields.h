@@ -22,10 +22,10 @@ using Json = nlohmann::json;
 // Nesting deeper than this is rejected before parsing (no valid request comes close).
 inline constexpr int kMaxJsonDepth = 64;
 
-// Parses `body` as one JSON object. Errors: invalid JSON (with the byte offset), ill-formed
-// UTF-8 in a string, nesting deeper than kMaxJsonDepth, a top level that is not an object, and
-// anything but whitespace after the object, a NUL byte included (the JSON parser would stop at
-// a NUL and ignore what follows it).
+// Parses `body` as one JSON object. Errors: invalid JSON (with the byte offset; the token the
+// parser quotes is cut to kMaxExcerptBytes), ill-formed UTF-8 in a string, nesting deeper than
+// kMaxJsonDepth, a top level that is not an object, and anything but whitespace after the
+// object, a NUL byte included (the JSON parser would stop at a NUL and ignore what follows it).
 absl::StatusOr<Json> ParseJsonObject(std::string_view body);
 // JSON Schemas given as objects (response_format.json_schema.schema, json_schema and
 // structural_tag at the top level or in sampling_params) list properties in the order the output

@@ -174,7 +174,8 @@ struct RoutedBatch {
 // one object per prompt, all with the same n. With n > 1 and a seed, choice j samples with
 // seed + j, so each choice differs and the request is reproducible. Item rids: the request's
 // rid when it has one choice; else "<rid>_<index>" (SGLang's form), or with a /generate rid
-// list "<rid[i]>" (n = 1) / "<rid[i]>_<j>". More than kMaxBatchChoices choices is a 400.
+// list "<rid[i]>" (n = 1) / "<rid[i]>_<j>"; a rid listed twice is a 400. More than
+// kMaxBatchChoices choices is a 400.
 absl::StatusOr<RoutedBatch> ParseBatch(ApiKind kind, std::string_view body, const ApiContext& ctx);
 
 // Gives the batch (and its items' rids, as ParseBatch derives them) the id `rid`, e.g. from a

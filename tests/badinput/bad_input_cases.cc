@@ -64,6 +64,11 @@ std::string Post(const std::string& target, const std::string& body,
          "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
+// A request line and `headers` announcing a 60000-byte body that is not sent.
+std::string Announce(const std::string& request_line, const std::string& headers) {
+  return request_line + " HTTP/1.1\r\nHost: t\r\n" + headers + "Content-Length: 60000\r\n\r\n";
+}
+
 // A chunked POST whose chunk section is `chunks` as given.
 std::string Chunked(const std::string& chunks, const std::string& extra_headers = "") {
   return "POST /generate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n" + extra_headers +
@@ -304,6 +309,8 @@ std::vector<BodyCase> BodyCases() {
        "choices; at most 128 are allowed per request"},
       {"batched prompt with an empty one", kCmp, R"({"prompt":["a",""]})", 400,
        "prompt[1]: prompt is empty"},
+      {"rid listed twice in a batch", kGen, R"({"text":["a","b"],"rid":["r","r"]})", 400,
+       "rid[1] 'r' repeats rid[0]"},
       {"token id outside the vocabulary", kGen, R"({"input_ids":[1,2,5000]})", 400,
        "input_ids[2] = 5000 is outside the vocabulary (size 3072)"},
       {"token id outside the vocabulary (completions)", kCmp,
@@ -402,6 +409,9 @@ std::vector<BodyCase> BodyCases() {
       {"detokenize tokens missing", "/detokenize", R"({})", 400, "tokens is required"},
       {"tokenize without the API key", "/tokenize", R"({"prompt":"hi"})", 401, "missing API key",
        "", false},
+      // /abort_request is parsed under the same nesting bound as the other routes.
+      {"abort_request nested too deep", "/abort_request",
+       R"({"rid":)" + Repeat("[", 100) + Repeat("]", 100) + "}", 400, "deeper than 64 levels"},
       // The API key.
       {"missing API key", kGen, Gen(""), 401, "missing API key", "", false},
       {"wrong API key", kGen, Gen(""), 401, "incorrect API key provided",
@@ -506,6 +516,29 @@ std::vector<RawCase> RawCases() {
       {"admin route with the client key",
        "GET /list_workers HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n\r\n", 401,
        "incorrect admin key provided"},
+      // A body is read only for a request its head lets through: these announce one and never
+      // send it, so each answer must come from the head alone (the read timeout would close
+      // them unanswered). Without it, a stranger could make the router buffer a full
+      // --max-payload-size per connection.
+      {"body announced without the API key", Announce("POST /generate", ""), 401,
+       "missing API key"},
+      {"body announced with a wrong API key",
+       Announce("POST /v1/chat/completions", "Authorization: Bearer wrong\r\n"), 401,
+       "incorrect API key provided"},
+      {"Expect: 100-continue without the API key",
+       Announce("POST /v1/completions", "Expect: 100-continue\r\n"), 401, "missing API key"},
+      {"chunked body without the API key",
+       "POST /generate HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 401,
+       "missing API key"},
+      {"abort_request body without a key", Announce("POST /abort_request", ""), 401,
+       "missing API key"},
+      {"admin body with the client key",
+       Announce("POST /workers", "Authorization: Bearer api_key\r\n"), 401,
+       "incorrect admin key provided"},
+      {"body announced to an unknown route", Announce("POST /v1/embeddings", ""), 404,
+       "no route for /v1/embeddings"},
+      {"body announced with a wrong method", Announce("PATCH /generate", ""), 405,
+       "method PATCH not allowed on /generate"},
   };
   return c;
 }

@@ -3,11 +3,11 @@
 // all on the shipped model, receive malformed JSON, wrong types, unknown fields, bodies and
 // headers over the limits, prompts over the context length, invalid UTF-8, bad sampling
 // parameters, unknown models, missing keys, wrong methods and routes, broken HTTP framing,
-// slow and idle clients and clients that leave early. Each answer must be the documented status
-// with a message that names the problem; meanwhile background clients keep sending valid
-// requests to both routers and every one of them must succeed; at the end every worker has all
-// of its KV blocks free. The parsers' function-level cases live in tests/router/api; these go
-// over the wire through the daemons.
+// slow and idle clients, clients that leave early, and bodies sent to the workers' status
+// ports. Each answer must be the documented status with a message that names the problem;
+// meanwhile background clients keep sending valid requests to both routers and every one of
+// them must succeed; at the end every worker has all of its KV blocks free. The parsers'
+// function-level cases live in tests/router/api; these go over the wire through the daemons.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -594,6 +594,28 @@ void DuplicateLiveRidIs409(const Cluster& cluster) {
   }
 }
 
+// A worker's /metrics and /health port has no key and its routes take no body: a request
+// announcing one is answered from its head (never read, so a stranger cannot make a worker
+// buffer a body per connection), and the port goes on serving.
+void WorkerStatusPortsReadNoBody(const Cluster& cluster) {
+  const std::string announce = " HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n";
+  for (const WorkerProcess* w :
+       {cluster.colocated.get(), cluster.prefill.get(), cluster.decode.get()}) {
+    SCOPED_TRACE(w->role);
+    for (const auto& [request, status] :
+         std::vector<std::pair<std::string, int>>{{"GET /metrics", 413}, {"POST /health", 413}}) {
+      ++bad_inputs_tried;
+      TestClient c(static_cast<uint16_t>(w->http_port), 60);
+      ASSERT_TRUE(c.Send(request + announce));
+      const std::optional<ClientResponse> r = c.ReadResponse();
+      ASSERT_TRUE(r.has_value()) << request << ": not answered before the body";
+      EXPECT_EQ(r->status, status) << request << ": " << r->body;
+      EXPECT_TRUE(c.ReadsEof()) << request;
+    }
+    EXPECT_EQ(HttpGet(w->http_port, "/health").status, 200);
+  }
+}
+
 // The verdict of the background clients and the workers' KV blocks, after everything else.
 void OthersWereServedThroughoutAndEveryBlockIsFree(const Cluster& cluster) {
   cluster.load->Stop();
@@ -628,6 +650,7 @@ TEST(BadInput, EveryBadInputIsAnsweredWhileOthersAreServed) {
       {"idle and half-sent", IdleAndHalfSentConnectionsAreClosed},
       {"clients that leave early", ClientsThatLeaveEarlyFreeTheirWork},
       {"max connections", ConnectionsBeyondTheMaximumAreRefused},
+      {"worker status ports", WorkerStatusPortsReadNoBody},
       {"throwing inputs", ThrowingInputsAreAnsweredAndTheRouterKeepsServing},
       {"huge prompt", HugePromptIsRefusedBeforeAnyLeg},
       {"duplicate rid", DuplicateLiveRidIs409},

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/daemon.h"
 #include "common/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -66,13 +67,17 @@ class HttpServerTest : public ::testing::Test {
     server_->Handle("POST", "/echo", [](HttpRequest request, HttpResponder responder) {
       responder.Send(HttpResponse::Text(200, request.body));
     });
-    for (auto& [method, path, handler] : extra_routes_) server_->Handle(method, path, handler);
+    for (auto& route : extra_routes_) {
+      server_->Handle(route.method, route.path, route.handler, route.head_check);
+    }
     ASSERT_TRUE(server_->Start().ok());
     ASSERT_NE(server_->port(), 0);
   }
 
-  void AddRoute(std::string method, std::string path, HttpHandler handler) {
-    extra_routes_.push_back({std::move(method), std::move(path), std::move(handler)});
+  void AddRoute(std::string method, std::string path, HttpHandler handler,
+                HttpHeadCheck head_check = nullptr) {
+    extra_routes_.push_back(
+        {std::move(method), std::move(path), std::move(handler), std::move(head_check)});
   }
 
   std::optional<ClientResponse> Get(const std::string& target) {
@@ -84,6 +89,7 @@ class HttpServerTest : public ::testing::Test {
   struct Route {
     std::string method, path;
     HttpHandler handler;
+    HttpHeadCheck head_check;
   };
   MetricsRegistry registry_;
   std::mutex health_mu_;
@@ -318,6 +324,90 @@ TEST_F(HttpServerTest, ExpectContinue) {
   auto response = client.ReadResponse();
   ASSERT_TRUE(response);
   EXPECT_EQ(response->body, "hello");
+}
+
+// A request announcing a body is judged on its head first. Refused (its route's head check, an
+// unknown path, a method not allowed, a bad target), it is answered before any body byte
+// arrives, without a 100 Continue, and the connection closes; the handler never runs. Each
+// client here announces a megabyte and sends none of it: a server that waited for the body
+// would answer only at its read timeout, after the client gave up.
+TEST_F(HttpServerTest, HeadCheckRefusesBeforeTheBodyIsRead) {
+  std::atomic<int> handled{0};
+  AddRoute(
+      "POST", "/guarded",
+      [&](HttpRequest request, HttpResponder responder) {
+        ++handled;
+        responder.Send(HttpResponse::Text(200, request.body));
+      },
+      [](const HttpRequest& head) -> std::optional<HttpResponse> {
+        if (head.Header("authorization") == "Bearer k") return std::nullopt;
+        return HttpResponse::Error(401, "no key for " + head.path);
+      });
+  HttpServerOptions options;
+  options.read_timeout = std::chrono::seconds(60);
+  StartServer(options);
+  const std::string announce = "Host: t\r\nContent-Length: 1000000\r\n\r\n";
+  const std::vector<std::pair<std::string, int>> refused = {
+      {"POST /guarded HTTP/1.1\r\n" + announce, 401},
+      {"POST /guarded HTTP/1.1\r\nExpect: 100-continue\r\n" + announce, 401},
+      {"POST /guarded HTTP/1.1\r\nTransfer-Encoding: chunked\r\nHost: t\r\n\r\n", 401},
+      {"POST /nowhere HTTP/1.1\r\n" + announce, 404},
+      {"PUT /echo HTTP/1.1\r\n" + announce, 405},
+      {"POST /guarded?a=%zz HTTP/1.1\r\nAuthorization: Bearer k\r\n" + announce, 400},
+  };
+  for (const auto& [head, status] : refused) {
+    SCOPED_TRACE(head);
+    TestClient client(server_->port(), 20);
+    ASSERT_TRUE(client.Send(head));
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response) << "not answered before the body";
+    EXPECT_EQ(response->status, status);
+    EXPECT_EQ(response->headers["connection"], "close");
+    EXPECT_TRUE(client.ReadsEof());
+  }
+  EXPECT_EQ(handled, 0);
+  auto health = Get("/health");  // the server goes on serving
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+
+  // With the key the body is read and the handler runs; without a body the head check is not
+  // asked (the handler judges such requests itself).
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.Send(
+      "POST /guarded HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer k\r\nContent-Length: 4\r\n\r\n"
+      "body"));
+  auto served = client.ReadResponse();
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+  EXPECT_EQ(served->body, "body");
+  ASSERT_TRUE(client.Send("POST /guarded HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"));
+  auto empty = client.ReadResponse();
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 200);
+  EXPECT_EQ(handled, 2);
+}
+
+// A status endpoint (StartStatusEndpoint) reads no request body at all: its routes take none,
+// and its port has no key.
+TEST(StatusEndpointTest, ReadsNoBody) {
+  MetricsRegistry registry;
+  HttpServerOptions options;
+  options.read_timeout = std::chrono::seconds(60);
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = StartStatusEndpoint(
+      options, registry, [] { return absl::OkStatus(); }, "--http-port: ");
+  ASSERT_TRUE(server.ok()) << server.status();
+  {
+    TestClient client((*server)->port(), 20);
+    ASSERT_TRUE(client.Send("GET /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n"));
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response) << "not answered before the body";
+    EXPECT_EQ(response->status, 413);
+  }
+  TestClient client((*server)->port());
+  ASSERT_TRUE(client.SendRequest("GET", "/health"));
+  auto health = client.ReadResponse();
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
 }
 
 TEST_F(HttpServerTest, StreamedResponseReadChunkByChunk) {

@@ -52,12 +52,17 @@ TEST(ParseAbortRequestTest, ErrorsNameTheField) {
   EXPECT_EQ(ErrorOf("rid=x"), shape);
   EXPECT_EQ(ErrorOf("[]"), shape);
   EXPECT_EQ(ErrorOf("\"x\""), shape);
-  // Deep nesting, unterminated or whole: still an answer, not a crash.
-  EXPECT_EQ(ErrorOf(std::string(100000, '[')), shape);
-  EXPECT_EQ(ErrorOf(std::string(100000, '[') + std::string(100000, ']')), shape);
-  EXPECT_TRUE(ParseAbortRequest(R"({"rid":"x","deep":)" + std::string(100000, '[') +
-                                std::string(100000, ']') + "}")
-                  .ok());
+  // Deep nesting, unterminated or whole, is refused before the parser builds a node per level
+  // (a 32 MiB body of brackets took the router from 26 MiB to 563 MiB of memory).
+  const std::string deep = "the body nests JSON deeper than 64 levels";
+  EXPECT_EQ(ErrorOf(std::string(100000, '[')), deep);
+  EXPECT_EQ(ErrorOf(std::string(100000, '[') + std::string(100000, ']')), deep);
+  EXPECT_EQ(
+      ErrorOf(R"({"rid":"x","deep":)" + std::string(100000, '[') + std::string(100000, ']') + "}"),
+      deep);
+  EXPECT_TRUE(
+      ParseAbortRequest(R"({"rid":"x","deep":)" + std::string(63, '[') + std::string(63, ']') + "}")
+          .ok());
 }
 
 }  // namespace

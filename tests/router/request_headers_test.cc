@@ -90,6 +90,8 @@ TEST(AdminRequestTest, BodyErrorsNameTheField) {
   expect_error(R"({"url":"h:1","bootstrap_port":"x"})", "bootstrap_port must be an integer");
   expect_error(R"({"url":"h:1","bootstrap_port":70000})", "bootstrap_port must be in");
   expect_error(R"({"url":"h:1","bootstrap_port":1.5})", "bootstrap_port must be an integer");
+  expect_error(R"({"url":"h:1","x":)" + std::string(100000, '[') + std::string(100000, ']') + "}",
+               "the body nests JSON deeper than 64 levels");
 }
 
 TEST(AdminRequestTest, QueryForms) {

@@ -105,6 +105,9 @@ TEST(ParseBatchTest, GenerateInputIdsListAndRidList) {
   EXPECT_THAT(ErrorOf(ApiKind::kGenerate, R"({"text":["a",""]})"),
               HasSubstr("text[1]: text is empty"));
   EXPECT_THAT(ErrorOf(ApiKind::kGenerate, R"({"text":[]})"), HasSubstr("text is an empty list"));
+  // A rid listed twice: the client's mistake, not a request already in progress (a 409).
+  EXPECT_EQ(ErrorOf(ApiKind::kGenerate, R"({"text":["a","b","c"],"rid":["x","y","x"]})"),
+            "rid[2] 'x' repeats rid[0]; give each prompt its own rid");
 }
 
 TEST(ParseBatchTest, GenerateNOnOnePromptAnswersAList) {

@@ -177,6 +177,23 @@ TEST(BodyEndTest, OnlyWhitespaceMayFollowTheJson) {
               HasSubstr("not valid JSON"));
 }
 
+// The token nlohmann quotes in a parse error ("last read: '...'") is a client string like any
+// other: a megabyte literal comes back cut, not echoed whole.
+TEST(EchoedStringsTest, ParseErrorsQuoteTheTokenShort) {
+  for (ApiKind kind : {ApiKind::kGenerate, ApiKind::kCompletions, ApiKind::kChatCompletions}) {
+    for (const std::string& body : {R"({"text":")" + std::string(1 << 20, 'x') + "\xff\"}",
+                                    R"({"prompt":")" + std::string(1 << 20, 'y') + "\\q\"}",
+                                    R"({"messages":12)" + std::string(1 << 20, '3') + "x}"}) {
+      const std::string message = Error(kind, body);
+      EXPECT_THAT(message, HasSubstr("the request body is not valid JSON: [json.exception."));
+      EXPECT_THAT(message, HasSubstr("..."));
+      EXPECT_LT(message.size(), 300u) << message.substr(0, 400);
+    }
+  }
+  EXPECT_THAT(Error(ApiKind::kGenerate, R"({"text":tru})"),
+              HasSubstr("last read: '\"text\":tru}'"));
+}
+
 TEST(ContextCheckTest, ExactCountInSglangWords) {
   ApiContext ctx = Context();
   ctx.context_length = 4;
