@@ -98,6 +98,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
             "Serve the admin API without a key (anyone who can reach the router may add workers); "
             "without this, --admin-key or --admin-key-file, the admin API answers 403");
   flags.Add("--http-threads", &o->http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
+  flags
+      .Add("--request-threads", &o->request_threads,
+           "Threads that parse requests, render chat templates and tokenize, so that the HTTP I/O "
+           "threads stay free for probes and streams while a large prompt is tokenized")
+      ->check(CLI::Range(1, 256));
 
   flags.Add("--pd-disaggregation", &o->pd_disaggregation,
             "Prefill-decode disaggregated mode (--prefill and --decode)");

@@ -31,7 +31,8 @@ struct RouterOptions {
   std::string admin_key;
   std::string admin_key_file;
   bool disable_admin_auth = false;
-  int http_threads = 2;  // HTTP I/O threads
+  int http_threads = 2;     // HTTP I/O threads
+  int request_threads = 2;  // parse, render chat templates, tokenize (off the I/O threads)
 
   // Workers.
   bool pd_disaggregation = false;

@@ -205,6 +205,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
     RETURN_IF_ERROR(CheckTlsFiles(o.tls_cert_file, o.tls_key_file),
                     "--tls-cert-file/--tls-key-file: ");
   }
+  s.request_work_ =
+      std::make_unique<WorkQueue>("tandem-requests", o.request_threads, o.http_max_connections);
   s.http_ = std::make_unique<HttpServer>(http);
   s.AddRoutes();
   if (o.disable_admin_auth) {
@@ -232,6 +234,7 @@ RouterServer::~RouterServer() { Shutdown(); }
 
 void RouterServer::Shutdown() {
   if (http_) http_->Stop();
+  if (request_work_) request_work_->Stop();
   if (kv_subscriber_) kv_subscriber_->Stop();
   if (registry_) registry_->Stop();
 }
@@ -264,6 +267,25 @@ HttpHeadCheck RouterServer::KeyCheck(const std::string& route, const std::string
     absl::Status s = CheckBearer(head, *key, what);
     if (s.ok()) return std::nullopt;
     return Refused(route, ErrorResponse(s));
+  };
+}
+
+HttpHandler RouterServer::OnRequestThreads(const std::string& route, HttpHandler handler) {
+  auto shared = std::make_shared<HttpHandler>(std::move(handler));
+  return [this, route, shared](HttpRequest request, HttpResponder responder) {
+    // std::function needs a copyable job: the request and responder travel in shared holders.
+    auto request_holder = std::make_shared<HttpRequest>(std::move(request));
+    auto responder_holder = std::make_shared<HttpResponder>(std::move(responder));
+    const bool queued = request_work_->Post([shared, request_holder, responder_holder] {
+      (*shared)(std::move(*request_holder), std::move(*responder_holder));
+    });
+    if (!queued) {
+      router_metrics_->CountError("queue_full");
+      Answer(route, *responder_holder,
+             ErrorResponse(absl::ResourceExhaustedError(
+                 absl::StrCat("the router is busy: ", request_work_->max_pending(),
+                              " requests are waiting to be parsed and tokenized; retry later"))));
+    }
   };
 }
 
@@ -413,10 +435,11 @@ void RouterServer::AddRoutes() {
   const std::string* admin_key = options_.admin_key.empty() ? nullptr : &options_.admin_key;
   auto inference = [this, api_key](const std::string& method, const std::string& path,
                                    ApiKind kind) {
-    HandleGuarded(method, path, api_key, "API key",
-                  [this, path, kind](HttpRequest r, HttpResponder responder) {
-                    HandleInference(path, kind, std::move(r), std::move(responder));
-                  });
+    HandleGuarded(
+        method, path, api_key, "API key",
+        OnRequestThreads(path, [this, path, kind](HttpRequest r, HttpResponder responder) {
+          HandleInference(path, kind, std::move(r), std::move(responder));
+        }));
   };
   // SGLang serves /generate on PUT as well as POST.
   inference("POST", "/generate", ApiKind::kGenerate);
@@ -450,16 +473,17 @@ void RouterServer::AddRoutes() {
   for (const char* path : {"/tokenize", "/v1/tokenize", "/detokenize", "/v1/detokenize"}) {
     const std::string route = path;
     const bool detokenize = route.find("detokenize") != std::string::npos;
-    HandleGuarded("POST", route, api_key, "API key",
-                  [this, route, detokenize](HttpRequest q, HttpResponder r) {
-                    absl::StatusOr<std::string> body =
-                        detokenize ? DetokenizeBody(q.body, *tokenizer_)
-                                   : TokenizeBody(q.body, *tokenizer_, api_.context_length);
-                    if (!body.ok()) router_metrics_->CountError("bad_request");
-                    Answer(route, r,
-                           body.ok() ? HttpResponse::Json(200, *std::move(body))
-                                     : ErrorResponse(body.status()));
-                  });
+    HandleGuarded(
+        "POST", route, api_key, "API key",
+        OnRequestThreads(route, [this, route, detokenize](HttpRequest q, HttpResponder r) {
+          absl::StatusOr<std::string> body =
+              detokenize ? DetokenizeBody(q.body, *tokenizer_)
+                         : TokenizeBody(q.body, *tokenizer_, api_.context_length);
+          if (!body.ok()) router_metrics_->CountError("bad_request");
+          Answer(
+              route, r,
+              body.ok() ? HttpResponse::Json(200, *std::move(body)) : ErrorResponse(body.status()));
+        }));
   }
 
   // OpenAI's "retrieve model" for the one model served (any other name is the 404 of an unknown

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/work_queue.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "router/admission.h"
 #include "router/api/request.h"
@@ -105,6 +106,9 @@ class RouterServer {
   // The same key check on a request's head, so that the body of a request without the key is
   // never read (common/http_server.h); null when `key` is null.
   HttpHeadCheck KeyCheck(const std::string& route, const std::string* key, const std::string& what);
+  // Runs `handler` on request_work_ instead of the I/O thread (for parsing and tokenizing); a
+  // 503 naming the backlog when request_work_ is full.
+  HttpHandler OnRequestThreads(const std::string& route, HttpHandler handler);
   // Registers `handler` behind both checks.
   void HandleGuarded(const std::string& method, const std::string& route, const std::string* key,
                      const std::string& what, HttpHandler handler);
@@ -131,6 +135,9 @@ class RouterServer {
   // callbacks release admission slots.
   std::unique_ptr<AdmissionQueue> admission_;
   std::unique_ptr<Dispatcher> dispatcher_;
+  // Runs the inference and tokenizer routes' parsing and tokenizing (--request-threads); one job
+  // per connection at most, so bounded by --http-max-connections. Stopped after http_.
+  std::unique_ptr<WorkQueue> request_work_;
   std::unique_ptr<HttpServer> http_;
 
   absl::Mutex rids_mu_;

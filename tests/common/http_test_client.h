@@ -46,6 +46,7 @@ class TestClient {
   TestClient& operator=(const TestClient&) = delete;
 
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }  // for poll(); still owned by this client
   void Close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

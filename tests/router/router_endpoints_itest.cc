@@ -6,6 +6,8 @@
 // ends with finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with
 // a 503 saying so, and both workers of the pair have every KV block free afterwards. Bounded waits
 // only.
+#include <poll.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -252,6 +254,33 @@ TEST_F(RouterEndpointsTest, TokenizeAndDetokenizeRoundTripBehindTheClientKey) {
       RouterRequest(plain->port, "POST", "/v1/detokenize", R"({"tokens":[1,99999999]})", key);
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.body.find("tokens[1] must be an integer in [0, "), std::string::npos) << bad.body;
+}
+
+// Tokenizing runs on the request threads (--request-threads), not on the HTTP I/O threads: with
+// one I/O thread, a probe sent while a 24 MB prompt is tokenized (seconds) is answered first (an
+// I/O thread that tokenized would answer the prompt first and the probe after it).
+TEST_F(RouterEndpointsTest, ProbesAreAnsweredWhileALargePromptIsTokenized) {
+  auto plain = Plain({"--http-threads", "1", "--request-threads", "1"});
+  std::string prompt;
+  while (prompt.size() < (24 << 20)) prompt += "the quick brown fox jumps over the lazy dog ";
+  const std::string headers = "Content-Type: application/json\r\nConnection: close\r\n";
+  testing::TestClient large(static_cast<uint16_t>(plain->port), 60);
+  ASSERT_TRUE(large.connected());
+  ASSERT_TRUE(large.SendRequest("POST", "/tokenize", json({{"prompt", prompt}}).dump(), headers));
+  // The body is sent; let the router finish reading it and start tokenizing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  testing::TestClient probe(static_cast<uint16_t>(plain->port), 60);
+  ASSERT_TRUE(probe.connected());
+  ASSERT_TRUE(probe.SendRequest("GET", "/liveness", "", headers));
+  pollfd fds[2] = {{large.fd(), POLLIN, 0}, {probe.fd(), POLLIN, 0}};
+  ASSERT_GT(::poll(fds, 2, 60'000), 0);
+  EXPECT_TRUE(fds[1].revents & POLLIN);
+  EXPECT_FALSE(fds[0].revents & POLLIN);
+  std::optional<ClientResponse> live = probe.ReadResponse();
+  std::optional<ClientResponse> tokens = large.ReadResponse();
+  ASSERT_TRUE(live.has_value() && tokens.has_value());
+  EXPECT_EQ(live->status, 200) << live->body;
+  EXPECT_EQ(tokens->status, 200) << tokens->body.substr(0, 200);
 }
 
 TEST_F(RouterEndpointsTest, AbortRequestBadBodiesAndKeys) {
