@@ -89,12 +89,13 @@ void RunTile(const Int8Job& job, int64_t i, int64_t g) {
 // flight than the hardware prefetchers do alone. Measured at Qwen2.5-0.5B shapes (24 layers' int8
 // matrices, 358 MB, 2 threads, Zen 4, alternated in one process, median call of each shape per
 // round) against two streams without prefetch: in 2 MiB pages, as the model's weights, prefetcht1
-// 2 KiB ahead 1.06-1.11x (faster in 247 of 260 rounds; a plain read of the same bytes 16-57
-// GB/s); in 4 KiB pages 1.10-1.13x (254 of 260; 1.12x in rounds whose plain read got 45-61 GB/s).
-// 1 KiB ahead 1.05-1.10x; 4 or 8 KiB 0.93-0.94x where a plain read got under 28 GB/s; three
-// streams with it 1.08x; four with it 1.00-1.03x and without it 0.97-0.98x (2 MiB pages).
-// prefetcht0 (into L1) or prefetchnta 2-4 KiB ahead lost, 0.93-0.95x (4 KiB pages). The AVX2 path
-// (matmul_int8_avx2_impl.inc) measured no gain from prefetcht1 1 KiB ahead and losses further.
+// 2 KiB ahead 1.06-1.11x (faster in 396 of 410 rounds; a plain read of the same bytes 16-67
+// GB/s, 1.10x in rounds where it got ~63); in 4 KiB pages 1.10-1.13x (254 of 260; 1.12x in rounds
+// whose plain read got 45-61 GB/s). 1 KiB ahead 1.05-1.10x; 4 or 8 KiB 0.93-0.94x where a plain
+// read got under 28 GB/s; three streams with it 1.08x; four with it 1.00-1.03x and without it
+// 0.97-0.98x (2 MiB pages). prefetcht0 (into L1) or prefetchnta 2-4 KiB ahead lost, 0.93-0.95x (4
+// KiB pages). The AVX2 path (matmul_int8_avx2_impl.inc) measured no gain from prefetcht1 1 KiB
+// ahead and losses further.
 constexpr int kStreams = 2;
 constexpr int64_t kStreamAhead = 2048;
 
