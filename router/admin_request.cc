@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "router/api/json_fields.h"
 
@@ -13,11 +14,13 @@ namespace {
 
 absl::Status CheckSpec(const AdminWorkerSpec& spec) {
   if (spec.url.empty()) return absl::InvalidArgumentError("url must be a non-empty string");
+  // The url is echoed (answers, logs, metrics labels): bounded, printable ASCII.
+  RETURN_IF_ERROR(api_internal::CheckEchoedId(spec.url, "url", kMaxWorkerUrlBytes));
   if (spec.worker_type != "prefill" && spec.worker_type != "decode" &&
       spec.worker_type != "regular") {
     return absl::InvalidArgumentError(
         absl::StrCat("worker_type must be \"prefill\", \"decode\" or \"regular\", not \"",
-                     spec.worker_type, "\""));
+                     api_internal::Excerpt(spec.worker_type), "\""));
   }
   if (spec.bootstrap_port && (*spec.bootstrap_port < 1 || *spec.bootstrap_port > 65535)) {
     return absl::InvalidArgumentError(
@@ -76,8 +79,8 @@ absl::StatusOr<AdminWorkerSpec> ParseAdminWorkerQuery(const HttpRequest& request
   if (auto port = request.Query("bootstrap_port")) {
     int p = 0;
     if (!absl::SimpleAtoi(*port, &p)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bootstrap_port must be an integer, not \"", *port, "\""));
+      return absl::InvalidArgumentError(absl::StrCat("bootstrap_port must be an integer, not \"",
+                                                     api_internal::Excerpt(*port), "\""));
     }
     spec.bootstrap_port = p;
   }

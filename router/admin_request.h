@@ -4,6 +4,7 @@
 #ifndef TANDEM_ROUTER_ADMIN_REQUEST_H_
 #define TANDEM_ROUTER_ADMIN_REQUEST_H_
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,9 @@
 
 namespace tandem::router {
 
+// Longest worker url accepted (a url is echoed in answers, logs and metrics labels).
+inline constexpr size_t kMaxWorkerUrlBytes = 1024;
+
 // One worker as the admin API names it.
 struct AdminWorkerSpec {
   std::string url;
@@ -20,7 +24,9 @@ struct AdminWorkerSpec {
   std::optional<int> bootstrap_port;  // prefill workers in PD mode
 };
 
-// {"url": "...", "worker_type": "prefill|decode|regular", "bootstrap_port": N}. worker_type
+// {"url": "...", "worker_type": "prefill|decode|regular", "bootstrap_port": N}. url: 1 to
+// kMaxWorkerUrlBytes bytes of printable ASCII; client strings quoted in errors are cut to 64
+// bytes (api_internal::Excerpt). worker_type
 // defaults to `default_type` when absent; bootstrap_port may be absent or null. Errors are
 // InvalidArgument naming the field and what is wrong with it (a body nesting deeper than 64
 // levels is refused before it is parsed); never throws.

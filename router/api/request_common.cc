@@ -232,6 +232,14 @@ absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
       sampling.set_max_new_tokens(static_cast<int32_t>(room));
     }
   }
+  // Checked here, after the context clamp, so the 400 says which limit it is (the workers would
+  // refuse it too, naming only max_new_tokens).
+  if (sampling.min_new_tokens() > sampling.max_new_tokens()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_new_tokens (min_tokens) is ", sampling.min_new_tokens(),
+                     ", more than the request's max_new_tokens of ", sampling.max_new_tokens(),
+                     " (max_tokens, or the default, cut to the context left after the prompt)"));
+  }
   return absl::OkStatus();
 }
 

@@ -150,6 +150,13 @@ absl::StatusOr<bool> ApplySamplingParam(const std::string& key, const Json& valu
     out->set_max_new_tokens(static_cast<int32_t>(v));
   } else if (key == "stop") {
     ASSIGN_OR_RETURN(std::vector<std::string> stops, ToStringOrList(value, path, kMaxStopStrings));
+    for (size_t i = 0; i < stops.size(); ++i) {
+      if (stops[i].size() > engine::kMaxStopStringBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, value.is_array() ? absl::StrCat("[", i, "]") : "", " is ", stops[i].size(),
+            " bytes; a stop string is at most ", engine::kMaxStopStringBytes, " bytes"));
+      }
+    }
     out->clear_stop();
     for (std::string& s : stops) out->add_stop(std::move(s));
   } else if (key == "stop_token_ids") {

@@ -86,6 +86,15 @@ TEST(AdminRequestTest, BodyErrorsNameTheField) {
   expect_error(R"({"url":5})", "url must be a string");
   expect_error(R"({"url":""})", "url must be a non-empty");
   expect_error(R"({"url":"h:1","worker_type":"gpu"})", "worker_type must be");
+  expect_error(R"({"url":")" + std::string(60000, 'h') + R"("})", "url must be at most 1024");
+  expect_error(R"({"url":"h:1\nx"})", "url must be");
+  {
+    // An echoed worker_type is cut to a short excerpt.
+    auto spec = ParseAdminWorkerBody(
+        R"({"url":"h:1","worker_type":")" + std::string(60000, 'g') + R"("})", "regular");
+    ASSERT_FALSE(spec.ok());
+    EXPECT_LT(spec.status().message().size(), 200u) << spec.status().message().substr(0, 200);
+  }
   expect_error(R"({"url":"h:1","worker_type":3})", "worker_type must be a string");
   expect_error(R"({"url":"h:1","bootstrap_port":"x"})", "bootstrap_port must be an integer");
   expect_error(R"({"url":"h:1","bootstrap_port":70000})", "bootstrap_port must be in");

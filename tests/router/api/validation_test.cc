@@ -86,6 +86,19 @@ TEST(SamplingVerifyTest, RangesOfSglang) {
               HasSubstr("sampling_params.min_new_tokens must be an integer in [0"));
   EXPECT_TRUE(GenerateOk(R"({"min_new_tokens":0})"));
   EXPECT_TRUE(GenerateOk(R"({"min_new_tokens":5,"max_new_tokens":8})"));
+  // min_new_tokens <= max_new_tokens, after the latter is cut to the context left (512 here).
+  EXPECT_THAT(GenerateError(R"({"min_new_tokens":9,"max_new_tokens":8})"),
+              HasSubstr("min_new_tokens (min_tokens) is 9, more than the request's "
+                        "max_new_tokens of 8"));
+  EXPECT_THAT(GenerateError(R"({"min_new_tokens":600,"max_new_tokens":1000})"),
+              HasSubstr("min_new_tokens (min_tokens) is 600, more than the request's "
+                        "max_new_tokens of 511 ("));
+  // A stop string is at most 256 bytes (engine/sampler.h), checked before any leg.
+  EXPECT_TRUE(GenerateOk(R"({"stop":")" + std::string(256, 'a') + R"("})"));
+  EXPECT_THAT(GenerateError(R"({"stop":")" + std::string(257, 'a') + R"("})"),
+              HasSubstr("sampling_params.stop is 257 bytes; a stop string is at most 256"));
+  EXPECT_THAT(GenerateError(R"({"stop":["a",")" + std::string(300, 'b') + R"("]})"),
+              HasSubstr("sampling_params.stop[1] is 300 bytes"));
   // n >= 1, and one completion per request.
   EXPECT_THAT(GenerateError(R"({"n":0})"), HasSubstr("sampling_params.n must be an integer in [1"));
   EXPECT_THAT(GenerateError(R"({"n":3})"), HasSubstr("sampling_params.n must be 1"));
