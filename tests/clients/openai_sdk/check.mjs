@@ -372,12 +372,14 @@ check('chat: the SDK\'s stream helper and parse() assemble and parse the answer'
   });
   assert.equal(seeded.usage.completion_tokens, 6);
 
+  // Greedy and bounded, so the answer ends well inside the budget: parse() throws on a
+  // finish_reason of "length", which a sampled answer (digits, whitespace) can reach.
   const schema = {
-    type: 'object', properties: { n: { type: 'integer' } }, required: ['n'],
-    additionalProperties: false,
+    type: 'object', properties: { n: { type: 'integer', minimum: 0, maximum: 999 } },
+    required: ['n'], additionalProperties: false,
   };
   const parsed = await client.chat.completions.parse({
-    model: 'default', messages, max_completion_tokens: 30,
+    model: 'default', messages, max_completion_tokens: 30, temperature: 0,
     response_format: { type: 'json_schema', json_schema: { name: 'count', strict: true, schema } },
   });
   assert.equal(typeof parsed.choices[0].message.parsed.n, 'number');
