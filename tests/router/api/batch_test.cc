@@ -19,16 +19,8 @@ using Json = nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-ApiContext Context() {
-  ApiContext ctx;
-  ctx.tokenizer = &TinyEnglishTokenizer();
-  ctx.served_model_name = "tandem-tiny";
-  ctx.context_length = 512;
-  return ctx;
-}
-
 std::string ErrorOf(ApiKind kind, const std::string& body) {
-  const auto parsed = ParseBatch(kind, body, Context());
+  const auto parsed = ParseBatch(kind, body, TinyEnglishContext());
   EXPECT_FALSE(parsed.ok()) << body;
   if (parsed.ok()) return "";
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
@@ -42,14 +34,15 @@ std::vector<std::string> Rids(const RoutedBatch& batch) {
 }
 
 TEST(ParseBatchTest, OnePromptOneChoiceIsTheSingleRequest) {
-  const auto batch = ParseBatch(ApiKind::kGenerate, R"({"text":"Hello","rid":"r1"})", Context());
+  const auto batch =
+      ParseBatch(ApiKind::kGenerate, R"({"text":"Hello","rid":"r1"})", TinyEnglishContext());
   ASSERT_TRUE(batch.ok()) << batch.status();
   ASSERT_EQ(batch->items.size(), 1u);
   EXPECT_TRUE(batch->single());
   EXPECT_EQ(batch->items[0].rid, "r1");
   EXPECT_EQ(batch->items[0].batch_rid, "");
   EXPECT_EQ(batch->items[0].index, 0);
-  const auto one = ParseGenerate(R"({"text":"Hello","rid":"r1"})", Context());
+  const auto one = ParseGenerate(R"({"text":"Hello","rid":"r1"})", TinyEnglishContext());
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(batch->items[0].input_ids, one->input_ids);
   EXPECT_EQ(batch->items[0].sampling.SerializeAsString(), one->sampling.SerializeAsString());
@@ -58,14 +51,14 @@ TEST(ParseBatchTest, OnePromptOneChoiceIsTheSingleRequest) {
 TEST(ParseBatchTest, GenerateTextListWithPerPromptSamplingParams) {
   const auto batch = ParseBatch(ApiKind::kGenerate, R"({"text":["Hello","world"],"rid":"r",
       "sampling_params":[{"max_new_tokens":3},{"max_new_tokens":5,"n":2}]})",
-                                Context());
+                                TinyEnglishContext());
   EXPECT_FALSE(batch.ok());
   EXPECT_THAT(std::string(batch.status().message()),
               HasSubstr("sampling_params[1].n is 2 but an earlier entry's is 1"));
 
   const auto ok = ParseBatch(ApiKind::kGenerate, R"({"text":["Hello","world"],"rid":"r",
       "sampling_params":[{"max_new_tokens":3,"n":2},{"max_new_tokens":5,"n":2}]})",
-                             Context());
+                             TinyEnglishContext());
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(ok->list_response);
   EXPECT_EQ(ok->n, 2);
@@ -86,7 +79,7 @@ TEST(ParseBatchTest, GenerateInputIdsListAndRidList) {
   const auto batch = ParseBatch(ApiKind::kGenerate,
                                 R"({"input_ids":[[5,6],[7]],"rid":["a","b"],
       "return_logprob":[true,false],"sampling_params":{"max_new_tokens":2}})",
-                                Context());
+                                TinyEnglishContext());
   ASSERT_TRUE(batch.ok()) << batch.status();
   ASSERT_EQ(batch->items.size(), 2u);
   EXPECT_THAT(Rids(*batch), ElementsAre("a", "b"));
@@ -111,9 +104,9 @@ TEST(ParseBatchTest, GenerateInputIdsListAndRidList) {
 }
 
 TEST(ParseBatchTest, GenerateNOnOnePromptAnswersAList) {
-  const auto batch =
-      ParseBatch(ApiKind::kGenerate,
-                 R"({"text":"Hi","sampling_params":{"n":3,"sampling_seed":40}})", Context());
+  const auto batch = ParseBatch(ApiKind::kGenerate,
+                                R"({"text":"Hi","sampling_params":{"n":3,"sampling_seed":40}})",
+                                TinyEnglishContext());
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_TRUE(batch->list_response);
   ASSERT_EQ(batch->items.size(), 3u);
@@ -129,7 +122,7 @@ TEST(ParseBatchTest, CompletionsPromptListAndN) {
   const auto batch = ParseBatch(ApiKind::kCompletions,
                                 R"({"prompt":["a",[5,6]],"n":2,"best_of":2,"max_tokens":4,
       "rid":"x"})",
-                                Context());
+                                TinyEnglishContext());
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_FALSE(batch->list_response);
   ASSERT_EQ(batch->items.size(), 4u);
@@ -157,7 +150,7 @@ TEST(ParseBatchTest, ChatN) {
       ParseBatch(ApiKind::kChatCompletions,
                  R"({"messages":[{"role":"user","content":"hi"}],"n":2,"seed":9,"stream":true,
       "stream_options":{"include_usage":true}})",
-                 Context());
+                 TinyEnglishContext());
   ASSERT_TRUE(batch.ok()) << batch.status();
   ASSERT_EQ(batch->items.size(), 2u);
   EXPECT_TRUE(batch->include_usage);
@@ -180,7 +173,7 @@ proto::DecodeEvent Final(std::vector<int32_t> ids, const std::string& text, int 
 }
 
 RoutedBatch Batch(ApiKind kind, const std::string& body) {
-  auto batch = ParseBatch(kind, body, Context());
+  auto batch = ParseBatch(kind, body, TinyEnglishContext());
   EXPECT_TRUE(batch.ok()) << batch.status();
   for (RoutedRequest& item : batch->items) item.created = 1700000000;
   return *batch;

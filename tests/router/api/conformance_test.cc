@@ -262,11 +262,8 @@ ShapeRules GenerateRules() {
 // ---- Our side ----
 
 ApiContext Context() {
-  ApiContext ctx;
-  ctx.tokenizer = &TinyEnglishTokenizer();
-  ctx.served_model_name = "tandem-tiny";
+  ApiContext ctx = TinyEnglishContext();
   ctx.any_model_name = true;  // the documented examples name OpenAI's models
-  ctx.context_length = 512;
   return ctx;
 }
 

@@ -14,16 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-ApiContext Context() {
-  ApiContext ctx;
-  ctx.tokenizer = &TinyEnglishTokenizer();
-  ctx.served_model_name = "tandem-tiny";
-  ctx.context_length = 512;
-  return ctx;
-}
-
 // The error message of parsing `body` with `kind`; "" (and a failure) when it parsed.
-std::string Error(ApiKind kind, const std::string& body, const ApiContext& ctx = Context()) {
+std::string Error(ApiKind kind, const std::string& body,
+                  const ApiContext& ctx = TinyEnglishContext()) {
   const absl::StatusOr<RoutedRequest> parsed = ParseRequest(kind, body, ctx);
   EXPECT_FALSE(parsed.ok()) << body.substr(0, 200);
   return parsed.ok() ? "" : std::string(parsed.status().message());
@@ -34,7 +27,8 @@ std::string GenerateError(const std::string& params) {
 }
 
 bool GenerateOk(const std::string& params) {
-  const auto parsed = ParseGenerate(R"({"text":"x","sampling_params":)" + params + "}", Context());
+  const auto parsed =
+      ParseGenerate(R"({"text":"x","sampling_params":)" + params + "}", TinyEnglishContext());
   EXPECT_TRUE(parsed.ok()) << params << ": " << parsed.status();
   return parsed.ok();
 }
@@ -105,8 +99,9 @@ TEST(SamplingVerifyTest, RangesOfSglang) {
 }
 
 TEST(SamplingVerifyTest, LogitBiasMapsTokenIdsToBoundedBiases) {
-  const auto parsed = ParseGenerate(
-      R"({"text":"x","sampling_params":{"logit_bias":{"5":-100,"17":2.5,"0":100}}})", Context());
+  const auto parsed =
+      ParseGenerate(R"({"text":"x","sampling_params":{"logit_bias":{"5":-100,"17":2.5,"0":100}}})",
+                    TinyEnglishContext());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const auto& bias = parsed->sampling.logit_bias();
   ASSERT_EQ(bias.size(), 3u);
@@ -131,8 +126,8 @@ TEST(SamplingVerifyTest, LogitBiasMapsTokenIdsToBoundedBiases) {
   EXPECT_EQ(GenerateError(many + "}}"),
             "sampling_params.logit_bias has 1025 entries; at most 1024 are allowed");
   // OpenAI's name at the top level of completions and chat.
-  const auto completion =
-      ParseCompletions(R"({"prompt":"x","logit_bias":{"5":10},"min_tokens":2})", Context());
+  const auto completion = ParseCompletions(R"({"prompt":"x","logit_bias":{"5":10},"min_tokens":2})",
+                                           TinyEnglishContext());
   ASSERT_TRUE(completion.ok()) << completion.status();
   EXPECT_EQ(completion->sampling.logit_bias().at(5), 10.0f);
   EXPECT_EQ(completion->sampling.min_new_tokens(), 2);
@@ -142,7 +137,7 @@ TEST(EchoedStringsTest, RidIsBoundedPrintableAscii) {
   const auto rid_body = [](const std::string& rid) {
     return R"({"text":"x","rid":")" + rid + R"("})";
   };
-  const auto ok = ParseGenerate(rid_body(std::string(256, 'r')), Context());
+  const auto ok = ParseGenerate(rid_body(std::string(256, 'r')), TinyEnglishContext());
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->rid, std::string(256, 'r'));
   EXPECT_EQ(Error(ApiKind::kGenerate, rid_body(std::string(257, 'r'))),
@@ -170,7 +165,7 @@ TEST(EchoedStringsTest, ModelAndUserAreBoundedAndQuotedShort) {
   // A path ending in the served name, 256 bytes in all.
   const std::string long_path = std::string(256 - 12, 'm') + "/tandem-tiny";
   const absl::StatusOr<RoutedRequest> long_name =
-      ParseCompletions(R"({"prompt":"x","model":")" + long_path + R"("})", Context());
+      ParseCompletions(R"({"prompt":"x","model":")" + long_path + R"("})", TinyEnglishContext());
   ASSERT_TRUE(long_name.ok()) << long_name.status();
   EXPECT_EQ(long_name->model, long_path);
   EXPECT_EQ(Error(ApiKind::kChatCompletions,
@@ -180,7 +175,7 @@ TEST(EchoedStringsTest, ModelAndUserAreBoundedAndQuotedShort) {
 }
 
 TEST(BodyEndTest, OnlyWhitespaceMayFollowTheJson) {
-  EXPECT_TRUE(ParseGenerate("{\"text\":\"x\"} \r\n\t", Context()).ok());
+  EXPECT_TRUE(ParseGenerate("{\"text\":\"x\"} \r\n\t", TinyEnglishContext()).ok());
   EXPECT_EQ(Error(ApiKind::kGenerate, std::string("{\"text\":\"x\"}\0{\"rid\":5}", 22)),
             "the request body is not valid JSON: a NUL byte at offset 12; only whitespace may "
             "follow the JSON object");
@@ -208,7 +203,7 @@ TEST(EchoedStringsTest, ParseErrorsQuoteTheTokenShort) {
 }
 
 TEST(ContextCheckTest, ExactCountInSglangWords) {
-  ApiContext ctx = Context();
+  ApiContext ctx = TinyEnglishContext();
   ctx.context_length = 4;
   EXPECT_EQ(Error(ApiKind::kGenerate, R"({"input_ids":[1,2,3,4]})", ctx),
             "The input (4 tokens) is longer than the model's context length (4 tokens).");
@@ -219,7 +214,7 @@ TEST(ContextCheckTest, ExactCountInSglangWords) {
 }
 
 TEST(ContextCheckTest, ByteBoundRefusesWithoutTokenizing) {
-  ApiContext ctx = Context();
+  ApiContext ctx = TinyEnglishContext();
   ctx.context_length = 10;
   ctx.max_token_bytes = 2;  // so 100 bytes are at least 100 / (2 * 3) = 16 tokens
   EXPECT_EQ(Error(ApiKind::kGenerate, R"({"text":")" + std::string(100, 'a') + R"("})", ctx),
