@@ -10,13 +10,17 @@
 
 namespace tandem::http_internal {
 
-Exchange::Exchange(std::shared_ptr<HttpConnection> session, size_t max_buffer_bytes)
-    : max_buffer_bytes_(max_buffer_bytes), session_(std::move(session)) {}
+Exchange::Exchange(std::shared_ptr<HttpConnection> session, size_t max_buffer_bytes,
+                   BodyBudget::Lease body_lease)
+    : max_buffer_bytes_(max_buffer_bytes),
+      body_lease_(std::move(body_lease)),
+      session_(std::move(session)) {}
 
 bool Exchange::Send(HttpResponse response) {
   std::shared_ptr<HttpConnection> written;  // released outside the lock
   absl::MutexLock lock(&mu_);
   if (state_ != State::kPending || session_ == nullptr) return false;
+  body_lease_ = {};  // answered: the handler is done with the request
   // Send runs on the handler's thread (an I/O thread, or a callback thread of the router, e.g.
   // from a responder's destructor): nothing may escape it, or that thread terminates the process.
   bool sent_directly = false;
@@ -87,6 +91,7 @@ void Exchange::Finish() {
   absl::MutexLock lock(&mu_);
   if (state_ != State::kStreaming || finish_requested_ || session_ == nullptr) return;
   finish_requested_ = true;
+  body_lease_ = {};
   SchedulePumpLocked();
 }
 

@@ -32,6 +32,7 @@ std::string FormatHostPort(const std::string& host, uint16_t port) {
 
 ServerCore::ServerCore(HttpServerOptions options)
     : options_(std::move(options)),
+      body_budget_(options_.max_body_bytes_held),
       work_(net::make_work_guard(ioc_)),
       accept_strand_(net::make_strand(ioc_)),
       acceptor_(accept_strand_),
@@ -44,6 +45,11 @@ void ServerCore::Handle(const std::string& method, const std::string& path, Http
 }
 
 absl::StatusOr<uint16_t> ServerCore::Listen() {
+  if (options_.max_body_bytes_held < options_.max_body_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request bodies held at once (", options_.max_body_bytes_held,
+        " bytes) must be at least the largest request body (", options_.max_body_bytes, " bytes)"));
+  }
   if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
     absl::StatusOr<std::unique_ptr<net::ssl::context>> tls =
         MakeTlsServerContext(options_.tls_cert_file, options_.tls_key_file);

@@ -27,14 +27,16 @@
 //
 // Limits and errors (bodies are JSON {"error":{"message","type","code"}}): body larger than
 // max_body_bytes -> 413, headers larger than max_header_bytes -> 431, malformed request -> 400;
-// these close the connection. Unknown path -> 404, known path with another method -> 405 (with
-// Allow). A request that announces a body is judged on its head first: an unknown path, a method
-// not allowed, or a route's HttpHeadCheck refusing it (e.g. a missing key) is answered before
-// any body byte is read (no 100 Continue), and the connection closes, so a peer that may not use
-// a route cannot make the server buffer a body for it. A connection idle for `idle_timeout` between
-// requests, or taking longer than `read_timeout` to deliver a request once it started, is closed
-// (slow clients cannot hold connections). Beyond `max_connections`, new connections are closed at
-// once.
+// these close the connection. Bodies held at once over all connections are bounded too
+// (`max_body_bytes_held`): a request whose body would pass that bound is answered 503 with
+// Retry-After before its body is read, and the connection closes. Unknown path -> 404, known path
+// with another method -> 405 (with Allow). A request that announces a body is judged on its head
+// first: an unknown path, a method not allowed, or a route's HttpHeadCheck refusing it (e.g. a
+// missing key) is answered before any body byte is read (no 100 Continue), and the connection
+// closes, so a peer that may not use a route cannot make the server buffer a body for it. A
+// connection idle for `idle_timeout` between requests, or taking longer than `read_timeout` to
+// deliver a request once it started, is closed (slow clients cannot hold connections). Beyond
+// `max_connections`, new connections are closed at once.
 //
 // Thread-safety: Handle() before Start() only; Start()/Stop() from one controlling thread, never
 // from a handler. Everything else is thread-safe. Stop() (also run by the destructor) closes the
@@ -79,6 +81,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{30000};  // one socket write
   size_t max_stream_buffer_bytes = 4 << 20;        // per stream, see "Back-pressure"
   int max_connections = 10000;
+  // Request bodies held at once over all connections (common/http_body_budget.h); a body that
+  // does not fit in what is left gets 503. At least max_body_bytes (Start() fails otherwise).
+  size_t max_body_bytes_held = size_t{1} << 30;
   std::string server_header = "tandem";
   // HTTPS: both PEM files (see common/http_tls.h); Start() fails naming a bad file. A client that
   // does not complete the TLS handshake within read_timeout (e.g. one speaking plain HTTP) is

@@ -96,6 +96,9 @@ class HttpStreamConnection final
   void ReadNext();
   void ReadHeader();
   void OnHeader(beast::error_code ec);
+  // Reserves the announced body in the server's BodyBudget (whole, or chunk by chunk as they
+  // arrive); false after refusing the request with 503.
+  bool AdmitBody();
   void ReadBody();
   void OnReadError(beast::error_code ec);
   void OnRequest();
@@ -130,6 +133,8 @@ class HttpStreamConnection final
   unsigned version_ = 11;
   bool watch_pending_ = false;
   std::optional<http::request_parser<http::string_body>> parser_;
+  BodyBudget::Lease body_lease_;  // the body being read; handed to its Exchange
+  std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_;
   std::shared_ptr<Exchange> current_;
   std::unique_ptr<http::response<http::string_body>> response_;
   std::unique_ptr<http::response<http::empty_body>> stream_header_;
@@ -340,6 +345,7 @@ void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
       Refuse(*std::move(refusal));
       return;
     }
+    if (!AdmitBody()) return;
   }
   const auto expect = request.find(http::field::expect);
   if (expect != request.end() &&
@@ -362,6 +368,25 @@ void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
 }
 
 template <class Stream>
+bool HttpStreamConnection<Stream>::AdmitBody() {
+  BodyBudget& budget = core_->body_budget();
+  const boost::optional<uint64_t> length = parser_->content_length();  // <= max_body_bytes here
+  std::optional<BodyBudget::Lease> lease = budget.TryReserve(length.value_or(0));
+  if (!lease.has_value()) {
+    Refuse(budget.Refusal());
+    return false;
+  }
+  body_lease_ = *std::move(lease);
+  if (!length.has_value()) {  // chunked
+    on_chunk_ = [this](uint64_t size, beast::string_view, beast::error_code& ec) {
+      if (!body_lease_.Grow(size)) ec = net::error::no_buffer_space;
+    };
+    parser_->on_chunk_header(on_chunk_);
+  }
+  return true;
+}
+
+template <class Stream>
 void HttpStreamConnection<Stream>::ReadBody() {
   if (parser_->is_done()) {
     OnRequest();
@@ -381,7 +406,10 @@ void HttpStreamConnection<Stream>::ReadBody() {
 
 template <class Stream>
 void HttpStreamConnection<Stream>::OnReadError(beast::error_code ec) {
-  if (ec == http::error::body_limit) {
+  body_lease_ = {};
+  if (ec == net::error::no_buffer_space) {
+    Refuse(core_->body_budget().Refusal());
+  } else if (ec == http::error::body_limit) {
     SendError(413,
               absl::StrCat("request body exceeds the limit of ", options_.max_body_bytes, " bytes"),
               /*close=*/true);
@@ -414,7 +442,8 @@ void HttpStreamConnection<Stream>::OnRequest() {
   version_ = message.version();
 
   absl::StatusOr<HttpRequest> head = RequestHead(message, peer_);
-  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
+  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes,
+                                        std::move(body_lease_));
   AllowDirect(false);  // until the handler has returned without answering
   HttpResponder responder(current_);
   if (!head.ok()) {
@@ -708,6 +737,7 @@ template <class Stream>
 void HttpStreamConnection<Stream>::DoClose() {
   if (closed_) return;
   closed_ = true;
+  body_lease_ = {};
   direct_.Close();  // no direct write from here on: the socket closes
   beast::error_code ec;
   Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);

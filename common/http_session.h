@@ -27,6 +27,7 @@
 #include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "common/http_body_budget.h"
 #include "common/http_server.h"
 
 namespace tandem::http_internal {
@@ -48,7 +49,12 @@ class Exchange {
  public:
   enum class State { kPending, kResponding, kStreaming, kDone, kClosed };
 
-  Exchange(std::shared_ptr<HttpConnection> session, size_t max_buffer_bytes);
+  // `body_lease`: the request body's share of the server's BodyBudget, held until the handler
+  // has answered (Send, or Finish of a stream) or the exchange is gone: until then the handler,
+  // or whatever it handed the request to, may still hold the body. (A client that leaves does
+  // not return it: a queued job may still hold its body.)
+  Exchange(std::shared_ptr<HttpConnection> session, size_t max_buffer_bytes,
+           BodyBudget::Lease body_lease = {});
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
@@ -80,6 +86,7 @@ class Exchange {
 
   const size_t max_buffer_bytes_;
   mutable absl::Mutex mu_;
+  BodyBudget::Lease body_lease_ ABSL_GUARDED_BY(mu_);
   State state_ ABSL_GUARDED_BY(mu_) = State::kPending;
   std::shared_ptr<HttpConnection> session_ ABSL_GUARDED_BY(mu_);  // null once done or closed
   std::string pending_ ABSL_GUARDED_BY(mu_);
@@ -135,6 +142,7 @@ class ServerCore {
   ServerCore& operator=(const ServerCore&) = delete;
 
   const HttpServerOptions& options() const { return options_; }
+  BodyBudget& body_budget() { return body_budget_; }
   net::io_context& io_context() { return ioc_; }
 
   void Handle(const std::string& method, const std::string& path, HttpHandler handler,
@@ -162,6 +170,7 @@ class ServerCore {
   void Sweep();
 
   const HttpServerOptions options_;
+  BodyBudget body_budget_;
   std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP; set by Listen()
   net::io_context ioc_;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;

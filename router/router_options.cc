@@ -163,6 +163,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       .Add("--max-payload-size", &o->max_payload_size,
            "Largest request body in bytes (413 above; default 32 MiB)")
       ->check(CLI::PositiveNumber);
+  flags
+      .Add("--http-max-body-memory", &o->http_max_body_memory,
+           "Request bodies held at once over all connections, in bytes (503 beyond; at least "
+           "--max-payload-size; default 1 GiB)")
+      ->check(CLI::PositiveNumber);
   AddDuration(flags, "--request-timeout-secs", &o->request_timeout, absl::Seconds(1),
               "Whole-request timeout")
       ->check(CLI::PositiveNumber);

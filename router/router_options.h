@@ -66,6 +66,10 @@ struct RouterOptions {
   // few MiB of text or ids, even \u-escaped), far below what would let one client make the
   // router buffer and parse hundreds of MiB.
   int64_t max_payload_size = int64_t{32} << 20;
+  // Request bodies held at once over all client connections (bytes; at least max_payload_size):
+  // without it, connections x max_payload_size (10,000 x 32 MiB) could be held. 1 GiB: 32
+  // largest bodies, or tens of thousands of ordinary prompts, at once; more get 503.
+  int64_t http_max_body_memory = int64_t{1} << 30;
   absl::Duration request_timeout = absl::Seconds(1800);  // --request-timeout-secs
   // A leg that shows no progress for this long is failed (docs/router.md "Stalled legs");
   // 0: never. 30 s: several times the longest step we expect (a long prefill chunk or a KV

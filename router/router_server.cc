@@ -196,6 +196,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.port = static_cast<uint16_t>(o.port);
   http.threads = o.http_threads;
   http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
+  http.max_body_bytes_held = static_cast<size_t>(o.http_max_body_memory);
   http.read_timeout = absl::ToChronoMilliseconds(o.http_read_timeout);
   http.idle_timeout = absl::ToChronoMilliseconds(o.http_idle_timeout);
   http.max_connections = o.http_max_connections;

@@ -2,13 +2,16 @@
 // full queue is a 429, client and admin keys are checked, workers are added, listed and removed,
 // and /get_server_info has the shape SGLang's tools read, in plain and PD mode. Bounded waits only.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/common/http_test_client.h"
+#include "tests/integration/process.h"
 #include "tests/integration/router_process.h"
 #include "tests/router/cluster_fixture.h"
 
@@ -86,6 +89,66 @@ TEST_F(RouterLimitsTest, QueueFullIs429AndKeysAreChecked) {
       RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
           .status,
       200);
+}
+
+// --http-max-body-memory bounds the bodies held over all connections: with room for two
+// largest bodies, two clients that send all but the last byte of one hold it, and a third is
+// answered 503 from its head alone, while requests without a body are served. Once the two leave,
+// their share is free again. A bound below --max-payload-size is refused at start.
+TEST_F(RouterLimitsTest, BodiesHeldAtOnceAreBounded) {
+  constexpr int kPayload = 1 << 20;
+  auto plain = Plain({"--max-payload-size", std::to_string(kPayload), "--http-max-body-memory",
+                      std::to_string(2 * kPayload), "--api-key", kApiKey});
+  const std::string head = "POST /generate HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
+                           std::string(kApiKey) +
+                           "\r\nContent-Length: " + std::to_string(kPayload) + "\r\n\r\n";
+  {
+    std::vector<std::unique_ptr<TestClient>> holders;
+    for (int i = 0; i < 2; ++i) {
+      holders.push_back(std::make_unique<TestClient>(static_cast<uint16_t>(plain->port), 30));
+      ASSERT_TRUE(holders.back()->Send(head + std::string(kPayload - 1, ' ')));
+    }
+    // The holders' heads are taken in turn; a third head that arrives while both are held is
+    // refused (retried: the holders' bytes may still be in flight when it arrives).
+    bool refused = false;
+    for (int attempt = 0; attempt < 50 && !refused; ++attempt) {
+      TestClient third(static_cast<uint16_t>(plain->port), 30);
+      ASSERT_TRUE(third.Send(head));
+      std::optional<ClientResponse> r = third.ReadResponse();
+      ASSERT_TRUE(r.has_value());
+      refused = r->status == 503;
+      if (refused) {
+        EXPECT_EQ(r->headers["retry-after"], "1");
+        EXPECT_NE(r->body.find("limit of request bodies (2097152 bytes"), std::string::npos)
+            << r->body;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    EXPECT_TRUE(refused) << "a third body was taken beyond --http-max-body-memory";
+    EXPECT_EQ(RouterRequest(plain->port, "GET", "/health").status, 200);
+  }
+  // The holders left: their share comes back (bounded wait) and a request is served.
+  int status = 0;
+  for (int attempt = 0; attempt < 100 && status != 200; ++attempt) {
+    status = RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(),
+                           Auth(kApiKey))
+                 .status;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200);
+
+  std::vector<std::string> argv = plain->argv;
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--http-max-body-memory") argv[i + 1] = std::to_string(kPayload - 1);
+  }
+  Process refused_start(argv);
+  const std::optional<int> code = refused_start.Wait(std::chrono::milliseconds(30000));
+  ASSERT_TRUE(code.has_value()) << "a router with a body memory below one payload started";
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(refused_start.Output().find("must be at least the largest request body"),
+            std::string::npos)
+      << refused_start.Output();
 }
 
 TEST_F(RouterLimitsTest, AdminAddListRemoveAndServerInfo) {
