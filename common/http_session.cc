@@ -1,33 +1,21 @@
-// The per-connection half of HttpServer: HttpStreamConnection, one template over the stream type
-// (plain beast::tcp_stream or TLS over it) that reads requests, hands each to ServerCore::Dispatch
-// with an Exchange, and writes the answer (whole, or chunked as the handler streams it) on the
-// connection's strand, or lets the answering thread write a whole answer itself (DirectAnswer,
-// http_direct_answer.h); MakeHttpConnection picks the stream. Exchange itself is in
-// http_exchange.cc.
-#include "common/http_session.h"
-
+// HttpStreamConnection's reading half and life (http_stream_connection.h): start and TLS
+// handshake, request heads judged before their bodies (route, key and BodyBudget checks), bodies,
+// the hand-over to ServerCore::Dispatch, and closing; MakeHttpConnection picks the stream.
 #include <chrono>
 #include <exception>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "boost/beast/ssl.hpp"
-#include "common/http_direct_answer.h"
-#include "common/http_response_wire.h"
+#include "common/http_stream_connection.h"
 #include "common/status.h"
-#include "spdlog/spdlog.h"
 
 namespace tandem::http_internal {
 namespace {
 
-constexpr size_t kReadChunk = 16 << 10;
-constexpr size_t kMaxLingerBytes = 1 << 20;
-constexpr std::chrono::milliseconds kLingerTimeout{500};
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string ToString(beast::string_view view) { return std::string(view.data(), view.size()); }
@@ -56,129 +44,6 @@ absl::StatusOr<HttpRequest> RequestHead(const http::request_header<Fields>& head
 }
 
 }  // namespace
-
-// One connection over `Stream`: beast::tcp_stream (plain) or beast::ssl_stream<beast::tcp_stream>.
-template <class Stream>
-class HttpStreamConnection final
-    : public HttpConnection,
-      public std::enable_shared_from_this<HttpStreamConnection<Stream>> {
- public:
-  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
-
-  // `stream_args` construct the stream: (socket) or (socket, ssl context).
-  template <class... StreamArgs>
-  HttpStreamConnection(ServerCore* core, uint64_t id, std::string peer,
-                       StreamArgs&&... stream_args);
-  HttpStreamConnection(const HttpStreamConnection&) = delete;
-  HttpStreamConnection& operator=(const HttpStreamConnection&) = delete;
-
-  void Start() override;
-  void PostClose() override;
-  bool TrySend(HttpResponse& response) override;
-  void PostSend(HttpResponse response) override;
-  void PostStartStream(int status, std::string content_type, HttpHeaders headers) override;
-  void PostPump() override;
-  void SweepIdle(std::chrono::steady_clock::time_point now) override;
-
- private:
-  // The TCP layer (timeouts, the socket) under a TLS stream, or the stream itself.
-  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
-  // Runs one step of the session (a completion handler's body or a posted task) on the strand.
-  // Beast, Asio and the code they call may throw (a field over Beast's limits, bad_alloc); an
-  // exception leaving a step would unwind into the io_context with the connection in an unknown
-  // state, so it ends in OnException instead.
-  template <class Step>
-  void Safely(const char* what, Step&& step) noexcept;
-  // After a step threw: a 500 (closing) when nothing of the current answer is on the wire yet,
-  // else the connection closes. Logged either way; the server keeps serving the others.
-  void OnException(const char* what, const char* error) noexcept;
-  void OnHandshake(beast::error_code ec);
-  void ReadNext();
-  void ReadHeader();
-  void OnHeader(beast::error_code ec);
-  // Reserves the announced body in the server's BodyBudget (whole, or chunk by chunk as they
-  // arrive); false after refusing the request with 503.
-  bool AdmitBody();
-  void ReadBody();
-  void OnReadError(beast::error_code ec);
-  void OnRequest();
-  void ArmWatch();
-  void OnWatch(beast::error_code ec);
-  void SendError(int status, const std::string& message, bool close);
-  // Answers the request being read with `response` and closes the connection afterwards.
-  void Refuse(HttpResponse response);
-  void WriteResponse(HttpResponse response);
-  void OnWritten(beast::error_code ec);
-  // Direct answers (http_session.h). On the strand: lets a handler's thread write the answer
-  // to the current exchange from now on (plain keep-alive connections only), or stops it.
-  void AllowDirect(bool allow);
-  // On the strand: writes what a direct write left over, then ends the exchange.
-  void WriteRest();
-  void WriteStreamHeader(int status, const std::string& content_type, const HttpHeaders& headers);
-  void Pump();
-  void OnStreamWrite(beast::error_code ec);
-  void EndExchange();
-  void Linger();
-  void DoClose();
-
-  Stream stream_;
-  beast::flat_buffer buffer_;
-  ServerCore* const core_;  // outlives every session (HttpServer::Stop closes them first)
-  const HttpServerOptions& options_;
-  const uint64_t id_;
-  const std::string peer_;
-
-  bool closed_ = false;
-  bool keep_alive_ = false;
-  unsigned version_ = 11;
-  bool watch_pending_ = false;
-  std::optional<http::request_parser<http::string_body>> parser_;
-  BodyBudget::Lease body_lease_;  // the body being read; handed to its Exchange
-  std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_;
-  std::shared_ptr<Exchange> current_;
-  std::unique_ptr<http::response<http::string_body>> response_;
-  std::unique_ptr<http::response<http::empty_body>> stream_header_;
-  std::unique_ptr<http::response_serializer<http::empty_body>> stream_serializer_;
-  bool stream_chunked_ = true;
-  bool stream_header_done_ = false;
-  bool stream_writing_ = false;
-  bool stream_finishing_ = false;
-  std::string stream_chunk_;
-  bool lingering_ = false;
-  size_t lingered_bytes_ = 0;
-  // Bytes of the current exchange's answer (status line onwards) were handed to the socket: an
-  // error found later can only close the connection.
-  bool wire_started_ = false;
-  bool failing_ = false;  // OnException is answering with a 500: a second throw closes
-
-  DirectAnswer direct_;  // closed by DoClose before the socket
-  std::string rest_;     // on the strand: what a direct write left, being written
-};
-
-// ---------------------------------------------------------------------------------------------
-// HttpStreamConnection
-
-template <class Stream>
-template <class... StreamArgs>
-HttpStreamConnection<Stream>::HttpStreamConnection(ServerCore* core, uint64_t id, std::string peer,
-                                                   StreamArgs&&... stream_args)
-    : stream_(std::forward<StreamArgs>(stream_args)...),
-      core_(core),
-      options_(core->options()),
-      id_(id),
-      peer_(std::move(peer)) {}
-
-template <class Stream>
-template <class Step>
-void HttpStreamConnection<Stream>::Safely(const char* what, Step&& step) noexcept {
-  try {
-    step();
-  } catch (const std::exception& e) {
-    OnException(what, e.what());
-  } catch (...) {
-    OnException(what, "an exception of unknown type");
-  }
-}
 
 template <class Stream>
 void HttpStreamConnection<Stream>::OnException(const char* what, const char* error) noexcept {
@@ -246,40 +111,6 @@ template <class Stream>
 void HttpStreamConnection<Stream>::PostClose() {
   net::post(stream_.get_executor(), [self = this->shared_from_this()] {
     self->Safely("closing", [&] { self->DoClose(); });
-  });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::PostSend(HttpResponse response) {
-  net::post(stream_.get_executor(),
-            [self = this->shared_from_this(), response = std::move(response)]() mutable {
-              self->Safely("writing a response", [&] {
-                if (self->closed_ || self->current_ == nullptr) return;
-                self->WriteResponse(std::move(response));
-              });
-            });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::PostStartStream(int status, std::string content_type,
-                                                   HttpHeaders headers) {
-  net::post(stream_.get_executor(),
-            [self = this->shared_from_this(), status, content_type = std::move(content_type),
-             headers = std::move(headers)] {
-              self->Safely("starting a stream", [&] {
-                if (self->closed_ || self->current_ == nullptr) return;
-                self->WriteStreamHeader(status, content_type, headers);
-              });
-            });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::PostPump() {
-  net::post(stream_.get_executor(), [self = this->shared_from_this()] {
-    self->Safely("writing a stream", [&] {
-      if (self->closed_ || self->current_ == nullptr) return;
-      self->Pump();
-    });
   });
 }
 
@@ -463,277 +294,6 @@ void HttpStreamConnection<Stream>::OnRequest() {
 }
 
 template <class Stream>
-void HttpStreamConnection<Stream>::AllowDirect(bool allow) {
-  if constexpr (kTls) return;  // the TLS stream's state belongs to the strand
-  // Only the watch can end a directly answered exchange, so not with a pipelined request
-  // already read (it would wait for the client, who waits for its answer), and not when the
-  // connection closes after the answer.
-  direct_.Allow(allow && keep_alive_ && !closed_ && buffer_.size() == 0);
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::ArmWatch() {
-  if (watch_pending_ || closed_) return;
-  watch_pending_ = true;
-  Lowest().socket().async_wait(
-      tcp::socket::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
-        self->Safely("watching the connection", [&] { self->OnWatch(ec); });
-      });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::OnWatch(beast::error_code ec) {
-  watch_pending_ = false;
-  const bool sent = direct_.TakeSent();
-  if (closed_) return;
-  if (sent) {
-    // Answered directly; the client has sent its next request, or closed: on to either.
-    EndExchange();
-    return;
-  }
-  if (ec == net::error::operation_aborted) return;
-  if (current_ == nullptr) return;  // between requests: the reader notices a close itself
-  if (ec) {
-    DoClose();
-    return;
-  }
-  char byte;
-  beast::error_code peek_ec;
-  const size_t n =
-      Lowest().socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-  if (peek_ec == net::error::would_block || peek_ec == net::error::try_again) {
-    AllowDirect(current_->pending());
-    ArmWatch();
-  } else if (peek_ec || n == 0) {
-    DoClose();  // EOF or reset: the client is gone
-  }
-  // Otherwise the client sent more (a pipelined request); it is read after this exchange.
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::SendError(int status, const std::string& message, bool close) {
-  if (close) keep_alive_ = false;
-  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
-  HttpResponder(current_).Send(HttpResponse::Error(status, message));
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::Refuse(HttpResponse response) {
-  keep_alive_ = false;
-  current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes);
-  HttpResponder(current_).Send(std::move(response));
-}
-
-template <class Stream>
-bool HttpStreamConnection<Stream>::TrySend(HttpResponse& response) {
-  if constexpr (kTls) {
-    return false;
-  } else {
-    const DirectAnswer::Result result = direct_.TrySend([&] {
-      // Under the direct answer's lock: version_ and keep_alive_ were set before Allow, and the
-      // strand leaves them be until the exchange ends.
-      http::response<http::string_body> message =
-          ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header);
-      return WireBytes(message);
-    });
-    if (result == DirectAnswer::Result::kPartial) {
-      net::post(stream_.get_executor(), [self = this->shared_from_this()] {
-        self->Safely("writing a response", [&] { self->WriteRest(); });
-      });
-    }
-    return result != DirectAnswer::Result::kNotAllowed;
-  }
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::WriteRest() {
-  rest_ = direct_.TakeRest();
-  if (closed_) return;
-  wire_started_ = true;
-  Lowest().expires_after(options_.write_timeout);
-  net::async_write(stream_, net::buffer(rest_),
-                   [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                     self->Safely("writing a response", [&] {
-                       self->rest_.clear();
-                       self->OnWritten(ec);
-                     });
-                   });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::SweepIdle(std::chrono::steady_clock::time_point now) {
-  const auto sent_at = direct_.IdleSince(now, options_.idle_timeout);
-  if (!sent_at.has_value()) return;
-  net::post(stream_.get_executor(), [self = this->shared_from_this(), at = *sent_at] {
-    // Still idle after that same answer (a new one needs a new request, read on the strand).
-    self->Safely("closing an idle connection", [&] {
-      if (self->direct_.StillIdleAfter(at)) self->DoClose();
-    });
-  });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::WriteResponse(HttpResponse response) {
-  response_ = std::make_unique<http::response<http::string_body>>(
-      ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header));
-  Lowest().expires_after(options_.write_timeout);
-  wire_started_ = true;
-  http::async_write(stream_, *response_,
-                    [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                      self->Safely("writing a response", [&] { self->OnWritten(ec); });
-                    });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::OnWritten(beast::error_code ec) {
-  response_.reset();
-  if (ec) {
-    DoClose();
-    return;
-  }
-  EndExchange();
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::EndExchange() {
-  if (current_ != nullptr) current_->MarkDone();
-  current_.reset();
-  wire_started_ = false;
-  failing_ = false;
-  if (keep_alive_) {
-    ReadNext();
-  } else {
-    Linger();
-  }
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::WriteStreamHeader(int status, const std::string& content_type,
-                                                     const HttpHeaders& headers) {
-  stream_header_ = std::make_unique<http::response<http::empty_body>>();
-  stream_header_->version(version_);
-  stream_header_->result(static_cast<unsigned>(status));
-  stream_header_->reason(StatusReason(status));
-  stream_header_->set(http::field::server, options_.server_header);
-  stream_header_->set(http::field::content_type, SafeContentType(content_type));
-  bool has_cache_control = false;
-  for (const auto& [name, value] : headers) {
-    if (!AcceptableHeader(name, value)) continue;
-    has_cache_control = has_cache_control || absl::EqualsIgnoreCase(name, "cache-control");
-    stream_header_->insert(name, value);
-  }
-  if (!has_cache_control) stream_header_->set(http::field::cache_control, "no-cache");
-  // HTTP/1.0 has no chunked encoding: the body then ends when the connection closes.
-  stream_chunked_ = version_ >= 11;
-  if (!stream_chunked_) keep_alive_ = false;
-  stream_header_->keep_alive(keep_alive_);
-  if (stream_chunked_) stream_header_->chunked(true);
-  stream_serializer_ =
-      std::make_unique<http::response_serializer<http::empty_body>>(*stream_header_);
-  stream_header_done_ = false;
-  stream_finishing_ = false;
-  stream_writing_ = true;
-  Lowest().expires_after(options_.write_timeout);
-  wire_started_ = true;
-  http::async_write_header(stream_, *stream_serializer_,
-                           [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                             self->Safely("starting a stream", [&] {
-                               self->stream_writing_ = false;
-                               if (ec) {
-                                 self->DoClose();
-                                 return;
-                               }
-                               self->stream_header_done_ = true;
-                               self->Pump();
-                             });
-                           });
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::Pump() {
-  if (closed_ || current_ == nullptr || !stream_header_done_ || stream_writing_) return;
-  bool finish = false;
-  stream_chunk_ = current_->TakePending(&finish);
-  auto on_write = [self = this->shared_from_this()](beast::error_code ec, size_t) {
-    self->Safely("writing a stream", [&] { self->OnStreamWrite(ec); });
-  };
-  if (!stream_chunk_.empty()) {
-    stream_writing_ = true;
-    Lowest().expires_after(options_.write_timeout);
-    if (stream_chunked_) {
-      net::async_write(stream_, http::make_chunk(net::buffer(stream_chunk_)), std::move(on_write));
-    } else {
-      net::async_write(stream_, net::buffer(stream_chunk_), std::move(on_write));
-    }
-  } else if (finish) {
-    stream_writing_ = true;
-    stream_finishing_ = true;
-    if (stream_chunked_) {
-      Lowest().expires_after(options_.write_timeout);
-      net::async_write(stream_, http::make_chunk_last(), std::move(on_write));
-    } else {
-      OnStreamWrite({});
-    }
-  }
-}
-
-template <class Stream>
-void HttpStreamConnection<Stream>::OnStreamWrite(beast::error_code ec) {
-  stream_writing_ = false;
-  if (ec) {
-    DoClose();
-    return;
-  }
-  if (!stream_finishing_) {
-    Pump();
-    return;
-  }
-  stream_serializer_.reset();
-  stream_header_.reset();
-  stream_header_done_ = false;
-  stream_finishing_ = false;
-  EndExchange();
-}
-
-// Half-closes, then drains what the client still sends for a moment before closing, so that a
-// client still uploading (e.g. after a 413) reads our response instead of a reset.
-template <class Stream>
-void HttpStreamConnection<Stream>::Linger() {
-  if (closed_) return;
-  if constexpr (kTls) {
-    // TLS: send close_notify (the end of a body delimited by the close must be authenticated)
-    // and wait briefly for the client's; the connection is closed either way.
-    Lowest().expires_after(kLingerTimeout);
-    stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
-      self->Safely("closing", [&] { self->DoClose(); });
-    });
-    return;
-  }
-  beast::error_code ec;
-  if (!lingering_) {
-    lingering_ = true;
-    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
-  }
-  if (ec || lingered_bytes_ >= kMaxLingerBytes) {
-    DoClose();
-    return;
-  }
-  buffer_.consume(buffer_.size());
-  Lowest().expires_after(kLingerTimeout);
-  stream_.async_read_some(buffer_.prepare(kReadChunk),
-                          [self = this->shared_from_this()](beast::error_code ec, size_t n) {
-                            self->Safely("closing", [&] {
-                              if (ec) {
-                                self->DoClose();
-                                return;
-                              }
-                              self->lingered_bytes_ += n;
-                              self->Linger();
-                            });
-                          });
-}
-
-template <class Stream>
 void HttpStreamConnection<Stream>::DoClose() {
   if (closed_) return;
   closed_ = true;
@@ -759,5 +319,9 @@ std::shared_ptr<HttpConnection> MakeHttpConnection(tcp::socket socket, ServerCor
   return std::make_shared<HttpStreamConnection<beast::tcp_stream>>(core, id, std::move(peer),
                                                                    std::move(socket));
 }
+
+// Every member defined above, for both streams (the other half is in http_session_answer.cc).
+template class HttpStreamConnection<beast::tcp_stream>;
+template class HttpStreamConnection<beast::ssl_stream<beast::tcp_stream>>;
 
 }  // namespace tandem::http_internal

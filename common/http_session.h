@@ -1,7 +1,7 @@
 // Internals of HttpServer (common/http_server.h): the per-request Exchange shared between a
 // connection and the handler's responder/stream (http_exchange.cc), the per-connection
-// HttpConnection (http_session.cc), and the ServerCore owning the io_context, the listener and the
-// routes (http_server.cc). Only http_*.cc include this.
+// HttpConnection (http_stream_connection.h), and the ServerCore owning the io_context, the listener
+// and the routes (http_server.cc). Only http_*.cc include this.
 //
 // Ownership: an HttpConnection is kept alive by its pending asynchronous operations and by its
 // current Exchange (Exchange::session_), which it drops when the exchange ends (done or closed).
@@ -97,9 +97,9 @@ class Exchange {
 };
 
 // One client connection, over plain TCP or TLS (MakeHttpConnection picks; the HTTP logic is one
-// template over the stream type, in http_session.cc). The Post* calls come from the current
-// Exchange (any thread); the work runs on the connection's strand. An exchange can only reach
-// its session while it is the current one (it drops the session when it ends).
+// template over the stream type, in http_stream_connection.h). The Post* calls come from the
+// current Exchange (any thread); the work runs on the connection's strand. An exchange can only
+// reach its session while it is the current one (it drops the session when it ends).
 //
 // Direct answers: a whole response sent from another thread while the connection waits for it
 // is written to the socket by that thread (TrySend), instead of being posted to the strand and
