@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace tandem::http_internal {
 
@@ -55,7 +56,14 @@ std::optional<BodyBudget::Lease> BodyBudget::TryReserve(size_t bytes) {
   return Lease(shared_, bytes);
 }
 
-HttpResponse BodyBudget::Refusal() const {
+HttpResponse BodyBudget::Refusal() {
+  int64_t unlogged = 0;
+  if (refusal_logs_.Allow(&unlogged)) {
+    spdlog::warn(
+        "http: request bodies held over all connections are at their limit of {} bytes; "
+        "answering 503 ({} more refused since the last such line)",
+        limit(), unlogged);
+  }
   HttpResponse response =
       HttpResponse::Error(503, absl::StrCat("the server holds its limit of request bodies (",
                                             limit(), " bytes over all connections); retry later"));

@@ -22,7 +22,9 @@
 #include <memory>
 #include <optional>
 
+#include "absl/time/time.h"
 #include "common/http_types.h"
+#include "common/log_every.h"
 
 namespace tandem::http_internal {
 
@@ -60,14 +62,16 @@ class BodyBudget {
   // what is left.
   std::optional<Lease> TryReserve(size_t bytes);
 
-  // The answer to a request whose body does not fit: 503 with Retry-After.
-  HttpResponse Refusal() const;
+  // The answer to a request whose body does not fit: 503 with Retry-After. Logs a warning, at
+  // most one every 10 s (with how many refusals it did not log).
+  HttpResponse Refusal();
 
   size_t limit() const;
   size_t held() const;  // bytes leased now
 
  private:
   std::shared_ptr<Lease::Shared> shared_;
+  LogEvery refusal_logs_{absl::Seconds(10)};
 };
 
 }  // namespace tandem::http_internal
