@@ -23,6 +23,9 @@ absl::StatusOr<engine::GrammarConstraint> StructuralTagFromProto(const proto::St
     case proto::StructuralTag::ONE_OR_MORE:
       constraint.tag_form = Form::kOneOrMore;
       break;
+    case proto::StructuralTag::TRIGGERED_AT_MOST_ONE:
+      constraint.tag_form = Form::kTriggeredAtMostOne;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("sampling_params.structural_tag.form ", tag.form(), " is not known"));

@@ -96,6 +96,10 @@ TEST(SamplingParamsFromProtoTest, GrammarConstraintIsCarried) {
   EXPECT_EQ(s->constraint.text, "{}");
   EXPECT_EQ(s->constraint.tag_form, engine::grammar::StructuralTagForm::kOneOrMore);
   EXPECT_TRUE(s->constraint.allow_thinking);
+  p.mutable_structural_tag()->set_form(proto::StructuralTag::TRIGGERED_AT_MOST_ONE);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->constraint.tag_form, engine::grammar::StructuralTagForm::kTriggeredAtMostOne);
   p.mutable_structural_tag()->set_form(static_cast<proto::StructuralTag::Form>(7));
   EXPECT_EQ(SamplingParamsFromProto(p, kVocab, Seeds()).status().code(),
             absl::StatusCode::kInvalidArgument);
