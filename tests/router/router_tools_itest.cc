@@ -280,6 +280,34 @@ TEST_F(RouterToolsTest, SmallMaxTokensStructuredOutputParses) {
   }
 }
 
+// An integer without bounds in a response_format schema stays within 18 digits, so a client
+// parsing it into int64 can: greedy, the shipped model otherwise answers a 21-digit number here.
+TEST_F(RouterToolsTest, UnboundedIntegerAnswerFitsInt64) {
+  const json schema = json::parse(R"({"type":"object","properties":{"n":{"type":"integer"}},
+      "required":["n"],"additionalProperties":false})");
+  for (const auto& router : Routers()) {
+    for (const char* prompt : {"How many?", "Count the stars.", "Give me a big number."}) {
+      SCOPED_TRACE(::testing::Message() << "port " << router->port << " " << prompt);
+      const json body = {
+          {"messages", {{{"role", "user"}, {"content", prompt}}}},
+          {"response_format",
+           {{"type", "json_schema"}, {"json_schema", {{"name", "count"}, {"schema", schema}}}}},
+          {"max_tokens", 60},
+          {"temperature", 0}};
+      const testing::ClientResponse response =
+          RouterRequest(router->port, "POST", "/v1/chat/completions", body.dump());
+      ASSERT_EQ(response.status, 200) << response.body;
+      const std::string content = json::parse(response.body)["choices"][0]["message"]["content"];
+      const json value = json::parse(content, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(value.is_object()) << content;
+      // nlohmann reads an integer beyond 64 bits as a float.
+      EXPECT_TRUE(value["n"].is_number_integer()) << content;
+      const std::string digits = value["n"].dump();
+      EXPECT_LE(digits.size() - (digits[0] == '-' ? 1 : 0), 18u) << content;
+    }
+  }
+}
+
 // SGLang's structural_tag on /generate, plain and PD: free text in which every "e" the model
 // writes must be followed by one digit (the structure "e" + an integer 0..9 + ""). The outputs are
 // in the tag's language, the trigger does occur, and a PD pair samples the same text as a plain
