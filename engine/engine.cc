@@ -81,24 +81,29 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ServingOptions& opt
   ASSIGN_OR_RETURN(
       SchedulerConfig config,
       SchedulerConfigFromOptions(options, model->config(), model->weights().resident_bytes()));
-  return Create(config, std::move(model), std::move(tokenizer));
+  return Create(config, std::move(model), std::move(tokenizer), options.random_seed);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const SchedulerConfig& config,
                                                        std::unique_ptr<Model> model,
-                                                       std::unique_ptr<Tokenizer> tokenizer) {
+                                                       std::unique_ptr<Tokenizer> tokenizer,
+                                                       std::optional<int64_t> random_seed) {
   ASSIGN_OR_RETURN(auto scheduler, Scheduler::Create(config, model.get(), tokenizer.get()));
   SchedulerConfig resolved = scheduler->config();
-  return std::unique_ptr<Engine>(
-      new Engine(resolved, std::move(model), std::move(tokenizer), std::move(scheduler)));
+  return std::unique_ptr<Engine>(new Engine(resolved, std::move(model), std::move(tokenizer),
+                                            std::move(scheduler), random_seed));
 }
 
 Engine::Engine(const SchedulerConfig& config, std::unique_ptr<Model> model,
-               std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Scheduler> scheduler)
+               std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Scheduler> scheduler,
+               std::optional<int64_t> random_seed)
     : config_(config),
       model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
-      scheduler_(std::move(scheduler)) {
+      scheduler_(std::move(scheduler)),
+      request_seeds_(std::make_unique<RequestSeeds>(
+          random_seed ? std::optional<uint64_t>(static_cast<uint64_t>(*random_seed))
+                      : std::nullopt)) {
   load_ = scheduler_->Load();
   loop_ = std::thread([this] { Loop(); });
 }

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 #include "engine/model.h"
+#include "engine/request_seeds.h"
 #include "engine/scheduler.h"
 #include "engine/serving_options.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -48,10 +50,11 @@ class Engine {
   // Loads the model and tokenizer named by options.model_path and starts the loop. Errors name
   // the flag or the file.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const ServingOptions& options);
-  // Takes over an already loaded model and tokenizer (tests, benchmarks).
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(const SchedulerConfig& config,
-                                                        std::unique_ptr<Model> model,
-                                                        std::unique_ptr<Tokenizer> tokenizer);
+  // Takes over an already loaded model and tokenizer (tests, benchmarks); `random_seed` as
+  // ServingOptions::random_seed.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const SchedulerConfig& config, std::unique_ptr<Model> model,
+      std::unique_ptr<Tokenizer> tokenizer, std::optional<int64_t> random_seed = std::nullopt);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -81,6 +84,9 @@ class Engine {
   // checkpoint).
   bool int8_linear() const { return model_->weights().int8(); }
   const SchedulerConfig& config() const { return config_; }
+  // The seeds of requests that carry none (--random-seed), for the worker to draw when it
+  // converts a request. Lives with the engine.
+  RequestSeeds& request_seeds() const { return *request_seeds_; }
   // The KV cache memory (stable for the Engine's life), for the transfer engine to register.
   // Its bytes belong to the requests whose blocks they are: read a block only while its request
   // holds it (prefill-only: until ReleaseHeld), write only blocks reported by on_reserved.
@@ -96,7 +102,8 @@ class Engine {
 
  private:
   Engine(const SchedulerConfig& config, std::unique_ptr<Model> model,
-         std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Scheduler> scheduler);
+         std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Scheduler> scheduler,
+         std::optional<int64_t> random_seed);
   void Loop();
   // False (command dropped) once shutting down.
   bool Post(std::function<void(Scheduler&)> command);
@@ -106,6 +113,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Scheduler> scheduler_;  // loop thread only, after construction
+  const std::unique_ptr<RequestSeeds> request_seeds_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // inbox or stop

@@ -85,7 +85,7 @@ struct SamplingParams {
   int32_t top_k = -1;                   // -1 (or 0): no limit; else >= 1
   float top_p = 1.0f;                   // (0, 1]
   float min_p = 0.0f;                   // [0, 1]
-  uint64_t seed = 0;                    // the engine fills a random one when the request has none
+  uint64_t seed = 0;                    // the worker draws one when the request has none
   float frequency_penalty = 0.0f;       // [-2, 2], OpenAI semantics over generated tokens
   float presence_penalty = 0.0f;        // [-2, 2], OpenAI semantics over generated tokens
   float repetition_penalty = 1.0f;      // (0, 2], HF/SGLang semantics over generated tokens

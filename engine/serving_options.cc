@@ -59,6 +59,12 @@ void RegisterServingFlags(Flags& flags, ServingOptions* o) {
            "Caps the KV cache at this many tokens, rounded up to whole pages; the memory budget "
            "still bounds it (0: no cap)")
       ->check(CLI::NonNegativeNumber);
+  flags
+      .Add("--random-seed", &o->random_seed,
+           "Seeds the seeds of requests that carry no `seed`: a worker restarted with the same "
+           "value and given the same requests in the same order samples the same (default: "
+           "random)")
+      ->type_name("INT");
   RegisterSglangServerFlags(flags);
 }
 

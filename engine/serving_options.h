@@ -5,6 +5,7 @@
 #define TANDEM_ENGINE_SERVING_OPTIONS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -34,6 +35,9 @@ struct ServingOptions {
   // must be compressed-tensors W8A8 int8, which loads as such without the flag too)
   std::string quantization;
   int max_queued_requests = 1024;  // beyond this, new requests are refused (RESOURCE_EXHAUSTED)
+  // SGLang's --random-seed: seeds the sequence that gives a request without `seed` its seed
+  // (request_seeds.h); none: a random sequence.
+  std::optional<int64_t> random_seed;
 };
 
 // Registers the options above on `flags`; `options` must outlive flags.Parse().

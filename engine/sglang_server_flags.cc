@@ -113,9 +113,6 @@ void RegisterIgnored(Flags& flags) {
   flags.AddIgnoredSwitch("--enable-metrics", "ignored: /metrics is always served (--http-port)");
   flags.AddIgnoredSwitch("--skip-server-warmup",
                          "ignored: a worker sends itself no warm-up request");
-  flags.AddIgnored<int64_t>("--random-seed",
-                            "ignored: each request without a `seed` draws its own; send `seed` "
-                            "per request for reproducible sampling");
 }
 
 // Features Tandem does not have.

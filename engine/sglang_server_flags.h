@@ -9,8 +9,9 @@
 //   - features Tandem lacks (--speculative-algorithm, --enable-dp-attention, --lora-paths, ...):
 //     refused by Flags::Parse with the reason.
 // The flags Tandem maps onto its own options under SGLang's names (--model-path, --context-length,
-// --quantization, --mem-fraction-static, --max-total-tokens, --disaggregation-*, ...) are
-// registered where those options live (RegisterServingFlags, RegisterTransferFlags), not here.
+// --quantization, --mem-fraction-static, --max-total-tokens, --random-seed, --disaggregation-*,
+// ...) are registered where those options live (RegisterServingFlags, RegisterTransferFlags), not
+// here.
 #ifndef TANDEM_ENGINE_SGLANG_SERVER_FLAGS_H_
 #define TANDEM_ENGINE_SGLANG_SERVER_FLAGS_H_
 

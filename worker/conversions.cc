@@ -1,6 +1,5 @@
 #include "worker/conversions.h"
 
-#include <random>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -10,11 +9,6 @@
 
 namespace tandem::worker {
 namespace {
-
-uint64_t RandomSeed() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return rng();
-}
 
 absl::StatusOr<engine::GrammarConstraint> StructuralTagFromProto(const proto::StructuralTag& tag) {
   using Form = engine::grammar::StructuralTagForm;
@@ -29,6 +23,9 @@ absl::StatusOr<engine::GrammarConstraint> StructuralTagFromProto(const proto::St
     case proto::StructuralTag::ONE_OR_MORE:
       constraint.tag_form = Form::kOneOrMore;
       break;
+    case proto::StructuralTag::TRIGGERED_AT_MOST_ONE:
+      constraint.tag_form = Form::kTriggeredAtMostOne;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("sampling_params.structural_tag.form ", tag.form(), " is not known"));
@@ -40,7 +37,8 @@ absl::StatusOr<engine::GrammarConstraint> StructuralTagFromProto(const proto::St
 }  // namespace
 
 absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::SamplingParams& p,
-                                                               int32_t vocab_size) {
+                                                               int32_t vocab_size,
+                                                               engine::RequestSeeds& seeds) {
   engine::SamplingParams s;  // SGLang's defaults
   if (p.has_temperature()) s.temperature = p.temperature();
   if (p.has_top_p()) s.top_p = p.top_p();
@@ -55,7 +53,7 @@ absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::Samp
   s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   std::sort(s.logit_bias.begin(), s.logit_bias.end());
   // A request without a seed still samples reproducibly within itself; its seed is drawn here.
-  s.seed = p.has_seed() ? p.seed() : RandomSeed();
+  s.seed = p.has_seed() ? p.seed() : seeds.Next();
   s.stop.assign(p.stop().begin(), p.stop().end());
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   s.ignore_eos = p.ignore_eos();

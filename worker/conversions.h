@@ -2,7 +2,8 @@
 // engine's types. Plain functions, thread-safe.
 //
 // SamplingParams: an unset optional field takes SGLang's default (temperature 1.0, top_p 1,
-// top_k -1, min_p 0, max_new_tokens 128, penalties 0, no seed: the engine draws one). proto3
+// top_k -1, min_p 0, max_new_tokens 128, penalties 0, no seed: the next of the worker's
+// RequestSeeds, --random-seed's sequence). proto3
 // cannot tell an unset bool from false, so `ignore_eos`, `skip_special_tokens` and `no_stop_trim`
 // are taken as sent: the router resolves SGLang's defaults (skip_special_tokens true) from the
 // client's body and always sends the resolved value. A raw gRPC client that leaves
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/finish_reason.h"
+#include "engine/request_seeds.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "proto/worker.pb.h"
@@ -25,10 +27,12 @@ class Status;
 
 namespace tandem::worker {
 
-// Converts and validates against a model of `vocab_size` tokens. InvalidArgument naming the
-// field ("sampling_params.top_p must be in (0, 1], got 2") on a value out of range.
+// Converts and validates against a model of `vocab_size` tokens; a request without a seed
+// draws one from `seeds` (Engine::request_seeds). InvalidArgument naming the field
+// ("sampling_params.top_p must be in (0, 1], got 2") on a value out of range.
 absl::StatusOr<engine::SamplingParams> SamplingParamsFromProto(const proto::SamplingParams& p,
-                                                               int32_t vocab_size);
+                                                               int32_t vocab_size,
+                                                               engine::RequestSeeds& seeds);
 
 proto::FinishReason FinishReasonToProto(const engine::FinishReason& reason);
 

@@ -181,8 +181,8 @@ absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& reques
     return reject(
         absl::UnimplementedError("KV handoff from a prefill worker is not part of this build"));
   }
-  absl::StatusOr<engine::SamplingParams> sampling =
-      SamplingParamsFromProto(request.sampling_params(), engine_->model_config().vocab_size);
+  absl::StatusOr<engine::SamplingParams> sampling = SamplingParamsFromProto(
+      request.sampling_params(), engine_->model_config().vocab_size, engine_->request_seeds());
   if (!sampling.ok()) return reject(sampling.status());
 
   auto leg = std::make_shared<Leg>();

@@ -547,7 +547,8 @@ absl::StatusOr<Sequence> CompileJsonSchemaInto(GrammarBuilder& builder,
 absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,
                                              const GrammarLimits& limits) {
   GrammarBuilder builder(limits);
-  ASSIGN_OR_RETURN(Sequence value, CompileJsonSchemaInto(builder, schema_json, "", {}));
+  ASSIGN_OR_RETURN(Sequence value,
+                   CompileJsonSchemaInto(builder, schema_json, "", {.int64_integers = true}));
   const int32_t root = builder.NewRule("root");
   builder.AddAlternative(root, std::move(value));
   return builder.Build(root);

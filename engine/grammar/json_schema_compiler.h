@@ -8,13 +8,14 @@
 // Schema defines it), minLength, maxLength (in characters, up to GrammarLimits::max_repeat),
 // minimum, maximum, exclusiveMinimum, exclusiveMaximum (a schema with only these is a number).
 // Integer bounds are exact (a digit-by-digit grammar of the range; a bounded side has at most 18
-// digits, a bound beyond that is clamped to it); number bounds are enforced through the sign only
-// (a lower bound >= 0 forbids a minus sign, maximum < 0 or exclusiveMaximum <= 0 requires a
-// non-zero negative number, bounds that leave no sign are an error), the rest of their range is
-// not. Annotations (title, description, default, examples, $schema, $id, $comment, deprecated,
-// readOnly, writeOnly) are ignored. Any other keyword, or a combination the compiler cannot
-// express exactly (pattern with a length bound, anyOf beside type), is an InvalidArgument error
-// naming the keyword and its JSON pointer.
+// digits, a bound beyond that is clamped to it; CompileJsonSchema bounds an unbounded side at 18
+// digits too, so a typed client parsing into int64 can read every integer); number bounds are
+// enforced through the sign only (a lower bound >= 0 forbids a minus sign, maximum < 0 or
+// exclusiveMaximum <= 0 requires a non-zero negative number, bounds that leave no sign are an
+// error), the rest of their range is not. Annotations (title, description, default, examples,
+// $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword, or a
+// combination the compiler cannot express exactly (pattern with a length bound, anyOf beside type),
+// is an InvalidArgument error naming the keyword and its JSON pointer.
 //
 // Output shape: the value alone (no leading or trailing whitespace); inside it, where JSON allows
 // whitespace: nothing, one space, or a line break followed by up to kMaxJsonIndent spaces or
@@ -23,8 +24,8 @@
 // not; additional properties (when allowed) follow them, with keys that differ from every listed
 // property and use no escapes. Strings use raw characters or the escapes \" \\ \/ \b \f \n \r \t
 // and \uXXXX (not surrogates). Integers and numbers are JSON numbers without leading zeros;
-// exponents have at most two digits (integer and fraction digits are unbounded, so a number
-// only fits a double while its integer part has at most 308 digits).
+// exponents have at most two digits (a number's integer and fraction digits are unbounded, so
+// it only fits a double while its integer part has at most 308 digits).
 #ifndef TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 #define TANDEM_ENGINE_GRAMMAR_JSON_SCHEMA_COMPILER_H_
 
@@ -50,7 +51,8 @@ struct JsonSchemaOptions {
   bool int64_integers = false;
 };
 
-// `schema_json` is the schema's JSON text.
+// `schema_json` is the schema's JSON text, read with JsonSchemaOptions::int64_integers (the
+// json_schema constraint of every API: response_format, SGLang's json_schema).
 absl::StatusOr<GrammarPtr> CompileJsonSchema(std::string_view schema_json,
                                              const GrammarLimits& limits = GrammarLimits());
 

@@ -3,7 +3,8 @@
 // turns bounds into digits. Internal to engine/grammar.
 //
 // Shapes written (no whitespace around them):
-//   integer  -?(0|[1-9][0-9]*)
+//   integer  -?(0|[1-9][0-9]*)   (with int64_integers, as every json_schema constraint and
+//            structural tag reads it: 0|-?[1-9][0-9]{0,17})
 //   number   integer (\.[0-9]+)? ([eE][+-]?[0-9][0-9]?)?   (two exponent digits at most, so every
 //            number stays within a double's range)
 //

@@ -182,13 +182,14 @@ struct Automaton {
 
 // Text in which none of the automaton's strings occurs, except that where a byte completes
 // string t, `after[t]` follows (when `after` is given; else that byte is not allowed there) and
-// the text goes on from the empty prefix. Left-linear, one rule per state: text_q derives the
-// texts that leave the automaton in state q, so the recognizer keeps a constant number of items
-// per byte; the text may end in any state.
+// the text goes on from the empty prefix, or with `end_after` the output ends there. Left-linear,
+// one rule per state: text_q derives the texts that leave the automaton in state q, so the
+// recognizer keeps a constant number of items per byte; the text may end in any state.
 Symbol AvoidingText(GrammarBuilder& builder, const Automaton& automaton,
-                    const std::vector<Symbol>* after) {
+                    const std::vector<Symbol>* after, bool end_after = false) {
   const size_t nodes = automaton.next.size();
   std::vector<int32_t> rule(nodes, -1);
+  const int32_t done = end_after ? builder.NewRule("text_then_structure") : -1;
   for (size_t q = 0; q < nodes; ++q) {
     if (automaton.completes[q] < 0) rule[q] = builder.NewRule("text");
   }
@@ -202,7 +203,8 @@ Symbol AvoidingText(GrammarBuilder& builder, const Automaton& automaton,
       if (completed < 0) {
         builder.AddAlternative(rule[target], {rule[p], builder.Terminal(bytes)});
       } else if (after != nullptr) {
-        builder.AddAlternative(rule[0], {rule[p], builder.Terminal(bytes), (*after)[completed]});
+        builder.AddAlternative(end_after ? done : rule[0],
+                               {rule[p], builder.Terminal(bytes), (*after)[completed]});
       }
     }
   }
@@ -210,6 +212,7 @@ Symbol AvoidingText(GrammarBuilder& builder, const Automaton& automaton,
   for (size_t q = 0; q < nodes; ++q) {
     if (rule[q] >= 0) ends.push_back({rule[q]});
   }
+  if (done >= 0) ends.push_back({done});
   return builder.Choice(std::move(ends));
 }
 
@@ -242,7 +245,8 @@ absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, Struc
   Sequence body;
   if (builder.failed()) {
     // Nothing more to build: Build() returns the error.
-  } else if (form == StructuralTagForm::kTriggered) {
+  } else if (form == StructuralTagForm::kTriggered ||
+             form == StructuralTagForm::kTriggeredAtMostOne) {
     std::vector<Symbol> after_trigger;
     for (const std::string& trigger : tag.triggers) {
       std::vector<Sequence> alternatives;
@@ -255,7 +259,8 @@ absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, Struc
       after_trigger.push_back(alternatives.empty() ? builder.Terminal(ByteSet())
                                                    : builder.Choice(std::move(alternatives)));
     }
-    body.push_back(AvoidingText(builder, Automaton(tag.triggers), &after_trigger));
+    body.push_back(AvoidingText(builder, Automaton(tag.triggers), &after_trigger,
+                                form == StructuralTagForm::kTriggeredAtMostOne));
   } else {
     std::vector<Sequence> alternatives;
     for (size_t i = 0; i < tag.structures.size(); ++i) alternatives.push_back(structure_from(i, 0));

@@ -13,6 +13,8 @@
 //     trigger follows (the rest of its begin, its value, its end), and then free text again. The
 //     output may end anywhere in the free text (within a partial trigger too), not inside a
 //     structure.
+//   kTriggeredAtMostOne: as kTriggered, but the output ends with the first structure's end
+//     (tool_choice "auto" without parallel_tool_calls: free text, then at most one call).
 //   kOne: exactly one structure and nothing else.
 //   kOneOrMore: one or more structures separated by "\n".
 // `allow_thinking` (kOne and kOneOrMore): the structures may be preceded by one "<think>" block
@@ -44,7 +46,7 @@ inline constexpr size_t kMaxTriggers = 16;
 inline constexpr size_t kMaxTriggerBytes = 64;
 inline constexpr size_t kMaxTagBytes = 1024;
 
-enum class StructuralTagForm { kTriggered, kOne, kOneOrMore };
+enum class StructuralTagForm { kTriggered, kOne, kOneOrMore, kTriggeredAtMostOne };
 
 // How the structures' schemas are read (xgrammar's strict mode; integers of at most 18 digits,
 // so a tool call's integer arguments stay integers for every JSON parser). A caller that builds a

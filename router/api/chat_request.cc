@@ -302,12 +302,18 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
       }
     }
   }
+  bool parallel = true;
+  if (const Json* v = Find(body, "parallel_tool_calls"); v != nullptr) {
+    ASSIGN_OR_RETURN(parallel, ToBool(*v, "parallel_tool_calls"));
+  }
+  // "auto" is constrained only where it must be (a strict function, parallel_tool_calls false),
+  // and not over the client's own constraint (response_format, regex...), which it leaves as is.
+  const bool constrain_auto =
+      tools.choice == ToolChoice::kAuto && AutoToolsNeedGrammar(tools, parallel) &&
+      request.sampling.constraint_case() == proto::SamplingParams::CONSTRAINT_NOT_SET;
   if (request.tool_call_syntax != ToolCallSyntax::kNone &&
-      (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed)) {
-    bool parallel = true;
-    if (const Json* v = Find(body, "parallel_tool_calls"); v != nullptr) {
-      ASSIGN_OR_RETURN(parallel, ToBool(*v, "parallel_tool_calls"));
-    }
+      (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed ||
+       constrain_auto)) {
     // Qwen3 templates let the model think first unless chat_template_kwargs.enable_thinking is
     // false (the template then closes an empty <think></think> block in the prompt).
     const auto thinking = options.kwargs.find("enable_thinking");

@@ -48,6 +48,9 @@ absl::Status CheckTool(const OrderedJson& tool, const std::string& path) {
   if (const OrderedJson* p = FindOrdered(*function, "parameters"); p && !p->is_object()) {
     return absl::InvalidArgumentError(path + ".function.parameters must be a JSON Schema object");
   }
+  if (const OrderedJson* s = FindOrdered(*function, "strict"); s && !s->is_boolean()) {
+    return absl::InvalidArgumentError(path + ".function.strict must be a boolean");
+  }
   return absl::OkStatus();
 }
 

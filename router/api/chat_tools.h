@@ -34,7 +34,8 @@ struct ChatTools {
 };
 
 // Reads `tools` and `tool_choice`. Each tool must be {"type": "function", "function": {"name":
-// 1 to 64 of [A-Za-z0-9_-], "description"?: string, "parameters"?: object}}, names unique.
+// 1 to 64 of [A-Za-z0-9_-], "description"?: string, "parameters"?: object, "strict"?: bool}},
+// names unique.
 // Errors name the field ("tools[1].function.name ...").
 absl::StatusOr<ChatTools> ReadChatTools(const Json& body);
 

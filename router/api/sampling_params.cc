@@ -63,6 +63,9 @@ proto::StructuralTag StructuralTagToProto(const engine::GrammarConstraint& const
     case engine::grammar::StructuralTagForm::kOneOrMore:
       tag.set_form(proto::StructuralTag::ONE_OR_MORE);
       break;
+    case engine::grammar::StructuralTagForm::kTriggeredAtMostOne:
+      tag.set_form(proto::StructuralTag::TRIGGERED_AT_MOST_ONE);
+      break;
   }
   tag.set_allow_thinking(constraint.allow_thinking);
   return tag;

@@ -28,6 +28,16 @@ absl::Status ToolError(const absl::Status& status, const std::vector<size_t>& to
 
 }  // namespace
 
+bool AutoToolsNeedGrammar(const ChatTools& tools, bool parallel_tool_calls) {
+  if (!parallel_tool_calls) return true;
+  for (const nlohmann::ordered_json& tool : tools.tools) {
+    const nlohmann::ordered_json& function = tool["function"];
+    const auto strict = function.find("strict");
+    if (strict != function.end() && strict->is_boolean() && strict->get<bool>()) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax syntax,
                                                                const ChatTools& tools,
                                                                bool parallel_tool_calls,
@@ -41,7 +51,13 @@ absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax sy
     const std::string name = function["name"].get<std::string>();
     if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
     nlohmann::ordered_json schema = {{"type", "object"}};
-    if (const auto it = function.find("parameters"); it != function.end() && !it->empty()) {
+    // Under "auto" only a strict function's arguments follow its parameters (OpenAI's strict
+    // function calling); the others are any JSON object.
+    const auto strict = function.find("strict");
+    const bool enforced = tools.choice != ToolChoice::kAuto ||
+                          (strict != function.end() && strict->is_boolean() && strict->get<bool>());
+    if (const auto it = function.find("parameters");
+        enforced && it != function.end() && !it->empty()) {
       schema = *it;
     }
     tool_of_structure.push_back(i);
@@ -58,9 +74,17 @@ absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax sy
   engine::grammar::Constraint constraint;
   constraint.kind = engine::grammar::Constraint::Kind::kStructuralTag;
   constraint.text = tag.dump();
-  const bool several = !llama3 && parallel_tool_calls && tools.choice == ToolChoice::kRequired;
-  constraint.tag_form = several ? StructuralTagForm::kOneOrMore : StructuralTagForm::kOne;
-  constraint.allow_thinking = allow_thinking && !llama3;
+  const bool several = !llama3 && parallel_tool_calls;
+  if (tools.choice == ToolChoice::kAuto) {
+    constraint.tag_form =
+        several ? StructuralTagForm::kTriggered : StructuralTagForm::kTriggeredAtMostOne;
+  } else {
+    constraint.tag_form = several && tools.choice == ToolChoice::kRequired
+                              ? StructuralTagForm::kOneOrMore
+                              : StructuralTagForm::kOne;
+  }
+  // The triggered forms take thinking as free text already.
+  constraint.allow_thinking = allow_thinking && !llama3 && tools.choice != ToolChoice::kAuto;
   const absl::StatusOr<engine::grammar::GrammarPtr> compiled =
       engine::grammar::CompileConstraint(constraint);
   if (!compiled.ok()) return ToolError(compiled.status(), tool_of_structure);

@@ -1,7 +1,8 @@
-// The constraint that enforces tool_choice "required" or a named function (internal to
-// router/api): a structural tag (engine/grammar/structural_tag.h) with one structure per callable
-// function, begin and end the family's call syntax around arguments that follow the function's
-// `parameters` schema, so even a small model writes a call that parses and validates.
+// The constraint that enforces tool_choice "required" or a named function, and under "auto" strict
+// functions and parallel_tool_calls false (internal to router/api): a structural tag
+// (engine/grammar/structural_tag.h) with one structure per callable function, begin and end the
+// family's call syntax around arguments that follow the function's `parameters` schema, so even a
+// small model writes a call that parses and validates.
 //
 // Shapes: kQwen "<tool_call>\n{\"name\": \"<fn>\", \"arguments\": <args>}\n</tool_call>", one
 // call for a named choice or without parallel_tool_calls, else one or more separated by "\n";
@@ -22,8 +23,16 @@
 
 namespace tandem::router::api_internal {
 
-// The constraint for `tools` under `tools.choice` (kRequired or kNamed) in `syntax` (not kNone).
-// `allow_thinking` (kQwen only: a Qwen3 template with thinking enabled): the calls may be
+// Whether tool_choice "auto" needs the constraint below: a function of `tools` is strict, or
+// `parallel_tool_calls` is false.
+bool AutoToolsNeedGrammar(const ChatTools& tools, bool parallel_tool_calls);
+
+// The constraint for `tools` under `tools.choice` (kRequired, kNamed or kAuto) in `syntax` (not
+// kNone). kAuto (for a request with a strict function or without parallel_tool_calls: see
+// AutoToolsNeedGrammar): free text in which a call, once its trigger is written, follows the
+// syntax, a strict function's arguments its parameters and any other's any JSON object; without
+// parallel_tool_calls (and always for kLlama3) the answer ends with the first call.
+// `allow_thinking` (kQwen, not kAuto: a Qwen3 template with thinking enabled): the calls may be
 // preceded by one "<think>...</think>" block and up to two line breaks, as SGLang's structural
 // tags allow. The tag is compiled here, once: a parameters schema the compiler cannot enforce is an
 // InvalidArgument naming it ("tools[0].function.parameters: json_schema: unsupported keyword

@@ -4,7 +4,7 @@
 // tokens), and the sampling parameters that depend on the tokens generated so far (penalties,
 // min_new_tokens) or bias the logits (logit_bias): the prefill worker samples the first token
 // and the decode worker continues from it. One colocated worker and one prefill/decode pair
-// serve every test of the suite.
+// serve every test of the suite; --random-seed's test starts workers of its own.
 #include <memory>
 #include <string>
 #include <vector>
@@ -227,6 +227,41 @@ TEST_F(PdSamplingTest, PenaltiesMinTokensAndLogitBiasMatchTheColocatedWorker) {
   ExpectAllBlocksReturn(prefill_.get());
   ExpectAllBlocksReturn(decode_.get());
   ExpectAllBlocksReturn(colocated_.get());
+}
+
+// --random-seed: an unseeded request's seed is the next of the worker's seed sequence, so a worker
+// restarted with the same seed and given the same requests in the same order samples the same
+// tokens, another seed samples others, and a prefill/decode pair both started with the seed
+// samples what a colocated worker with it does (one request at a time: each worker's k-th leg
+// draws the k-th seed, and the decode worker continues the prefill worker's first token).
+TEST(RandomSeedTest, RestartedWorkersWithTheSameSeedSampleTheSame) {
+  proto::SamplingParams sampled = GreedyParams(12);
+  sampled.set_temperature(1);
+  const std::vector<std::vector<int32_t>> prompts = Prompts(3);
+  auto colocated_run = [&](const std::string& seed) {
+    std::unique_ptr<WorkerProcess> worker = StartWorker("colocated", {"--random-seed", seed});
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      DecodeResult r = RunColocated(worker.get(), absl::StrCat("s", i), prompts[i], sampled);
+      EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+      tokens.push_back(r.tokens);
+    }
+    return tokens;
+  };
+  const std::vector<std::vector<int32_t>> first = colocated_run("1234");
+  EXPECT_EQ(colocated_run("1234"), first);
+  EXPECT_NE(colocated_run("99"), first);
+
+  std::unique_ptr<WorkerProcess> prefill = StartWorker("prefill", {"--random-seed", "1234"});
+  std::unique_ptr<WorkerProcess> decode = StartWorker("decode", {"--random-seed", "1234"});
+  std::vector<std::vector<int32_t>> pd;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    DecodeResult r =
+        RunPd(prefill.get(), decode.get(), 9600 + i, prompts[i], 12, nullptr, 0, &sampled);
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    pd.push_back(r.tokens);
+  }
+  EXPECT_EQ(pd, first);
 }
 
 }  // namespace

@@ -152,6 +152,31 @@ TEST_F(RouterToolsTest, NamedFunctionIsCalledWithValidArguments) {
   }
 }
 
+// tool_choice "auto" with a strict function and parallel_tool_calls false, plain and PD: both
+// legs take the at-most-one grammar (a worker that did not know its form would refuse the leg),
+// and a call, if the model makes one, is one call whose strict arguments validate. (The tiny
+// model answers these prompts in text; the grammar itself is covered by router_api_test's
+// ChatToolsGrammarTest.AutoWithoutParallelCallsEndsWithTheFirstCall.)
+TEST_F(RouterToolsTest, AutoWithAStrictFunctionMakesAtMostOneValidCall) {
+  for (const auto& router : Routers()) {
+    for (int seed = 1; seed <= 4; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "port " << router->port << " seed " << seed);
+      json body = ChatBody("auto", /*stream=*/false, seed);
+      body["tools"][0]["function"]["strict"] = true;
+      const testing::ClientResponse response =
+          RouterRequest(router->port, "POST", "/v1/chat/completions", body.dump());
+      ASSERT_EQ(response.status, 200) << response.body;
+      const json& message = json::parse(response.body)["choices"][0]["message"];
+      if (!message.contains("tool_calls") || message["tool_calls"].is_null()) continue;
+      ASSERT_EQ(message["tool_calls"].size(), 1u) << response.body;
+      const json& function = message["tool_calls"][0]["function"];
+      if (function["name"] == "get_weather") {
+        EXPECT_TRUE(ValidWeatherArguments(function["arguments"])) << response.body;
+      }
+    }
+  }
+}
+
 std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream out;
@@ -251,6 +276,34 @@ TEST_F(RouterToolsTest, SmallMaxTokensStructuredOutputParses) {
           }
         }
       }
+    }
+  }
+}
+
+// An integer without bounds in a response_format schema stays within 18 digits, so a client
+// parsing it into int64 can: greedy, the shipped model otherwise answers a 21-digit number here.
+TEST_F(RouterToolsTest, UnboundedIntegerAnswerFitsInt64) {
+  const json schema = json::parse(R"({"type":"object","properties":{"n":{"type":"integer"}},
+      "required":["n"],"additionalProperties":false})");
+  for (const auto& router : Routers()) {
+    for (const char* prompt : {"How many?", "Count the stars.", "Give me a big number."}) {
+      SCOPED_TRACE(::testing::Message() << "port " << router->port << " " << prompt);
+      const json body = {
+          {"messages", {{{"role", "user"}, {"content", prompt}}}},
+          {"response_format",
+           {{"type", "json_schema"}, {"json_schema", {{"name", "count"}, {"schema", schema}}}}},
+          {"max_tokens", 60},
+          {"temperature", 0}};
+      const testing::ClientResponse response =
+          RouterRequest(router->port, "POST", "/v1/chat/completions", body.dump());
+      ASSERT_EQ(response.status, 200) << response.body;
+      const std::string content = json::parse(response.body)["choices"][0]["message"]["content"];
+      const json value = json::parse(content, nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(value.is_object()) << content;
+      // nlohmann reads an integer beyond 64 bits as a float.
+      EXPECT_TRUE(value["n"].is_number_integer()) << content;
+      const std::string digits = value["n"].dump();
+      EXPECT_LE(digits.size() - (digits[0] == '-' ? 1 : 0), 18u) << content;
     }
   }
 }

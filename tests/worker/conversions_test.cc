@@ -2,6 +2,9 @@
 // finish reason shape, defaults for unset fields, and bad values named in INVALID_ARGUMENT.
 #include "worker/conversions.h"
 
+#include <random>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "grpcpp/support/status.h"
 #include "gtest/gtest.h"
@@ -11,9 +14,14 @@ namespace {
 
 constexpr int32_t kVocab = 3072;
 
+engine::RequestSeeds& Seeds() {
+  static engine::RequestSeeds seeds;
+  return seeds;
+}
+
 TEST(SamplingParamsFromProtoTest, UnsetFieldsTakeSglangDefaults) {
   proto::SamplingParams p;
-  auto s = SamplingParamsFromProto(p, kVocab);
+  auto s = SamplingParamsFromProto(p, kVocab, Seeds());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->temperature, 1.0f);
   EXPECT_EQ(s->top_p, 1.0f);
@@ -32,43 +40,69 @@ TEST(SamplingParamsFromProtoTest, UnsetFieldsTakeSglangDefaults) {
 
 TEST(SamplingParamsFromProtoTest, UnseededRequestsGetDifferentSeeds) {
   proto::SamplingParams p;
-  auto a = SamplingParamsFromProto(p, kVocab);
-  auto b = SamplingParamsFromProto(p, kVocab);
+  auto a = SamplingParamsFromProto(p, kVocab, Seeds());
+  auto b = SamplingParamsFromProto(p, kVocab, Seeds());
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_NE(a->seed, b->seed);
+}
+
+// --random-seed: the unseeded requests of a worker restarted with the same seed get the same
+// seeds in the same order; a request's own seed is kept and draws nothing.
+TEST(SamplingParamsFromProtoTest, RandomSeedMakesUnseededSeedsReproducible) {
+  auto draw = [](engine::RequestSeeds& seeds) {
+    proto::SamplingParams unseeded, seeded;
+    seeded.set_seed(7);
+    std::vector<uint64_t> out;
+    for (int i = 0; i < 3; ++i) {
+      out.push_back(SamplingParamsFromProto(unseeded, kVocab, seeds)->seed);
+      out.push_back(SamplingParamsFromProto(seeded, kVocab, seeds)->seed);
+    }
+    return out;
+  };
+  engine::RequestSeeds first_run(42), restarted(42), other(43);
+  const std::vector<uint64_t> seeds = draw(first_run);
+  EXPECT_EQ(draw(restarted), seeds);
+  EXPECT_NE(draw(other), seeds);
+  std::mt19937_64 sequence(42);
+  EXPECT_EQ(seeds, (std::vector<uint64_t>{sequence(), 7, sequence(), 7, sequence(), 7}));
 }
 
 TEST(SamplingParamsFromProtoTest, GrammarConstraintIsCarried) {
   using Kind = engine::GrammarConstraint::Kind;
   proto::SamplingParams p;
-  auto s = SamplingParamsFromProto(p, kVocab);
+  auto s = SamplingParamsFromProto(p, kVocab, Seeds());
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->constraint.kind, Kind::kNone);
   p.set_json_schema(R"({"type": "integer"})");
-  s = SamplingParamsFromProto(p, kVocab);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
   EXPECT_EQ(s->constraint.kind, Kind::kJsonSchema);
   EXPECT_EQ(s->constraint.text, R"({"type": "integer"})");
   p.set_regex("[a-z]+");
-  s = SamplingParamsFromProto(p, kVocab);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
   EXPECT_EQ(s->constraint.kind, Kind::kRegex);
   EXPECT_EQ(s->constraint.text, "[a-z]+");
   p.set_ebnf("root ::= \"x\"");
-  s = SamplingParamsFromProto(p, kVocab);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
   EXPECT_EQ(s->constraint.kind, Kind::kEbnf);
   p.set_json_object(true);
-  s = SamplingParamsFromProto(p, kVocab);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
   EXPECT_EQ(s->constraint.kind, Kind::kJsonObject);
   p.mutable_structural_tag()->set_tag("{}");
   p.mutable_structural_tag()->set_form(proto::StructuralTag::ONE_OR_MORE);
   p.mutable_structural_tag()->set_allow_thinking(true);
-  s = SamplingParamsFromProto(p, kVocab);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->constraint.kind, Kind::kStructuralTag);
   EXPECT_EQ(s->constraint.text, "{}");
   EXPECT_EQ(s->constraint.tag_form, engine::grammar::StructuralTagForm::kOneOrMore);
   EXPECT_TRUE(s->constraint.allow_thinking);
+  p.mutable_structural_tag()->set_form(proto::StructuralTag::TRIGGERED_AT_MOST_ONE);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->constraint.tag_form, engine::grammar::StructuralTagForm::kTriggeredAtMostOne);
   p.mutable_structural_tag()->set_form(static_cast<proto::StructuralTag::Form>(7));
-  EXPECT_EQ(SamplingParamsFromProto(p, kVocab).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SamplingParamsFromProto(p, kVocab, Seeds()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SamplingParamsFromProtoTest, EveryFieldIsCarried) {
@@ -93,7 +127,7 @@ TEST(SamplingParamsFromProtoTest, EveryFieldIsCarried) {
   p.set_seed(0);  // an explicit 0 is a seed, not "unset"
   p.set_skip_special_tokens(true);
   p.set_no_stop_trim(true);
-  auto s = SamplingParamsFromProto(p, kVocab);
+  auto s = SamplingParamsFromProto(p, kVocab, Seeds());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->temperature, 0.7f);
   EXPECT_EQ(s->top_p, 0.9f);
@@ -143,7 +177,7 @@ TEST(SamplingParamsFromProtoTest, BadValuesAreInvalidArgumentNamingTheField) {
   for (const Case& c : cases) {
     proto::SamplingParams p;
     c.set(&p);
-    auto s = SamplingParamsFromProto(p, kVocab);
+    auto s = SamplingParamsFromProto(p, kVocab, Seeds());
     ASSERT_FALSE(s.ok()) << c.field;
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.status().message().find(c.field), std::string::npos) << s.status();
@@ -249,11 +283,11 @@ TEST(AppendOutputTest, TopLogprobsOnePerToken) {
 TEST(SamplingParamsFromProtoTest, TopLogprobsNumIsCarriedAndValidated) {
   proto::SamplingParams p;
   p.set_top_logprobs_num(7);
-  auto s = SamplingParamsFromProto(p, 1000);
+  auto s = SamplingParamsFromProto(p, 1000, Seeds());
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->top_logprobs_num, 7);
   p.set_top_logprobs_num(21);
-  EXPECT_EQ(SamplingParamsFromProto(p, 1000).status().message(),
+  EXPECT_EQ(SamplingParamsFromProto(p, 1000, Seeds()).status().message(),
             "sampling_params.top_logprobs_num must be in [0, 20], got 21");
 }
 

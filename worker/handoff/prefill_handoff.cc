@@ -135,7 +135,8 @@ void PrefillHandoff::RunPrefill(const proto::PrefillRequest& request, PrefillDon
     return;
   }
   auto sampling = SamplingParamsFromProto(request.sampling_params(),
-                                          static_cast<int32_t>(engine_->model_config().vocab_size));
+                                          static_cast<int32_t>(engine_->model_config().vocab_size),
+                                          engine_->request_seeds());
   if (!sampling.ok()) {
     done(sampling.status());
     return;

@@ -53,6 +53,25 @@ TEST(StructuralTagTest, TriggerStartsAStructureWithinFreeText) {
   EXPECT_FALSE(Accepts(grammar, "<function=get_weather>{\"city\": \"a\", \"x\": 1}</function>"));
 }
 
+// tool_choice "auto" without parallel_tool_calls: free text, at most one structure, and the
+// output ends with it.
+TEST(StructuralTagTest, TriggeredAtMostOneEndsWithTheFirstStructure) {
+  const auto grammar =
+      CompileStructuralTag(kWeather, StructuralTagForm::kTriggeredAtMostOne, false);
+  const std::string call = "<function=get_weather>{\"city\": \"Oslo\"}</function>";
+  EXPECT_TRUE(Accepts(grammar, ""));
+  EXPECT_TRUE(Accepts(grammar, "Just text and <func but no trigger."));
+  EXPECT_TRUE(Accepts(grammar, call));
+  EXPECT_TRUE(Accepts(grammar, "Let me check. " + call));
+  EXPECT_FALSE(Accepts(grammar, call + call));
+  EXPECT_FALSE(Accepts(grammar, call + " done"));
+  EXPECT_FALSE(Accepts(grammar, call + "\n<function=get_time>{}</function>"));
+  EXPECT_FALSE(Accepts(grammar, "<function=get_weather>{}</function>"));  // city is required
+  // The same tag in the triggered form takes any number of structures.
+  EXPECT_TRUE(
+      Accepts(CompileStructuralTag(kWeather, StructuralTagForm::kTriggered, false), call + call));
+}
+
 TEST(StructuralTagTest, SeveralTriggersEachWithTheirStructures) {
   const auto grammar = CompileStructuralTag(
       R"({"type": "structural_tag", "structures": [

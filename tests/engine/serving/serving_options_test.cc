@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Parsed {
   std::optional<int> exit_code;
@@ -66,8 +67,11 @@ TEST(ServingOptionsTest, SglangCpuLaunchLineMapsOntoTheOptions) {
                     "--context-length",
                     "256",
                     "--max-running-requests",
-                    "8"});
+                    "8",
+                    "--random-seed",
+                    "42"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
+  EXPECT_EQ(p.options.random_seed, 42);
   EXPECT_DOUBLE_EQ(p.options.mem_fraction_static, 0.8);
   EXPECT_EQ(p.options.max_total_tokens, 65536);
   EXPECT_EQ(p.options.served_model_name, "tiny");
@@ -77,6 +81,10 @@ TEST(ServingOptionsTest, SglangCpuLaunchLineMapsOntoTheOptions) {
   EXPECT_TRUE(ValidateServingOptions(p.options).ok());
   EXPECT_THAT(p.notes, Contains("--tp-size 1: tensor parallelism 1: a worker is one process"));
   EXPECT_THAT(p.notes, Contains(HasSubstr("--dtype bfloat16: weights are bf16")));
+  EXPECT_THAT(p.notes, Not(Contains(HasSubstr("--random-seed"))));
+  // Not given: no seed, each worker draws a random sequence.
+  EXPECT_FALSE(Parse({}).options.random_seed.has_value());
+  EXPECT_TRUE(Parse({"--random-seed", "x"}).exit_code.has_value());
 }
 
 TEST(ServingOptionsTest, GpuTuningIsAcceptedAndNotedOnce) {
@@ -101,14 +109,11 @@ TEST(ServingOptionsTest, GpuTuningIsAcceptedAndNotedOnce) {
                     "decode_round_robin",
                     "--prefill-round-robin-balance",
                     "--dist-init-addr",
-                    "10.0.0.1:10000",
-                    "--random-seed",
-                    "42"});
+                    "10.0.0.1:10000"});
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
-  EXPECT_EQ(p.notes.size(), 14u);
+  EXPECT_EQ(p.notes.size(), 13u);
   EXPECT_THAT(p.notes, Contains(HasSubstr("--trust-remote-code: ignored: Tandem runs no code")));
   EXPECT_THAT(p.notes, Contains(HasSubstr("--cuda-graph-bs 8 16: ignored: CUDA graphs")));
-  EXPECT_THAT(p.notes, Contains(HasSubstr("--random-seed 42: ignored")));
   // Nothing given, nothing noted.
   EXPECT_TRUE(Parse({}).notes.empty());
 }

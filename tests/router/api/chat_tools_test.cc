@@ -126,6 +126,9 @@ TEST(ChatToolsTest, Errors) {
   EXPECT_EQ(
       Error(user + R"("tools":[{"type":"function","function":{"name":"f","parameters":1}}]})"),
       "tools[0].function.parameters must be a JSON Schema object");
+  EXPECT_EQ(
+      Error(user + R"("tools":[{"type":"function","function":{"name":"f","strict":"yes"}}]})"),
+      "tools[0].function.strict must be a boolean");
   EXPECT_EQ(Error(user + R"("tools":[{"type":"function","function":{"name":"f"}},)"
                          R"({"type":"function","function":{"name":"f"}}]})"),
             "tools[1].function.name 'f' names a function twice");
@@ -157,10 +160,19 @@ bool GrammarAccepts(const RoutedRequest& request, const std::string& text) {
   engine::grammar::Constraint constraint;
   constraint.kind = engine::grammar::Constraint::Kind::kStructuralTag;
   constraint.text = tag.tag();
-  constraint.tag_form = tag.form() == proto::StructuralTag::ONE_OR_MORE
-                            ? StructuralTagForm::kOneOrMore
-                        : tag.form() == proto::StructuralTag::ONE ? StructuralTagForm::kOne
-                                                                  : StructuralTagForm::kTriggered;
+  switch (tag.form()) {
+    case proto::StructuralTag::ONE_OR_MORE:
+      constraint.tag_form = StructuralTagForm::kOneOrMore;
+      break;
+    case proto::StructuralTag::ONE:
+      constraint.tag_form = StructuralTagForm::kOne;
+      break;
+    case proto::StructuralTag::TRIGGERED_AT_MOST_ONE:
+      constraint.tag_form = StructuralTagForm::kTriggeredAtMostOne;
+      break;
+    default:
+      constraint.tag_form = StructuralTagForm::kTriggered;
+  }
   constraint.allow_thinking = tag.allow_thinking();
   auto grammar = engine::grammar::CompileConstraint(constraint);
   EXPECT_TRUE(grammar.ok()) << grammar.status();
@@ -220,6 +232,63 @@ TEST(ChatToolsGrammarTest, AutoAndNoneDoNotConstrain) {
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_FALSE(parsed->sampling.has_structural_tag());
   }
+}
+
+// tool_choice "auto" with parallel_tool_calls false: any text, or at most one call, which ends
+// the answer.
+TEST(ChatToolsGrammarTest, AutoWithoutParallelCallsEndsWithTheFirstCall) {
+  const auto parsed = ParseChatCompletions(
+      Body(R"("tool_choice":"auto","parallel_tool_calls":false)"), QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->sampling.has_structural_tag());
+  EXPECT_EQ(parsed->sampling.structural_tag().form(), proto::StructuralTag::TRIGGERED_AT_MOST_ONE);
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+      "</tool_call>";
+  EXPECT_TRUE(GrammarAccepts(*parsed, "It is sunny in Paris."));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call));
+  EXPECT_TRUE(GrammarAccepts(*parsed, "Let me look.\n" + call));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call + "\n" + call));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call + "\nDone."));
+  // Not strict: the arguments are any JSON object.
+  EXPECT_TRUE(GrammarAccepts(*parsed,
+                             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                             "{\"town\": 1}}\n</tool_call>"));
+}
+
+// tool_choice "auto" with a strict function: its calls' arguments follow its parameters (a
+// function without strict takes any object); calls may repeat and text may follow.
+TEST(ChatToolsGrammarTest, AutoEnforcesStrictFunctionsArguments) {
+  const auto parsed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto","tools":[)"
+      R"({"type":"function","function":{"name":"get_weather","strict":true,"parameters":)"
+      R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"],)"
+      R"("additionalProperties":false}}},)"
+      R"({"type":"function","function":{"name":"log","parameters":{"type":"object",)"
+      R"("properties":{"n":{"type":"integer"}},"required":["n"]}}}]})",
+      QwenContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->sampling.has_structural_tag());
+  EXPECT_EQ(parsed->sampling.structural_tag().form(), proto::StructuralTag::TRIGGERED);
+  auto call = [](const std::string& name, const std::string& arguments) {
+    return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + arguments +
+           "}\n</tool_call>";
+  };
+  const std::string weather = call("get_weather", R"({"city": "Oslo"})");
+  EXPECT_TRUE(GrammarAccepts(*parsed, "No call needed."));
+  EXPECT_TRUE(GrammarAccepts(*parsed, weather + "\n" + weather + "\nDone."));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("get_weather", R"({"town": "Oslo"})")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("get_weather", R"({"city": 3})")));
+  EXPECT_FALSE(GrammarAccepts(*parsed, call("launch", "{}")));
+  EXPECT_TRUE(GrammarAccepts(*parsed, call("log", R"({"anything": [1]})")));
+  // A constraint of the client's own is left as it is (the tools are then not enforced).
+  const auto with_format = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto",)"
+      R"("parallel_tool_calls":false,"response_format":{"type":"json_object"},"tools":[)" +
+          std::string(kWeatherTool) + "]}",
+      QwenContext());
+  ASSERT_TRUE(with_format.ok()) << with_format.status();
+  EXPECT_TRUE(with_format->sampling.json_object());
 }
 
 // A required call of `tool` (one function "f" whose parameters are `parameters`).
