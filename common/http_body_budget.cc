@@ -49,7 +49,8 @@ void BodyBudget::Lease::Release() {
   bytes_ = 0;
 }
 
-BodyBudget::BodyBudget(size_t limit) : shared_(std::make_shared<Lease::Shared>(limit)) {}
+BodyBudget::BodyBudget(size_t limit, std::function<void()> on_refused)
+    : shared_(std::make_shared<Lease::Shared>(limit)), on_refused_(std::move(on_refused)) {}
 
 std::optional<BodyBudget::Lease> BodyBudget::TryReserve(size_t bytes) {
   if (!shared_->Take(bytes)) return std::nullopt;
@@ -57,6 +58,8 @@ std::optional<BodyBudget::Lease> BodyBudget::TryReserve(size_t bytes) {
 }
 
 HttpResponse BodyBudget::Refusal() {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  if (on_refused_) on_refused_();
   int64_t unlogged = 0;
   if (refusal_logs_.Allow(&unlogged)) {
     spdlog::warn(

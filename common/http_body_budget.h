@@ -19,6 +19,8 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -56,21 +58,25 @@ class BodyBudget {
     size_t bytes_ = 0;
   };
 
-  explicit BodyBudget(size_t limit);
+  // `on_refused`, when set, runs on each Refusal() (on an I/O thread: cheap, non-blocking).
+  explicit BodyBudget(size_t limit, std::function<void()> on_refused = nullptr);
 
   // A lease of `bytes` (0 always fits), or nullopt, with nothing taken, when they do not fit in
   // what is left.
   std::optional<Lease> TryReserve(size_t bytes);
 
   // The answer to a request whose body does not fit: 503 with Retry-After. Logs a warning, at
-  // most one every 10 s (with how many refusals it did not log).
+  // most one every 10 s (with how many refusals it did not log), and counts the refusal.
   HttpResponse Refusal();
 
   size_t limit() const;
   size_t held() const;  // bytes leased now
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
   std::shared_ptr<Lease::Shared> shared_;
+  std::function<void()> on_refused_;
+  std::atomic<uint64_t> refused_{0};
   LogEvery refusal_logs_{absl::Seconds(10)};
 };
 

@@ -32,7 +32,7 @@ std::string FormatHostPort(const std::string& host, uint16_t port) {
 
 ServerCore::ServerCore(HttpServerOptions options)
     : options_(std::move(options)),
-      body_budget_(options_.max_body_bytes_held),
+      body_budget_(options_.max_body_bytes_held, options_.on_body_refused),
       work_(net::make_work_guard(ioc_)),
       accept_strand_(net::make_strand(ioc_)),
       acceptor_(accept_strand_),
@@ -347,6 +347,8 @@ HttpServer::HttpServer(HttpServerOptions options)
     : options_(std::move(options)), core_(std::make_unique<http_internal::ServerCore>(options_)) {}
 
 HttpServer::~HttpServer() { Stop(); }
+
+size_t HttpServer::body_bytes_held() const { return core_->body_budget().held(); }
 
 void HttpServer::Handle(const std::string& method, const std::string& path, HttpHandler handler,
                         HttpHeadCheck head_check) {

@@ -84,6 +84,8 @@ struct HttpServerOptions {
   // Request bodies held at once over all connections (common/http_body_budget.h); a body that
   // does not fit in what is left gets 503. At least max_body_bytes (Start() fails otherwise).
   size_t max_body_bytes_held = size_t{1} << 30;
+  // Runs on each such 503 (on an I/O thread: cheap, non-blocking), e.g. to count it.
+  std::function<void()> on_body_refused;
   std::string server_header = "tandem";
   // HTTPS: both PEM files (see common/http_tls.h); Start() fails naming a bad file. A client that
   // does not complete the TLS handshake within read_timeout (e.g. one speaking plain HTTP) is
@@ -171,6 +173,9 @@ class HttpServer {
   uint16_t port() const { return port_; }
   // Closes the listener and all connections and joins the threads. Idempotent.
   void Stop();
+
+  // Request bodies held now over all connections (see max_body_bytes_held), for metrics.
+  size_t body_bytes_held() const;
 
  private:
   HttpServerOptions options_;

@@ -143,6 +143,7 @@ class ServerCore {
 
   const HttpServerOptions& options() const { return options_; }
   BodyBudget& body_budget() { return body_budget_; }
+  const BodyBudget& body_budget() const { return body_budget_; }
   net::io_context& io_context() { return ioc_; }
 
   void Handle(const std::string& method, const std::string& path, HttpHandler handler,

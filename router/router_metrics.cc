@@ -21,6 +21,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
       queue_depth(r->AddGauge("tandem_router_queue_depth",
                               "Requests waiting for a --max-concurrent-requests slot", {})
                       .Get()),
+      http_body_bytes_held(
+          r->AddGauge("tandem_router_http_body_bytes_held",
+                      "Request body bytes held over all connections (--http-max-body-memory)", {})
+              .Get()),
       requests_(
           r->AddCounter("tandem_router_requests_total", "Requests answered", {"route", "status"})),
       errors_(r->AddCounter("tandem_router_errors_total", "Failed requests by kind", {"kind"})),

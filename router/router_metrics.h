@@ -20,7 +20,8 @@ class RouterMetrics {
   // One answered request: route is the registered path, status the HTTP code.
   void CountRequest(const std::string& route, int status);
   // kind: "bad_request", "unauthorized", "queue_full", "queue_timeout", "no_worker",
-  // "upstream", "timeout", "client_gone", "internal".
+  // "upstream", "timeout", "client_gone", "internal", "body_memory" (503: the bodies held over
+  // all connections are at --http-max-body-memory).
   void CountError(const std::string& kind);
   // One PD attempt's conditional-disaggregation decision: "pd", "local_short" or
   // "local_saturated" (router/disaggregation.h).
@@ -32,6 +33,7 @@ class RouterMetrics {
   Histogram& e2e;   // seconds, received -> last byte
   Gauge& inflight;  // requests admitted and not finished
   Gauge& queue_depth;
+  Gauge& http_body_bytes_held;  // set from the HTTP server when /metrics is rendered
 
  private:
   MetricFamily<Counter>& requests_;

@@ -197,6 +197,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.threads = o.http_threads;
   http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
   http.max_body_bytes_held = static_cast<size_t>(o.http_max_body_memory);
+  http.on_body_refused = [metrics = s.router_metrics_.get()] {
+    metrics->CountError("body_memory");
+  };
   http.read_timeout = absl::ToChronoMilliseconds(o.http_read_timeout);
   http.idle_timeout = absl::ToChronoMilliseconds(o.http_idle_timeout);
   http.max_connections = o.http_max_connections;
@@ -524,6 +527,7 @@ void RouterServer::AddRoutes() {
   HandleGuarded("GET", "/health_generate", api_key, "API key",
                 [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); });
   h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) {
+    router_metrics_->http_body_bytes_held.Set(static_cast<double>(http_->body_bytes_held()));
     HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
     resp.content_type = "text/plain; version=0.0.4";
     r.Send(std::move(resp));

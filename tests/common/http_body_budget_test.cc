@@ -3,6 +3,7 @@
 // read, and the budget comes back when the exchanges holding it are gone.
 #include "common/http_body_budget.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -93,6 +94,7 @@ class ServerBodyBudgetTest : public HttpServerTest {
     HttpServerOptions options;
     options.max_body_bytes = kBody;
     options.max_body_bytes_held = 2 * kBody;
+    options.on_body_refused = [this] { ++refusals_; };
     StartServer(options);
   }
 
@@ -124,6 +126,7 @@ class ServerBodyBudgetTest : public HttpServerTest {
 
   std::mutex mu_;
   std::vector<std::pair<HttpRequest, HttpResponder>> held_;
+  std::atomic<int> refusals_{0};
 };
 
 TEST_F(ServerBodyBudgetTest, ABodyBeyondTheBudgetIsRefusedBeforeItIsRead) {
@@ -148,6 +151,8 @@ TEST_F(ServerBodyBudgetTest, ABodyBeyondTheBudgetIsRefusedBeforeItIsRead) {
   ASSERT_TRUE(health.has_value());
   EXPECT_EQ(health->status, 200);
   EXPECT_EQ(Held(), 2u);
+  EXPECT_EQ(server_->body_bytes_held(), 2 * kBody);
+  EXPECT_EQ(refusals_.load(), 2);
 
   // Once an exchange is gone, its body's bytes are free again.
   AnswerOldest();
