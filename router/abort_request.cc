@@ -1,7 +1,7 @@
 #include "router/abort_request.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/json_depth.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "router/api/json_fields.h"
 #include "router/api/request.h"
@@ -12,10 +12,8 @@ absl::StatusOr<AbortSpec> ParseAbortRequest(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) body = "{}";
   // Before the parser, which builds a node per level: a 32 MiB body of brackets costs it
   // hundreds of megabytes.
-  if (JsonNestingDepth(body, api_internal::kMaxJsonDepth) > api_internal::kMaxJsonDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the body nests JSON deeper than ", api_internal::kMaxJsonDepth, " levels"));
-  }
+  RETURN_IF_ERROR(
+      api_internal::CheckJsonBeforeParsing(body, api_internal::kMaxControlParsedBytes, "the body"));
   const nlohmann::json j =
       nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {

@@ -4,7 +4,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/json_depth.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "router/api/json_fields.h"
@@ -33,10 +32,8 @@ absl::Status CheckSpec(const AdminWorkerSpec& spec) {
 
 absl::StatusOr<AdminWorkerSpec> ParseAdminWorkerBody(std::string_view body,
                                                      const std::string& default_type) {
-  if (JsonNestingDepth(body, api_internal::kMaxJsonDepth) > api_internal::kMaxJsonDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the body nests JSON deeper than ", api_internal::kMaxJsonDepth, " levels"));
-  }
+  RETURN_IF_ERROR(
+      api_internal::CheckJsonBeforeParsing(body, api_internal::kMaxControlParsedBytes, "the body"));
   nlohmann::json j = nlohmann::json::parse(body.begin(), body.end(), nullptr,
                                            /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");

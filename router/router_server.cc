@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   // refuse them too, but only after the router tokenized and shipped them).
   s.api_.context_length = ReadContextLength(!o.model_path.empty() ? o.model_path : tokenizer_dir);
   s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
+  s.api_.max_parsed_json_bytes = 8 * static_cast<size_t>(o.max_payload_size);
   s.api_.reasoning_parser = !o.reasoning_parser.empty();
   {
     std::filesystem::path dir(!o.model_path.empty() ? o.model_path : o.tokenizer_path);
@@ -481,8 +482,9 @@ void RouterServer::AddRoutes() {
         "POST", route, api_key, "API key",
         OnRequestThreads(route, [this, route, detokenize](HttpRequest q, HttpResponder r) {
           absl::StatusOr<std::string> body =
-              detokenize ? DetokenizeBody(q.body, *tokenizer_)
-                         : TokenizeBody(q.body, *tokenizer_, api_.context_length);
+              detokenize ? DetokenizeBody(q.body, *tokenizer_, api_.max_parsed_json_bytes)
+                         : TokenizeBody(q.body, *tokenizer_, api_.context_length,
+                                        api_.max_parsed_json_bytes);
           if (!body.ok()) router_metrics_->CountError("bad_request");
           Answer(
               route, r,

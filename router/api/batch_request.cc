@@ -144,7 +144,7 @@ void DeriveRids(const std::vector<std::string>& prompt_rids, RoutedBatch* batch)
 
 absl::StatusOr<RoutedBatch> ParseBatch(ApiKind kind, std::string_view body_text,
                                        const ApiContext& ctx) {
-  ASSIGN_OR_RETURN(Json body, api_internal::ParseJsonObject(body_text));
+  ASSIGN_OR_RETURN(Json body, api_internal::ParseJsonObject(body_text, ctx.max_parsed_json_bytes));
   try {
     RoutedBatch batch;
     ASSIGN_OR_RETURN(batch.n,
@@ -181,7 +181,7 @@ absl::StatusOr<RoutedBatch> ParseBatch(ApiKind kind, std::string_view body_text,
     for (auto it = body.begin(); it != body.end(); ++it) {
       bool listed = it.key() == list.key;
       for (const auto& [key, value] : per_prompt) listed |= it.key() == key;
-      if (!listed) shared[it.key()] = it.value();
+      if (!listed) shared[it.key()] = std::move(it.value());  // body keeps only the listed
     }
     batch.rid_list = false;
     for (const auto& [key, value] : per_prompt) batch.rid_list |= key == "rid";

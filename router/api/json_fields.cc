@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
+#include "common/status.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -41,7 +42,22 @@ std::string ParseErrorMessage(std::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
+absl::Status CheckJsonBeforeParsing(std::string_view body, size_t max_parsed_bytes,
+                                    const char* what) {
+  if (JsonNestingDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " nests JSON deeper than ", kMaxJsonDepth, " levels"));
+  }
+  if (const size_t parsed = JsonParsedBytes(body); parsed > max_parsed_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has too many JSON values: parsed, they would take about ",
+                     (parsed + (1 << 20) - 1) >> 20, " MiB, more than the ", max_parsed_bytes >> 20,
+                     " MiB allowed; send fewer values per request"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_bytes) {
   // A raw NUL is never valid JSON (inside a string it must be escaped as \u0000); nlohmann's
   // lexer takes it for the end of the input and would silently drop the bytes after it.
   if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
@@ -49,10 +65,7 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body) {
         absl::StrCat("the request body is not valid JSON: a NUL byte at offset ", nul,
                      "; only whitespace may follow the JSON object"));
   }
-  if (JsonNestingDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
-  }
+  RETURN_IF_ERROR(CheckJsonBeforeParsing(body, max_parsed_bytes, "the request body"));
   try {
     Json parsed = Json::parse(body.begin(), body.end());
     if (!parsed.is_object()) {

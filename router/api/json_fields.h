@@ -6,6 +6,7 @@
 #ifndef TANDEM_ROUTER_API_JSON_FIELDS_H_
 #define TANDEM_ROUTER_API_JSON_FIELDS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,11 +23,20 @@ using Json = nlohmann::json;
 // Nesting deeper than this is rejected before parsing (no valid request comes close).
 inline constexpr int kMaxJsonDepth = 64;
 
+// The checks run on a JSON body before any parser sees it: nesting deeper than kMaxJsonDepth, and
+// a parsed form estimated (JsonParsedBytes, common/json_depth.h) above `max_parsed_bytes`. The
+// errors name the body as `what` ("the body nests JSON deeper than 64 levels").
+absl::Status CheckJsonBeforeParsing(std::string_view body, size_t max_parsed_bytes,
+                                    const char* what);
+// The bound for the small control bodies (/abort_request, the admin API's worker specs).
+inline constexpr size_t kMaxControlParsedBytes = 1 << 20;
+
 // Parses `body` as one JSON object. Errors: invalid JSON (with the byte offset; the token the
 // parser quotes is cut to kMaxExcerptBytes), ill-formed UTF-8 in a string, nesting deeper than
-// kMaxJsonDepth, a top level that is not an object, and anything but whitespace after the
-// object, a NUL byte included (the JSON parser would stop at a NUL and ignore what follows it).
-absl::StatusOr<Json> ParseJsonObject(std::string_view body);
+// kMaxJsonDepth, a parsed form estimated (JsonParsedBytes) above `max_parsed_bytes`, a top level
+// that is not an object, and anything but whitespace after the object, a NUL byte included (the
+// JSON parser would stop at a NUL and ignore what follows it).
+absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_bytes);
 // JSON Schemas given as objects (response_format.json_schema.schema, json_schema and
 // structural_tag at the top level or in sampling_params) list properties in the order the output
 // must follow, which Json's sorted objects lose: ParseJsonObject replaces each with its text, in

@@ -218,7 +218,7 @@ absl::StatusOr<RoutedRequest> ParseRequestJson(ApiKind kind, const Json& json,
 
 absl::StatusOr<RoutedRequest> ParseRequest(ApiKind kind, std::string_view body,
                                            const ApiContext& ctx) {
-  ASSIGN_OR_RETURN(const Json json, api_internal::ParseJsonObject(body));
+  ASSIGN_OR_RETURN(const Json json, api_internal::ParseJsonObject(body, ctx.max_parsed_json_bytes));
   return api_internal::ParseRequestJson(kind, json, ctx);
 }
 

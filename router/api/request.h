@@ -120,6 +120,10 @@ struct RoutedRequest {
   bool separate_reasoning = false;
 };
 
+// What a request body's parsed JSON may take (common/json_depth.h's estimate, checked before
+// parsing) unless the caller says otherwise; the router allows 8x --max-payload-size.
+inline constexpr size_t kDefaultMaxParsedJsonBytes = size_t{256} << 20;
+
 struct ApiContext {
   const engine::Tokenizer* tokenizer = nullptr;  // required for text prompts and chat
   std::string served_model_name;                 // /v1/models id; the "model" of a request
@@ -134,6 +138,8 @@ struct ApiContext {
   // 0 = no early check.
   int max_token_bytes = 0;
   int default_max_new_tokens = 128;  // SGLang's default for /generate
+  // A body whose JSON would take more to parse is refused before parsing (400).
+  size_t max_parsed_json_bytes = kDefaultMaxParsedJsonBytes;
   // The router runs with --reasoning-parser qwen3: chat answers may have their reasoning
   // separated (RoutedRequest::separate_reasoning).
   bool reasoning_parser = false;

@@ -20,8 +20,8 @@ using api_internal::Json;
 using api_internal::JsonTypeName;
 
 // The body as one object whose `model`, when given, has the form every request's must have.
-absl::StatusOr<Json> ParseBody(std::string_view body) {
-  ASSIGN_OR_RETURN(Json json, api_internal::ParseJsonObject(body));
+absl::StatusOr<Json> ParseBody(std::string_view body, size_t max_parsed_bytes) {
+  ASSIGN_OR_RETURN(Json json, api_internal::ParseJsonObject(body, max_parsed_bytes));
   RETURN_IF_ERROR(api_internal::ReadModelName(json).status());
   return json;
 }
@@ -43,8 +43,8 @@ absl::Status CheckItems(const Json& list, const char* what) {
 }  // namespace
 
 absl::StatusOr<std::string> TokenizeBody(std::string_view body, const engine::Tokenizer& tokenizer,
-                                         int max_model_len) {
-  ASSIGN_OR_RETURN(const Json json, ParseBody(body));
+                                         int max_model_len, size_t max_parsed_json_bytes) {
+  ASSIGN_OR_RETURN(const Json json, ParseBody(body, max_parsed_json_bytes));
   const Json* prompt = Find(json, "prompt");
   const Json* messages = Find(json, "messages");
   if ((prompt == nullptr) == (messages == nullptr)) {
@@ -96,8 +96,9 @@ absl::StatusOr<std::string> TokenizeBody(std::string_view body, const engine::To
 }
 
 absl::StatusOr<std::string> DetokenizeBody(std::string_view body,
-                                           const engine::Tokenizer& tokenizer) {
-  ASSIGN_OR_RETURN(const Json json, ParseBody(body));
+                                           const engine::Tokenizer& tokenizer,
+                                           size_t max_parsed_json_bytes) {
+  ASSIGN_OR_RETURN(const Json json, ParseBody(body, max_parsed_json_bytes));
   const Json* tokens = Find(json, "tokens");
   if (tokens == nullptr) return absl::InvalidArgumentError("tokens is required");
   if (!tokens->is_array()) {

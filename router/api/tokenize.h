@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "router/api/request.h"
 
 namespace tandem::router {
 
@@ -32,13 +33,16 @@ namespace tandem::router {
 // send several requests). The body size limit bounds the bytes.
 inline constexpr size_t kMaxTokenizeItems = 1024;
 
-// The JSON answer to a /tokenize body. `max_model_len` is the context length reported.
+// The JSON answer to a /tokenize body. `max_model_len` is the context length reported. A body
+// whose JSON would take more than `max_parsed_json_bytes` to parse is refused before parsing.
 absl::StatusOr<std::string> TokenizeBody(std::string_view body, const engine::Tokenizer& tokenizer,
-                                         int max_model_len);
+                                         int max_model_len,
+                                         size_t max_parsed_json_bytes = kDefaultMaxParsedJsonBytes);
 
 // The JSON answer to a /detokenize body.
-absl::StatusOr<std::string> DetokenizeBody(std::string_view body,
-                                           const engine::Tokenizer& tokenizer);
+absl::StatusOr<std::string> DetokenizeBody(
+    std::string_view body, const engine::Tokenizer& tokenizer,
+    size_t max_parsed_json_bytes = kDefaultMaxParsedJsonBytes);
 
 }  // namespace tandem::router
 

@@ -105,6 +105,8 @@ std::vector<BodyCase> BodyCases() {
       {"JSON number", kGen, "42", 400, "must be a JSON object, got integer"},
       {"nested too deep", kGen, R"({"text":"hi","x":)" + Repeat("[", 100) + Repeat("]", 100) + "}",
        400, "deeper than 64"},
+      {"too many values for the payload size", kChat,
+       Chat(R"("x":[)" + Repeat("{},", 20000) + "{}]"), 400, "too many JSON values"},
       {"number overflow", kGen, Gen(R"("temperature":1e999)"), 400, "number overflow"},
       // Invalid UTF-8 and escapes.
       {"invalid UTF-8 in text", kGen, "{\"text\":\"fortune \xff\xfe\"}", 400, "UTF-8"},

@@ -63,6 +63,10 @@ TEST(ParseAbortRequestTest, ErrorsNameTheField) {
   EXPECT_TRUE(
       ParseAbortRequest(R"({"rid":"x","deep":)" + std::string(63, '[') + std::string(63, ']') + "}")
           .ok());
+  // So is a body of more values than a control body needs (1 MiB parsed).
+  std::string many = R"({"rid":"x","many":[0)";
+  for (int i = 0; i < 30000; ++i) many += ",0";
+  EXPECT_NE(ErrorOf(many + "]}").find("too many JSON values"), std::string::npos);
 }
 
 }  // namespace

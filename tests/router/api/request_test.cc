@@ -183,6 +183,23 @@ TEST(ParseGenerateTest, MalformedBodies) {
               HasSubstr("nests JSON deeper than 64 levels"));
 }
 
+TEST(ParseGenerateTest, BodiesWhoseParsedFormIsTooLargeAreRefusedBeforeParsing) {
+  ApiContext ctx = TinyEnglishContext();
+  ctx.max_parsed_json_bytes = 1 << 20;
+  std::string objects = R"({"text":"hi","extra":[{})";
+  for (int i = 0; i < 10000; ++i) objects += ",{}";
+  objects += "]}";
+  EXPECT_EQ(ErrorOf(ParseGenerate(objects, ctx)),
+            "the request body has too many JSON values: parsed, they would take about 2 MiB, more "
+            "than the 1 MiB allowed; send fewer values per request");
+  // The same bound for every kind and for batches, and a body within it is parsed.
+  const absl::StatusOr<RoutedBatch> batch = ParseBatch(ApiKind::kChatCompletions, objects, ctx);
+  ASSERT_FALSE(batch.ok());
+  EXPECT_THAT(std::string(batch.status().message()), HasSubstr("too many JSON values"));
+  ctx.max_parsed_json_bytes = 4 << 20;
+  EXPECT_TRUE(ParseGenerate(objects, ctx).ok());
+}
+
 TEST(ParseGenerateTest, ContextLengthRejectsLongPromptsAndClampsMaxNewTokens) {
   ApiContext ctx = TinyEnglishContext();
   ctx.context_length = 10;
