@@ -82,7 +82,7 @@ void TimerQueue::Loop() {
     if (sleeping_until_ == MonoClock::time_point::max()) {
       wake_.Wait(&mu_);
     } else {
-      wake_.WaitWithTimeout(&mu_, absl::FromChrono(sleeping_until_ - now));
+      wake_.WaitUntil(&mu_, sleeping_until_);
     }
     sleeping_until_ = MonoClock::time_point::min();  // awake: a RunAt needs no signal
   }

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/steady_cond_var.h"
 
 namespace tandem {
 
@@ -67,7 +68,7 @@ class TimerQueue : public Timers {
   void Loop();
 
   absl::Mutex mu_;
-  absl::CondVar wake_;
+  SteadyCondVar wake_;
   // Keyed by (time, id): equal times run in scheduling order.
   std::map<std::pair<MonoClock::time_point, Id>, std::function<void()>> timers_
       ABSL_GUARDED_BY(mu_);

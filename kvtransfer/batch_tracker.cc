@@ -1,5 +1,7 @@
 #include "kvtransfer/batch_tracker.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem::kv {
@@ -81,12 +83,17 @@ absl::StatusOr<BatchStatus> BatchTracker::Poll(BatchId id) {
 }
 
 absl::StatusOr<BatchStatus> BatchTracker::Wait(BatchId id, absl::Time until) {
+  // `until` becomes a monotonic deadline once, so a wall-clock step does not stretch the wait.
+  const absl::Duration left = std::max(until - absl::Now(), absl::ZeroDuration());
+  const MonoClock::time_point deadline = left >= absl::Hours(24 * 365)
+                                             ? MonoClock::time_point::max()  // no overflow
+                                             : MonoNow() + absl::ToChronoNanoseconds(left);
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = batches_.find(id);
     if (it == batches_.end()) return Unknown(id);
-    if (IsTerminal(it->second.status.state) || absl::Now() >= until) return it->second.status;
-    changed_.WaitWithDeadline(&mu_, until);
+    if (IsTerminal(it->second.status.state) || MonoNow() >= deadline) return it->second.status;
+    changed_.WaitUntil(&mu_, deadline);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/steady_cond_var.h"
 #include "kvtransfer/transfer_engine.h"
 
 namespace tandem::kv {
@@ -56,7 +57,7 @@ class BatchTracker {
   };
 
   absl::Mutex mu_;
-  absl::CondVar changed_;
+  SteadyCondVar changed_;
   BatchId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<BatchId, Entry> batches_ ABSL_GUARDED_BY(mu_);
 };

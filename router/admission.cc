@@ -92,6 +92,7 @@ AdmissionQueue::~AdmissionQueue() {
     stopping_ = true;
     left.swap(waiters_);
   }
+  timer_wake_.SignalAll();
   if (timer_.joinable()) timer_.join();
   for (Waiter& w : left) Deliver(w.callback, absl::CancelledError("the router is shutting down"));
 }
@@ -197,7 +198,8 @@ void AdmissionQueue::TimerLoop() {
     const absl::Time wake = waiters_.empty()
                                 ? now + kKvRecheckInterval
                                 : std::min(waiters_.front().deadline, now + kKvRecheckInterval);
-    mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake);
+    timer_wake_.WaitFor(&mu_,
+                        absl::ToChronoNanoseconds(std::max(wake - now, absl::ZeroDuration())));
   }
 }
 

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/steady_cond_var.h"
 
 namespace tandem::router {
 
@@ -121,6 +122,7 @@ class AdmissionQueue {
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  SteadyCondVar timer_wake_;  // the timer loop: stopping (its sleeps run on the steady clock)
   std::thread timer_;
 };
 

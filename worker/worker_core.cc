@@ -1,6 +1,7 @@
 #include "worker/worker_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <random>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/kv_event_log.h"
 #include "common/status.h"
+#include "common/steady_cond_var.h"
 #include "common/version.h"
 #include "worker/conversions.h"
 
@@ -366,6 +368,7 @@ void WorkerCore::Health(const proto::HealthRequest& request,
 absl::Status WorkerCore::CheckHealth() {
   struct Result {
     absl::Mutex mu;
+    SteadyCondVar answered;
     std::optional<proto::HealthResponse> response ABSL_GUARDED_BY(mu);
   };
   auto result = std::make_shared<Result>();
@@ -374,15 +377,18 @@ absl::Status WorkerCore::CheckHealth() {
   Health(request, [result](proto::HealthResponse h) {
     absl::MutexLock lock(&result->mu);
     result->response = std::move(h);
+    result->answered.SignalAll();
   });
+  const MonoClock::time_point deadline =
+      MonoNow() + std::chrono::duration_cast<MonoClock::duration>(
+                      std::chrono::duration<double>(options_.health_generate_timeout_s));
   absl::MutexLock lock(&result->mu);
-  auto answered = [&result]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(result->mu) {
-    return result->response.has_value();
-  };
-  if (!result->mu.AwaitWithTimeout(absl::Condition(&answered),
-                                   absl::Seconds(options_.health_generate_timeout_s))) {
-    return absl::UnavailableError(absl::StrCat("the model did not answer a one-token probe within ",
-                                               options_.health_generate_timeout_s, " s"));
+  while (!result->response.has_value()) {
+    if (!result->answered.WaitUntil(&result->mu, deadline) && !result->response.has_value()) {
+      return absl::UnavailableError(
+          absl::StrCat("the model did not answer a one-token probe within ",
+                       options_.health_generate_timeout_s, " s"));
+    }
   }
   if (result->response->status() == proto::HealthResponse::SERVING) return absl::OkStatus();
   return absl::UnavailableError(result->response->message());

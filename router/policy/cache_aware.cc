@@ -53,7 +53,7 @@ CacheAwarePolicy::~CacheAwarePolicy() {
 void CacheAwarePolicy::EvictionLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    stop_cv_.WaitWithTimeout(&mu_, options_.eviction_interval);
+    stop_cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(options_.eviction_interval));
     if (stopping_) break;
     for (const std::string& tenant : tree_.Tenants()) {
       tree_.EvictTenantToSize(tenant, options_.max_tree_size);

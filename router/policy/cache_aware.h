@@ -35,6 +35,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/steady_cond_var.h"
 #include "router/policy/policy.h"
 #include "router/policy/prefix_tree.h"
 
@@ -72,7 +73,7 @@ class CacheAwarePolicy : public Policy {
   mutable absl::Mutex mu_;
   PrefixTree tree_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar stop_cv_;
+  SteadyCondVar stop_cv_;
   std::thread evictor_;
 };
 

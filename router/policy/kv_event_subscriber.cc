@@ -127,7 +127,7 @@ void KvEventSubscriber::Loop() {
     PublishMetrics(urls);
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    stop_cv_.WaitWithTimeout(&mu_, options_.poll_interval);
+    stop_cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(options_.poll_interval));
   }
 }
 
@@ -141,7 +141,7 @@ void KvEventSubscriber::FollowLoop(Follower* f) {
     UpdateOrReset(f->url, follow);
     absl::MutexLock lock(&mu_);
     if (stopping_ || f->stop.load()) break;
-    stop_cv_.WaitWithTimeout(&mu_, options_.poll_interval);
+    stop_cv_.WaitFor(&mu_, absl::ToChronoNanoseconds(options_.poll_interval));
   }
   f->done.store(true);
 }

@@ -40,6 +40,7 @@
 #include "absl/time/time.h"
 #include "common/log_every.h"
 #include "common/metrics.h"
+#include "common/steady_cond_var.h"
 #include "proto/worker.grpc.pb.h"
 #include "router/policy/kv_event_index.h"
 
@@ -104,7 +105,7 @@ class KvEventSubscriber {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar stop_cv_;  // signalled on Stop and when a follower is told to stop
+  SteadyCondVar stop_cv_;  // signalled on Stop and when a follower is told to stop
   std::thread thread_;
 };
 

