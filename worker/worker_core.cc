@@ -133,6 +133,7 @@ void WorkerCore::StartPrefill(const proto::PrefillRequest& request, PrefillLegs:
         done(std::move(response));
         absl::MutexLock lock(&mu_);
         --prefill_legs_;
+        legs_changed_.SignalAll();
       });
 }
 
@@ -276,7 +277,10 @@ void WorkerCore::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Request
 void WorkerCore::EndLeg(const Leg& leg) {
   absl::MutexLock lock(&mu_);
   auto it = legs_.find(leg.rid);
-  if (it != legs_.end() && it->second.get() == &leg) legs_.erase(it);
+  if (it != legs_.end() && it->second.get() == &leg) {
+    legs_.erase(it);
+    legs_changed_.SignalAll();
+  }
   if (leg.room != 0) {
     auto room = rooms_.find(leg.room);
     if (room != rooms_.end() && room->second == leg.rid) rooms_.erase(room);
@@ -487,11 +491,16 @@ int64_t WorkerCore::live_legs() const {
 }
 
 bool WorkerCore::WaitNoLegs(double timeout_seconds) {
+  const MonoClock::time_point deadline =
+      MonoNow() + std::chrono::duration_cast<MonoClock::duration>(
+                      std::chrono::duration<double>(timeout_seconds));
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return legs_.empty() && prefill_legs_.load() == 0;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(timeout_seconds));
+  while (!legs_.empty() || prefill_legs_.load() != 0) {
+    if (!legs_changed_.WaitUntil(&mu_, deadline)) {
+      return legs_.empty() && prefill_legs_.load() == 0;
+    }
+  }
+  return true;
 }
 
 void WorkerCore::AbortAllLegs(const std::string& message) {

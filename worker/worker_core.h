@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "common/steady_cond_var.h"
 #include "engine/engine.h"
 #include "proto/worker.pb.h"
 #include "worker/phase_metrics.h"
@@ -170,6 +171,7 @@ class WorkerCore {
   KvHandoff* handoff_;
   PrefillLegs* prefill_;
   std::atomic<int64_t> prefill_legs_{0};  // live prefill legs (for the drain)
+  SteadyCondVar legs_changed_;            // a leg ended (WaitNoLegs)
   PhaseMetrics phase_metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> last_output_ns_{0};  // steady clock, of the latest token produced

@@ -201,6 +201,7 @@ TEST_F(WorkerCoreTest, ASiblingLegSharesTheLeadersPromptBlocks) {
     auto sib = core->StartDecode(LongPrompt("sib", 6, "lead"), sibling.Sink());
     ASSERT_TRUE(sib.ok()) << sib.status();
     sibling.Wait();
+    EXPECT_FALSE(core->WaitNoLegs(0.05)) << "the leader's leg is still live";
     core->CancelDecode(*lead);
     leader.Wait();
     const proto::DecodeEvent& last = sibling.events.back();
