@@ -1,24 +1,41 @@
 #include "common/json_depth.h"
 
 namespace tandem {
+namespace {
+
+// Whether each byte of a JSON text, fed in order, belongs to a string (its quotes included).
+class StringTracker {
+ public:
+  bool in_string() const { return in_string_; }
+  bool Feed(char c) {
+    if (in_string_) {
+      if (escaped_) {
+        escaped_ = false;
+      } else if (c == '\\') {
+        escaped_ = true;
+      } else if (c == '"') {
+        in_string_ = false;
+      }
+      return true;
+    }
+    in_string_ = c == '"';
+    return in_string_;
+  }
+
+ private:
+  bool in_string_ = false;
+  bool escaped_ = false;
+};
+
+}  // namespace
 
 int JsonNestingDepth(std::string_view text, int stop_after) {
   int depth = 0;
   int deepest = 0;
-  bool in_string = false;
-  bool escaped = false;
+  StringTracker strings;
   for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (strings.Feed(c)) continue;
+    if (c == '[' || c == '{') {
       if (++depth > deepest) deepest = depth;
       if (deepest > stop_after) break;
     } else if (c == ']' || c == '}') {
@@ -39,25 +56,14 @@ size_t JsonParsedBytes(std::string_view text) {
   constexpr size_t kContainer = 64;
   constexpr size_t kString = 48;
   size_t bytes = kElement;  // the top-level value
-  bool in_string = false;
-  bool escaped = false;
+  StringTracker strings;
   for (const char c : text) {
-    if (in_string) {
-      ++bytes;
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
+    const bool opens = !strings.in_string();
+    if (strings.Feed(c)) {
+      bytes += opens ? kString : 1;
       continue;
     }
     switch (c) {
-      case '"':
-        in_string = true;
-        bytes += kString;
-        break;
       case '[':
       case '{':
         bytes += kContainer + kElement;  // the container, and its first element if any
