@@ -11,6 +11,15 @@
 #include "spdlog/spdlog.h"
 
 namespace tandem::engine {
+namespace {
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 absl::StatusOr<SchedulerConfig> SchedulerConfigFromOptions(const ServingOptions& o,
                                                            const ModelConfig& model,
@@ -156,7 +165,7 @@ absl::Status Engine::Submit(Request request) {
     if (out.last && !out.kv_held) {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(out.rid);
-      if (live_.empty()) idle_cv_.notify_all();
+      load_stale_ = load_stale_ || live_.empty();  // WaitIdle waits for the snapshot
     }
   };
   const std::string rid = request.rid;
@@ -186,7 +195,7 @@ void Engine::Abort(const std::string& rid, const std::string& message) {
       std::lock_guard<std::mutex> lock(mu_);
       // A held prefill-only request emits nothing on abort: end its life here.
       live_.erase(rid);
-      if (live_.empty()) idle_cv_.notify_all();
+      load_stale_ = load_stale_ || live_.empty();  // WaitIdle waits for the snapshot
     }
   });
 }
@@ -204,7 +213,7 @@ void Engine::ReleaseHeld(const std::string& rid) {
     if (s.ReleaseHeld(rid).ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(rid);
-      if (live_.empty()) idle_cv_.notify_all();
+      load_stale_ = load_stale_ || live_.empty();  // WaitIdle waits for the snapshot
     }
   });
 }
@@ -239,7 +248,7 @@ int64_t Engine::live_requests() const {
 bool Engine::WaitIdle(double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   return idle_cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
-                           [this] { return live_.empty(); });
+                           [this] { return live_.empty() && !load_stale_; });
 }
 
 void Engine::Loop() {
@@ -255,12 +264,21 @@ void Engine::Loop() {
     for (auto& command : commands) command(*scheduler_);
     if (stopping) break;
     if (scheduler_->HasWork()) {
+      step_started_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
       absl::StatusOr<StepStats> st = scheduler_->Step();
-      if (!st.ok()) spdlog::error("engine step failed: {}", std::string(st.status().message()));
+      if (st.ok()) {
+        step_ended_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
+      } else {
+        step_started_ns_.store(0, std::memory_order_relaxed);  // no progress to report
+        spdlog::error("engine step failed: {}", std::string(st.status().message()));
+      }
     }
     UpdateMetrics();
   }
-  // Shutdown: nothing more can be posted; run what was, then end every live request.
+  // Shutdown: nothing more can be posted; run what was, then end every live request. No step
+  // runs again: progress() reports none.
+  step_started_ns_.store(0, std::memory_order_relaxed);
+  step_ended_ns_.store(0, std::memory_order_relaxed);
   std::deque<std::function<void(Scheduler&)>> rest;
   std::vector<std::string> rids;
   {
@@ -278,6 +296,7 @@ void Engine::Loop() {
   std::lock_guard<std::mutex> lock(mu_);
   live_.clear();
   inbox_.clear();
+  load_stale_ = false;
   idle_cv_.notify_all();
 }
 
@@ -324,6 +343,8 @@ void Engine::UpdateMetrics() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     load_ = load;
+    load_stale_ = false;
+    if (live_.empty()) idle_cv_.notify_all();
     m = metrics_.get();
   }
   if (m == nullptr) return;

@@ -15,6 +15,7 @@
 #ifndef TANDEM_ENGINE_ENGINE_H_
 #define TANDEM_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -77,6 +78,19 @@ class Engine {
 
   // Snapshot refreshed after every step.
   SchedulerLoad Load() const;
+  // When the loop last started a step and last ended one without error, in steady-clock
+  // nanoseconds since the clock's epoch (0: never, and started is 0 again after a failed step,
+  // both after Shutdown);
+  // started > ended while a step runs. A health check reads progress here instead of queueing a
+  // probe behind a long prefill.
+  struct Progress {
+    int64_t step_started_ns = 0;
+    int64_t step_ended_ns = 0;
+  };
+  Progress progress() const {
+    return {step_started_ns_.load(std::memory_order_relaxed),
+            step_ended_ns_.load(std::memory_order_relaxed)};
+  }
   int64_t live_requests() const;
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& model_config() const { return model_->config(); }
@@ -94,7 +108,8 @@ class Engine {
   // What the radix cache stores and evicts, for the router (docs/router.md "KV events"); null
   // when events or the cache are off. Thread-safe, fixed at construction, lives with the engine.
   const KvEventLog* kv_event_log() const { return scheduler_->kv_event_log(); }
-  // Blocks until the loop has no live request (tests, drains). False on timeout.
+  // Blocks until the loop has no live request and Load() reflects that (tests, drains). False on
+  // timeout.
   bool WaitIdle(double timeout_seconds);
 
   // Registers the engine's gauges and counters (tandem_engine_*) and keeps them current.
@@ -121,7 +136,11 @@ class Engine {
   std::deque<std::function<void(Scheduler&)>> inbox_ ABSL_GUARDED_BY(mu_);
   std::unordered_set<std::string> live_ ABSL_GUARDED_BY(mu_);
   SchedulerLoad load_ ABSL_GUARDED_BY(mu_);
+  // live_ emptied since load_ was last refreshed: WaitIdle waits for the refresh.
+  bool load_stale_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int64_t> step_started_ns_{0};  // progress()
+  std::atomic<int64_t> step_ended_ns_{0};
   std::mutex join_mu_;  // serialises Shutdown's join
   std::thread loop_;
 

@@ -335,10 +335,30 @@ void WorkerCore::Health(const proto::HealthRequest& request,
     done(MakeHealth(proto::HealthResponse::SERVING, "serving"));
     return;
   }
-  const double since_output = static_cast<double>(NowNs() - last_output_ns_.load()) * 1e-9;
+  const int64_t now = NowNs();
+  const double since_output = static_cast<double>(now - last_output_ns_.load()) * 1e-9;
   if (last_output_ns_.load() != 0 && since_output < options_.health_recent_output_s) {
     done(MakeHealth(proto::HealthResponse::SERVING,
                     absl::StrFormat("the model produced a token %.3f s ago", since_output)));
+    return;
+  }
+  // A busy engine (a long prefill yields no token until its last chunk) is making progress
+  // while its steps end, or the one running started within the probe's timeout; a probe would
+  // only wait behind that step, holding the asker (and the status port's thread) meanwhile.
+  const engine::Engine::Progress progress = engine_->progress();
+  const double since_step_end = static_cast<double>(now - progress.step_ended_ns) * 1e-9;
+  if (progress.step_ended_ns != 0 && since_step_end < options_.health_recent_output_s) {
+    done(MakeHealth(proto::HealthResponse::SERVING,
+                    absl::StrFormat("the engine finished a step %.3f s ago", since_step_end)));
+    return;
+  }
+  const double step_running = static_cast<double>(now - progress.step_started_ns) * 1e-9;
+  if (progress.step_started_ns > progress.step_ended_ns &&
+      step_running < options_.health_generate_timeout_s) {
+    done(MakeHealth(proto::HealthResponse::SERVING,
+                    absl::StrFormat("the engine has been running a step for %.3f s (at most "
+                                    "%.0f s before it counts as stuck)",
+                                    step_running, options_.health_generate_timeout_s)));
     return;
   }
   // A real one-token request through the whole engine: admission, forward pass, sampling.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "common/kv_block_hash.h"
@@ -263,6 +264,32 @@ TEST_F(WorkerCoreTest, AbortByRoomAndDuplicateRoomsAndDrain) {
   EXPECT_FALSE(core->Abort(abort).found());
   ASSERT_TRUE(engine_->WaitIdle(10));
   EXPECT_TRUE(core->FlushCache().flushed());
+}
+
+// Engine steps count as progress: a worker whose engine is busy with work that yields no token
+// the worker saw (a long prefill, a prefill leg) is answered at once, without a probe queued
+// behind that work.
+TEST_F(WorkerCoreTest, HealthCountsEngineStepsAsProgressWithoutAProbe) {
+  auto core = Core(WorkerRole::kColocated);
+  engine::Request direct;  // straight to the engine: no leg of this core sees its token
+  direct.rid = "direct";
+  direct.input_ids = {1, 2, 3};
+  direct.sampling.temperature = 0;
+  direct.sampling.max_new_tokens = 1;
+  direct.sampling.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(std::move(direct)).ok());
+  ASSERT_TRUE(engine_->WaitIdle(10));
+  const engine::Engine::Progress progress = engine_->progress();
+  EXPECT_GT(progress.step_ended_ns, 0);
+  EXPECT_LE(progress.step_started_ns, progress.step_ended_ns);  // no step running now
+
+  proto::HealthRequest request;
+  request.set_generate(true);
+  std::optional<proto::HealthResponse> answer;
+  core->Health(request, [&answer](proto::HealthResponse h) { answer = std::move(h); });
+  ASSERT_TRUE(answer.has_value()) << "answered on the spot, not after a probe";
+  EXPECT_EQ(answer->status(), proto::HealthResponse::SERVING);
+  EXPECT_NE(answer->message().find("finished a step"), std::string::npos) << answer->message();
 }
 
 TEST_F(WorkerCoreTest, HealthProbeRunsThroughTheEngine) {
