@@ -79,6 +79,14 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_by
       if (parsed.contains(p) && parsed.at(p).is_array()) arrays.push_back(p);
     }
     if (!schemas.empty() || !arrays.empty()) {
+      // A second parse while the first is held: together they keep to the bound.
+      if (const size_t once = JsonParsedBytes(body); 2 * once > max_parsed_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the request body has too many JSON values for one with tools or JSON schemas, "
+            "which is parsed twice: parsed, they would take about ",
+            (2 * once + (1 << 20) - 1) >> 20, " MiB, more than the ", max_parsed_bytes >> 20,
+            " MiB allowed; send fewer values per request"));
+      }
       const nlohmann::ordered_json ordered =
           nlohmann::ordered_json::parse(body.begin(), body.end());
       auto original = [&](const Json::json_pointer& pointer) {

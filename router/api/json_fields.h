@@ -33,7 +33,8 @@ inline constexpr size_t kMaxControlParsedBytes = 1 << 20;
 
 // Parses `body` as one JSON object. Errors: invalid JSON (with the byte offset; the token the
 // parser quotes is cut to kMaxExcerptBytes), ill-formed UTF-8 in a string, nesting deeper than
-// kMaxJsonDepth, a parsed form estimated (JsonParsedBytes) above `max_parsed_bytes`, a top level
+// kMaxJsonDepth, a parsed form estimated (JsonParsedBytes) above `max_parsed_bytes` (twice the
+// estimate for a body with schemas or tools, which is parsed a second time below), a top level
 // that is not an object, and anything but whitespace after the object, a NUL byte included (the
 // JSON parser would stop at a NUL and ignore what follows it).
 absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_bytes);

@@ -198,6 +198,16 @@ TEST(ParseGenerateTest, BodiesWhoseParsedFormIsTooLargeAreRefusedBeforeParsing) 
   EXPECT_THAT(std::string(batch.status().message()), HasSubstr("too many JSON values"));
   ctx.max_parsed_json_bytes = 4 << 20;
   EXPECT_TRUE(ParseGenerate(objects, ctx).ok());
+  // A body with a JSON schema is parsed twice: both parses count (about 1.6 MB each here).
+  ctx.max_parsed_json_bytes = 3 << 20;
+  EXPECT_TRUE(ParseGenerate(objects, ctx).ok());
+  std::string with_schema = objects;
+  with_schema.pop_back();
+  with_schema += R"(,"sampling_params":{"json_schema":{"type":"object"}}})";
+  EXPECT_THAT(ErrorOf(ParseGenerate(with_schema, ctx)),
+              HasSubstr("too many JSON values for one with tools or JSON schemas"));
+  ctx.max_parsed_json_bytes = 8 << 20;
+  EXPECT_TRUE(ParseGenerate(with_schema, ctx).ok());
 }
 
 TEST(ParseGenerateTest, ContextLengthRejectsLongPromptsAndClampsMaxNewTokens) {
