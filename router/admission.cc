@@ -118,8 +118,9 @@ uint64_t AdmissionQueue::Acquire(int64_t kv_tokens, Callback callback) {
             ") and ", waiters_.size(), " waiting (--queue-size ", queue_size_, ")"));
       }
     } else {
-      waiters_.push_back(
-          Waiter{ticket, absl::Now() + queue_timeout_, kv_tokens, std::move(callback)});
+      waiters_.push_back(Waiter{
+          ticket, Deadline::After(RealClock(), absl::ToChronoNanoseconds(queue_timeout_)).when(),
+          kv_tokens, std::move(callback)});
       return ticket;
     }
   }
@@ -170,7 +171,7 @@ int64_t AdmissionQueue::queued() const {
 void AdmissionQueue::TimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const absl::Time now = absl::Now();
+    const MonoClock::time_point now = MonoNow();
     // The pool may have grown (a load report, a worker back): admit who fits first.
     std::vector<Callback> admitted = TakeAdmittableLocked();
     std::vector<std::pair<Callback, absl::Status>> expired;
@@ -195,11 +196,10 @@ void AdmissionQueue::TimerLoop() {
     }
     // Waiters are in deadline order (same timeout, FIFO). Wake on the first deadline, on
     // stopping, at the latest every kKvRecheckInterval (a waiter held back by KV is retried).
-    const absl::Time wake = waiters_.empty()
-                                ? now + kKvRecheckInterval
-                                : std::min(waiters_.front().deadline, now + kKvRecheckInterval);
-    timer_wake_.WaitFor(&mu_,
-                        absl::ToChronoNanoseconds(std::max(wake - now, absl::ZeroDuration())));
+    const MonoClock::time_point recheck = now + absl::ToChronoNanoseconds(kKvRecheckInterval);
+    const MonoClock::time_point wake =
+        waiters_.empty() ? recheck : std::min(waiters_.front().deadline, recheck);
+    timer_wake_.WaitUntil(&mu_, wake);
   }
 }
 

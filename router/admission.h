@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/steady_cond_var.h"
 
 namespace tandem::router {
@@ -98,7 +99,7 @@ class AdmissionQueue {
  private:
   struct Waiter {
     uint64_t ticket;
-    absl::Time deadline;
+    MonoClock::time_point deadline;  // monotonic: a wall-clock step moves no waiter's turn
     int64_t kv_tokens;
     Callback callback;
   };

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace tandem::router {
@@ -85,6 +86,23 @@ TEST(AdmissionQueueTest, WaitersTimeOutWithDeadlineExceeded) {
   EXPECT_NE(status.message().find("--queue-timeout-secs"), std::string::npos);
   EXPECT_EQ(q.queued(), 0);
   EXPECT_EQ(q.active(), 1);
+}
+
+// A queue timeout too long for the steady clock saturates: the waiter waits for a slot (no
+// overflow into the past, where it would time out at once).
+TEST(AdmissionQueueTest, AnEndlessQueueTimeoutWaitsForASlot) {
+  Recorder r;
+  AdmissionQueue q(1, 1, absl::InfiniteDuration());
+  q.Acquire(r.For(0));
+  q.Acquire(r.For(1));
+  absl::SleepFor(absl::Milliseconds(250));  // past the timer's first rechecks
+  ASSERT_EQ(r.Get().size(), 1u);
+  EXPECT_EQ(q.queued(), 1);
+  q.Release();
+  const auto answers = r.Get();
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[1].first, 1);
+  EXPECT_TRUE(answers[1].second.ok()) << answers[1].second;
 }
 
 TEST(AdmissionQueueTest, DestructionCancelsWaiters) {
