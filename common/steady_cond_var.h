@@ -42,8 +42,10 @@ class SteadyCondVar {
     MutexRef lock{mu};
     return cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
   }
+  // As WaitUntil, `timeout` from now (saturating: a timeout past the clock's range waits for a
+  // signal).
   bool WaitFor(absl::Mutex* mu, MonoClock::duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return WaitUntil(mu, MonoNow() + timeout);
+    return WaitUntil(mu, Deadline::After(RealClock(), timeout).when());
   }
 
   void Signal() { cv_.notify_one(); }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/kv_event_log.h"
 #include "common/status.h"
 #include "common/steady_cond_var.h"
@@ -27,6 +28,15 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// `seconds` from now on the steady clock, saturating: a timeout past ~30 years (or NaN) never
+// passes, where converting it would overflow.
+MonoClock::time_point SteadyDeadlineAfter(double seconds) {
+  if (!(seconds < 1e9)) return MonoClock::time_point::max();
+  return Deadline::After(RealClock(), std::chrono::duration_cast<MonoClock::duration>(
+                                          std::chrono::duration<double>(std::max(seconds, 0.0))))
+      .when();
 }
 
 proto::HealthResponse MakeHealth(proto::HealthResponse::Status status, std::string message) {
@@ -403,9 +413,7 @@ absl::Status WorkerCore::CheckHealth() {
     result->response = std::move(h);
     result->answered.SignalAll();
   });
-  const MonoClock::time_point deadline =
-      MonoNow() + std::chrono::duration_cast<MonoClock::duration>(
-                      std::chrono::duration<double>(options_.health_generate_timeout_s));
+  const MonoClock::time_point deadline = SteadyDeadlineAfter(options_.health_generate_timeout_s);
   absl::MutexLock lock(&result->mu);
   while (!result->response.has_value()) {
     if (!result->answered.WaitUntil(&result->mu, deadline) && !result->response.has_value()) {
@@ -511,9 +519,7 @@ int64_t WorkerCore::live_legs() const {
 }
 
 bool WorkerCore::WaitNoLegs(double timeout_seconds) {
-  const MonoClock::time_point deadline =
-      MonoNow() + std::chrono::duration_cast<MonoClock::duration>(
-                      std::chrono::duration<double>(timeout_seconds));
+  const MonoClock::time_point deadline = SteadyDeadlineAfter(timeout_seconds);
   absl::MutexLock lock(&mu_);
   while (!legs_.empty() || prefill_legs_.load() != 0) {
     if (!legs_changed_.WaitUntil(&mu_, deadline)) {

@@ -26,6 +26,26 @@ TEST(SteadyCondVarTest, WaitUntilEndsAtTheDeadlineWithTheMutexHeld) {
   EXPECT_FALSE(cv.WaitFor(&mu, milliseconds(0)));  // a past deadline returns at once
 }
 
+TEST(SteadyCondVarTest, ATimeoutPastTheClocksRangeWaitsForTheSignal) {
+  absl::Mutex mu;
+  SteadyCondVar cv;
+  bool ready = false;
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    absl::MutexLock lock(&mu);
+    ready = true;
+    cv.SignalAll();
+  });
+  {
+    absl::MutexLock lock(&mu);
+    const MonoClock::time_point start = MonoNow();
+    // Unsaturated, now + max would overflow into the past and return at once, again and again.
+    while (!ready) EXPECT_TRUE(cv.WaitFor(&mu, MonoClock::duration::max()));
+    EXPECT_GE(MonoNow() - start, milliseconds(50));
+  }
+  signaller.join();
+}
+
 TEST(SteadyCondVarTest, SignalAllWakesEveryWaiterAndNoSignalIsLost) {
   absl::Mutex mu;
   SteadyCondVar cv;
