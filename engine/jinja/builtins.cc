@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -27,13 +28,19 @@ absl::Status OperandError(std::string_view op, const Value& a, const Value& b) {
                                 a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
-// Python's floor division and modulo on integers.
-int64_t FloorDiv(int64_t a, int64_t b) {
+// Python's floor division and modulo on integers (b != 0). The one quotient int64 cannot hold,
+// INT64_MIN // -1, is an overflow; the hardware would trap on it.
+absl::StatusOr<int64_t> FloorDiv(int64_t a, int64_t b) {
+  if (b == -1) {
+    if (a == std::numeric_limits<int64_t>::min()) return absl::OutOfRangeError("integer overflow");
+    return -a;
+  }
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
 }
 int64_t FloorMod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // INT64_MIN % -1 traps on x86; every integer divides by -1.
   int64_t r = a % b;
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
@@ -117,6 +124,18 @@ absl::StatusOr<int64_t> IntArg(const Value& v, std::string_view what) {
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> TruncateToInt(double d) {
+  // [-2^63, 2^63) are the doubles that truncate into int64; NaN fails both comparisons.
+  constexpr double kLimit = 9223372036854775808.0;
+  if (!(d >= -kLimit && d < kLimit)) return absl::OutOfRangeError("integer overflow");
+  return static_cast<int64_t>(d);
+}
+
+absl::StatusOr<int64_t> Negate(int64_t i) {
+  if (i == std::numeric_limits<int64_t>::min()) return absl::OutOfRangeError("integer overflow");
+  return -i;
+}
 
 absl::Status UndefinedError(const Value& undefined) {
   const std::string& name = undefined.undefined_name();
@@ -260,12 +279,13 @@ absl::StatusOr<Value> BinaryOp(Interpreter& interp, std::string_view op, const V
   if (!numbers) return OperandError(op, a, b);
   if (op == "**") {
     if (ints && b.AsInteger() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.AsInteger(); ++i) {
-        if (__builtin_mul_overflow(r, a.AsInteger(), &r)) {
-          return absl::OutOfRangeError("integer overflow");
-        }
-        if (r == 0 || r == 1) break;
+      const int64_t base = a.AsInteger(), exponent = b.AsInteger();
+      if (exponent == 0 || base == 1) return Value(int64_t{1});
+      if (base == 0) return Value(int64_t{0});
+      if (base == -1) return Value(int64_t{exponent % 2 == 0 ? 1 : -1});
+      int64_t r = 1;  // |base| >= 2 overflows within 64 steps
+      for (int64_t i = 0; i < exponent; ++i) {
+        if (__builtin_mul_overflow(r, base, &r)) return absl::OutOfRangeError("integer overflow");
       }
       return Value(r);
     }
@@ -276,7 +296,10 @@ absl::StatusOr<Value> BinaryOp(Interpreter& interp, std::string_view op, const V
   }
   if (op == "/") return Value(a.AsDouble() / b.AsDouble());
   if (op == "//") {
-    if (ints) return Value(FloorDiv(a.AsInteger(), b.AsInteger()));
+    if (ints) {
+      ASSIGN_OR_RETURN(int64_t q, FloorDiv(a.AsInteger(), b.AsInteger()));
+      return Value(q);
+    }
     return Value(std::floor(a.AsDouble() / b.AsDouble()));
   }
   if (op == "%") {
@@ -343,7 +366,10 @@ absl::StatusOr<Value> SliceOp(const Value& value, const Value& start, const Valu
   ASSIGN_OR_RETURN(int64_t lo, clamp(start, st < 0 ? n - 1 : 0));
   ASSIGN_OR_RETURN(int64_t hi, clamp(stop, st < 0 ? -1 : n));
   std::vector<int64_t> picks;
-  for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st) picks.push_back(i);
+  for (int64_t i = lo; st > 0 ? i < hi : i > hi;) {
+    picks.push_back(i);
+    if (__builtin_add_overflow(i, st, &i)) break;  // past hi, which int64 holds
+  }
   if (value.IsString()) {
     std::string out;
     for (int64_t i : picks) {
@@ -448,7 +474,10 @@ Dict BuiltinGlobals() {
               absl::StrCat("range too big: the sandbox allows at most ", kMaxRange, " items"));
         }
         List out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+          out.emplace_back(i);
+          if (__builtin_add_overflow(i, step, &i)) break;  // past stop, which int64 holds
+        }
         return Value(std::move(out));
       }));
   const auto kwargs_dict = [](const CallArgs& args) -> absl::StatusOr<Dict> {

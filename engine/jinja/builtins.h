@@ -45,6 +45,11 @@ absl::StatusOr<bool> CompareOp(std::string_view op, const Value& a, const Value&
 absl::StatusOr<Value> SliceOp(const Value& value, const Value& start, const Value& stop,
                               const Value& step);
 
+// Python's int(d) for a finite or non-finite double, and -i, where the result must fit int64:
+// Python's integers are unbounded, ours are not, so what int64 cannot hold is an overflow error.
+absl::StatusOr<int64_t> TruncateToInt(double d);
+absl::StatusOr<int64_t> Negate(int64_t i);
+
 // The error for using an Undefined value where Jinja2 raises UndefinedError.
 absl::Status UndefinedError(const Value& undefined);
 

@@ -133,7 +133,8 @@ absl::StatusOr<Value> ToInt(const Value& v, const Value& dflt) {
   if (v.IsInt() || v.IsBool()) return Value(v.AsInteger());
   if (v.IsFloat()) {
     if (!std::isfinite(v.AsDouble())) return dflt;
-    return Value(static_cast<int64_t>(v.AsDouble()));
+    ASSIGN_OR_RETURN(int64_t i, TruncateToInt(v.AsDouble()));
+    return Value(i);
   }
   if (v.IsString()) {
     const std::string t = PyStrip(v.AsString(), nullptr, true, true);
@@ -144,7 +145,8 @@ absl::StatusOr<Value> ToInt(const Value& v, const Value& dflt) {
       return Value(static_cast<int64_t>(i));
     const double d = std::strtod(t.c_str(), &end);
     if (!t.empty() && end == t.c_str() + t.size() && std::isfinite(d)) {
-      return Value(static_cast<int64_t>(d));
+      ASSIGN_OR_RETURN(int64_t i, TruncateToInt(d));
+      return Value(i);
     }
   }
   return dflt;
@@ -251,7 +253,11 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& interp, std::string_view name, co
   }
   if (name == "abs") {
     if (v.IsFloat()) return Value(std::fabs(v.AsDouble()));
-    if (v.IsInt() || v.IsBool()) return Value(static_cast<int64_t>(std::llabs(v.AsInteger())));
+    if (v.IsInt() || v.IsBool()) {
+      if (v.AsInteger() >= 0) return Value(v.AsInteger());
+      ASSIGN_OR_RETURN(int64_t i, Negate(v.AsInteger()));
+      return Value(i);
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
   }

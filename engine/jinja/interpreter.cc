@@ -409,7 +409,8 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& expr) {
       }
       if (expr.kind == Expr::Kind::kPlus) return v.IsBool() ? Value(v.AsInteger()) : v;
       if (v.IsFloat()) return Value(-v.AsDouble());
-      return Value(-v.AsInteger());
+      ASSIGN_OR_RETURN(int64_t negated, Negate(v.AsInteger()));
+      return Value(negated);
     }
     case Expr::Kind::kNot: {
       ASSIGN_OR_RETURN(Value v, Eval(*expr.children[0]));

@@ -4,6 +4,7 @@
 #include "engine/jinja/template.h"
 
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -164,6 +165,34 @@ TEST(JinjaTemplateTest, HugeIntegerAttributeIndexIsUndefined) {
   auto r = Render("[{{ x.99999999999999999999999 }}]", vars);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, "[]");
+}
+
+// Found by jinja_fuzz: a float or numeric string past int64 reached an undefined conversion.
+// Python's integers are unbounded; where int64 cannot hold Python's result the render fails
+// with an overflow error, and INT64_MIN // -1 must not reach the trapping division instruction.
+TEST(JinjaTemplateTest, IntegerResultsPastInt64AreOverflowErrorsNotUndefinedBehaviour) {
+  const std::string kMin = "(-9223372036854775807 - 1)";
+  const std::vector<std::string> overflows = {
+      "{{ '999999999999999999999999999999999999999999993.9'|int }}",
+      "{{ 1e45|int }}",
+      "{{ -9.3e18|int }}",
+      "{{ '99999999999999999999'|int }}",
+      "{{ -" + kMin + " }}",
+      "{{ " + kMin + "|abs }}",
+      "{{ " + kMin + " // -1 }}",
+      "{{ 3 ** 40 }}"};
+  for (const std::string& source : overflows) {
+    auto r = Render(source);
+    ASSERT_FALSE(r.ok()) << source << " rendered " << *r;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kOutOfRange) << source;
+    EXPECT_NE(r.status().message().find("integer overflow"), std::string::npos) << source;
+  }
+  auto edges = Render("{{ " + kMin + " % -1 }} {{ '9.2e18'|int }} {{ -9.2e18|int }}" +
+                      " {{ (-2) ** 63 }} {{ " + kMin + " // 1 }}");
+  ASSERT_TRUE(edges.ok()) << edges.status();
+  EXPECT_EQ(*edges,
+            "0 9200000000000000000 -9200000000000000000 -9223372036854775808 "
+            "-9223372036854775808");
 }
 
 }  // namespace
