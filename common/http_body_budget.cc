@@ -1,5 +1,7 @@
 #include "common/http_body_budget.h"
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -58,7 +60,6 @@ std::optional<BodyBudget::Lease> BodyBudget::TryReserve(size_t bytes) {
 }
 
 HttpResponse BodyBudget::Refusal() {
-  refused_.fetch_add(1, std::memory_order_relaxed);
   if (on_refused_) on_refused_();
   int64_t unlogged = 0;
   if (refusal_logs_.Allow(&unlogged)) {

@@ -17,9 +17,7 @@
 #ifndef TANDEM_COMMON_HTTP_BODY_BUDGET_H_
 #define TANDEM_COMMON_HTTP_BODY_BUDGET_H_
 
-#include <atomic>
 #include <cstddef>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -66,17 +64,15 @@ class BodyBudget {
   std::optional<Lease> TryReserve(size_t bytes);
 
   // The answer to a request whose body does not fit: 503 with Retry-After. Logs a warning, at
-  // most one every 10 s (with how many refusals it did not log), and counts the refusal.
+  // most one every 10 s (with how many refusals it did not log), and runs `on_refused`.
   HttpResponse Refusal();
 
   size_t limit() const;
   size_t held() const;  // bytes leased now
-  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
   std::shared_ptr<Lease::Shared> shared_;
   std::function<void()> on_refused_;
-  std::atomic<uint64_t> refused_{0};
   LogEvery refusal_logs_{absl::Seconds(10)};
 };
 

@@ -85,9 +85,8 @@ absl::StatusOr<BatchStatus> BatchTracker::Poll(BatchId id) {
 absl::StatusOr<BatchStatus> BatchTracker::Wait(BatchId id, absl::Time until) {
   // `until` becomes a monotonic deadline once, so a wall-clock step does not stretch the wait.
   const absl::Duration left = std::max(until - absl::Now(), absl::ZeroDuration());
-  const MonoClock::time_point deadline = left >= absl::Hours(24 * 365)
-                                             ? MonoClock::time_point::max()  // no overflow
-                                             : MonoNow() + absl::ToChronoNanoseconds(left);
+  const MonoClock::time_point deadline =
+      Deadline::After(RealClock(), absl::ToChronoNanoseconds(left)).when();  // saturating
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = batches_.find(id);

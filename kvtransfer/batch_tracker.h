@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/steady_cond_var.h"
 #include "kvtransfer/transfer_engine.h"
 

@@ -43,12 +43,14 @@ std::string ParseErrorMessage(std::string_view what) {
 }  // namespace
 
 absl::Status CheckJsonBeforeParsing(std::string_view body, size_t max_parsed_bytes,
-                                    const char* what) {
+                                    const char* what, size_t* parsed_bytes) {
   if (JsonNestingDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " nests JSON deeper than ", kMaxJsonDepth, " levels"));
   }
-  if (const size_t parsed = JsonParsedBytes(body); parsed > max_parsed_bytes) {
+  const size_t parsed = JsonParsedBytes(body);
+  if (parsed_bytes != nullptr) *parsed_bytes = parsed;
+  if (parsed > max_parsed_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " has too many JSON values: parsed, they would take about ",
                      (parsed + (1 << 20) - 1) >> 20, " MiB, more than the ", max_parsed_bytes >> 20,
@@ -65,7 +67,8 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_by
         absl::StrCat("the request body is not valid JSON: a NUL byte at offset ", nul,
                      "; only whitespace may follow the JSON object"));
   }
-  RETURN_IF_ERROR(CheckJsonBeforeParsing(body, max_parsed_bytes, "the request body"));
+  size_t once = 0;  // the parsed form's estimated size
+  RETURN_IF_ERROR(CheckJsonBeforeParsing(body, max_parsed_bytes, "the request body", &once));
   try {
     Json parsed = Json::parse(body.begin(), body.end());
     if (!parsed.is_object()) {
@@ -80,7 +83,7 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_by
     }
     if (!schemas.empty() || !arrays.empty()) {
       // A second parse while the first is held: together they keep to the bound.
-      if (const size_t once = JsonParsedBytes(body); 2 * once > max_parsed_bytes) {
+      if (2 * once > max_parsed_bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the request body has too many JSON values for one with tools or JSON schemas, "
             "which is parsed twice: parsed, they would take about ",

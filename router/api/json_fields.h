@@ -25,9 +25,10 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // The checks run on a JSON body before any parser sees it: nesting deeper than kMaxJsonDepth, and
 // a parsed form estimated (JsonParsedBytes, common/json_depth.h) above `max_parsed_bytes`. The
-// errors name the body as `what` ("the body nests JSON deeper than 64 levels").
+// errors name the body as `what` ("the body nests JSON deeper than 64 levels"). The estimate goes
+// to `*parsed_bytes` when given.
 absl::Status CheckJsonBeforeParsing(std::string_view body, size_t max_parsed_bytes,
-                                    const char* what);
+                                    const char* what, size_t* parsed_bytes = nullptr);
 // The bound for the small control bodies (/abort_request, the admin API's worker specs).
 inline constexpr size_t kMaxControlParsedBytes = 1 << 20;
 
