@@ -24,9 +24,10 @@ int ReportStartupFailure(const std::string& program, const absl::Status& status)
   }
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(
-    const HttpServerOptions& options, const MetricsRegistry& registry,
-    std::function<absl::Status()> health_fn, const std::string& port_flag) {
+absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(const HttpServerOptions& options,
+                                                                const MetricsRegistry& registry,
+                                                                HealthFn health_fn,
+                                                                const std::string& port_flag) {
   HttpServerOptions bodiless = options;
   bodiless.max_body_bytes = 0;
   auto server = std::make_unique<HttpServer>(std::move(bodiless));

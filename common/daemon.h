@@ -29,14 +29,16 @@ int ReportStartupFailure(const std::string& program, const absl::Status& status)
 void InitDaemonRuntime();
 
 // Starts the HTTP endpoint every daemon has: /metrics rendered from `registry` and /health from
-// `health_fn` (AddStandardRoutes). Errors (e.g. the port is in use) are prefixed with `port_flag`
+// `health_fn` (AddStandardRoutes; it answers asynchronously). Errors (e.g. the port is in use) are
+// prefixed with `port_flag`
 // ("--http-port: ") so the operator knows which flag to change. `registry` must outlive the server.
 // Its routes take no body, so the server reads none: a request carrying one is a 413 (this port
 // has no key, and anyone who reaches it could otherwise make it buffer options.max_body_bytes
 // per connection).
-absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(
-    const HttpServerOptions& options, const MetricsRegistry& registry,
-    std::function<absl::Status()> health_fn, const std::string& port_flag);
+absl::StatusOr<std::unique_ptr<HttpServer>> StartStatusEndpoint(const HttpServerOptions& options,
+                                                                const MetricsRegistry& registry,
+                                                                HealthFn health_fn,
+                                                                const std::string& port_flag);
 
 }  // namespace tandem
 

@@ -186,12 +186,14 @@ class HttpServer {
   bool stopped_ = false;
 };
 
+// A health check that answers through its callback, exactly once, from any thread, now or
+// later; it is called on an I/O thread and must not block.
+using HealthFn = std::function<void(std::function<void(absl::Status)> done)>;
+
 // Registers GET /metrics (Prometheus text of `registry`, which must outlive the server) and
-// GET /health: 200 {"status":"ok"} when health_fn() is OK, otherwise 503
-// {"status":"unhealthy","error":{"message":<status message>,...}}. health_fn runs on an I/O
-// thread per request and must be cheap and non-blocking.
-void AddStandardRoutes(HttpServer& server, const MetricsRegistry& registry,
-                       std::function<absl::Status()> health_fn);
+// GET /health: 200 {"status":"ok"} when health_fn answers OK (or there is none), otherwise 503
+// {"status":"unhealthy","error":{"message":<status message>,...}}.
+void AddStandardRoutes(HttpServer& server, const MetricsRegistry& registry, HealthFn health_fn);
 
 }  // namespace tandem
 

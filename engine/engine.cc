@@ -338,37 +338,40 @@ void Engine::ExportMetrics(MetricsRegistry* r) {
 }
 
 void Engine::UpdateMetrics() {
-  SchedulerLoad load = scheduler_->Load();
+  const SchedulerLoad load = scheduler_->Load();
   Metrics* m = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    load_ = load;
-    load_stale_ = false;
-    if (live_.empty()) idle_cv_.notify_all();
     m = metrics_.get();
   }
-  if (m == nullptr) return;
-  m->running->Set(load.running);
-  m->waiting->Set(load.waiting);
-  m->awaiting_kv->Set(load.awaiting_kv);
-  m->held->Set(load.held);
-  m->free_blocks->Set(static_cast<double>(load.free_blocks));
-  m->total_blocks->Set(static_cast<double>(load.total_blocks));
-  m->cached_blocks->Set(static_cast<double>(load.cached_blocks));
-  const SchedulerCounters& c = scheduler_->counters();
-  m->prompt_tokens->Increment(static_cast<double>(c.prompt_tokens - m->last.prompt_tokens));
-  m->cached_tokens->Increment(
-      static_cast<double>(c.cached_prompt_tokens - m->last.cached_prompt_tokens));
-  m->generated_tokens->Increment(
-      static_cast<double>(c.generated_tokens - m->last.generated_tokens));
-  m->preemptions->Increment(static_cast<double>(c.preemptions - m->last.preemptions));
-  m->finished->Increment(static_cast<double>(c.finished_requests - m->last.finished_requests));
-  m->aborted->Increment(static_cast<double>(c.aborted_requests - m->last.aborted_requests));
-  m->last = c;
-  if (const RadixCache::Stats* rs = scheduler_->radix_stats()) {
-    m->radix_evicted->Increment(static_cast<double>(rs->evicted_blocks - m->last_evicted));
-    m->last_evicted = rs->evicted_blocks;
+  if (m != nullptr) {
+    m->running->Set(load.running);
+    m->waiting->Set(load.waiting);
+    m->awaiting_kv->Set(load.awaiting_kv);
+    m->held->Set(load.held);
+    m->free_blocks->Set(static_cast<double>(load.free_blocks));
+    m->total_blocks->Set(static_cast<double>(load.total_blocks));
+    m->cached_blocks->Set(static_cast<double>(load.cached_blocks));
+    const SchedulerCounters& c = scheduler_->counters();
+    m->prompt_tokens->Increment(static_cast<double>(c.prompt_tokens - m->last.prompt_tokens));
+    m->cached_tokens->Increment(
+        static_cast<double>(c.cached_prompt_tokens - m->last.cached_prompt_tokens));
+    m->generated_tokens->Increment(
+        static_cast<double>(c.generated_tokens - m->last.generated_tokens));
+    m->preemptions->Increment(static_cast<double>(c.preemptions - m->last.preemptions));
+    m->finished->Increment(static_cast<double>(c.finished_requests - m->last.finished_requests));
+    m->aborted->Increment(static_cast<double>(c.aborted_requests - m->last.aborted_requests));
+    m->last = c;
+    if (const RadixCache::Stats* rs = scheduler_->radix_stats()) {
+      m->radix_evicted->Increment(static_cast<double>(rs->evicted_blocks - m->last_evicted));
+      m->last_evicted = rs->evicted_blocks;
+    }
   }
+  // Published after the metrics, so that whoever WaitIdle wakes reads them up to date too.
+  std::lock_guard<std::mutex> lock(mu_);
+  load_ = load;
+  load_stale_ = false;
+  if (live_.empty()) idle_cv_.notify_all();
 }
 
 }  // namespace tandem::engine

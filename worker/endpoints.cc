@@ -16,9 +16,8 @@ absl::StatusOr<WorkerEndpoints> StartWorkerEndpoints(WorkerCore* core,
   HttpServerOptions http;
   http.host = host;
   http.port = static_cast<uint16_t>(http_port);
-  auto health = [core]() -> absl::Status {
-    if (core->draining()) return absl::UnavailableError("draining: this worker is shutting down");
-    return core->CheckHealth();
+  auto health = [core](std::function<void(absl::Status)> done) {
+    core->CheckHealth(std::move(done));
   };
   // gRPC first: once /health answers, the worker's requests port is already listening (a
   // supervisor or test that waits for /health may send work at once).

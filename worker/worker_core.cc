@@ -399,31 +399,69 @@ void WorkerCore::Health(const proto::HealthRequest& request,
   }
 }
 
-absl::Status WorkerCore::CheckHealth() {
-  struct Result {
-    absl::Mutex mu;
-    SteadyCondVar answered;
-    std::optional<proto::HealthResponse> response ABSL_GUARDED_BY(mu);
-  };
-  auto result = std::make_shared<Result>();
+class WorkerCore::HealthProbe {
+ public:
+  explicit HealthProbe(std::function<void(absl::Status)> first) {
+    absl::MutexLock lock(&mu_);
+    waiters_.push_back(std::move(first));
+  }
+
+  // Adds an asker, unless the answer is already out (then false, and `done` is left alone).
+  bool Join(std::function<void(absl::Status)>& done) {
+    absl::MutexLock lock(&mu_);
+    if (answered_) return false;
+    waiters_.push_back(std::move(done));
+    return true;
+  }
+
+  // The first answer goes to every asker; later ones (the timeout after the engine answered, or
+  // the engine after the timeout) are dropped.
+  void Answer(const absl::Status& status) {
+    std::vector<std::function<void(absl::Status)>> waiters;
+    {
+      absl::MutexLock lock(&mu_);
+      if (answered_) return;
+      answered_ = true;
+      waiters.swap(waiters_);
+    }
+    for (auto& done : waiters) done(status);
+  }
+
+  bool answered() const {
+    absl::MutexLock lock(&mu_);
+    return answered_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::function<void(absl::Status)>> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+void WorkerCore::CheckHealth(std::function<void(absl::Status)> done) {
+  if (draining()) {
+    done(absl::UnavailableError("draining: this worker is shutting down"));
+    return;
+  }
+  std::shared_ptr<HealthProbe> probe;
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (health_probe_ != nullptr && health_probe_->Join(done)) return;
+    health_probe_ = probe = std::make_shared<HealthProbe>(std::move(done));
+  }
   proto::HealthRequest request;
   request.set_generate(true);
-  Health(request, [result](proto::HealthResponse h) {
-    absl::MutexLock lock(&result->mu);
-    result->response = std::move(h);
-    result->answered.SignalAll();
+  Health(request, [probe](proto::HealthResponse h) {
+    probe->Answer(h.status() == proto::HealthResponse::SERVING
+                      ? absl::OkStatus()
+                      : absl::UnavailableError(h.message()));
   });
-  const MonoClock::time_point deadline = SteadyDeadlineAfter(options_.health_generate_timeout_s);
-  absl::MutexLock lock(&result->mu);
-  while (!result->response.has_value()) {
-    if (!result->answered.WaitUntil(&result->mu, deadline) && !result->response.has_value()) {
-      return absl::UnavailableError(
-          absl::StrCat("the model did not answer a one-token probe within ",
-                       options_.health_generate_timeout_s, " s"));
-    }
-  }
-  if (result->response->status() == proto::HealthResponse::SERVING) return absl::OkStatus();
-  return absl::UnavailableError(result->response->message());
+  if (probe->answered()) return;  // answered from recent progress, without a probe
+  const double timeout_s = options_.health_generate_timeout_s;
+  health_timer_.RunAt(SteadyDeadlineAfter(timeout_s), [probe, timeout_s] {
+    probe->Answer(absl::UnavailableError(
+        absl::StrCat("the model did not answer a one-token probe within ", timeout_s, " s")));
+  });
 }
 
 proto::LoadReport WorkerCore::GetLoad() const {

@@ -38,6 +38,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -45,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "common/steady_cond_var.h"
+#include "common/timer_queue.h"
 #include "engine/engine.h"
 #include "proto/worker.pb.h"
 #include "worker/phase_metrics.h"
@@ -134,8 +136,12 @@ class WorkerCore {
   proto::AbortResponse Abort(const proto::AbortRequest& request);
   // `done` runs once, on the engine loop thread when a probe request runs, else inline.
   void Health(const proto::HealthRequest& request, std::function<void(proto::HealthResponse)> done);
-  // Synchronous Health(generate=true) for the HTTP /health: OK, or why the worker is not serving.
-  absl::Status CheckHealth();
+  // The HTTP /health: Health(generate=true), and UNAVAILABLE while draining. `done` gets OK or
+  // why the worker is not serving, exactly once, and the call never blocks: askers that arrive
+  // while a probe is out share it (a flood of /health costs the engine one request), and an
+  // engine that does not answer within health_generate_timeout_s fails them all from the health
+  // timer's thread, so a wedged engine holds none of the status port's threads.
+  void CheckHealth(std::function<void(absl::Status)> done);
   proto::LoadReport GetLoad() const;
   // Does not wait behind a forward pass: a worker with live requests answers flushed=false.
   proto::FlushCacheResponse FlushCache();
@@ -178,10 +184,17 @@ class WorkerCore {
   std::atomic<int64_t> cache_hit_tokens_{0};
   std::atomic<int64_t> cache_query_tokens_{0};
 
+  class HealthProbe;  // the CheckHealth askers sharing one probe
+  absl::Mutex health_mu_;
+  std::shared_ptr<HealthProbe> health_probe_ ABSL_GUARDED_BY(health_mu_);  // the latest
+
   mutable absl::Mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Leg>> legs_ ABSL_GUARDED_BY(mu_);  // by rid
   std::unordered_map<uint64_t, std::string> rooms_ ABSL_GUARDED_BY(mu_);             // room -> rid
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // Last: destroyed first, so no timeout runs against the members above.
+  TimerQueue health_timer_;
 };
 
 }  // namespace tandem::worker

@@ -46,9 +46,13 @@ class HttpServerTest : public ::testing::Test {
     options.port = 0;
     if (options.threads == 1) options.threads = 2;
     server_ = std::make_unique<HttpServer>(options);
-    AddStandardRoutes(*server_, registry_, [this] {
-      std::lock_guard<std::mutex> lock(health_mu_);
-      return health_;
+    AddStandardRoutes(*server_, registry_, [this](std::function<void(absl::Status)> done) {
+      absl::Status health;
+      {
+        std::lock_guard<std::mutex> lock(health_mu_);
+        health = health_;
+      }
+      done(health);
     });
     server_->Handle("GET", "/echo", [](HttpRequest request, HttpResponder responder) {
       nlohmann::json query = nlohmann::json::array();

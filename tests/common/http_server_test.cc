@@ -315,7 +315,7 @@ TEST(StatusEndpointTest, ReadsNoBody) {
   HttpServerOptions options;
   options.read_timeout = std::chrono::seconds(60);
   absl::StatusOr<std::unique_ptr<HttpServer>> server = StartStatusEndpoint(
-      options, registry, [] { return absl::OkStatus(); }, "--http-port: ");
+      options, registry, [](auto done) { done(absl::OkStatus()); }, "--http-port: ");
   ASSERT_TRUE(server.ok()) << server.status();
   {
     TestClient client((*server)->port(), 20);

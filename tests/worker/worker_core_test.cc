@@ -3,7 +3,10 @@
 #include "worker/worker_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -292,13 +295,87 @@ TEST_F(WorkerCoreTest, HealthCountsEngineStepsAsProgressWithoutAProbe) {
   EXPECT_NE(answer->message().find("finished a step"), std::string::npos) << answer->message();
 }
 
+// CheckHealth's answer, which may come from another thread.
+using HealthAnswer = std::shared_future<absl::Status>;
+HealthAnswer AskHealth(WorkerCore& core) {
+  auto answer = std::make_shared<std::promise<absl::Status>>();
+  HealthAnswer future = answer->get_future().share();
+  core.CheckHealth([answer](absl::Status status) { answer->set_value(std::move(status)); });
+  return future;
+}
+bool Answered(const HealthAnswer& answer) {
+  return answer.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+// The answer, or DEADLINE_EXCEEDED when none came in 60 s.
+absl::Status Await(const HealthAnswer& answer) {
+  if (answer.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    return absl::DeadlineExceededError("no health answer in 60 s");
+  }
+  return answer.get();
+}
+
 TEST_F(WorkerCoreTest, HealthProbeRunsThroughTheEngine) {
   auto core = Core(WorkerRole::kColocated);
-  EXPECT_TRUE(core->CheckHealth().ok());
+  EXPECT_TRUE(Await(AskHealth(*core)).ok());
   engine_->Shutdown();
-  absl::Status down = core->CheckHealth();
+  absl::Status down = Await(AskHealth(*core));
   EXPECT_EQ(down.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(down.message().find("shutting down"), std::string::npos) << down;
+}
+
+// An engine wedged outside a step (here: an aborted request's last output callback, which the
+// loop runs between steps, blocks it) holds no asker: CheckHealth returns at once, askers
+// arriving meanwhile share one probe, and without an answer in health_generate_timeout_s they
+// all fail.
+TEST_F(WorkerCoreTest, AWedgedEngineHoldsNoHealthAskerAndGetsOneProbe) {
+  MetricsRegistry engine_metrics;
+  engine_->ExportMetrics(&engine_metrics);
+  Counter& finished =
+      engine_metrics.AddCounter("tandem_engine_finished_requests_total", "Requests that finished")
+          .Get();
+  ASSERT_TRUE(engine_->WaitIdle(10));
+  const double finished_before = finished.Value();
+
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  engine::Request wedge;
+  wedge.rid = "wedge";
+  wedge.input_ids = {1, 2, 3};
+  wedge.sampling.temperature = 0;
+  wedge.sampling.max_new_tokens = 400;  // still running when the abort comes
+  wedge.sampling.ignore_eos = true;
+  wedge.callbacks.on_output = [&entered, released](const engine::RequestOutput& out) {
+    if (!out.last) return;
+    entered.set_value();
+    released.wait();
+  };
+  ASSERT_TRUE(engine_->Submit(std::move(wedge)).ok());
+  engine_->Abort("wedge", "wedging the loop");
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+
+  WorkerCoreOptions o;
+  o.role = WorkerRole::kColocated;
+  o.served_model_name = "tiny";
+  o.health_recent_output_s = 0;  // only a probe answers
+  o.health_generate_timeout_s = 60;
+  WorkerCore patient(engine_.get(), o, &metrics_);
+  std::vector<HealthAnswer> answers;
+  for (int i = 0; i < 8; ++i) answers.push_back(AskHealth(patient));
+  for (const HealthAnswer& a : answers) EXPECT_FALSE(Answered(a)) << "answered while wedged";
+
+  o.health_generate_timeout_s = 0.3;
+  WorkerCore hasty(engine_.get(), o, &metrics_);
+  const absl::Status late = Await(AskHealth(hasty));
+  EXPECT_EQ(late.code(), absl::StatusCode::kUnavailable) << late;
+  EXPECT_NE(late.message().find("did not answer a one-token probe within 0.3 s"), std::string::npos)
+      << late;
+  for (const HealthAnswer& a : answers) EXPECT_FALSE(Answered(a)) << "answered while wedged";
+
+  release.set_value();
+  for (const HealthAnswer& a : answers) EXPECT_TRUE(Await(a).ok());
+  ASSERT_TRUE(engine_->WaitIdle(30));
+  // The patient core's one probe for eight askers and the hasty core's (the wedge was aborted).
+  EXPECT_EQ(finished.Value() - finished_before, 2);
 }
 
 TEST_F(WorkerCoreTest, KvEventsReportWhatTheRadixCacheStoresAndFlushes) {
