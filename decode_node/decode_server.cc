@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<DecodeServer>> DecodeServer::Create(DecodeOptions
   // otherwise stay cached, so an idle worker would not show every block free.
   if (!o.local_prefill) serving.disable_radix_cache = true;
   ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(serving));
-  server->engine_->ExportMetrics(&server->metrics_);
+  server->engine_->ExportMetrics(&server->metrics_, engine::ServedModelName(o.serving));
 
   worker::WorkerCoreOptions core;
   core.role = o.local_prefill ? worker::WorkerRole::kColocated : worker::WorkerRole::kDecode;

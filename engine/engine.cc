@@ -4,6 +4,7 @@
 #include <chrono>
 #include <future>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
@@ -70,7 +71,28 @@ struct Engine::Metrics {
   Counter* radix_evicted;
   SchedulerCounters last;
   int64_t last_evicted = 0;
+
+  // The same figures under SGLang's names (sglang:*, labelled model_name), so that dashboards
+  // and alerts built on an SGLang server's /metrics read a Tandem worker unchanged.
+  Gauge* sg_running;
+  Gauge* sg_queue;
+  Gauge* sg_used_tokens;
+  Gauge* sg_token_usage;
+  Gauge* sg_max_tokens;
+  Gauge* sg_gen_throughput;
+  Gauge* sg_cache_hit_rate;
+  Counter* sg_prompt_tokens;
+  Counter* sg_generation_tokens;
+  // gen_throughput and cache_hit_rate are rates over windows of at least kRateWindow.
+  std::chrono::steady_clock::time_point window_start;
+  SchedulerCounters window_counters;
 };
+
+namespace {
+
+constexpr std::chrono::seconds kRateWindow{1};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ServingOptions& options) {
   RETURN_IF_ERROR(ValidateServingOptions(options));
@@ -257,7 +279,9 @@ void Engine::Loop() {
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !inbox_.empty() || scheduler_->HasWork(); });
+      // Idle, the loop still wakes every kRateWindow so that the rate gauges fall to 0.
+      cv_.wait_for(lock, kRateWindow,
+                   [this] { return stopping_ || !inbox_.empty() || scheduler_->HasWork(); });
       commands.swap(inbox_);
       stopping = stopping_;
     }
@@ -300,7 +324,7 @@ void Engine::Loop() {
   idle_cv_.notify_all();
 }
 
-void Engine::ExportMetrics(MetricsRegistry* r) {
+void Engine::ExportMetrics(MetricsRegistry* r, const std::string& model_name) {
   auto m = std::make_unique<Metrics>();
   m->running = &r->AddGauge("tandem_engine_running_requests", "Requests computing").Get();
   m->waiting = &r->AddGauge("tandem_engine_waiting_requests", "Requests queued").Get();
@@ -328,12 +352,34 @@ void Engine::ExportMetrics(MetricsRegistry* r) {
   m->radix_evicted = &r->AddCounter("tandem_engine_radix_evicted_blocks_total",
                                     "KV blocks evicted from the prefix cache")
                           .Get();
+  const std::vector<std::string> label = {"model_name"};
+  auto sg_gauge = [&](const char* name, const char* help) {
+    return &r->AddGauge(name, help, label).WithLabels({model_name});
+  };
+  auto sg_counter = [&](const char* name, const char* help) {
+    return &r->AddCounter(name, help, label).WithLabels({model_name});
+  };
+  m->sg_running = sg_gauge("sglang:num_running_reqs", "The number of running requests");
+  m->sg_queue = sg_gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue");
+  m->sg_used_tokens = sg_gauge("sglang:num_used_tokens",
+                               "The number of used tokens (KV slots not free or evictable)");
+  m->sg_token_usage = sg_gauge("sglang:token_usage", "The token usage (used / max tokens)");
+  m->sg_max_tokens =
+      sg_gauge("sglang:max_total_num_tokens", "Maximum total number of tokens (KV slots)");
+  m->sg_gen_throughput = sg_gauge("sglang:gen_throughput", "The generate throughput (token/s)");
+  m->sg_cache_hit_rate = sg_gauge("sglang:cache_hit_rate", "The prefix cache hit rate");
+  m->sg_prompt_tokens =
+      sg_counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.");
+  m->sg_generation_tokens =
+      sg_counter("sglang:generation_tokens_total", "Number of generation tokens processed.");
+  m->window_start = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   // The loop publishes after each step; until the first one the gauges must already show the
   // pool as it is (all blocks free), not 0 of 0.
   m->free_blocks->Set(static_cast<double>(load_.free_blocks));
   m->total_blocks->Set(static_cast<double>(load_.total_blocks));
   m->cached_blocks->Set(static_cast<double>(load_.cached_blocks));
+  m->sg_max_tokens->Set(static_cast<double>(load_.total_blocks * config_.block_size));
   metrics_ = std::move(m);
 }
 
@@ -361,7 +407,39 @@ void Engine::UpdateMetrics() {
     m->preemptions->Increment(static_cast<double>(c.preemptions - m->last.preemptions));
     m->finished->Increment(static_cast<double>(c.finished_requests - m->last.finished_requests));
     m->aborted->Increment(static_cast<double>(c.aborted_requests - m->last.aborted_requests));
+    m->sg_prompt_tokens->Increment(static_cast<double>(c.prompt_tokens - m->last.prompt_tokens));
+    m->sg_generation_tokens->Increment(
+        static_cast<double>(c.generated_tokens - m->last.generated_tokens));
     m->last = c;
+    // SGLang's view of the pool: a slot is used unless it is free or the prefix cache could free
+    // it now.
+    const int64_t block = config_.block_size;
+    const int64_t used =
+        std::max<int64_t>(load.total_blocks - load.free_blocks - load.evictable_blocks, 0) * block;
+    m->sg_running->Set(load.running);
+    m->sg_queue->Set(load.waiting);
+    m->sg_used_tokens->Set(static_cast<double>(used));
+    m->sg_max_tokens->Set(static_cast<double>(load.total_blocks * block));
+    m->sg_token_usage->Set(load.total_blocks > 0
+                               ? static_cast<double>(used) /
+                                     static_cast<double>(load.total_blocks * block)
+                               : 0.0);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - m->window_start >= kRateWindow) {
+      const double seconds = std::chrono::duration<double>(now - m->window_start).count();
+      const SchedulerCounters& w = m->window_counters;
+      m->sg_gen_throughput->Set(static_cast<double>(c.generated_tokens - w.generated_tokens) /
+                                seconds);
+      // The share of the window's prompt tokens the prefix cache served; a window without a
+      // prompt keeps the last rate, as SGLang keeps its last prefill batch's.
+      if (const int64_t prompt = c.prompt_tokens - w.prompt_tokens; prompt > 0) {
+        m->sg_cache_hit_rate->Set(
+            static_cast<double>(c.cached_prompt_tokens - w.cached_prompt_tokens) /
+            static_cast<double>(prompt));
+      }
+      m->window_start = now;
+      m->window_counters = c;
+    }
     if (const RadixCache::Stats* rs = scheduler_->radix_stats()) {
       m->radix_evicted->Increment(static_cast<double>(rs->evicted_blocks - m->last_evicted));
       m->last_evicted = rs->evicted_blocks;

@@ -112,8 +112,9 @@ class Engine {
   // timeout.
   bool WaitIdle(double timeout_seconds);
 
-  // Registers the engine's gauges and counters (tandem_engine_*) and keeps them current.
-  void ExportMetrics(MetricsRegistry* registry);
+  // Registers the engine's gauges and counters (tandem_engine_*, and SGLang's sglang:* names
+  // labelled model_name = `model_name`) and keeps them current.
+  void ExportMetrics(MetricsRegistry* registry, const std::string& model_name);
 
  private:
   Engine(const SchedulerConfig& config, std::unique_ptr<Model> model,

@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<PrefillServer>> PrefillServer::Create(PrefillOpti
   std::unique_ptr<PrefillServer> server(new PrefillServer(std::move(options)));
   const PrefillOptions& o = server->options_;
   ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(o.serving));
-  server->engine_->ExportMetrics(&server->metrics_);
+  server->engine_->ExportMetrics(&server->metrics_, engine::ServedModelName(o.serving));
 
   worker::HandoffOptions h;
   h.worker_id = absl::StrCat("prefill@", o.host, ":", o.port);

@@ -8,10 +8,19 @@
 //   tandem_worker_decode_seconds           first token -> last token
 //   tandem_worker_requests_total{outcome}  finished | aborted | cancelled | rejected
 //
+// and, under SGLang's names (labelled model_name), what SGLang's dashboards plot from a server:
+//
+//   sglang:time_to_first_token_seconds     leg start -> first token on this worker
+//   sglang:e2e_request_latency_seconds     leg start -> last token
+//   sglang:time_per_output_token_seconds   (last token - first token) / (tokens - 1)
+//
 // Thread-safe (the registry's children are atomics). The registry is borrowed and must outlive
 // this object.
 #ifndef TANDEM_WORKER_PHASE_METRICS_H_
 #define TANDEM_WORKER_PHASE_METRICS_H_
+
+#include <cstdint>
+#include <string>
 
 #include "common/metrics.h"
 #include "worker/conversions.h"
@@ -27,13 +36,14 @@ enum class LegOutcome {
 
 class PhaseMetrics {
  public:
-  explicit PhaseMetrics(MetricsRegistry* registry);
+  PhaseMetrics(MetricsRegistry* registry, const std::string& model_name);
   PhaseMetrics(const PhaseMetrics&) = delete;
   PhaseMetrics& operator=(const PhaseMetrics&) = delete;
 
-  // A leg that ran: its timings and outcome. `had_transfer`: it received its KV from a prefill
-  // worker (a colocated leg records no transfer sample).
-  void RecordLeg(const LegTimings& timings, bool had_transfer, LegOutcome outcome);
+  // A leg that ran: its timings, outcome and the tokens it generated here. `had_transfer`: it
+  // received its KV from a prefill worker (a colocated leg records no transfer sample).
+  void RecordLeg(const LegTimings& timings, bool had_transfer, LegOutcome outcome,
+                 int64_t completion_tokens);
   void RecordRejected();
 
  private:
@@ -46,6 +56,9 @@ class PhaseMetrics {
   Counter& aborted_;
   Counter& cancelled_;
   Counter& rejected_;
+  Histogram& sg_first_token_;
+  Histogram& sg_e2e_;
+  Histogram& sg_per_output_token_;
 };
 
 }  // namespace tandem::worker

@@ -108,7 +108,7 @@ WorkerCore::WorkerCore(engine::Engine* engine, WorkerCoreOptions options, Metric
       options_(std::move(options)),
       handoff_(handoff),
       prefill_(prefill),
-      phase_metrics_(registry) {}
+      phase_metrics_(registry, options_.served_model_name) {}
 
 void WorkerCore::StartPrefill(const proto::PrefillRequest& request, PrefillLegs::PrefillDone done) {
   if (options_.role != WorkerRole::kPrefill || prefill_ == nullptr) {
@@ -139,7 +139,8 @@ void WorkerCore::StartPrefill(const proto::PrefillRequest& request, PrefillLegs:
           t.first_token = response->timings().first_token_s();
         }
         phase_metrics_.RecordLeg(t, response.ok(),
-                                 response.ok() ? LegOutcome::kFinished : LegOutcome::kAborted);
+                                 response.ok() ? LegOutcome::kFinished : LegOutcome::kAborted,
+                                 /*completion_tokens=*/0);  // the decode worker counts them
         done(std::move(response));
         absl::MutexLock lock(&mu_);
         --prefill_legs_;
@@ -272,7 +273,7 @@ void WorkerCore::OnOutput(const std::shared_ptr<Leg>& leg, const engine::Request
   } else if (out.finish && out.finish->kind == engine::FinishReason::Kind::kAbort) {
     outcome = LegOutcome::kAborted;
   }
-  phase_metrics_.RecordLeg(t, leg->had_transfer, outcome);
+  phase_metrics_.RecordLeg(t, leg->had_transfer, outcome, out.completion_tokens);
   if (leg->first_token) {
     cache_query_tokens_.fetch_add(out.prompt_tokens);
     // A leg fed by a prefill worker reports that worker's hits (which it counts itself); this

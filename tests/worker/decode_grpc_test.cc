@@ -227,6 +227,23 @@ TEST_F(DecodeGrpcTest, ConcurrentGreedyStreamsEqualAnInProcessEngine) {
   EXPECT_NE(metrics.body.find("tandem_worker_requests_total{outcome=\"finished\"}"),
             std::string::npos);
   EXPECT_NE(metrics.body.find("tandem_engine_kv_free_blocks"), std::string::npos);
+  // SGLang's names: every leg that produced a token is one TTFT and one end-to-end sample; those
+  // that generated more than one token are a time-per-output-token sample each.
+  const auto count = [&](const std::string& histogram) -> int64_t {
+    const std::string key = histogram + "_count{model_name=\"tandem-tiny-english\"} ";
+    const size_t at = metrics.body.find(key);
+    if (at == std::string::npos) return -1;
+    return std::stoll(metrics.body.substr(at + key.size()));
+  };
+  const int64_t ttft = count("sglang:time_to_first_token_seconds");
+  EXPECT_GE(ttft, static_cast<int64_t>(requests.size())) << metrics.body;
+  EXPECT_EQ(count("sglang:e2e_request_latency_seconds"), ttft) << metrics.body;
+  const int64_t per_token = count("sglang:time_per_output_token_seconds");
+  EXPECT_GT(per_token, 0) << metrics.body;
+  EXPECT_LT(per_token, ttft) << "the first request generates a single token";
+  EXPECT_NE(metrics.body.find("sglang:num_running_reqs{model_name=\"tandem-tiny-english\"}"),
+            std::string::npos)
+      << metrics.body;
 }
 
 TEST_F(DecodeGrpcTest, NonStreamingSendsOneEventWithEverything) {

@@ -329,7 +329,7 @@ TEST_F(WorkerCoreTest, HealthProbeRunsThroughTheEngine) {
 // all fail.
 TEST_F(WorkerCoreTest, AWedgedEngineHoldsNoHealthAskerAndGetsOneProbe) {
   MetricsRegistry engine_metrics;
-  engine_->ExportMetrics(&engine_metrics);
+  engine_->ExportMetrics(&engine_metrics, "tiny");
   Counter& finished =
       engine_metrics.AddCounter("tandem_engine_finished_requests_total", "Requests that finished")
           .Get();

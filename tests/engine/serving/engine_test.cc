@@ -138,31 +138,54 @@ TEST(EngineTest, ShutdownAbortsLiveRequestsAndRefusesNewOnes) {
   }
 }
 
+// Polls `registry` until its text holds `line` (the loop publishes rates once a second).
+bool EventuallyShows(const MetricsRegistry& registry, const std::string& line) {
+  for (int i = 0; i < 500; ++i) {
+    if (registry.Render().find(line) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 TEST(EngineTest, MetricsFollowTheWork) {
   auto e = NewEngine();
   MetricsRegistry registry;
-  e->ExportMetrics(&registry);
+  e->ExportMetrics(&registry, "tiny");
+  const std::string pool_tokens = std::to_string(256 * e->config().block_size);
   // Before any request the pool shows as it is (every block free), not as 0 of 0.
   const std::string idle = registry.Render();
   EXPECT_NE(idle.find("tandem_engine_kv_total_blocks 256"), std::string::npos) << idle;
   EXPECT_NE(idle.find("tandem_engine_kv_free_blocks 256"), std::string::npos) << idle;
+  EXPECT_NE(idle.find("sglang:max_total_num_tokens{model_name=\"tiny\"} " + pool_tokens),
+            std::string::npos)
+      << idle;
   Sink sink;
   std::vector<int32_t> prompt(40, 11);
   ASSERT_TRUE(e->Submit(Make("m1", prompt, 5, &sink)).ok());
   ASSERT_TRUE(e->WaitIdle(60));
   ASSERT_TRUE(e->Submit(Make("m2", prompt, 5, &sink)).ok());
   ASSERT_TRUE(e->WaitIdle(60));
-  // Metrics are refreshed after the step that finished the request; give the loop its turn.
-  for (int i = 0; i < 100 && registry.Render().find("tandem_engine_generated_tokens_total 10") ==
-                                 std::string::npos;
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // WaitIdle returns once the metrics, too, show the finished work.
   const std::string text = registry.Render();
   EXPECT_NE(text.find("tandem_engine_generated_tokens_total 10"), std::string::npos) << text;
   EXPECT_NE(text.find("tandem_engine_prompt_tokens_total 80"), std::string::npos) << text;
   EXPECT_NE(text.find("tandem_engine_cached_prompt_tokens_total 32"), std::string::npos) << text;
   EXPECT_NE(text.find("tandem_engine_kv_total_blocks 256"), std::string::npos) << text;
+  // SGLang's names for the same figures. The prompt's cached blocks are evictable: not used.
+  for (const std::string line : {"sglang:generation_tokens_total{model_name=\"tiny\"} 10",
+                                 "sglang:prompt_tokens_total{model_name=\"tiny\"} 80",
+                                 "sglang:num_running_reqs{model_name=\"tiny\"} 0",
+                                 "sglang:num_queue_reqs{model_name=\"tiny\"} 0",
+                                 "sglang:num_used_tokens{model_name=\"tiny\"} 0",
+                                 "sglang:token_usage{model_name=\"tiny\"} 0"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  // Rates over the last second: 32 of the 80 prompt tokens came from the cache; an idle engine
+  // generates nothing.
+  EXPECT_TRUE(EventuallyShows(registry, "sglang:cache_hit_rate{model_name=\"tiny\"} 0.4"))
+      << registry.Render();
+  EXPECT_TRUE(EventuallyShows(registry, "sglang:gen_throughput{model_name=\"tiny\"} 0\n"))
+      << registry.Render();
 }
 
 }  // namespace
