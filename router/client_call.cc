@@ -487,7 +487,7 @@ void ClientCall::CompleteLocked() {
   done_ = true;
   ReleaseRids();
   const absl::Time now = absl::Now();
-  server_->router_metrics_->e2e.Observe(ToSec(now - received_));
+  server_->router_metrics_->ObserveDuration(route_, ToSec(now - received_));
   // A non-streamed response has one event: no per-token timing to report.
   if (stream_requested_ && first_token_ && completion_tokens_ > 1) {
     server_->router_metrics_->tpot.Observe(ToSec(now - *first_token_) /

@@ -1,8 +1,17 @@
 #include "router/router_metrics.h"
 
 #include <string>
+#include <vector>
 
 namespace tandem::router {
+namespace {
+
+// sgl-router's bounds for its *_duration_seconds histograms.
+const std::vector<double> kSglDurationBounds = {0.001, 0.005, 0.01, 0.025, 0.05,  0.1,  0.25,
+                                                0.5,   1.0,   2.5,  5.0,   10.0,  15.0, 30.0,
+                                                45.0,  60.0,  90.0, 120.0, 180.0, 240.0};
+
+}  // namespace
 
 RouterMetrics::RouterMetrics(MetricsRegistry* r)
     : retries(r->AddCounter("tandem_router_retries_total",
@@ -25,6 +34,8 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
           r->AddGauge("tandem_router_http_body_bytes_held",
                       "Request body bytes held over all connections (--http-max-body-memory)", {})
               .Get()),
+      sgl_active_workers(
+          r->AddGauge("sgl_router_active_workers", "Number of currently active workers", {}).Get()),
       requests_(
           r->AddCounter("tandem_router_requests_total", "Requests answered", {"route", "status"})),
       errors_(r->AddCounter("tandem_router_errors_total", "Failed requests by kind", {"kind"})),
@@ -32,7 +43,12 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
           "tandem_router_disaggregation_decisions_total",
           "PD attempts by where the prompt was prefilled: pd (a prefill worker), local_short or "
           "local_saturated (the decode worker itself)",
-          {"decision"})) {
+          {"decision"})),
+      sgl_requests_(r->AddCounter("sgl_router_requests_total",
+                                  "Total number of requests by route and method", {"route"})),
+      sgl_duration_(r->AddHistogram("sgl_router_request_duration_seconds",
+                                    "Request duration in seconds by route", {"route"},
+                                    kSglDurationBounds)) {
   // Every decision's series shows from start-up, at 0 until it is taken.
   for (const char* decision : {"pd", "local_short", "local_saturated"}) {
     disaggregation_.WithLabels({decision});
@@ -41,6 +57,12 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
 
 void RouterMetrics::CountRequest(const std::string& route, int status) {
   requests_.WithLabels({route, std::to_string(status)}).Increment();
+  sgl_requests_.WithLabels({route}).Increment();
+}
+
+void RouterMetrics::ObserveDuration(const std::string& route, double seconds) {
+  e2e.Observe(seconds);
+  sgl_duration_.WithLabels({route}).Observe(seconds);
 }
 
 void RouterMetrics::CountDisaggregation(const char* decision) {

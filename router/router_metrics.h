@@ -1,4 +1,5 @@
-// The router's own metrics (tandem_router_*), registered once on the process's MetricsRegistry.
+// The router's own metrics (tandem_router_*, and sgl-router's sgl_router_* names for some of the
+// same figures), registered once on the process's MetricsRegistry.
 // Per-worker load, health, circuit state and policy decisions are exported by the registry and
 // the policies under their own names. Thread-safe; the references stay valid for the registry's
 // lifetime.
@@ -19,6 +20,9 @@ class RouterMetrics {
 
   // One answered request: route is the registered path, status the HTTP code.
   void CountRequest(const std::string& route, int status);
+  // A generation request's time from received to last byte sent (e2e, and sgl-router's
+  // request duration by route).
+  void ObserveDuration(const std::string& route, double seconds);
   // kind: "bad_request", "unauthorized", "queue_full", "queue_timeout", "no_worker",
   // "upstream", "timeout", "client_gone", "internal", "body_memory" (503: the bodies held over
   // all connections are at --http-max-body-memory).
@@ -34,11 +38,15 @@ class RouterMetrics {
   Gauge& inflight;  // requests admitted and not finished
   Gauge& queue_depth;
   Gauge& http_body_bytes_held;  // set from the HTTP server when /metrics is rendered
+  Gauge& sgl_active_workers;    // healthy workers, set when /metrics is rendered
 
  private:
   MetricFamily<Counter>& requests_;
   MetricFamily<Counter>& errors_;
   MetricFamily<Counter>& disaggregation_;
+  // sgl-router's names (docs/router.md "Metrics").
+  MetricFamily<Counter>& sgl_requests_;
+  MetricFamily<Histogram>& sgl_duration_;
 };
 
 }  // namespace tandem::router

@@ -530,6 +530,9 @@ void RouterServer::AddRoutes() {
                 [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); });
   h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) {
     router_metrics_->http_body_bytes_held.Set(static_cast<double>(http_->body_bytes_held()));
+    int healthy = 0;
+    for (const WorkerState& w : registry_->Snapshot()) healthy += w.healthy ? 1 : 0;
+    router_metrics_->sgl_active_workers.Set(healthy);
     HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
     resp.content_type = "text/plain; version=0.0.4";
     r.Send(std::move(resp));

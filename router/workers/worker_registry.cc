@@ -74,8 +74,8 @@ Worker::Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs>
       registry_mu_(registry_mu) {
   absl::MutexLock lock(&mu_);
   gauges_.registered->Set(1);
-  gauges_.healthy->Set(0);
-  gauges_.inflight->Set(0);
+  PublishHealthLocked();
+  PublishInflight();
   gauges_.running->Set(0);
   gauges_.queued->Set(0);
   gauges_.free_blocks->Set(0);
@@ -112,7 +112,9 @@ void Worker::BeginRequest() {
   inflight_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   breaker_.OnRequestStart();
-  if (!removed_) gauges_.inflight->Set(static_cast<double>(inflight()));
+  if (removed_) return;
+  PublishInflight();
+  gauges_.sgl_processed->Increment();
 }
 
 void Worker::EndRequest(bool success) {
@@ -124,12 +126,24 @@ void Worker::EndRequest(bool success) {
     breaker_.RecordFailure();
   }
   if (removed_) return;
-  gauges_.inflight->Set(static_cast<double>(inflight()));
+  PublishInflight();
   PublishCircuitLocked();
 }
 
 void Worker::PublishCircuitLocked() const {
   if (!removed_) gauges_.circuit->Set(CircuitValue(breaker_.state()));
+}
+
+void Worker::PublishHealthLocked() const {
+  const double value = healthy_ && !removed_ ? 1 : 0;
+  gauges_.healthy->Set(value);
+  gauges_.sgl_health->Set(value);
+}
+
+void Worker::PublishInflight() const {
+  const double value = static_cast<double>(inflight());
+  gauges_.inflight->Set(value);
+  gauges_.sgl_running->Set(value);
 }
 
 bool Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::string& error) {
@@ -166,7 +180,7 @@ bool Worker::OnProbe(bool ok, proto::HealthResponse::Status status, const std::s
         "worker {} passed a health check with its circuit open: half_open, trying requests", url());
   }
   PublishCircuitLocked();
-  gauges_.healthy->Set(healthy_ ? 1 : 0);
+  PublishHealthLocked();
   if (was_healthy != healthy_) {
     if (healthy_) {
       spdlog::info("worker {} is healthy", url());
@@ -188,7 +202,7 @@ void Worker::OnProof(const absl::Status& status) {
   }
   healthy_ = false;
   probe_successes_ = 0;
-  gauges_.healthy->Set(0);
+  PublishHealthLocked();
   // WorkerClient::Prove's messages already say what failed; say it once.
   absl::string_view why = status.message();
   absl::ConsumePrefix(&why, "the worker did not prove the cluster secret: ");
@@ -206,7 +220,7 @@ void Worker::MarkFailed(const std::string& why) {
   healthy_ = false;
   probe_successes_ = 0;
   last_error_ = why;
-  gauges_.healthy->Set(0);
+  PublishHealthLocked();
 }
 
 void Worker::OnLoad(const proto::LoadReport& load) {
@@ -227,15 +241,16 @@ void Worker::MarkRemoved() {
   absl::MutexLock lock(&mu_);
   if (removed_) return;
   // The series stay (metric children are never removed), marked stale.
+  removed_ = true;
+  healthy_ = false;
   gauges_.registered->Set(0);
-  gauges_.healthy->Set(0);
+  PublishHealthLocked();
   gauges_.inflight->Set(0);
+  gauges_.sgl_running->Set(0);
   gauges_.running->Set(0);
   gauges_.queued->Set(0);
   gauges_.free_blocks->Set(0);
   gauges_.circuit->Set(0);
-  removed_ = true;
-  healthy_ = false;
 }
 
 WorkerState Worker::Snapshot() const {
@@ -280,6 +295,12 @@ WorkerRegistry::WorkerRegistry(RegistryOptions options, MetricsRegistry* metrics
       "1 while the worker is registered; 0 marks a removed worker's series as stale", {"worker"});
   probes_family_ = &metrics_->AddCounter("tandem_router_worker_health_checks_total",
                                          "Health checks sent, by result", {"worker", "result"});
+  sgl_health_family_ = &metrics_->AddGauge(
+      "sgl_router_worker_health", "Worker health status (1=healthy, 0=unhealthy)", {"worker"});
+  sgl_running_family_ = &metrics_->AddGauge("sgl_router_running_requests",
+                                            "Number of running requests per worker", {"worker"});
+  sgl_processed_family_ = &metrics_->AddCounter(
+      "sgl_router_processed_requests_total", "Total requests processed by each worker", {"worker"});
 }
 
 WorkerRegistry::~WorkerRegistry() {
@@ -303,10 +324,12 @@ absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType
   if (workers_.count(url) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("worker ", url, " is already registered"));
   }
-  Worker::Gauges gauges{&healthy_family_->WithLabels({url}),   &circuit_family_->WithLabels({url}),
-                        &inflight_family_->WithLabels({url}),  &running_family_->WithLabels({url}),
-                        &queued_family_->WithLabels({url}),    &free_family_->WithLabels({url}),
-                        &registered_family_->WithLabels({url})};
+  Worker::Gauges gauges{
+      &healthy_family_->WithLabels({url}),     &circuit_family_->WithLabels({url}),
+      &inflight_family_->WithLabels({url}),    &running_family_->WithLabels({url}),
+      &queued_family_->WithLabels({url}),      &free_family_->WithLabels({url}),
+      &registered_family_->WithLabels({url}),  &sgl_health_family_->WithLabels({url}),
+      &sgl_running_family_->WithLabels({url}), &sgl_processed_family_->WithLabels({url})};
   WorkerPtr worker(new Worker(*std::move(client), std::move(legs), type, bootstrap_port, options_,
                               gauges, &mu_));
   worker->probe_now_ = true;  // the first probe goes out at once (once started)

@@ -162,6 +162,10 @@ class Worker {
     Gauge* queued;
     Gauge* free_blocks;
     Gauge* registered;
+    // sgl-router's names for the same figures (docs/router.md "Metrics").
+    Gauge* sgl_health;
+    Gauge* sgl_running;
+    Counter* sgl_processed;
   };
   Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs> legs, WorkerType type,
          std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
@@ -175,6 +179,8 @@ class Worker {
   void OnLoad(const proto::LoadReport& load);
   void SetDraining();
   void PublishCircuitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishHealthLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishInflight() const;
   void MarkRemoved();
 
   const std::shared_ptr<WorkerClient> client_;
@@ -275,6 +281,9 @@ class WorkerRegistry {
   GaugeFamily* free_family_ = nullptr;
   GaugeFamily* registered_family_ = nullptr;
   CounterFamily* probes_family_ = nullptr;  // tandem_router_worker_health_checks_total
+  GaugeFamily* sgl_health_family_ = nullptr;
+  GaugeFamily* sgl_running_family_ = nullptr;
+  CounterFamily* sgl_processed_family_ = nullptr;
   mutable absl::Mutex mu_;
   SteadyCondVar wake_;        // the loop: a probe is wanted now, or stop
   absl::CondVar calls_done_;  // Stop(): every probe/poll callback has run

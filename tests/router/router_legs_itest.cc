@@ -136,6 +136,21 @@ TEST_F(RouterLegsTest, CacheAwarePdSpreadsConcurrentStreamsOverTwoDecodeWorkers)
         0)
         << w->url();
   }
+  // sgl-router's names for the same traffic (docs/router.md "Metrics").
+  EXPECT_GE(MetricValue(m, "sgl_router_requests_total{route=\"/generate\"").value_or(0), kStreams);
+  EXPECT_GE(
+      MetricValue(m, "sgl_router_request_duration_seconds_count{route=\"/generate\"").value_or(0),
+      kStreams);
+  EXPECT_GE(MetricValue(m, "sgl_router_active_workers").value_or(0), 2) << m;
+  double processed = 0;
+  for (const WorkerProcess* w : decodes) {
+    const std::string worker = "{worker=\"" + w->url() + "\"";
+    EXPECT_EQ(MetricValue(m, "sgl_router_worker_health" + worker).value_or(0), 1) << w->url();
+    const double n = MetricValue(m, "sgl_router_processed_requests_total" + worker).value_or(0);
+    EXPECT_GT(n, 0) << w->url();
+    processed += n;
+  }
+  EXPECT_GE(processed, kStreams);
   EXPECT_TRUE(AllBlocksFree(*decode2));
   EXPECT_TRUE(AllBlocksFree(*decode_));
 }

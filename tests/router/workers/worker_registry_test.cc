@@ -171,6 +171,8 @@ TEST(WorkerRegistryTest, HealthThresholdsNotServingAndReportFailure) {
   EXPECT_GE(fake.serving_answers(), 1);
   EXPECT_TRUE(
       Contains(metrics.Render(), "tandem_router_worker_healthy{worker=\"" + fake.url() + "\"} 1"));
+  EXPECT_TRUE(
+      Contains(metrics.Render(), "sgl_router_worker_health{worker=\"" + fake.url() + "\"} 1"));
 
   // NOT_SERVING: unhealthy at the first such answer.
   fake.set_status(proto::HealthResponse::NOT_SERVING);
@@ -309,6 +311,8 @@ TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
   EXPECT_EQ(w->inflight(), 2);
   EXPECT_TRUE(
       Contains(metrics.Render(), "tandem_router_worker_inflight{worker=\"" + fake.url() + "\"} 2"));
+  EXPECT_TRUE(
+      Contains(metrics.Render(), "sgl_router_running_requests{worker=\"" + fake.url() + "\"} 2"));
   w->EndRequest(false);
   w->EndRequest(false);  // cb_failure_threshold = 2
   EXPECT_EQ(w->inflight(), 0);
@@ -317,6 +321,14 @@ TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
   EXPECT_EQ(w->Snapshot().circuit, "open");
   EXPECT_TRUE(Contains(metrics.Render(),
                        "tandem_router_worker_circuit_state{worker=\"" + fake.url() + "\"} 1"));
+  const std::string text = metrics.Render();
+  EXPECT_TRUE(Contains(text, "sgl_router_running_requests{worker=\"" + fake.url() + "\"} 0"));
+  EXPECT_TRUE(
+      Contains(text, "sgl_router_processed_requests_total{worker=\"" + fake.url() + "\"} 2"));
+  // A removed worker's series stay, at 0.
+  ASSERT_TRUE(registry.Remove(fake.url()).ok());
+  EXPECT_TRUE(
+      Contains(metrics.Render(), "sgl_router_worker_health{worker=\"" + fake.url() + "\"} 0"));
 }
 
 // The breakers' clock is a test's (never advanced unless the test says so), so only health checks
