@@ -1,15 +1,15 @@
 #include "router/router_metrics.h"
 
+#include <iterator>
 #include <string>
-#include <vector>
 
 namespace tandem::router {
 namespace {
 
 // sgl-router's bounds for its *_duration_seconds histograms.
-const std::vector<double> kSglDurationBounds = {0.001, 0.005, 0.01, 0.025, 0.05,  0.1,  0.25,
-                                                0.5,   1.0,   2.5,  5.0,   10.0,  15.0, 30.0,
-                                                45.0,  60.0,  90.0, 120.0, 180.0, 240.0};
+constexpr double kSglDurationBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05,  0.1,  0.25,
+                                         0.5,   1.0,   2.5,  5.0,   10.0,  15.0, 30.0,
+                                         45.0,  60.0,  90.0, 120.0, 180.0, 240.0};
 
 }  // namespace
 
@@ -46,9 +46,9 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
           {"decision"})),
       sgl_requests_(r->AddCounter("sgl_router_requests_total",
                                   "Total number of requests by route and method", {"route"})),
-      sgl_duration_(r->AddHistogram("sgl_router_request_duration_seconds",
-                                    "Request duration in seconds by route", {"route"},
-                                    kSglDurationBounds)) {
+      sgl_duration_(r->AddHistogram(
+          "sgl_router_request_duration_seconds", "Request duration in seconds by route", {"route"},
+          {std::begin(kSglDurationBounds), std::end(kSglDurationBounds)})) {
   // Every decision's series shows from start-up, at 0 until it is taken.
   for (const char* decision : {"pd", "local_short", "local_saturated"}) {
     disaggregation_.WithLabels({decision});

@@ -1,6 +1,6 @@
 #include "worker/phase_metrics.h"
 
-#include <vector>
+#include "absl/types/span.h"
 
 namespace tandem::worker {
 namespace {
@@ -15,19 +15,19 @@ Counter& Outcome(CounterFamily& family, const char* outcome) {
 
 // SGLang's bounds for these histograms, each extended by a few longer ones: a CPU worker's long
 // prompts and outputs take minutes, and beyond the last bound a quantile is only "+Inf".
-const std::vector<double> kFirstTokenBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,  0.1,
-                                               0.25,  0.5,   0.75, 1.0,  2.5,  5.0,   7.5,   10.0,
-                                               15.0,  20.0,  25.0, 30.0, 60.0, 120.0, 300.0, 600.0};
-const std::vector<double> kE2eBounds = {0.3,  0.5,   0.8,   1.0,   1.5,    2.0,   2.5,
-                                        5.0,  10.0,  15.0,  20.0,  30.0,   40.0,  50.0,
-                                        60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0};
-const std::vector<double> kPerOutputTokenBounds = {0.005, 0.01,  0.015, 0.02, 0.025, 0.03, 0.04,
-                                                   0.05,  0.075, 0.1,   0.15, 0.2,   0.3,  0.4,
-                                                   0.5,   0.75,  1.0,   2.5,  5.0,   10.0};
+constexpr double kFirstTokenBounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,  0.1,
+                                        0.25,  0.5,   0.75, 1.0,  2.5,  5.0,   7.5,   10.0,
+                                        15.0,  20.0,  25.0, 30.0, 60.0, 120.0, 300.0, 600.0};
+constexpr double kE2eBounds[] = {0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,
+                                 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0};
+constexpr double kPerOutputTokenBounds[] = {0.005, 0.01,  0.015, 0.02, 0.025, 0.03, 0.04,
+                                            0.05,  0.075, 0.1,   0.15, 0.2,   0.3,  0.4,
+                                            0.5,   0.75,  1.0,   2.5,  5.0,   10.0};
 
 Histogram& Sglang(MetricsRegistry* r, const char* name, const char* help,
-                  const std::vector<double>& bounds, const std::string& model_name) {
-  return r->AddHistogram(name, help, {"model_name"}, bounds).WithLabels({model_name});
+                  absl::Span<const double> bounds, const std::string& model_name) {
+  return r->AddHistogram(name, help, {"model_name"}, {bounds.begin(), bounds.end()})
+      .WithLabels({model_name});
 }
 
 }  // namespace
