@@ -253,25 +253,33 @@ template void StreamGroupColumnsFor<kBatchGroupRows>(int64_t m, const bf16* x, i
                                                      const bf16* w, int64_t k, int64_t j0,
                                                      int64_t j1, float* y, int64_t ldy);
 
-// m = 1 on the pool, in units of four output columns (a group in kGroups4).
+// m = 1 on the pool, in units of four output columns (a group in kGroups4). The last quarter of
+// the units is shared out in chunks of about 128 KiB (ThreadPool::ParallelForBalanced): each
+// output is still one thread's, computed the same way whichever thread runs it.
 template <bool kGrouped>
 void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, ThreadPool* pool) {
   constexpr int64_t kUnit = 4;
+  constexpr int64_t kChunkBytes = 128 << 10;
   const int64_t units = (n + kUnit - 1) / kUnit;
-  auto body = [&](int64_t begin, int64_t end) {
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (kUnit * k * 2));
+  auto body = [&](ThreadPool::Claim& claim) {
     FlushDenormalsScope flush;
-    const int64_t j0 = kUnit * begin;
-    const int64_t j1 = std::min(n, kUnit * end);
-    if constexpr (kGrouped) {
-      StreamGroupColumns<1>(x, 0, w, k, j0, j1, y, 0);
-    } else {
-      StreamColumns(x, w, k, j0, j1, y);
+    int64_t begin, end;
+    while (claim.Next(&begin, &end)) {
+      const int64_t j0 = kUnit * begin;
+      const int64_t j1 = std::min(n, kUnit * end);
+      if constexpr (kGrouped) {
+        StreamGroupColumns<1>(x, 0, w, k, j0, j1, y, 0);
+      } else {
+        StreamColumns(x, w, k, j0, j1, y);
+      }
     }
   };
   if (pool != nullptr) {
-    pool->ParallelFor(units, n * k, body);
+    pool->ParallelForBalanced(units, n * k, units / 4, chunk, body);
   } else {
-    body(0, units);
+    ThreadPool::Claim all = ThreadPool::Claim::Whole(units);
+    body(all);
   }
 }
 

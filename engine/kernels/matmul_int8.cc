@@ -19,6 +19,8 @@ using internal::kInt8Block;
 // Rows of x one pass over a thread's weight groups covers (their quantized rows, kp bytes each,
 // stay in L2 while the groups stream by).
 constexpr int64_t kRowBlock = 64;
+// Bytes of weights in a shared chunk of a decode call's tail (MatmulInt8ForPath).
+constexpr int64_t kDecodeChunkBytes = 128 << 10;
 
 // Round half to even of a float below 2^22 in magnitude, with plain fp32 additions (no library
 // call, so the loop vectorizes; this file is compiled without contraction into FMA).
@@ -222,8 +224,11 @@ void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, con
   if (m == 1) {
     // Decode: each thread quantizes the row into its own scratch (well under a microsecond on the
     // vector paths) and streams its groups, so a call is one pool dispatch and no thread waits
-    // for another's quantization.
-    auto body = [&](int64_t g_begin, int64_t g_end) {
+    // for another's quantization. The last quarter of the groups is shared out in chunks of about
+    // kDecodeChunkBytes (ThreadPool::ParallelForBalanced), so a thread that memory served more
+    // slowly in this call does not hold the other waiting.
+    const int64_t chunk = std::max<int64_t>(1, kDecodeChunkBytes / (4 * kp));
+    auto body = [&](ThreadPool::Claim& claim) {
       Int8Job job;
       uint8_t* xq = ScratchBytes(kp);
       const float sx = quantize_row(x, k, kp, offset, xq);
@@ -234,12 +239,14 @@ void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, con
       job.w = &w;
       job.y = y;
       job.ldy = ldy;
-      fn(job, g_begin, g_end);
+      int64_t begin, end;
+      while (claim.Next(&begin, &end)) fn(job, begin, end);
     };
     if (pool != nullptr) {
-      pool->ParallelFor(groups, w.n * k, body);
+      pool->ParallelForBalanced(groups, w.n * k, groups / 4, chunk, body);
     } else {
-      body(0, groups);
+      ThreadPool::Claim all = ThreadPool::Claim::Whole(groups);
+      body(all);
     }
     return;
   }

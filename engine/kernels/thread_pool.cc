@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace tandem::engine {
 namespace {
 
@@ -88,6 +90,39 @@ void ThreadPool::ParallelFor(int64_t n, int64_t total_work,
     return;
   }
   ParallelFor(n, fn);
+}
+
+bool ThreadPool::Claim::Next(int64_t* begin, int64_t* end) {
+  if (begin_ < end_) {
+    *begin = begin_;
+    *end = end_;
+    begin_ = end_;
+    return true;
+  }
+  if (tail_next_ == nullptr) return false;
+  const int64_t b = tail_next_->fetch_add(chunk_, std::memory_order_relaxed);
+  if (b >= n_) return false;
+  *begin = b;
+  *end = std::min(n_, b + chunk_);
+  return true;
+}
+
+void ThreadPool::ParallelForBalanced(int64_t n, int64_t total_work, int64_t tail, int64_t chunk,
+                                     const std::function<void(Claim& claim)>& fn) {
+  if (n <= 0) return;
+  tail = std::clamp<int64_t>(tail, 0, n);
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t head = n - tail;
+  std::atomic<int64_t> tail_next{head};
+  const int parts = n_threads_;
+  ParallelFor(parts, total_work, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      int64_t begin, end;
+      Range(head, parts, static_cast<int>(t), &begin, &end);
+      Claim claim(&tail_next, n, chunk, begin, end);
+      fn(claim);
+    }
+  });
 }
 
 void ThreadPool::WorkerLoop(int index) {

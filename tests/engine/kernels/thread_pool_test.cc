@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -35,6 +37,79 @@ TEST(ThreadPoolTest, CoversEveryIndexOnce) {
       CheckCoverage(pool, n);
     }
   }
+}
+
+// Runs ParallelForBalanced and checks every index is run exactly once, that each body's first
+// range is its static share (ThreadPool::Range over the first n - tail), and that the other
+// ranges are chunks of the tail.
+void CheckBalancedCoverage(ThreadPool& pool, int64_t n, int64_t tail, int64_t chunk) {
+  std::vector<std::atomic<int>> hits(n);
+  const int64_t head = n - std::min(tail, n);
+  std::atomic<int> bodies{0};
+  pool.ParallelForBalanced(n, /*total_work=*/int64_t{1} << 40, tail, chunk,
+                           [&](ThreadPool::Claim& claim) {
+                             bodies.fetch_add(1);
+                             int64_t begin, end;
+                             bool first = true;
+                             while (claim.Next(&begin, &end)) {
+                               EXPECT_LT(begin, end);
+                               EXPECT_LE(end, n);
+                               if (!first || begin >= head) {
+                                 EXPECT_GE(begin, head);
+                                 EXPECT_EQ((begin - head) % std::max<int64_t>(chunk, 1), 0);
+                               }
+                               first = false;
+                               for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+                             }
+                           });
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " tail=" << tail << " chunk=" << chunk;
+  }
+  EXPECT_EQ(bodies.load(), n > 0 ? pool.size() : 0);
+}
+
+TEST(ThreadPoolTest, BalancedCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}, int64_t{97}, int64_t{4096}}) {
+      for (int64_t tail : {int64_t{0}, n / 4, n, n + 10}) {
+        for (int64_t chunk : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{100000}}) {
+          CheckBalancedCoverage(pool, n, tail, chunk);
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, BalancedTailGoesToTheThreadThatIsFree) {
+  // The body that gets index 0 stalls in its static range; the other takes the whole tail.
+  ThreadPool pool(2);
+  constexpr int64_t kN = 400, kTail = 200;
+  std::atomic<int64_t> tail_on_stalled{0}, tail_on_other{0};
+  pool.ParallelForBalanced(kN, int64_t{1} << 40, kTail, 1, [&](ThreadPool::Claim& claim) {
+    int64_t begin, end;
+    bool stalled = false;
+    while (claim.Next(&begin, &end)) {
+      if (begin == 0) {
+        stalled = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      }
+      if (begin >= kN - kTail) (stalled ? tail_on_stalled : tail_on_other).fetch_add(end - begin);
+    }
+  });
+  EXPECT_EQ(tail_on_stalled.load() + tail_on_other.load(), kTail);
+  EXPECT_GT(tail_on_other.load(), kTail / 2);
+}
+
+TEST(ThreadPoolTest, WholeClaimIsOneRange) {
+  ThreadPool::Claim claim = ThreadPool::Claim::Whole(10);
+  int64_t begin = -1, end = -1;
+  ASSERT_TRUE(claim.Next(&begin, &end));
+  EXPECT_EQ(begin, 0);
+  EXPECT_EQ(end, 10);
+  EXPECT_FALSE(claim.Next(&begin, &end));
+  ThreadPool::Claim empty = ThreadPool::Claim::Whole(0);
+  EXPECT_FALSE(empty.Next(&begin, &end));
 }
 
 TEST(ThreadPoolTest, NonPositiveSizeMeansOne) {
