@@ -14,12 +14,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 namespace tandem {
 
 using MonoClock = std::chrono::steady_clock;
 
 inline MonoClock::time_point MonoNow() { return MonoClock::now(); }
+// MonoNow() as nanoseconds since the clock's epoch, for atomics that hold a point in time.
+inline int64_t MonoNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(MonoNow().time_since_epoch()).count();
+}
 
 // A source of monotonic time. RealClock() is the process's; tests inject a manual one.
 class Clock {

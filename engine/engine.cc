@@ -8,19 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/clock.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace tandem::engine {
-namespace {
-
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 absl::StatusOr<SchedulerConfig> SchedulerConfigFromOptions(const ServingOptions& o,
                                                            const ModelConfig& model,
@@ -288,10 +280,10 @@ void Engine::Loop() {
     for (auto& command : commands) command(*scheduler_);
     if (stopping) break;
     if (scheduler_->HasWork()) {
-      step_started_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
+      step_started_ns_.store(MonoNowNs(), std::memory_order_relaxed);
       absl::StatusOr<StepStats> st = scheduler_->Step();
       if (st.ok()) {
-        step_ended_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
+        step_ended_ns_.store(MonoNowNs(), std::memory_order_relaxed);
       } else {
         step_started_ns_.store(0, std::memory_order_relaxed);  // no progress to report
         spdlog::error("engine step failed: {}", std::string(st.status().message()));

@@ -78,9 +78,8 @@ class Engine {
 
   // Snapshot refreshed after every step.
   SchedulerLoad Load() const;
-  // When the loop last started a step and last ended one without error, in steady-clock
-  // nanoseconds since the clock's epoch (0: never, and started is 0 again after a failed step,
-  // both after Shutdown);
+  // When the loop last started a step and last ended one without error, as MonoNowNs()
+  // (common/clock.h; 0: never, and started is 0 again after a failed step, both after Shutdown);
   // started > ended while a step runs. A health check reads progress here instead of queueing a
   // probe behind a long prefill.
   struct Progress {

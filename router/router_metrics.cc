@@ -23,8 +23,6 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
       tpot(r->AddHistogram("tandem_router_tpot_seconds", "Time per output token after the first",
                            {}, ExponentialBuckets(0.0005, 2, 16))
                .Get()),
-      e2e(r->AddHistogram("tandem_router_e2e_seconds", "Request received to last byte sent", {})
-              .Get()),
       inflight(
           r->AddGauge("tandem_router_inflight", "Requests admitted and not finished", {}).Get()),
       queue_depth(r->AddGauge("tandem_router_queue_depth",
@@ -36,6 +34,8 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
               .Get()),
       sgl_active_workers(
           r->AddGauge("sgl_router_active_workers", "Number of currently active workers", {}).Get()),
+      e2e_(r->AddHistogram("tandem_router_e2e_seconds", "Request received to last byte sent", {})
+               .Get()),
       requests_(
           r->AddCounter("tandem_router_requests_total", "Requests answered", {"route", "status"})),
       errors_(r->AddCounter("tandem_router_errors_total", "Failed requests by kind", {"kind"})),
@@ -61,7 +61,7 @@ void RouterMetrics::CountRequest(const std::string& route, int status) {
 }
 
 void RouterMetrics::ObserveDuration(const std::string& route, double seconds) {
-  e2e.Observe(seconds);
+  e2e_.Observe(seconds);
   sgl_duration_.WithLabels({route}).Observe(seconds);
 }
 

@@ -34,13 +34,13 @@ class RouterMetrics {
   Counter& retries;
   Histogram& ttft;  // seconds, request received -> first token sent to the client
   Histogram& tpot;  // seconds per output token after the first
-  Histogram& e2e;   // seconds, received -> last byte
   Gauge& inflight;  // requests admitted and not finished
   Gauge& queue_depth;
   Gauge& http_body_bytes_held;  // set from the HTTP server when /metrics is rendered
   Gauge& sgl_active_workers;    // healthy workers, set when /metrics is rendered
 
  private:
+  Histogram& e2e_;  // seconds, received -> last byte (ObserveDuration)
   MetricFamily<Counter>& requests_;
   MetricFamily<Counter>& errors_;
   MetricFamily<Counter>& disaggregation_;

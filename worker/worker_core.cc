@@ -24,12 +24,6 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // `seconds` from now on the steady clock, saturating: a timeout past ~30 years (or NaN) never
 // passes, where converting it would overflow.
 MonoClock::time_point SteadyDeadlineAfter(double seconds) {
@@ -247,7 +241,7 @@ absl::StatusOr<LegId> WorkerCore::StartDecode(const proto::DecodeRequest& reques
 void WorkerCore::OnOutput(const std::shared_ptr<Leg>& leg, const engine::RequestOutput& out) {
   const Clock::time_point now = Clock::now();
   if (!out.token_ids.empty()) {
-    last_output_ns_.store(NowNs());
+    last_output_ns_.store(MonoNowNs());
     if (!leg->first_token) leg->first_token = now;
   }
   proto::DecodeEvent streamed;
@@ -346,7 +340,7 @@ void WorkerCore::Health(const proto::HealthRequest& request,
     done(MakeHealth(proto::HealthResponse::SERVING, "serving"));
     return;
   }
-  const int64_t now = NowNs();
+  const int64_t now = MonoNowNs();
   const double since_output = static_cast<double>(now - last_output_ns_.load()) * 1e-9;
   if (last_output_ns_.load() != 0 && since_output < options_.health_recent_output_s) {
     done(MakeHealth(proto::HealthResponse::SERVING,
