@@ -261,7 +261,7 @@ void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, T
   constexpr int64_t kUnit = 4;
   constexpr int64_t kChunkBytes = 128 << 10;
   const int64_t units = (n + kUnit - 1) / kUnit;
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / (kUnit * k * 2));
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, kUnit * k * 2));
   auto body = [&](ThreadPool::Claim& claim) {
     FlushDenormalsScope flush;
     int64_t begin, end;

@@ -227,7 +227,7 @@ void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, con
     // for another's quantization. The last quarter of the groups is shared out in chunks of about
     // kDecodeChunkBytes (ThreadPool::ParallelForBalanced), so a thread that memory served more
     // slowly in this call does not hold the other waiting.
-    const int64_t chunk = std::max<int64_t>(1, kDecodeChunkBytes / (4 * kp));
+    const int64_t chunk = std::max<int64_t>(1, kDecodeChunkBytes / std::max<int64_t>(1, 4 * kp));
     auto body = [&](ThreadPool::Claim& claim) {
       Int8Job job;
       uint8_t* xq = ScratchBytes(kp);
