@@ -79,8 +79,8 @@ class ThreadPool {
   // of that (as the matmuls are: an output is one thread's, computed the same way anywhere).
   // Measured on Qwen2.5-0.5B decode at batch 1 (Zen 4, 2 threads; bf16 and int8 in one process,
   // tokens alternated between tail = 0 and a quarter in 128 KiB chunks): the balanced tokens'
-  // matmuls took 0.94-0.98x the time (faster in 6 runs of 6); a call's threads had finished
-  // 4-7 us apart on average against its ~60-110 us.
+  // matmuls took 0.94-0.98x the time (faster in 6 runs of 6). An int8 call of ~70-110 us had
+  // its two threads finish 9-11 us apart on average with the static split, 4-6 us with this one.
   void ParallelForBalanced(int64_t n, int64_t total_work, int64_t tail, int64_t chunk,
                            const std::function<void(Claim& claim)>& fn);
 
