@@ -254,14 +254,12 @@ template void StreamGroupColumnsFor<kBatchGroupRows>(int64_t m, const bf16* x, i
                                                      int64_t j1, float* y, int64_t ldy);
 
 // m = 1 on the pool, in units of four output columns (a group in kGroups4). The last quarter of
-// the units is shared out in chunks of about 128 KiB (ThreadPool::ParallelForBalanced): each
-// output is still one thread's, computed the same way whichever thread runs it.
+// the units is shared out in chunks (ThreadPool::ParallelForStreaming): each output is still one
+// thread's, computed the same way whichever thread runs it.
 template <bool kGrouped>
 void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, ThreadPool* pool) {
   constexpr int64_t kUnit = 4;
-  constexpr int64_t kChunkBytes = 128 << 10;
   const int64_t units = (n + kUnit - 1) / kUnit;
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(1, kUnit * k * 2));
   auto body = [&](ThreadPool::Claim& claim) {
     FlushDenormalsScope flush;
     int64_t begin, end;
@@ -276,7 +274,7 @@ void StreamEntry(const bf16* x, int64_t k, const bf16* w, int64_t n, float* y, T
     }
   };
   if (pool != nullptr) {
-    pool->ParallelForBalanced(units, n * k, units / 4, chunk, body);
+    pool->ParallelForStreaming(units, n * k, kUnit * k * 2, body);
   } else {
     ThreadPool::Claim all = ThreadPool::Claim::Whole(units);
     body(all);

@@ -19,8 +19,6 @@ using internal::kInt8Block;
 // Rows of x one pass over a thread's weight groups covers (their quantized rows, kp bytes each,
 // stay in L2 while the groups stream by).
 constexpr int64_t kRowBlock = 64;
-// Bytes of weights in a shared chunk of a decode call's tail (MatmulInt8ForPath).
-constexpr int64_t kDecodeChunkBytes = 128 << 10;
 
 // Round half to even of a float below 2^22 in magnitude, with plain fp32 additions (no library
 // call, so the loop vectorizes; this file is compiled without contraction into FMA).
@@ -224,10 +222,9 @@ void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, con
   if (m == 1) {
     // Decode: each thread quantizes the row into its own scratch (well under a microsecond on the
     // vector paths) and streams its groups, so a call is one pool dispatch and no thread waits
-    // for another's quantization. The last quarter of the groups is shared out in chunks of about
-    // kDecodeChunkBytes (ThreadPool::ParallelForBalanced), so a thread that memory served more
-    // slowly in this call does not hold the other waiting.
-    const int64_t chunk = std::max<int64_t>(1, kDecodeChunkBytes / std::max<int64_t>(1, 4 * kp));
+    // for another's quantization. The last quarter of the groups is shared out in chunks
+    // (ThreadPool::ParallelForStreaming), so a thread that memory served more slowly in this call
+    // does not hold the other waiting.
     auto body = [&](ThreadPool::Claim& claim) {
       Int8Job job;
       uint8_t* xq = ScratchBytes(kp);
@@ -243,7 +240,7 @@ void MatmulInt8ForPath(Int8Path path, const bf16* x, int64_t ldx, int64_t m, con
       while (claim.Next(&begin, &end)) fn(job, begin, end);
     };
     if (pool != nullptr) {
-      pool->ParallelForBalanced(groups, w.n * k, groups / 4, chunk, body);
+      pool->ParallelForStreaming(groups, w.n * k, 4 * kp, body);
     } else {
       ThreadPool::Claim all = ThreadPool::Claim::Whole(groups);
       body(all);

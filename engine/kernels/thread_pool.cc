@@ -125,6 +125,12 @@ void ThreadPool::ParallelForBalanced(int64_t n, int64_t total_work, int64_t tail
   });
 }
 
+void ThreadPool::ParallelForStreaming(int64_t n, int64_t total_work, int64_t item_bytes,
+                                      const std::function<void(Claim& claim)>& fn) {
+  const int64_t chunk = kStreamChunkBytes / std::max<int64_t>(1, item_bytes);
+  ParallelForBalanced(n, total_work, n / 4, chunk, fn);
+}
+
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {

@@ -77,12 +77,18 @@ class ThreadPool {
   // would use, or all inline under the same conditions) and loops on claim.Next(). Which thread
   // computes an item varies from call to call: callers must make each item's result independent
   // of that (as the matmuls are: an output is one thread's, computed the same way anywhere).
-  // Measured on Qwen2.5-0.5B decode at batch 1 (Zen 4, 2 threads; bf16 and int8 in one process,
-  // tokens alternated between tail = 0 and a quarter in 128 KiB chunks): the balanced tokens'
-  // matmuls took 0.94-0.98x the time (faster in 6 runs of 6). An int8 call of ~70-110 us had
-  // its two threads finish 9-11 us apart on average with the static split, 4-6 us with this one.
   void ParallelForBalanced(int64_t n, int64_t total_work, int64_t tail, int64_t chunk,
                            const std::function<void(Claim& claim)>& fn);
+
+  // ParallelForBalanced as the weight-streaming kernels use it (the decode matmuls): items of
+  // `item_bytes` each, the last quarter shared in chunks of about kStreamChunkBytes. Measured on
+  // Qwen2.5-0.5B decode at batch 1 (Zen 4, 2 threads; bf16 and int8 in one process, tokens
+  // alternated between this and the static split): the balanced tokens' matmuls took
+  // 0.94-0.98x the time (faster in 6 runs of 6). An int8 call of ~70-110 us had its two threads
+  // finish 9-11 us apart on average with the static split, 4-6 us with this one.
+  static constexpr int64_t kStreamChunkBytes = int64_t{128} << 10;
+  void ParallelForStreaming(int64_t n, int64_t total_work, int64_t item_bytes,
+                            const std::function<void(Claim& claim)>& fn);
 
   // Default: about 64K multiply-adds (a few microseconds of one core's work). At decode batch 1
   // on Qwen2.5-0.5B, o_proj (0.8M) and the attention over a 256-token context (0.46M) gain from

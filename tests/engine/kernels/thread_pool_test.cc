@@ -81,6 +81,25 @@ TEST(ThreadPoolTest, BalancedCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPoolTest, StreamingCoversEveryIndexOnceForAnyItemSize) {
+  ThreadPool pool(2);
+  for (int64_t item_bytes : {int64_t{0}, int64_t{1}, int64_t{3584}, ThreadPool::kStreamChunkBytes,
+                             ThreadPool::kStreamChunkBytes * 3}) {
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{2432}}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.ParallelForStreaming(n, int64_t{1} << 40, item_bytes, [&](ThreadPool::Claim& claim) {
+        int64_t begin, end;
+        while (claim.Next(&begin, &end)) {
+          for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+        }
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " item_bytes=" << item_bytes;
+      }
+    }
+  }
+}
+
 TEST(ThreadPoolTest, BalancedTailGoesToTheThreadThatIsFree) {
   // The body that gets index 0 stalls in its static range; the other takes the whole tail.
   ThreadPool pool(2);
