@@ -26,7 +26,7 @@ bool ValidFieldValue(const std::string& value) {
   return true;
 }
 
-void BuildMessage(HttpResponse response, unsigned version, bool keep_alive,
+void BuildMessage(HttpResponse response, unsigned version, bool keep_alive, bool head_only,
                   const std::string& server_header, http::response<http::string_body>* message) {
   message->version(version);
   message->result(static_cast<unsigned>(response.status));
@@ -39,6 +39,7 @@ void BuildMessage(HttpResponse response, unsigned version, bool keep_alive,
   message->body() = std::move(response.body);
   message->keep_alive(keep_alive);
   message->prepare_payload();
+  if (head_only) message->body().clear();  // Content-Length stays the body's
 }
 
 }  // namespace
@@ -61,12 +62,12 @@ std::string SafeContentType(const std::string& content_type) {
 }
 
 http::response<http::string_body> ResponseMessage(HttpResponse response, unsigned version,
-                                                  bool keep_alive,
+                                                  bool keep_alive, bool head_only,
                                                   const std::string& server_header) {
   const int status = response.status;
   http::response<http::string_body> message;
   try {
-    BuildMessage(std::move(response), version, keep_alive, server_header, &message);
+    BuildMessage(std::move(response), version, keep_alive, head_only, server_header, &message);
     return message;
   } catch (const std::exception& e) {
     // Beast throws on fields it cannot hold (e.g. a value of 64 KiB or more). The handler's
@@ -75,7 +76,7 @@ http::response<http::string_body> ResponseMessage(HttpResponse response, unsigne
   }
   http::response<http::string_body> fallback;
   BuildMessage(HttpResponse::Error(500, "internal error: the response could not be built"), version,
-               keep_alive, server_header, &fallback);
+               keep_alive, head_only, server_header, &fallback);
   return fallback;
 }
 

@@ -27,10 +27,13 @@ bool AcceptableHeader(const std::string& name, const std::string& value);
 std::string SafeContentType(const std::string& content_type);
 
 // The whole response to a request of HTTP/1.`version % 10` (10 or 11), keeping the connection
-// open after it or not. Does not throw on any handler input: when Beast refuses the message
-// (logged), the result is a 500 without the handler's headers.
+// open after it or not. `head_only` (the request was a HEAD): the header is the one the body would
+// have had, Content-Length included, and the body is left off. Does not throw on any handler
+// input: when Beast refuses the message (logged), the result is a 500 without the handler's
+// headers.
 boost::beast::http::response<boost::beast::http::string_body> ResponseMessage(
-    HttpResponse response, unsigned version, bool keep_alive, const std::string& server_header);
+    HttpResponse response, unsigned version, bool keep_alive, bool head_only,
+    const std::string& server_header);
 // `message` serialized: header then body.
 std::string WireBytes(boost::beast::http::response<boost::beast::http::string_body>& message);
 

@@ -224,10 +224,16 @@ const ServerCore::Route* ServerCore::FindRoute(const std::string& method, const 
     *refusal = HttpResponse::Error(404, absl::StrCat("no route for ", path));
     return nullptr;
   }
-  const auto found = route->second.find(method);
+  auto found = route->second.find(method);
+  // HEAD is GET without the body (RFC 9110 9.3.2): a GET route answers it unless the path has a
+  // HEAD route of its own; the connection leaves the body off the wire.
+  if (found == route->second.end() && method == "HEAD") found = route->second.find("GET");
   if (found == route->second.end()) {
     std::vector<std::string> allowed;
     for (const auto& [name, unused] : route->second) allowed.push_back(name);
+    if (route->second.contains("GET") && !route->second.contains("HEAD")) {
+      allowed.insert(std::upper_bound(allowed.begin(), allowed.end(), "HEAD"), "HEAD");
+    }
     *refusal =
         HttpResponse::Error(405, absl::StrCat("method ", method, " not allowed on ", path,
                                               " (allowed: ", absl::StrJoin(allowed, ", "), ")"));

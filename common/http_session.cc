@@ -137,6 +137,7 @@ void HttpStreamConnection<Stream>::ReadNext() {
 
 template <class Stream>
 void HttpStreamConnection<Stream>::ReadHeader() {
+  head_only_ = false;  // until this request's head says HEAD
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
   parser_->body_limit(options_.max_body_bytes);
@@ -158,6 +159,7 @@ void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
     return;
   }
   const auto& request = parser_->get();
+  head_only_ = request.method() == http::verb::head;
   // A transfer coding other than chunked leaves the body's length unknown (RFC 9112 6.3): the
   // rest of the bytes could be taken for another request.
   if (request.find(http::field::transfer_encoding) != request.end() && !parser_->chunked()) {
@@ -271,6 +273,7 @@ void HttpStreamConnection<Stream>::OnRequest() {
   parser_.reset();
   keep_alive_ = message.keep_alive();
   version_ = message.version();
+  head_only_ = message.method() == http::verb::head;
 
   absl::StatusOr<HttpRequest> head = RequestHead(message, peer_);
   current_ = std::make_shared<Exchange>(this->shared_from_this(), options_.max_stream_buffer_bytes,

@@ -121,10 +121,10 @@ bool HttpStreamConnection<Stream>::TrySend(HttpResponse& response) {
     return false;
   } else {
     const DirectAnswer::Result result = direct_.TrySend([&] {
-      // Under the direct answer's lock: version_ and keep_alive_ were set before Allow, and the
-      // strand leaves them be until the exchange ends.
-      http::response<http::string_body> message =
-          ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header);
+      // Under the direct answer's lock: version_, keep_alive_ and head_only_ were set before
+      // Allow, and the strand leaves them be until the exchange ends.
+      http::response<http::string_body> message = ResponseMessage(
+          std::move(response), version_, keep_alive_, head_only_, options_.server_header);
       return WireBytes(message);
     });
     if (result == DirectAnswer::Result::kPartial) {
@@ -165,8 +165,8 @@ void HttpStreamConnection<Stream>::SweepIdle(std::chrono::steady_clock::time_poi
 
 template <class Stream>
 void HttpStreamConnection<Stream>::WriteResponse(HttpResponse response) {
-  response_ = std::make_unique<http::response<http::string_body>>(
-      ResponseMessage(std::move(response), version_, keep_alive_, options_.server_header));
+  response_ = std::make_unique<http::response<http::string_body>>(ResponseMessage(
+      std::move(response), version_, keep_alive_, head_only_, options_.server_header));
   Lowest().expires_after(options_.write_timeout);
   wire_started_ = true;
   http::async_write(stream_, *response_,
@@ -248,6 +248,16 @@ void HttpStreamConnection<Stream>::Pump() {
   auto on_write = [self = this->shared_from_this()](beast::error_code ec, size_t) {
     self->Safely("writing a stream", [&] { self->OnStreamWrite(ec); });
   };
+  if (head_only_) {
+    // A HEAD's answer ends with its header: what the handler streams is dropped.
+    while (!stream_chunk_.empty()) stream_chunk_ = current_->TakePending(&finish);
+    if (finish) {
+      stream_writing_ = true;
+      stream_finishing_ = true;
+      OnStreamWrite({});
+    }
+    return;
+  }
   if (!stream_chunk_.empty()) {
     stream_writing_ = true;
     Lowest().expires_after(options_.write_timeout);

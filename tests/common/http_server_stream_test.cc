@@ -156,6 +156,20 @@ TEST_F(HttpServerTest, AsyncAnswerFromAnotherThread) {
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 202);
   EXPECT_EQ(response->body, "later");
+  // A HEAD answered later (written by the answering thread, "Direct answers"): the header only,
+  // and the connection goes on.
+  TestClient client(server_->port());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(client.SendRequest("HEAD", "/async"));
+    auto head = client.ReadHead();
+    ASSERT_TRUE(head);
+    EXPECT_EQ(head->status, 202);
+    EXPECT_EQ(head->headers["content-length"], "5");
+  }
+  ASSERT_TRUE(client.SendRequest("GET", "/async"));
+  response = client.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->body, "later");
   std::lock_guard<std::mutex> lock(workers_mu);
   for (auto& worker : workers) worker.join();
 }
@@ -332,6 +346,30 @@ TEST_F(HttpServerTest, Http10StreamEndsWithClose) {
   ASSERT_TRUE(response);
   EXPECT_EQ(response->headers.count("transfer-encoding"), 0u);
   EXPECT_EQ(response->body, "abcdef");
+}
+
+// A HEAD on a streamed GET route gets the stream's header and nothing of what is written; the
+// connection then serves the next request.
+TEST_F(HttpServerTest, HeadOfAStreamIsItsHeaderOnly) {
+  std::promise<HttpStreamPtr> stream_promise;
+  AddRoute("GET", "/stream", [&](HttpRequest, HttpResponder responder) {
+    stream_promise.set_value(responder.StartStream(200, "text/event-stream"));
+  });
+  StartServer();
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.SendRequest("HEAD", "/stream"));
+  auto head = client.ReadHead();
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->headers["content-type"], "text/event-stream");
+  HttpStreamPtr stream = stream_promise.get_future().get();
+  EXPECT_TRUE(stream->Write("data: dropped\n\n"));
+  stream->Finish();
+  ASSERT_TRUE(client.SendRequest("GET", "/health"));
+  auto health = client.ReadResponse();
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(ParseJson(health->body)["status"], "ok");
 }
 
 }  // namespace

@@ -72,13 +72,66 @@ TEST_F(HttpServerTest, WrongMethodIs405WithAllow) {
   auto response = client.ReadResponse();
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 405);
-  EXPECT_EQ(response->headers["allow"], "GET");
+  EXPECT_EQ(response->headers["allow"], "GET, HEAD");
   EXPECT_EQ(ParseJson(response->body)["error"]["code"], 405);
   // The connection stays usable after a 405.
   ASSERT_TRUE(client.SendRequest("GET", "/health"));
   response = client.ReadResponse();
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 200);
+}
+
+// HEAD (load balancers' and curl -I's health checks) is a GET route's answer without its body.
+// The next request on the same connection parses cleanly only if no body byte was sent.
+TEST_F(HttpServerTest, HeadIsTheGetHeaderWithoutTheBody) {
+  StartServer();
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.SendRequest("GET", "/echo?a=1"));
+  auto get = client.ReadResponse();
+  ASSERT_TRUE(get);
+  ASSERT_EQ(get->status, 200);
+  const nlohmann::json get_body = ParseJson(get->body);
+  ASSERT_EQ(get_body["method"], "GET");
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(client.SendRequest("HEAD", "/echo?a=1"));
+    auto head = client.ReadHead();
+    ASSERT_TRUE(head);
+    EXPECT_EQ(head->status, 200);
+    EXPECT_EQ(head->headers["content-type"], "application/json");
+    // The handler saw HEAD (one byte longer than GET in its echo): the length is its body's.
+    EXPECT_EQ(head->headers["content-length"], std::to_string(get->body.size() + 1));
+    EXPECT_EQ(client.buffered(), "");
+  }
+  ASSERT_TRUE(client.SendRequest("GET", "/health"));
+  auto health = client.ReadResponse();
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(ParseJson(health->body)["status"], "ok");
+}
+
+TEST_F(HttpServerTest, HeadRefusalsCarryNoBody) {
+  AddRoute("POST", "/only-post",
+           [](HttpRequest, HttpResponder r) { r.Send(HttpResponse::Text(200, "posted")); });
+  StartServer();
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.SendRequest("HEAD", "/nope"));
+  auto missing = client.ReadHead();
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_NE(missing->headers["content-length"], "0");
+  // A route without GET does not answer HEAD, and its Allow does not offer it.
+  ASSERT_TRUE(client.SendRequest("HEAD", "/only-post"));
+  auto post_only = client.ReadHead();
+  ASSERT_TRUE(post_only);
+  EXPECT_EQ(post_only->status, 405);
+  EXPECT_EQ(post_only->headers["allow"], "POST");
+  EXPECT_EQ(client.buffered(), "");
+  // A request after a HEAD is answered in full: HEAD does not stick to the connection.
+  ASSERT_TRUE(client.SendRequest("POST", "/echo", "body"));
+  auto post = client.ReadResponse();
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 200);
+  EXPECT_EQ(post->body, "body");
 }
 
 TEST_F(HttpServerTest, QueryParametersAreDecoded) {
