@@ -27,7 +27,8 @@ bool ValidFieldValue(const std::string& value) {
 }
 
 void BuildMessage(HttpResponse response, unsigned version, bool keep_alive, bool head_only,
-                  const std::string& server_header, http::response<http::string_body>* message) {
+                  const std::string& allow_origin, const std::string& server_header,
+                  http::response<http::string_body>* message) {
   message->version(version);
   message->result(static_cast<unsigned>(response.status));
   message->reason(StatusReason(response.status));
@@ -36,6 +37,7 @@ void BuildMessage(HttpResponse response, unsigned version, bool keep_alive, bool
   for (const auto& [name, value] : response.headers) {
     if (AcceptableHeader(name, value)) message->insert(name, value);
   }
+  AddCorsHeaders(allow_origin, message);
   message->body() = std::move(response.body);
   message->keep_alive(keep_alive);
   message->prepare_payload();
@@ -63,11 +65,13 @@ std::string SafeContentType(const std::string& content_type) {
 
 http::response<http::string_body> ResponseMessage(HttpResponse response, unsigned version,
                                                   bool keep_alive, bool head_only,
+                                                  const std::string& allow_origin,
                                                   const std::string& server_header) {
   const int status = response.status;
   http::response<http::string_body> message;
   try {
-    BuildMessage(std::move(response), version, keep_alive, head_only, server_header, &message);
+    BuildMessage(std::move(response), version, keep_alive, head_only, allow_origin, server_header,
+                 &message);
     return message;
   } catch (const std::exception& e) {
     // Beast throws on fields it cannot hold (e.g. a value of 64 KiB or more). The handler's
@@ -76,7 +80,7 @@ http::response<http::string_body> ResponseMessage(HttpResponse response, unsigne
   }
   http::response<http::string_body> fallback;
   BuildMessage(HttpResponse::Error(500, "internal error: the response could not be built"), version,
-               keep_alive, head_only, server_header, &fallback);
+               keep_alive, head_only, allow_origin, server_header, &fallback);
   return fallback;
 }
 

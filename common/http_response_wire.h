@@ -28,12 +28,20 @@ std::string SafeContentType(const std::string& content_type);
 
 // The whole response to a request of HTTP/1.`version % 10` (10 or 11), keeping the connection
 // open after it or not. `head_only` (the request was a HEAD): the header is the one the body would
-// have had, Content-Length included, and the body is left off. Does not throw on any handler
-// input: when Beast refuses the message (logged), the result is a 500 without the handler's
-// headers.
+// have had, Content-Length included, and the body is left off. `allow_origin`, when not empty, is
+// sent as Access-Control-Allow-Origin (AddCorsHeaders). Does not throw on any handler input: when
+// Beast refuses the message (logged), the result is a 500 without the handler's headers.
 boost::beast::http::response<boost::beast::http::string_body> ResponseMessage(
     HttpResponse response, unsigned version, bool keep_alive, bool head_only,
-    const std::string& server_header);
+    const std::string& allow_origin, const std::string& server_header);
+// Access-Control-Allow-Origin: `allow_origin` (none when empty), with Vary: Origin when it names
+// one origin (the answer then differs by origin, which caches must know).
+template <class Fields>
+void AddCorsHeaders(const std::string& allow_origin, Fields* fields) {
+  if (allow_origin.empty()) return;
+  fields->set(boost::beast::http::field::access_control_allow_origin, allow_origin);
+  if (allow_origin != "*") fields->set(boost::beast::http::field::vary, "Origin");
+}
 // `message` serialized: header then body.
 std::string WireBytes(boost::beast::http::response<boost::beast::http::string_body>& message);
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "common/http_cors.h"
 #include "common/http_session.h"
 #include "common/http_tls_context.h"
 #include "spdlog/spdlog.h"
@@ -42,6 +43,25 @@ ServerCore::ServerCore(HttpServerOptions options)
 void ServerCore::Handle(const std::string& method, const std::string& path, HttpHandler handler,
                         HttpHeadCheck head_check) {
   routes_[path][method] = Route{std::move(handler), std::move(head_check)};
+}
+
+void ServerCore::KeepSameOrigin(const std::string& path) { same_origin_paths_.insert(path); }
+
+std::string ServerCore::AllowOrigin(const HttpRequest& head) const {
+  if (options_.cors_allowed_origins.empty() || same_origin_paths_.contains(head.path)) return "";
+  return CorsAllowedOrigin(options_.cors_allowed_origins, head.Header("Origin"));
+}
+
+std::optional<HttpResponse> ServerCore::Preflight(const HttpRequest& head) const {
+  if (options_.cors_allowed_origins.empty() || !IsCorsPreflight(head) ||
+      same_origin_paths_.contains(head.path)) {
+    return std::nullopt;  // routed as any other OPTIONS: a 405 (or 404)
+  }
+  const auto route = routes_.find(head.path);
+  if (route == routes_.end()) return std::nullopt;
+  std::vector<std::string> methods;
+  for (const auto& [name, unused] : route->second) methods.push_back(name);
+  return CorsPreflightAnswer(head, methods, AllowOrigin(head));
 }
 
 absl::StatusOr<uint16_t> ServerCore::Listen() {
@@ -244,6 +264,7 @@ const ServerCore::Route* ServerCore::FindRoute(const std::string& method, const 
 }
 
 std::optional<HttpResponse> ServerCore::RefuseHead(const HttpRequest& head) const {
+  if (std::optional<HttpResponse> preflight = Preflight(head)) return preflight;
   HttpResponse refusal;
   const Route* route = FindRoute(head.method, head.path, &refusal);
   if (route == nullptr) return refusal;
@@ -259,6 +280,10 @@ std::optional<HttpResponse> ServerCore::RefuseHead(const HttpRequest& head) cons
 }
 
 void ServerCore::Dispatch(HttpRequest request, HttpResponder responder) const {
+  if (std::optional<HttpResponse> preflight = Preflight(request)) {
+    responder.Send(*std::move(preflight));
+    return;
+  }
   HttpResponse refusal;
   const Route* route = FindRoute(request.method, request.path, &refusal);
   if (route == nullptr) {
@@ -361,6 +386,11 @@ void HttpServer::Handle(const std::string& method, const std::string& path, Http
   TANDEM_CHECK(!started_,
                absl::StrCat("HttpServer::Handle(", method, " ", path, ") after Start()"));
   core_->Handle(method, path, std::move(handler), std::move(head_check));
+}
+
+void HttpServer::KeepSameOrigin(const std::string& path) {
+  TANDEM_CHECK(!started_, absl::StrCat("HttpServer::KeepSameOrigin(", path, ") after Start()"));
+  core_->KeepSameOrigin(path);
 }
 
 absl::Status HttpServer::Start() {

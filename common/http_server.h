@@ -40,6 +40,11 @@
 // deliver a request once it started, is closed (slow clients cannot hold connections). Beyond
 // `max_connections`, new connections are closed at once.
 //
+// Cross-origin (HttpServerOptions::cors_allowed_origins, common/http_cors.h): a request from an
+// allowed origin gets Access-Control-Allow-Origin on its answer, whatever the answer is; a CORS
+// preflight (OPTIONS) on a path is answered by the server, before any head check. Paths marked
+// KeepSameOrigin take no part.
+//
 // Thread-safety: Handle() before Start() only; Start()/Stop() from one controlling thread, never
 // from a handler. Everything else is thread-safe. Stop() (also run by the destructor) closes the
 // listener and every connection (open streams see OnClose) and joins the threads; after it,
@@ -94,6 +99,9 @@ struct HttpServerOptions {
   // closed. Empty: plain HTTP.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Origins whose browser pages may call the routes and read the answers ("*": any; otherwise
+  // exact scheme://host[:port], see common/http_cors.h). Empty: no CORS at all.
+  std::vector<std::string> cors_allowed_origins;
 };
 
 // The writer side of a chunked (streamed) response. Thread-safe; shared by the server and any
@@ -167,6 +175,9 @@ class HttpServer {
   // Start(); registering the same pair twice replaces the handler.
   void Handle(const std::string& method, const std::string& path, HttpHandler handler,
               HttpHeadCheck head_check = nullptr);
+  // Keeps `path` out of cross-origin use whatever cors_allowed_origins says (e.g. an admin API):
+  // no CORS headers, and a preflight for it is routed as any other OPTIONS. Before Start().
+  void KeepSameOrigin(const std::string& path);
 
   // Binds host:port, listens and starts the threads. Errors (bad host, address in use,
   // permission) name the address. Calling Start twice is FailedPrecondition.

@@ -138,6 +138,7 @@ void HttpStreamConnection<Stream>::ReadNext() {
 template <class Stream>
 void HttpStreamConnection<Stream>::ReadHeader() {
   head_only_ = false;  // until this request's head says HEAD
+  allow_origin_.clear();
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
   parser_->body_limit(options_.max_body_bytes);
@@ -171,6 +172,7 @@ void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
     // Judged before a body byte is read (http_server.h): a refused peer's body is never held.
     version_ = request.version();
     absl::StatusOr<HttpRequest> head = RequestHead(request, peer_);
+    if (head.ok()) allow_origin_ = core_->AllowOrigin(*head);
     std::optional<HttpResponse> refusal =
         head.ok() ? core_->RefuseHead(*head)
                   : HttpResponse::Error(400, std::string(head.status().message()));
@@ -286,6 +288,7 @@ void HttpStreamConnection<Stream>::OnRequest() {
   }
   HttpRequest request = *std::move(head);
   request.body = std::move(message.body());
+  allow_origin_ = core_->AllowOrigin(request);
   std::shared_ptr<Exchange> exchange = current_;
   core_->Dispatch(std::move(request), std::move(responder));
   // Watch for a disconnect only while someone may still act on it: most requests are answered

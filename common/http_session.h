@@ -17,8 +17,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -156,6 +158,12 @@ class ServerCore {
   // Closes the listener and every session; lets Run() return once they are gone.
   void Shutdown();
 
+  // Marks `path` as not for cross-origin use (HttpServer::KeepSameOrigin); before Listen().
+  void KeepSameOrigin(const std::string& path);
+  // The Access-Control-Allow-Origin value the answer to `head` carries; "" for none (CORS off,
+  // a same-origin path, no Origin or one not allowed).
+  std::string AllowOrigin(const HttpRequest& head) const;
+
   // Routes a complete request (on the session's strand).
   void Dispatch(HttpRequest request, HttpResponder responder) const;
   // The answer a request gets from its head alone, before its body is read (see HttpHeadCheck):
@@ -184,12 +192,16 @@ class ServerCore {
     HttpHandler handler;
     HttpHeadCheck head_check;  // may be empty
   };
+  // The answer to a CORS preflight for a cross-origin path (http_cors.h); nullopt for any other
+  // request.
+  std::optional<HttpResponse> Preflight(const HttpRequest& head) const;
   // The route of `method` + `path`, or null with the 404 or 405 to answer in `*refusal`.
   const Route* FindRoute(const std::string& method, const std::string& path,
                          HttpResponse* refusal) const;
 
   // path -> method -> route; written only before Start().
   std::map<std::string, std::map<std::string, Route>> routes_;
+  std::set<std::string> same_origin_paths_;  // written only before Start()
 
   absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -121,10 +121,11 @@ bool HttpStreamConnection<Stream>::TrySend(HttpResponse& response) {
     return false;
   } else {
     const DirectAnswer::Result result = direct_.TrySend([&] {
-      // Under the direct answer's lock: version_, keep_alive_ and head_only_ were set before
-      // Allow, and the strand leaves them be until the exchange ends.
-      http::response<http::string_body> message = ResponseMessage(
-          std::move(response), version_, keep_alive_, head_only_, options_.server_header);
+      // Under the direct answer's lock: version_, keep_alive_, head_only_ and allow_origin_ were
+      // set before Allow, and the strand leaves them be until the exchange ends.
+      http::response<http::string_body> message =
+          ResponseMessage(std::move(response), version_, keep_alive_, head_only_, allow_origin_,
+                          options_.server_header);
       return WireBytes(message);
     });
     if (result == DirectAnswer::Result::kPartial) {
@@ -165,8 +166,9 @@ void HttpStreamConnection<Stream>::SweepIdle(std::chrono::steady_clock::time_poi
 
 template <class Stream>
 void HttpStreamConnection<Stream>::WriteResponse(HttpResponse response) {
-  response_ = std::make_unique<http::response<http::string_body>>(ResponseMessage(
-      std::move(response), version_, keep_alive_, head_only_, options_.server_header));
+  response_ = std::make_unique<http::response<http::string_body>>(
+      ResponseMessage(std::move(response), version_, keep_alive_, head_only_, allow_origin_,
+                      options_.server_header));
   Lowest().expires_after(options_.write_timeout);
   wire_started_ = true;
   http::async_write(stream_, *response_,
@@ -214,6 +216,7 @@ void HttpStreamConnection<Stream>::WriteStreamHeader(int status, const std::stri
     stream_header_->insert(name, value);
   }
   if (!has_cache_control) stream_header_->set(http::field::cache_control, "no-cache");
+  AddCorsHeaders(allow_origin_, stream_header_.get());
   // HTTP/1.0 has no chunked encoding: the body then ends when the connection closes.
   stream_chunked_ = version_ >= 11;
   if (!stream_chunked_) keep_alive_ = false;

@@ -104,7 +104,8 @@ class HttpStreamConnection final
   bool closed_ = false;
   bool keep_alive_ = false;
   unsigned version_ = 11;
-  bool head_only_ = false;  // the request is a HEAD: its answer is the header, without the body
+  bool head_only_ = false;    // the request is a HEAD: its answer is the header, without the body
+  std::string allow_origin_;  // the request's Access-Control-Allow-Origin (ServerCore::AllowOrigin)
   bool watch_pending_ = false;
   std::optional<http::request_parser<http::string_body>> parser_;
   BodyBudget::Lease body_lease_;  // the body being read; handed to its Exchange

@@ -9,7 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/cluster_token.h"
+#include "common/http_cors.h"
 #include "common/status.h"
 
 namespace tandem::router {
@@ -270,6 +273,10 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--tls-cert-file", &o->tls_cert_file,
             "PEM certificate chain: serve HTTPS instead of HTTP (with --tls-key-file)");
   flags.Add("--tls-key-file", &o->tls_key_file, "PEM private key of --tls-cert-file");
+  flags.Add("--cors-allowed-origins", &o->cors_allowed_origins,
+            "Origins whose browser pages may call the client API, comma separated: * (any, the "
+            "default, as SGLang's server) or scheme://host[:port]; \"\" turns CORS off. The "
+            "admin API is never cross-origin");
   RegisterSglangRouterFlags(flags);
 }
 
@@ -349,6 +356,12 @@ absl::Status ValidateRouterOptions(RouterOptions* o) {
   if (o->tls_cert_file.empty() != o->tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls-cert-file and --tls-key-file go together");
   }
+  o->cors_origins.clear();
+  for (absl::string_view origin : absl::StrSplit(o->cors_allowed_origins, ',', absl::SkipEmpty())) {
+    origin = absl::StripAsciiWhitespace(origin);
+    if (!origin.empty()) o->cors_origins.emplace_back(origin);
+  }
+  RETURN_IF_ERROR(CheckCorsOrigins(o->cors_origins), "--cors-allowed-origins: ");
   RETURN_IF_ERROR(ResolveAdminKey(o));
   if (!o->api_key.empty() && o->api_key == o->admin_key) {
     return absl::InvalidArgumentError("--admin-key must differ from --api-key");

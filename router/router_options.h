@@ -129,6 +129,12 @@ struct RouterOptions {
   // TLS on the HTTP port (both or neither; PEM). Plain HTTP when empty.
   std::string tls_cert_file;  // certificate chain, leaf first
   std::string tls_key_file;   // its private key
+
+  // Origins whose browser pages may call the client API (--cors-allowed-origins, comma
+  // separated): "*" (any, as SGLang's server) or exact scheme://host[:port]; empty: no CORS. The
+  // admin API never takes part. Parsed into cors_origins by ValidateRouterOptions.
+  std::string cors_allowed_origins = "*";
+  std::vector<std::string> cors_origins;
 };
 
 // Registers every flag on `flags`; `options` must outlive flags.Parse().

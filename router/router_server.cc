@@ -206,6 +206,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.max_connections = o.http_max_connections;
   http.tls_cert_file = o.tls_cert_file;
   http.tls_key_file = o.tls_key_file;
+  http.cors_allowed_origins = o.cors_origins;
   if (!o.tls_cert_file.empty()) {
     RETURN_IF_ERROR(CheckTlsFiles(o.tls_cert_file, o.tls_key_file),
                     "--tls-cert-file/--tls-key-file: ");
@@ -564,6 +565,7 @@ void RouterServer::AddRoutes() {
   const bool admin_closed = admin_key == nullptr && !options_.disable_admin_auth;
   auto admin = [this, admin_key, admin_closed](const std::string& method, const std::string& path,
                                                HttpHandler handler) {
+    http_->KeepSameOrigin(path);  // no browser page may drive the admin API
     if (admin_closed) {
       http_->Handle(method, path, AdminDisabled(path),
                     [this, path](const HttpRequest&) -> std::optional<HttpResponse> {

@@ -70,6 +70,7 @@ class HttpServerTest : public ::testing::Test {
     for (auto& route : extra_routes_) {
       server_->Handle(route.method, route.path, route.handler, route.head_check);
     }
+    for (const std::string& path : same_origin_paths_) server_->KeepSameOrigin(path);
     ASSERT_TRUE(server_->Start().ok());
     ASSERT_NE(server_->port(), 0);
   }
@@ -95,6 +96,7 @@ class HttpServerTest : public ::testing::Test {
   std::mutex health_mu_;
   absl::Status health_ = absl::OkStatus();
   std::vector<Route> extra_routes_;
+  std::vector<std::string> same_origin_paths_;  // HttpServer::KeepSameOrigin at start
   std::unique_ptr<HttpServer> server_;
 };
 

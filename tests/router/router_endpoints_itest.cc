@@ -4,8 +4,8 @@
 // with what SGLang's http_server.py and sgl-router answer, PUT /generate and GET /flush_cache as
 // their POST forms, any model name served, and /abort_request really ending a request: the stream
 // ends with finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with
-// a 503 saying so, and both workers of the pair have every KV block free afterwards. Bounded waits
-// only.
+// a 503 saying so, and both workers of the pair have every KV block free afterwards; browser
+// pages' CORS calls and HEAD. Bounded waits only.
 #include <poll.h>
 
 #include <atomic>
@@ -176,6 +176,48 @@ TEST_F(RouterEndpointsTest, PutGenerateGetFlushCacheAndModelNames) {
                     json({{"model", "gpt-3.5-turbo"}, {"prompt", "Hi"}, {"max_tokens", 2}}).dump());
   EXPECT_EQ(other.status, 404) << other.body;
   EXPECT_THAT(other.body, ::testing::HasSubstr("this server serves 'tandem-tiny-english'"));
+}
+
+// A browser page calling the client API (SGLang's server allows any origin): the preflight is
+// answered without the key, the answer carries Access-Control-Allow-Origin; the admin API takes
+// no part. HEAD answers as GET without the body.
+TEST_F(RouterEndpointsTest, BrowserPagesReachTheClientApiButNotTheAdminApi) {
+  auto plain = Plain({"--api-key", kApiKey});
+  const std::string origin = "Origin: https://chat.example\r\n";
+  const std::string preflight = origin +
+                                "Access-Control-Request-Method: POST\r\n"
+                                "Access-Control-Request-Headers: authorization, content-type\r\n";
+  ClientResponse allowed =
+      RouterRequest(plain->port, "OPTIONS", "/v1/chat/completions", "", preflight);
+  EXPECT_EQ(allowed.status, 200) << allowed.body;
+  EXPECT_EQ(allowed.headers["access-control-allow-origin"], "*");
+  EXPECT_EQ(allowed.headers["access-control-allow-headers"], "authorization, content-type");
+  EXPECT_EQ(allowed.headers["access-control-allow-methods"], "POST, OPTIONS");
+
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}};
+  ClientResponse answered = RouterRequest(plain->port, "POST", "/v1/chat/completions", chat.dump(),
+                                          origin + Auth(kApiKey));
+  EXPECT_EQ(answered.status, 200) << answered.body;
+  EXPECT_EQ(answered.headers["access-control-allow-origin"], "*");
+  ClientResponse keyless =
+      RouterRequest(plain->port, "POST", "/v1/chat/completions", chat.dump(), origin);
+  EXPECT_EQ(keyless.status, 401);
+  EXPECT_EQ(keyless.headers["access-control-allow-origin"], "*");
+
+  EXPECT_EQ(RouterRequest(plain->port, "OPTIONS", "/workers", "", preflight).status, 405);
+  ClientResponse admin =
+      RouterRequest(plain->port, "GET", "/workers", "", origin + Auth(kTestAdminKey));
+  EXPECT_EQ(admin.status, 200) << admin.body;
+  EXPECT_EQ(admin.headers.count("access-control-allow-origin"), 0u);
+
+  ClientResponse models = RouterRequest(plain->port, "GET", "/v1/models", "", Auth(kApiKey));
+  ASSERT_EQ(models.status, 200);
+  TestClient client(plain->port);
+  ASSERT_TRUE(client.SendRequest("HEAD", "/v1/models", "", Auth(kApiKey)));
+  auto head = client.ReadHead();
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->headers["content-length"], std::to_string(models.body.size()));
 }
 
 // SGLang's stream_interval: the first token at once, then chunks of at least that many tokens,

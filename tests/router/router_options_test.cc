@@ -179,6 +179,28 @@ TEST(RouterOptionsTest, CrossFlagErrorsNameTheFlags) {
   EXPECT_NE(s.message().find("--admin-key must differ"), std::string::npos) << s.message();
 }
 
+TEST(RouterOptionsTest, CorsOriginsDefaultToAnyAndCanBeListedOrTurnedOff) {
+  Parsed p = Parse({"--worker-urls", "http://w:1"});
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_EQ(p.options.cors_origins, std::vector<std::string>{"*"});
+
+  p = Parse({"--worker-urls", "http://w:1", "--cors-allowed-origins",
+             "https://chat.example, http://localhost:3000"});
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_EQ(p.options.cors_origins,
+            (std::vector<std::string>{"https://chat.example", "http://localhost:3000"}));
+
+  p = Parse({"--worker-urls", "http://w:1", "--cors-allowed-origins", ""});
+  ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
+  EXPECT_TRUE(p.options.cors_origins.empty());
+
+  p = Parse({"--worker-urls", "http://w:1", "--cors-allowed-origins", "https://chat.example/"});
+  const absl::Status s = ValidateRouterOptions(&p.options);
+  EXPECT_NE(s.message().find("--cors-allowed-origins: CORS origin 'https://chat.example/'"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(RouterOptionsTest, AdminKeyFromAFileOrAnExplicitOptOut) {
   const std::string path = ::testing::TempDir() + "/router-options-admin-key";
   std::ofstream(path) << "  admin-from-file-123 \nsecond line\n";
