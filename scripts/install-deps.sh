@@ -18,6 +18,8 @@ packages=(
   nginx-light gnuplot-nox
   # the skewed-clock handoff test runs one worker under libfaketime
   faketime
+  # a real browser as a client (tests/clients/browser_itest.cc)
+  chromium
 )
 
 # Tools that only regenerate committed artefacts (the shipped model, reference goldens such as
