@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "engine/grammar/matcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -125,7 +126,7 @@ TEST(StructuralTagTest, MalformedTagsNameTheField) {
 }
 
 TEST(StructuralTagTest, HostileSizesAreRefused) {
-  const std::string long_begin = "<" + std::string(kMaxTagBytes, 'a');
+  const std::string long_begin = absl::StrCat("<", std::string(kMaxTagBytes, 'a'));
   EXPECT_THAT(Error(R"({"structures": [{"begin": ")" + long_begin +
                     R"(", "end": ""}], "triggers": ["<"]})"),
               HasSubstr("structures[0].begin must be at most 1024 bytes"));

@@ -299,10 +299,14 @@ TEST(PromptSharingTest, RandomGroupsAbortsAndPreemptionKeepAccountingExactAndOut
       }
       if (!live.empty() && rng() % 9 == 0) {
         const size_t k = rng() % live.size();
-        if (!out[live[k]].last) ASSERT_TRUE(s->Abort(live[k], "test abort").ok());
+        if (!out[live[k]].last) {
+          ASSERT_TRUE(s->Abort(live[k], "test abort").ok());
+        }
         live.erase(live.begin() + static_cast<long>(k));
       }
-      if (s->HasWork()) ASSERT_TRUE(s->Step().ok());
+      if (s->HasWork()) {
+        ASSERT_TRUE(s->Step().ok());
+      }
       ASSERT_TRUE(s->CheckInvariants().ok()) << s->CheckInvariants();
     }
     RunToIdle(s.get());

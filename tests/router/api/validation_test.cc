@@ -4,6 +4,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/api/request.h"
@@ -122,7 +123,7 @@ TEST(SamplingVerifyTest, LogitBiasMapsTokenIdsToBoundedBiases) {
   EXPECT_EQ(GenerateError(R"({"logit_bias":{"3":"1"}})"),
             "sampling_params.logit_bias[\"3\"] must be a number, got string");
   std::string many = R"({"logit_bias":{)";
-  for (int i = 0; i <= 1024; ++i) many += (i > 0 ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  for (int i = 0; i <= 1024; ++i) absl::StrAppend(&many, i > 0 ? "," : "", "\"", i, "\":1");
   EXPECT_EQ(GenerateError(many + "}}"),
             "sampling_params.logit_bias has 1025 entries; at most 1024 are allowed");
   // OpenAI's name at the top level of completions and chat.
