@@ -4,11 +4,13 @@
 #include "common/daemon.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/release_memory.h"
 #include "common/signals.h"
 #include "router/router_server.h"
 
 int main(int argc, char** argv) {
   tandem::InitDaemonRuntime();
+  tandem::MapLargeBlocksAlone();  // request bodies go back to the system when freed
   tandem::BlockShutdownSignals();
   tandem::Flags flags("tandem-router",
                       "Router: OpenAI and SGLang HTTP front door that pairs prefill and decode "

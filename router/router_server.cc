@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/http_tls.h"
 #include "common/logging.h"
+#include "common/release_memory.h"
 #include "common/status.h"
 #include "common/version.h"
 #include "engine/model_config.h"
@@ -283,7 +284,10 @@ HttpHandler RouterServer::OnRequestThreads(const std::string& route, HttpHandler
     auto request_holder = std::make_shared<HttpRequest>(std::move(request));
     auto responder_holder = std::make_shared<HttpResponder>(std::move(responder));
     const bool queued = request_work_->Post([shared, request_holder, responder_holder] {
+      const bool large = request_holder->body.size() >= kReleaseAfterBodyBytes;
       (*shared)(std::move(*request_holder), std::move(*responder_holder));
+      // The body and what parsing it made are freed by now; glibc would keep their pages.
+      if (large) ReleaseFreedMemory();
     });
     if (!queued) {
       router_metrics_->CountError("queue_full");
