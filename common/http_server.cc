@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,22 @@ std::string FormatEndpoint(const tcp::endpoint& endpoint) {
   return absl::StrCat(address.to_string(), ":", endpoint.port());
 }
 
+// True when `path` has `pattern`'s segments, a "{name}" segment standing for any one non-empty
+// segment.
+bool PathMatches(std::string_view pattern, std::string_view path) {
+  while (!pattern.empty() && !path.empty()) {
+    const size_t p_end = std::min(pattern.find('/', 1), pattern.size());
+    const size_t s_end = std::min(path.find('/', 1), path.size());
+    const std::string_view p = pattern.substr(0, p_end);
+    const std::string_view s = path.substr(0, s_end);
+    const bool wildcard = p.size() > 3 && p[1] == '{' && p.back() == '}';
+    if (wildcard ? s.size() < 2 : p != s) return false;
+    pattern.remove_prefix(p_end);
+    path.remove_prefix(s_end);
+  }
+  return pattern.empty() && path.empty();
+}
+
 std::string FormatHostPort(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);
@@ -42,7 +59,18 @@ ServerCore::ServerCore(HttpServerOptions options)
 
 void ServerCore::Handle(const std::string& method, const std::string& path, HttpHandler handler,
                         HttpHeadCheck head_check) {
-  routes_[path][method] = Route{std::move(handler), std::move(head_check)};
+  auto [route, added] = routes_.try_emplace(path);
+  route->second[method] = Route{std::move(handler), std::move(head_check)};
+  if (added && path.find('{') != std::string::npos) patterns_.push_back(path);
+}
+
+const std::map<std::string, ServerCore::Route>* ServerCore::RoutesOf(
+    const std::string& path) const {
+  if (const auto exact = routes_.find(path); exact != routes_.end()) return &exact->second;
+  for (const std::string& pattern : patterns_) {
+    if (PathMatches(pattern, path)) return &routes_.find(pattern)->second;
+  }
+  return nullptr;
 }
 
 void ServerCore::KeepSameOrigin(const std::string& path) { same_origin_paths_.insert(path); }
@@ -57,10 +85,10 @@ std::optional<HttpResponse> ServerCore::Preflight(const HttpRequest& head) const
       same_origin_paths_.contains(head.path)) {
     return std::nullopt;  // routed as any other OPTIONS: a 405 (or 404)
   }
-  const auto route = routes_.find(head.path);
-  if (route == routes_.end()) return std::nullopt;
+  const std::map<std::string, Route>* routes = RoutesOf(head.path);
+  if (routes == nullptr) return std::nullopt;
   std::vector<std::string> methods;
-  for (const auto& [name, unused] : route->second) methods.push_back(name);
+  for (const auto& [name, unused] : *routes) methods.push_back(name);
   return CorsPreflightAnswer(head, methods, AllowOrigin(head));
 }
 
@@ -239,19 +267,19 @@ void ServerCore::Shutdown() {
 
 const ServerCore::Route* ServerCore::FindRoute(const std::string& method, const std::string& path,
                                                HttpResponse* refusal) const {
-  const auto route = routes_.find(path);
-  if (route == routes_.end()) {
+  const std::map<std::string, Route>* routes = RoutesOf(path);
+  if (routes == nullptr) {
     *refusal = HttpResponse::Error(404, absl::StrCat("no route for ", path));
     return nullptr;
   }
-  auto found = route->second.find(method);
+  auto found = routes->find(method);
   // HEAD is GET without the body (RFC 9110 9.3.2): a GET route answers it unless the path has a
   // HEAD route of its own; the connection leaves the body off the wire.
-  if (found == route->second.end() && method == "HEAD") found = route->second.find("GET");
-  if (found == route->second.end()) {
+  if (found == routes->end() && method == "HEAD") found = routes->find("GET");
+  if (found == routes->end()) {
     std::vector<std::string> allowed;
-    for (const auto& [name, unused] : route->second) allowed.push_back(name);
-    if (route->second.contains("GET") && !route->second.contains("HEAD")) {
+    for (const auto& [name, unused] : *routes) allowed.push_back(name);
+    if (routes->contains("GET") && !routes->contains("HEAD")) {
       allowed.insert(std::upper_bound(allowed.begin(), allowed.end(), "HEAD"), "HEAD");
     }
     *refusal =

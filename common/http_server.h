@@ -171,8 +171,11 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Registers the handler for exactly `method` + `path` (no trailing-slash or prefix matching),
-  // with an optional check of the request's head (see HttpHeadCheck). Must be called before
-  // Start(); registering the same pair twice replaces the handler.
+  // with an optional check of the request's head (see HttpHeadCheck). A segment "{name}" of
+  // `path` matches any one non-empty segment ("/v1/responses/{id}"); the handler reads it from
+  // request.path. A path's own routes win over patterns, and patterns are tried in the order
+  // registered. Must be called before Start(); registering the same pair twice replaces the
+  // handler.
   void Handle(const std::string& method, const std::string& path, HttpHandler handler,
               HttpHeadCheck head_check = nullptr);
   // Keeps `path` out of cross-origin use whatever cors_allowed_origins says (e.g. an admin API):

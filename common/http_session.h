@@ -195,12 +195,16 @@ class ServerCore {
   // The answer to a CORS preflight for a cross-origin path (http_cors.h); nullopt for any other
   // request.
   std::optional<HttpResponse> Preflight(const HttpRequest& head) const;
+  // The routes of `path` by method: its own, else those of the first pattern it matches
+  // (HttpServer::Handle); null when none.
+  const std::map<std::string, Route>* RoutesOf(const std::string& path) const;
   // The route of `method` + `path`, or null with the 404 or 405 to answer in `*refusal`.
   const Route* FindRoute(const std::string& method, const std::string& path,
                          HttpResponse* refusal) const;
 
   // path -> method -> route; written only before Start().
   std::map<std::string, std::map<std::string, Route>> routes_;
+  std::vector<std::string> patterns_;        // the keys of routes_ with a {name} segment, in order
   std::set<std::string> same_origin_paths_;  // written only before Start()
 
   absl::Mutex mu_;

@@ -394,7 +394,10 @@ void ClientCall::OnEvent(size_t i, const proto::DecodeEvent& e) {
       responder_.reset();
       started = stream_;
     }
-    stream_->Write(shaper.StreamEvent(*chunk));
+    std::string bytes = shaper.StreamEvent(*chunk);
+    // Kept before the client reads the end, so that its next request can name it.
+    if (chunk->finished()) server_->StoreResponse(shaper);
+    stream_->Write(std::move(bytes));
     item.streamed = true;
     if (chunk == &item.pending) {
       item.pending.Clear();
@@ -510,6 +513,7 @@ void ClientCall::CompleteLocked() {
   const double e2e = ToSec(now - received_);
   HttpResponse r = HttpResponse::Json(200, single_ ? items_.front().shaper->Body(e2e)
                                                    : ResponseShaper::BatchBody(shapers, n_, e2e));
+  if (single_) server_->StoreResponse(*items_.front().shaper);
   r.headers = headers_;
   responder_->Send(std::move(r));
   responder_.reset();

@@ -264,6 +264,11 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
            "Reasoning format of the model's chat answers, separated into reasoning_content "
            "(qwen3: <think>...</think>)")
       ->check(CLI::IsMember({"qwen3"}));
+  flags
+      .Add("--response-store-mb", &o->response_store_mb,
+           "Memory for the Responses API's stored responses (GET /v1/responses/{id}, "
+           "previous_response_id), least recently used dropped first; 0 keeps none")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   flags.Add("--request-id-headers", &o->request_id_headers,
             "Headers checked for a client request id");
   flags.Add("--cluster-secret-file", &o->cluster_secret_file,

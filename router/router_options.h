@@ -120,6 +120,9 @@ struct RouterOptions {
   // SGLang's --reasoning-parser: "qwen3" separates <think> reasoning into reasoning_content for
   // chat requests (unless they send separate_reasoning: false); "" = off.
   std::string reasoning_parser;
+  // The Responses API's stored responses (store: true) are kept up to this many MiB, least
+  // recently used dropped first; 0 keeps none (router/api/responses.h).
+  int64_t response_store_mb = 64;
 
   std::vector<std::string> request_id_headers;  // "" = x-request-id, x-correlation-id, ...
   // The cluster secret proven to workers on every gRPC call (router/workers/cluster_credentials.h).

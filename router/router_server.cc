@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
   s.api_.max_parsed_json_bytes = 8 * static_cast<size_t>(o.max_payload_size);
   s.api_.reasoning_parser = !o.reasoning_parser.empty();
+  s.response_store_ =
+      std::make_unique<ResponseStore>(static_cast<size_t>(o.response_store_mb) << 20);
+  s.api_.response_store = s.response_store_.get();
   {
     std::filesystem::path dir(!o.model_path.empty() ? o.model_path : o.tokenizer_path);
     if (!dir.has_filename()) dir = dir.parent_path();
@@ -456,6 +459,8 @@ void RouterServer::AddRoutes() {
   inference("PUT", "/generate", ApiKind::kGenerate);
   inference("POST", "/v1/completions", ApiKind::kCompletions);
   inference("POST", "/v1/chat/completions", ApiKind::kChatCompletions);
+  inference("POST", "/v1/responses", ApiKind::kResponses);
+  AddResponsesRoutes(api_key);
   // Which key /abort_request takes depends on its body: a body is read only for a peer that
   // holds one of them.
   HttpHeadCheck abort_head_check;

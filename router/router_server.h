@@ -37,6 +37,8 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "router/admission.h"
 #include "router/api/request.h"
+#include "router/api/response.h"
+#include "router/api/responses.h"
 #include "router/dispatcher.h"
 #include "router/policy/kv_event_index.h"
 #include "router/policy/kv_event_subscriber.h"
@@ -98,6 +100,11 @@ class RouterServer {
   void HandleAddWorker(const HttpRequest& request, HttpResponder responder, bool query_form);
   void HandleRemoveWorker(const HttpRequest& request, HttpResponder responder, bool query_form);
   void HandleDrainWorker(const HttpRequest& request, HttpResponder responder);
+  // The Responses API's stored responses (router_responses.cc): GET and DELETE
+  // /v1/responses/{id}, GET /v1/responses/{id}/input_items, POST /v1/responses/{id}/cancel.
+  void AddResponsesRoutes(const std::string* api_key);
+  // Keeps a finished Responses answer that asked to be stored (ResponseShaper::ToStore).
+  void StoreResponse(const ResponseShaper& shaper);
   // Sends `response` and counts it under `route`.
   void Answer(const std::string& route, HttpResponder& responder, HttpResponse response);
   // Wraps a handler with the key check for `key` and request counting.
@@ -125,7 +132,8 @@ class RouterServer {
   std::unique_ptr<RouterMetrics> router_metrics_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   ApiContext api_;
-  int64_t created_ = 0;  // unix seconds, for /v1/models
+  std::unique_ptr<ResponseStore> response_store_;  // --response-store-mb; api_ points at it
+  int64_t created_ = 0;                            // unix seconds, for /v1/models
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<KvEventIndex> kv_index_;  // --kv-events; outlives the policies reading it
   std::unique_ptr<Policy> prefill_policy_;

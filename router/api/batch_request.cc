@@ -147,8 +147,11 @@ absl::StatusOr<RoutedBatch> ParseBatch(ApiKind kind, std::string_view body_text,
   ASSIGN_OR_RETURN(Json body, api_internal::ParseJsonObject(body_text, ctx.max_parsed_json_bytes));
   try {
     RoutedBatch batch;
-    ASSIGN_OR_RETURN(batch.n,
-                     kind == ApiKind::kGenerate ? TakeGenerateN(&body) : TakeOpenAiN(kind, &body));
+    // The Responses API has no n: one answer per request.
+    if (kind != ApiKind::kResponses) {
+      ASSIGN_OR_RETURN(
+          batch.n, kind == ApiKind::kGenerate ? TakeGenerateN(&body) : TakeOpenAiN(kind, &body));
+    }
     const PromptList list = ListedPrompts(kind, body);
     const size_t prompts = list.key.empty() ? 1 : list.prompts.size();
     if (!list.key.empty() && prompts == 0) {

@@ -28,7 +28,7 @@ Json CallJson(const api_internal::ParsedToolCall& call) {
 }  // namespace
 
 bool ResponseShaper::ParsesChat() const {
-  return kind_ == ApiKind::kChatCompletions &&
+  return (kind_ == ApiKind::kChatCompletions || kind_ == ApiKind::kResponses) &&
          (tool_call_syntax_ != ToolCallSyntax::kNone || separate_reasoning_);
 }
 
@@ -73,9 +73,8 @@ Json ResponseShaper::ChatStreamLogprobs(size_t first_new_token) const {
   return api_internal::ChatLogprobs(tokenizer_, ids, lps, return_top_ ? &top : nullptr);
 }
 
-std::string ResponseShaper::ParsedChatChunks(const proto::DecodeEvent& event,
-                                             size_t first_new_token) {
-  std::string reasoning;
+api_internal::SplitText ResponseShaper::SplitAnswer(const proto::DecodeEvent& event,
+                                                    std::string* reasoning) {
   std::string content = event.text();
   if (reasoning_splitter_ != nullptr) {
     api_internal::ReasoningSplitter::Split split = reasoning_splitter_->Feed(event.text());
@@ -84,15 +83,23 @@ std::string ResponseShaper::ParsedChatChunks(const proto::DecodeEvent& event,
       split.reasoning += rest.reasoning;
       split.content += rest.content;
     }
-    reasoning = std::move(split.reasoning);
+    *reasoning = std::move(split.reasoning);
     content = std::move(split.content);
   }
+  if (tool_splitter_ == nullptr) return {std::move(content), {}};
   api_internal::SplitText split = tool_splitter_->Feed(content);
   if (event.finished()) {
     api_internal::SplitText rest = tool_splitter_->Finish();
     split.content += rest.content;
     for (api_internal::ParsedToolCall& call : rest.calls) split.calls.push_back(std::move(call));
   }
+  return split;
+}
+
+std::string ResponseShaper::ParsedChatChunks(const proto::DecodeEvent& event,
+                                             size_t first_new_token) {
+  std::string reasoning;
+  const api_internal::SplitText split = SplitAnswer(event, &reasoning);
 
   std::vector<Json> deltas;
   if (!reasoning.empty()) deltas.push_back({{"reasoning_content", reasoning}});

@@ -19,6 +19,9 @@ std::vector<Json::json_pointer> SchemaObjects(const Json& body) {
     if (body.contains(pointer) && body.at(pointer).is_object()) found.push_back(pointer);
   };
   check(Json::json_pointer("/response_format/json_schema/schema"));
+  if (const auto text = body.find("text"); text != body.end() && text->is_object()) {
+    check(Json::json_pointer("/text/format/schema"));  // /v1/responses
+  }
   for (const char* key : {"json_schema", "structural_tag"}) {
     check(Json::json_pointer(absl::StrCat("/", key)));
     check(Json::json_pointer(absl::StrCat("/sampling_params/", key)));

@@ -207,6 +207,8 @@ absl::StatusOr<RoutedRequest> ParseRequestJson(ApiKind kind, const Json& json,
         return ParseCompletionsJson(json, ctx);
       case ApiKind::kChatCompletions:
         return ParseChatCompletionsJson(json, ctx);
+      case ApiKind::kResponses:
+        return ParseResponsesJson(json, ctx);
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed request: ", e.what()));

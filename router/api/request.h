@@ -65,6 +65,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,7 +76,11 @@
 
 namespace tandem::router {
 
-enum class ApiKind { kGenerate, kCompletions, kChatCompletions };
+// kResponses: OpenAI's /v1/responses, served as a chat request (router/api/responses.h).
+enum class ApiKind { kGenerate, kCompletions, kChatCompletions, kResponses };
+
+class ResponseStore;
+struct ResponsesRequest;
 
 // How a chat answer's tool calls are written (router/api/tool_calls.h), from the chat template's
 // family: kQwen for ChatML templates (Qwen2.5, Qwen3, Hermes style), kLlama3 for Llama 3.x.
@@ -118,6 +123,8 @@ struct RoutedRequest {
   // Chat: "<think>...</think>" goes to reasoning_content (the router's --reasoning-parser
   // and the request's separate_reasoning, default true, as SGLang).
   bool separate_reasoning = false;
+  // kResponses: the request's Responses settings and input (router/api/responses.h).
+  std::shared_ptr<const ResponsesRequest> responses;
 };
 
 // What a request body's parsed JSON may take (common/json_depth.h's estimate, checked before
@@ -143,6 +150,9 @@ struct ApiContext {
   // The router runs with --reasoning-parser qwen3: chat answers may have their reasoning
   // separated (RoutedRequest::separate_reasoning).
   bool reasoning_parser = false;
+  // Stored responses, which a /v1/responses previous_response_id names (borrowed; may be null:
+  // none are kept).
+  ResponseStore* response_store = nullptr;
 };
 
 // Parse and validate one body. Errors: absl::InvalidArgumentError naming the field

@@ -66,6 +66,9 @@ absl::Status ReadResponseFormat(const Json& format, proto::SamplingParams* sampl
 // The chat parser on an already parsed body (chat_request.cc).
 absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const ApiContext& ctx);
 
+// The /v1/responses parser on an already parsed body (responses_request.cc).
+absl::StatusOr<RoutedRequest> ParseResponsesJson(const Json& body, const ApiContext& ctx);
+
 // Chat "messages" (null when absent) as the conversation the chat template renders: a non-empty
 // array of at most 4096 messages of the roles and content parts chat completions serve
 // (chat_request.cc). Errors name the message and field.

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "router/api/responses_stream.h"
 #include "router/api/shapes.h"
 #include "router/api/tool_calls.h"
 
@@ -30,10 +31,17 @@ std::string ResponseIdFor(const RoutedRequest& request) {
       return "cmpl-" + rid;
     case ApiKind::kChatCompletions:
       return "chatcmpl-" + rid;
+    case ApiKind::kResponses:
+      return request.responses != nullptr ? request.responses->id : "resp_" + rid;
     case ApiKind::kGenerate:
       break;
   }
   return request.rid;  // /generate: each item's meta_info.id is its own rid
+}
+
+// Chat and the Responses API read answers for tool calls and reasoning alike.
+bool ChatLike(ApiKind kind) {
+  return kind == ApiKind::kChatCompletions || kind == ApiKind::kResponses;
 }
 
 std::string SseData(const std::string& json) { return absl::StrCat("data: ", json, "\n\n"); }
@@ -59,10 +67,10 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       logprob_start_len_(request.logprob_start_len),
       prompt_text_(echo_ ? request.prompt_text : std::string()),
       input_ids_(request.return_logprob || echo_ ? request.input_ids : std::vector<int32_t>()),
-      tool_call_syntax_(request.kind == ApiKind::kChatCompletions ? request.tool_call_syntax
-                                                                  : ToolCallSyntax::kNone),
+      tool_call_syntax_(ChatLike(request.kind) ? request.tool_call_syntax : ToolCallSyntax::kNone),
       tool_names_(request.tool_names),
-      separate_reasoning_(request.kind == ApiKind::kChatCompletions && request.separate_reasoning),
+      separate_reasoning_(ChatLike(request.kind) && request.separate_reasoning),
+      responses_(request.kind == ApiKind::kResponses ? request.responses : nullptr),
       start_(absl::Now()) {
   if (ParsesChat()) {
     if (separate_reasoning_) {
@@ -80,8 +88,6 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
                                       ",\"choices\":[{\"index\":", index_, ",");
   }
 }
-
-ResponseShaper::~ResponseShaper() = default;
 
 void ResponseShaper::Append(const proto::DecodeEvent& event) {
   text_ += event.text();
@@ -195,6 +201,7 @@ std::string ResponseShaper::StreamEvent(const proto::DecodeEvent& event) {
     if (event.token_ids_size() == 0 && event.text().empty() && !event.finished()) return "";
     return SseData(GenerateObject(absl::ToDoubleSeconds(absl::Now() - start_), in_batch_));
   }
+  if (kind_ == ApiKind::kResponses) return ResponsesStreamEvents(event);
   return OpenAiStreamChunks(event, first_new_token);
 }
 
@@ -296,9 +303,12 @@ std::string ResponseShaper::UsageChunk(int64_t prompt_tokens, int64_t completion
   return SseData(Dump(usage_chunk));
 }
 
-std::string ResponseShaper::StreamDone() { return "data: [DONE]\n\n"; }
+std::string ResponseShaper::StreamDone() {
+  return kind_ == ApiKind::kResponses ? "" : "data: [DONE]\n\n";
+}
 
 std::string ResponseShaper::StreamError(const absl::Status& status) {
+  if (kind_ == ApiKind::kResponses) return ResponsesStreamError(status);
   finished_ = true;
   return SseData(ErrorJson(HttpStatusFor(status), std::string(status.message())));
 }
@@ -322,6 +332,7 @@ absl::Status ResponseShaper::FinalStatus() const {
 
 std::string ResponseShaper::Body(double e2e_latency_s) const {
   if (kind_ == ApiKind::kGenerate) return GenerateObject(e2e_latency_s);
+  if (kind_ == ApiKind::kResponses) return ResponsesBody();
   return OpenAiBody();
 }
 

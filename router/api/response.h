@@ -1,6 +1,8 @@
 // Response shaping for tandem-router: the decode leg's events (proto::DecodeEvent) become the
 // client's JSON body or SSE stream in the shape of the request's API (SGLang /generate, OpenAI
-// text_completion, chat.completion / chat.completion.chunk), plus the error bodies.
+// text_completion, chat.completion / chat.completion.chunk, the Responses API's response object
+// and stream events (responses_response.cc, shapes in router/api/responses.h)), plus the error
+// bodies.
 //
 // Shapes:
 // - /generate, non-stream: {"text","output_ids","meta_info":{"id","finish_reason",
@@ -37,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/worker.pb.h"
 #include "router/api/request.h"
+#include "router/api/responses.h"
 #include "router/api/shapes.h"
 
 namespace tandem::router {
@@ -53,6 +57,8 @@ namespace tandem::router {
 namespace api_internal {
 class ToolCallSplitter;
 class ReasoningSplitter;
+struct ResponsesStream;
+struct SplitText;
 }  // namespace api_internal
 
 // Turns the decode leg's events (proto::DecodeEvent, each with the NEW tokens/text since the
@@ -72,7 +78,8 @@ class ResponseShaper {
   // Streaming: the SSE bytes to send for this event ("data: {...}\n\n", possibly several
   // events, e.g. OpenAI's final chunk with finish_reason then a usage chunk), "" if nothing.
   std::string StreamEvent(const proto::DecodeEvent& event);
-  // Streaming: what ends the stream: "data: [DONE]\n\n".
+  // Streaming: what ends the stream: "data: [DONE]\n\n" ("" for the Responses API, whose
+  // last event says it ended).
   std::string StreamDone();
   // Streaming: an error after the stream started, as SGLang/OpenAI send it
   // ("data: {\"error\":{...}}\n\n"), followed by nothing else.
@@ -85,8 +92,14 @@ class ResponseShaper {
   // Check it before Body(): a non-OK status is answered with ErrorResponse().
   absl::Status FinalStatus() const;
 
-  // The id of the response object ("cmpl-<rid>", "chatcmpl-<rid>" or the rid for /generate).
+  // The id of the response object ("cmpl-<rid>", "chatcmpl-<rid>", "resp_<hex>" or the rid for
+  // /generate).
   const std::string& response_id() const { return response_id_; }
+
+  // A Responses API answer to keep (its request asked to be stored, and it completed or was cut
+  // short, not failed), once its body was made (Body(), or the final stream event): the entry
+  // for ResponseStore::Put under response_id(). nullopt otherwise.
+  std::optional<StoredResponse> ToStore() const;
 
   // Non-streaming batch: the one body for all of a batch's items (each accumulated with
   // FinalStatus OK), in item order. /generate: a JSON list of the items' objects (SGLang's
@@ -113,9 +126,21 @@ class ResponseShaper {
   // Chat, non-streamed: the message ({"role","content"[,"reasoning_content"][,"tool_calls"]})
   // and whether it holds tool calls.
   nlohmann::json ChatMessage(bool* has_tool_calls) const;
+  // An event's text split as the answer streams: reasoning (with the reasoning splitter) into
+  // `*reasoning`, the content and the calls completed (with the tool splitter); the splitters'
+  // held text too when the event is the last.
+  api_internal::SplitText SplitAnswer(const proto::DecodeEvent& event, std::string* reasoning);
   // Chat, streamed, with ParsesChat(): the chunks for this event (reasoning, content and
   // completed calls as deltas; the finish reason on the last).
   std::string ParsedChatChunks(const proto::DecodeEvent& event, size_t first_new_token);
+  // The Responses API (responses_response.cc): the Response object with `status` and `output`
+  // (usage too unless in progress), the output items of a whole answer, and a stream's events.
+  nlohmann::json ResponseObject(const std::string& status, nlohmann::json output) const;
+  std::string ResponsesStatus() const;  // "completed", "incomplete" or "failed"
+  nlohmann::json ResponsesOutput(nlohmann::json* assistant_turn) const;
+  std::string ResponsesBody() const;
+  std::string ResponsesStreamEvents(const proto::DecodeEvent& event);
+  std::string ResponsesStreamError(const absl::Status& status);
   // Chat, streamed: the logprobs of the tokens from `first_new_token` on.
   nlohmann::json ChatStreamLogprobs(size_t first_new_token) const;
   int64_t PromptTokens() const;
@@ -151,6 +176,12 @@ class ResponseShaper {
   const ToolCallSyntax tool_call_syntax_;      // chat: how tool calls are written
   const std::vector<std::string> tool_names_;  // the functions calls may name
   const bool separate_reasoning_;              // chat: <think> goes to reasoning_content
+  const std::shared_ptr<const ResponsesRequest> responses_;  // kResponses only
+  // kResponses: the stream's items and events so far; the final Response object's text and the
+  // assistant turn it adds to the conversation, once made.
+  std::unique_ptr<api_internal::ResponsesStream> responses_stream_;
+  mutable std::string responses_final_;
+  mutable nlohmann::json responses_turn_;
   // Chat streams with ParsesChat(): the splitters, fed each event's text.
   std::unique_ptr<api_internal::ReasoningSplitter> reasoning_splitter_;
   std::unique_ptr<api_internal::ToolCallSplitter> tool_splitter_;

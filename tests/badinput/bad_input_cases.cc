@@ -11,6 +11,7 @@ namespace {
 const char kGen[] = "/generate";
 const char kCmp[] = "/v1/completions";
 const char kChat[] = "/v1/chat/completions";
+const char kResp[] = "/v1/responses";
 
 // A /generate body with `params` as its sampling_params (JSON object text without braces).
 std::string Gen(const std::string& params) {
@@ -26,6 +27,11 @@ std::string Cmp(const std::string& fields) {
 std::string Chat(const std::string& fields) {
   return R"({"model":"tandem-tiny-english","messages":[{"role":"user","content":"Hi"}],)"
          R"("max_tokens":4)" +
+         (fields.empty() ? std::string() : "," + fields) + "}";
+}
+// A /v1/responses body with `fields` added to a valid text input.
+std::string Resp(const std::string& fields) {
+  return R"({"model":"tandem-tiny-english","input":"Hi","max_output_tokens":4)" +
          (fields.empty() ? std::string() : "," + fields) + "}";
 }
 // A chat body whose messages are `messages` (JSON array text).
@@ -325,6 +331,33 @@ std::vector<BodyCase> BodyCases() {
        "context length (512 tokens)"},
       {"text over the context length", kGen, R"({"text":")" + over_context_text + R"("})", 400,
        "context length (512 tokens)"},
+      // The Responses API: its own fields, and what it shares with chat.
+      {"responses without input", kResp, R"({"model":"tandem-tiny-english"})", 400,
+       "input is required"},
+      {"responses input is a number", kResp, R"({"input":7})", 400,
+       "input must be a string or an array of input items, got integer"},
+      {"responses item is a string", kResp, R"({"input":["hi"]})", 400,
+       "input[0] must be an object, got string"},
+      {"responses image part", kResp,
+       R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})", 400,
+       "input[0].content[0].type 'input_image' is not supported"},
+      {"responses built-in tool", kResp, Resp(R"("tools":[{"type":"web_search"}])"), 400,
+       "tools[0].type 'web_search' is not supported"},
+      {"responses call arguments not JSON", kResp,
+       R"({"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{"}]})", 400,
+       "input[0].arguments must be JSON text"},
+      {"responses unknown previous response", kResp, Resp(R"("previous_response_id":"resp_0123")"),
+       404, "previous_response_id 'resp_0123' names no stored response"},
+      {"responses background", kResp, Resp(R"("background":true)"), 400,
+       "background is not supported"},
+      {"responses metadata value not a string", kResp, Resp(R"("metadata":{"k":[1]})"), 400,
+       "metadata.k must be a string, got array"},
+      {"responses max_output_tokens negative", kResp, Resp(R"("max_output_tokens":-1)"), 400,
+       "max_output_tokens"},
+      {"responses temperature a string", kResp, Resp(R"("temperature":"hot")"), 400, "temperature"},
+      {"responses invalid UTF-8 in input", kResp, "{\"input\":\"caf\xc3\x28\"}", 400, "UTF-8"},
+      {"responses over the context length", kResp, R"({"input":")" + over_context_text + R"("})",
+       400, "context length (512 tokens)"},
       {"chat over the context length", kChat,
        ChatMessages(R"([{"role":"user","content":")" + over_context_text + R"("}])"), 400,
        "context length (512 tokens)"},
@@ -508,6 +541,17 @@ std::vector<RawCase> RawCases() {
        "request target must be an absolute path"},
       {"models without API key", "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", 401,
        "missing API key"},
+      {"stored response without API key", "GET /v1/responses/resp_1 HTTP/1.1\r\nHost: t\r\n\r\n",
+       401, "missing API key"},
+      {"unknown stored response",
+       "GET /v1/responses/resp_1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n\r\n", 404,
+       "no stored response has the id 'resp_1'"},
+      {"delete an unknown stored response",
+       "DELETE /v1/responses/resp_1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer api_key\r\n\r\n",
+       404, "no stored response has the id 'resp_1'"},
+      {"stored responses listed", "GET /v1/responses/ HTTP/1.1\r\nHost: t\r\n\r\n", 404,
+       "no route for /v1/responses/"},
+
       {"health_generate without the API key", "GET /health_generate HTTP/1.1\r\nHost: t\r\n\r\n",
        401, "missing API key"},
       {"health_generate with a wrong key",

@@ -2,7 +2,9 @@
 // its calls (models, completions and chat with n, logprobs, echo, streams with usage, tool calls
 // with tool_choice required or named (parameters with $ref, integer bounds and string lengths)
 // and response_format json_schema, validated, the stream helper and parse(), completions with
-// response_format, typed errors) against tandem-router in PD mode
+// response_format, typed errors; the Responses API: create, retrieve, input items, delete, the
+// stream helper, previous_response_id, function tools, text.format) against tandem-router in PD
+// mode
 // (tandem-prefill + tandem-decode) and in plain mode (a tandem-decode --local-prefill worker),
 // behind an API key. check.mjs asserts what the SDK parsed; this test fails with its output when
 // any check failed.

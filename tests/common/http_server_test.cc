@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -152,6 +153,43 @@ TEST_F(HttpServerTest, BadQueryEscapeIs400) {
   auto response = Get("/echo?a=%zz");
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 400);
+}
+
+TEST_F(HttpServerTest, PatternSegmentsMatchOneSegment) {
+  auto path_of = [](const char* tag) {
+    return [tag](HttpRequest r, HttpResponder responder) {
+      responder.Send(HttpResponse::Text(200, absl::StrCat(tag, " ", r.path)));
+    };
+  };
+  AddRoute("GET", "/items/{id}", path_of("item"));
+  AddRoute("DELETE", "/items/{id}", path_of("delete"));
+  AddRoute("GET", "/items/{id}/parts", path_of("parts"));
+  AddRoute("GET", "/items/special", path_of("special"));
+  StartServer();
+  auto body_of = [&](const std::string& path) {
+    auto response = Get(path);
+    return response ? absl::StrCat(response->status, " ", response->body) : std::string("none");
+  };
+  EXPECT_EQ(body_of("/items/abc_1"), "200 item /items/abc_1");
+  EXPECT_EQ(body_of("/items/abc_1?x=1"), "200 item /items/abc_1");
+  EXPECT_EQ(body_of("/items/abc_1/parts"), "200 parts /items/abc_1/parts");
+  EXPECT_EQ(body_of("/items/special"), "200 special /items/special");  // its own route wins
+  for (const char* missing : {"/items", "/items/", "/items//parts", "/items/a/b", "/items/a/",
+                              "/itemsx/a", "/items/a/parts/more"}) {
+    auto response = Get(missing);
+    ASSERT_TRUE(response) << missing;
+    EXPECT_EQ(response->status, 404) << missing;
+  }
+  TestClient client(server_->port());
+  ASSERT_TRUE(client.SendRequest("POST", "/items/abc"));
+  auto post = client.ReadResponse();
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->headers["allow"], "DELETE, GET, HEAD");
+  ASSERT_TRUE(client.SendRequest("DELETE", "/items/abc"));
+  auto deleted = client.ReadResponse();
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->body, "delete /items/abc");
 }
 
 TEST_F(HttpServerTest, PostBodyReachesHandler) {

@@ -5,7 +5,8 @@
 // their POST forms, any model name served, and /abort_request really ending a request: the stream
 // ends with finish_reason "abort", a non-streamed one (also one waiting for an admission slot) with
 // a 503 saying so, and both workers of the pair have every KV block free afterwards; browser
-// pages' CORS calls and HEAD. Bounded waits only.
+// pages' CORS calls and HEAD; the Responses API's stored responses, continued conversations,
+// streams and aborts. Bounded waits only.
 #include <poll.h>
 
 #include <atomic>
@@ -498,6 +499,96 @@ TEST_F(RouterEndpointsTest, AbortRequestEndsChatStreamsAndNonStreamedRequests) {
   std::string why;
   EXPECT_TRUE(WaitForAllKvBlocksFree(plain->port, kTestAdminKey, colocated_->http_port, &why))
       << why;
+}
+
+// OpenAI's Responses API in PD mode: a response is stored and read back, a next turn continues
+// it with previous_response_id (the earlier turn and its answer in the prompt), a stream ends
+// with its final event and no [DONE], an aborted stream fails its response and frees both
+// workers' blocks; a router that keeps no responses answers the same requests with 404s.
+TEST_F(RouterEndpointsTest, ResponsesAreStoredContinuedStreamedAndAborted) {
+  auto pd = Pd({"--api-key", kApiKey});
+  const std::string key = Auth(kApiKey);
+  const json first_request = {{"input", "Tell me a fortune."},
+                              {"instructions", "Be brief."},
+                              {"max_output_tokens", 4},
+                              {"temperature", 0}};
+  EXPECT_EQ(RouterRequest(pd->port, "POST", "/v1/responses", first_request.dump()).status, 401);
+  ClientResponse first =
+      RouterRequest(pd->port, "POST", "/v1/responses", first_request.dump(), key);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json response = json::parse(first.body);
+  const std::string id = response["id"];
+  EXPECT_EQ(response["object"], "response");
+  EXPECT_EQ(response["status"], "incomplete");
+  EXPECT_EQ(response["usage"]["output_tokens"], 4);
+  EXPECT_FALSE(first.headers["x-request-id"].empty());
+  ClientResponse stored = RouterRequest(pd->port, "GET", "/v1/responses/" + id, "", key);
+  ASSERT_EQ(stored.status, 200) << stored.body;
+  EXPECT_EQ(json::parse(stored.body), response);
+  EXPECT_EQ(RouterRequest(pd->port, "GET", "/v1/responses/" + id).status, 401);
+
+  const json next_request = {{"input", "Another."},
+                             {"previous_response_id", id},
+                             {"max_output_tokens", 4},
+                             {"temperature", 0}};
+  ClientResponse next = RouterRequest(pd->port, "POST", "/v1/responses", next_request.dump(), key);
+  ASSERT_EQ(next.status, 200) << next.body;
+  // The instructions held for the first response only; its question and answer are in the
+  // prompt now: more tokens than the first prompt without its instructions plus the answer.
+  EXPECT_GT(json::parse(next.body)["usage"]["input_tokens"].get<int>(),
+            response["usage"]["input_tokens"].get<int>())
+      << next.body;
+
+  json streamed_request = next_request;
+  streamed_request["stream"] = true;
+  ClientResponse streamed =
+      RouterRequest(pd->port, "POST", "/v1/responses", streamed_request.dump(), key);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  bool done = false;
+  const std::vector<json> events = SseEvents(streamed.body, &done);
+  EXPECT_FALSE(done) << streamed.body;
+  ASSERT_GE(events.size(), 3u) << streamed.body;
+  EXPECT_EQ(events.front()["type"], "response.created");
+  EXPECT_EQ(events.back()["type"], "response.incomplete");
+  EXPECT_EQ(events.back()["response"]["usage"]["output_tokens"], 4);
+  EXPECT_NE(streamed.body.find("event: response.output_text.delta\n"), std::string::npos);
+
+  // Aborted mid-stream: the response fails, and nothing is left held.
+  std::optional<std::string> sse;
+  for (int attempt = 0; attempt < 5 && !sse; ++attempt) {
+    const std::string rid = "responses-cut-" + std::to_string(attempt);
+    const json long_request = {{"input", "Tell me a long fortune about the sea."},
+                               {"max_output_tokens", 480},
+                               {"temperature", 0},
+                               {"ignore_eos", true},
+                               {"stream", true}};
+    sse = StreamAndAbort(pd->port, "/v1/responses", long_request, rid,
+                         key + "x-request-id: " + rid + "\r\n");
+  }
+  ASSERT_TRUE(sse.has_value()) << "every request finished before its abort";
+  const std::vector<json> cut = SseEvents(*sse, &done);
+  ASSERT_FALSE(cut.empty());
+  EXPECT_EQ(cut.back()["type"], "response.failed") << *sse;
+  EXPECT_EQ(cut.back()["response"]["status"], "failed");
+  std::string why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, prefill_->http_port, &why)) << why;
+  EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, decode_->http_port, &why)) << why;
+
+  EXPECT_EQ(RouterRequest(pd->port, "DELETE", "/v1/responses/" + id, "", key).status, 200);
+  EXPECT_EQ(RouterRequest(pd->port, "GET", "/v1/responses/" + id, "", key).status, 404);
+
+  auto keeps_none = Pd({"--response-store-mb", "0"});
+  ClientResponse unkept =
+      RouterRequest(keeps_none->port, "POST", "/v1/responses", first_request.dump());
+  ASSERT_EQ(unkept.status, 200) << unkept.body;
+  const std::string unkept_id = json::parse(unkept.body)["id"];
+  EXPECT_EQ(RouterRequest(keeps_none->port, "GET", "/v1/responses/" + unkept_id).status, 404);
+  json continued = next_request;
+  continued["previous_response_id"] = unkept_id;
+  ClientResponse refused =
+      RouterRequest(keeps_none->port, "POST", "/v1/responses", continued.dump());
+  EXPECT_EQ(refused.status, 404) << refused.body;
+  EXPECT_THAT(refused.body, ::testing::HasSubstr("names no stored response"));
 }
 
 // With one admission slot, a request waiting in the queue is withdrawn by its abort (or, if the

@@ -85,6 +85,16 @@ TEST(RouterOptionsTest, ReasoningParserIsQwen3OrOff) {
   EXPECT_NE(other.error.find("reasoning-parser"), std::string::npos) << other.error;
 }
 
+TEST(RouterOptionsTest, ResponseStoreDefaultsTo64MiBAndZeroKeepsNone) {
+  EXPECT_EQ(Parse({"--worker-urls", "http://127.0.0.1:8001"}).options.response_store_mb, 64);
+  Parsed none = Parse({"--worker-urls", "http://127.0.0.1:8001", "--response-store-mb", "0"});
+  ASSERT_FALSE(none.exit_code.has_value()) << none.error;
+  EXPECT_EQ(none.options.response_store_mb, 0);
+  Parsed negative = Parse({"--worker-urls", "http://127.0.0.1:8001", "--response-store-mb", "-1"});
+  EXPECT_TRUE(negative.exit_code.has_value());
+  EXPECT_NE(negative.error.find("response-store-mb"), std::string::npos) << negative.error;
+}
+
 TEST(RouterOptionsTest, PdDecodePolicyDefaultsToLoadUnderCacheAwareAndHonoursAnExplicitOne) {
   const std::vector<std::string> pd = {
       "--pd-disaggregation", "--prefill", "http://10.0.0.1:8000", "8998", "--decode",

@@ -1,10 +1,10 @@
 // libFuzzer entry point: an HTTP body -> RoutedRequest through the parser the first byte picks
-// (0: /generate, 1: /v1/completions, 2: /v1/chat/completions), then, when it parses, the response
-// shaper on a final event and, for chat, on the body's bytes as the model's answer (tool calls and
-// reasoning parsed from it); the same body also goes to /tokenize's and /detokenize's parsers.
-// Crashes, exceptions, sanitizer reports and an OK parse with an empty prompt are findings. The
-// tokenizer comes from $TANDEM_MODEL_DIR (default models/tandem-tiny-english relative to the
-// working directory).
+// (0: /generate, 1: /v1/completions, 2: /v1/chat/completions, 3: /v1/responses), then, when it
+// parses, the response shaper on a final event and, for chat and responses, on the body's bytes as
+// the model's answer (tool calls and reasoning parsed from it); the same body also goes to
+// /tokenize's and /detokenize's parsers. Crashes, exceptions, sanitizer reports and an OK parse
+// with an empty prompt are findings. The tokenizer comes from $TANDEM_MODEL_DIR (default
+// models/tandem-tiny-english relative to the working directory).
 //
 // Build and run from the repo root: scripts/fuzz.sh request_fuzz (fuzz/CMakeLists.txt compiles
 // router/api/*.cc, the tokenizer and the generated messages instrumented). Seeds in
@@ -14,10 +14,12 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "engine/tokenizer/tokenizer.h"
 #include "router/api/request.h"
 #include "router/api/response.h"
+#include "router/api/responses.h"
 #include "router/api/tokenize.h"
 
 namespace {
@@ -42,15 +44,20 @@ const tandem::engine::Tokenizer& GetTokenizer() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   using tandem::router::ApiKind;
-  const ApiKind kinds[] = {ApiKind::kGenerate, ApiKind::kCompletions, ApiKind::kChatCompletions};
+  const ApiKind kinds[] = {ApiKind::kGenerate, ApiKind::kCompletions, ApiKind::kChatCompletions,
+                           ApiKind::kResponses};
+  constexpr int kKinds = 4;
   tandem::router::ApiContext ctx;
   ctx.tokenizer = &GetTokenizer();
   ctx.served_model_name = "tandem-tiny";
   ctx.context_length = 512;
-  ctx.reasoning_parser = (data[0] / 3) % 2 == 1;  // chat answers' <think> separated
+  ctx.reasoning_parser = (data[0] / kKinds) % 2 == 1;  // chat answers' <think> separated
+  // Stored responses for previous_response_id (none match a fuzzed id but by chance).
+  tandem::router::ResponseStore store(1 << 20);
+  ctx.response_store = &store;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   // The router's parser: every item of a batch is a complete request within the cap.
-  const auto batch = tandem::router::ParseBatch(kinds[data[0] % 3], body, ctx);
+  const auto batch = tandem::router::ParseBatch(kinds[data[0] % kKinds], body, ctx);
   if (!batch.ok() && batch.status().message().empty()) std::abort();
   if (batch.ok()) {
     if (batch->items.empty() || batch->items.size() > tandem::router::kMaxBatchChoices) {
@@ -66,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!answer.ok() && answer.status().message().empty()) std::abort();
     if (answer.ok() && answer->empty()) std::abort();
   }
-  const auto parsed = tandem::router::ParseRequest(kinds[data[0] % 3], body, ctx);
+  const auto parsed = tandem::router::ParseRequest(kinds[data[0] % kKinds], body, ctx);
   if (!parsed.ok()) {
     if (parsed.status().message().empty()) std::abort();
     return 0;
@@ -94,9 +101,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shaper.StreamEvent(event);
   shaper.Accumulate(event);
   shaper.Body(0.0);
+  if (auto entry = shaper.ToStore()) store.Put(shaper.response_id(), *std::move(entry));
   // The body's bytes as a chat answer, in two pieces: tool calls and reasoning read from
   // arbitrary model output, streamed and not.
-  if (parsed->kind == ApiKind::kChatCompletions) {
+  if (parsed->kind == ApiKind::kChatCompletions || parsed->kind == ApiKind::kResponses) {
     tandem::router::ResponseShaper streamed(*parsed, ctx.tokenizer);
     tandem::router::ResponseShaper whole(*parsed, ctx.tokenizer);
     const size_t half = body.size() / 2;
@@ -112,6 +120,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       whole.Accumulate(*e);
     }
     whole.Body(0.0);
+    // A Responses answer is kept with its conversation, and the next turn can name it.
+    if (auto entry = whole.ToStore()) store.Put(whole.response_id(), *std::move(entry));
+    if (auto entry = streamed.ToStore()) store.Put(streamed.response_id(), *std::move(entry));
+    if (parsed->kind == ApiKind::kResponses && store.Get(whole.response_id()) != nullptr) {
+      const std::string next =
+          "{\"input\":\"x\",\"previous_response_id\":\"" + whole.response_id() + "\"}";
+      const auto continued = tandem::router::ParseRequest(ApiKind::kResponses, next, ctx);
+      if (!continued.ok() && continued.status().message().empty()) std::abort();
+    }
   }
   return 0;
 }

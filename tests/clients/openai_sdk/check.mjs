@@ -395,6 +395,164 @@ check('completions: response_format json_object constrains the text', async () =
   assert.ok(value !== null && !Array.isArray(value));
 });
 
+// The Responses API: function tools are flat ({type, name, parameters}).
+const flatTool = (tool) => ({ type: 'function', ...tool.function });
+
+check('responses: create, output_text, usage, retrieve, input items, delete', async () => {
+  const r = await client.responses.create({
+    model: 'default', instructions: 'Answer briefly.', input: 'Tell me a fortune.',
+    max_output_tokens: 6, temperature: 0.8, metadata: { session: 'sdk-check' },
+  });
+  assert.equal(r.object, 'response');
+  assert.match(r.id, /^resp_[0-9a-f]{32}$/);
+  assert.equal(r.status, 'incomplete');  // cut at max_output_tokens
+  assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(r.output[0].type, 'message');
+  assert.equal(r.output[0].role, 'assistant');
+  assert.equal(r.output_text, r.output[0].content[0].text);  // the SDK's own join
+  assert.ok(r.output_text.length > 0);
+  assert.equal(r.usage.output_tokens, 6);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  assert.equal(r.instructions, 'Answer briefly.');
+  assert.deepEqual(r.metadata, { session: 'sdk-check' });
+  assert.equal(r.temperature, 0.8);
+
+  const again = await client.responses.retrieve(r.id);
+  assert.equal(again.id, r.id);
+  assert.equal(again.output_text, r.output_text);
+  const items = [];
+  for await (const item of client.responses.inputItems.list(r.id)) items.push(item);
+  assert.equal(items.length, 1);
+  assert.equal(items[0].role, 'user');
+  assert.equal(items[0].content[0].text, 'Tell me a fortune.');
+  await client.responses.delete(r.id);
+  await assert.rejects(client.responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
+  // store: false keeps nothing.
+  const unstored = await client.responses.create({
+    model: 'default', input: 'Hi.', max_output_tokens: 2, store: false,
+  });
+  assert.equal(unstored.store, false);
+  await assert.rejects(client.responses.retrieve(unstored.id),
+      (e) => e instanceof OpenAI.NotFoundError);
+});
+
+check('responses: the stream helper assembles what the events said', async () => {
+  const stream = client.responses.stream({
+    model: 'default', input: [{ role: 'user', content: [{ type: 'input_text', text: 'Hello.' }] }],
+    max_output_tokens: 8, temperature: 0.9, seed: 2,
+  });
+  const types = [];
+  let deltas = '';
+  let last = -1;
+  for await (const event of stream) {
+    types.push(event.type);
+    assert.equal(event.sequence_number, last + 1);
+    last = event.sequence_number;
+    if (event.type === 'response.output_text.delta') deltas += event.delta;
+  }
+  const final = await stream.finalResponse();
+  assert.equal(types[0], 'response.created');
+  assert.equal(types[1], 'response.in_progress');
+  assert.equal(types.at(-1), 'response.incomplete');
+  for (const t of ['response.output_item.added', 'response.content_part.added',
+                   'response.output_text.done', 'response.content_part.done',
+                   'response.output_item.done']) {
+    assert.ok(types.includes(t), `${t} missing from ${types}`);
+  }
+  // The helper's final response is what it accumulated (it takes the last event's response
+  // only from response.completed, and adds no output_text of its own).
+  assert.equal(final.output[0].content[0].text, deltas);
+  // The stream's response was stored as it ended, whole.
+  const stored = await client.responses.retrieve(final.id);
+  assert.equal(stored.output_text, deltas);
+  assert.equal(stored.status, 'incomplete');
+  assert.equal(stored.usage.output_tokens, 8);
+});
+
+check('responses: previous_response_id continues the conversation', async () => {
+  const first = await client.responses.create({
+    model: 'default', input: 'Name a city.', max_output_tokens: 5, temperature: 0,
+  });
+  const second = await client.responses.create({
+    model: 'default', input: 'Why that one?', previous_response_id: first.id,
+    max_output_tokens: 5, temperature: 0,
+  });
+  assert.equal(second.previous_response_id, first.id);
+  // The earlier turn and its answer are part of the prompt.
+  assert.ok(second.usage.input_tokens > first.usage.input_tokens + 4,
+      `${second.usage.input_tokens} vs ${first.usage.input_tokens}`);
+  await assert.rejects(
+      client.responses.create({
+        model: 'default', input: 'x', previous_response_id: 'resp_00000000000000000000000000000000',
+      }),
+      (e) => e instanceof OpenAI.NotFoundError && /previous_response_id/.test(e.message));
+});
+
+check('responses: function tools give a function_call, and its output is taken back', async () => {
+  for (const stream of [false, true]) {
+    const request = {
+      model: 'default', input: 'Weather in Paris for 3 days?',
+      tools: [flatTool(weatherTool), flatTool(fortuneTool)], tool_choice: 'required',
+      parallel_tool_calls: false, max_output_tokens: 120, temperature: 1, seed: 3,
+    };
+    const r = stream ? await client.responses.stream(request).finalResponse()
+                     : await client.responses.create(request);
+    const calls = r.output.filter((item) => item.type === 'function_call');
+    assert.equal(calls.length, 1, JSON.stringify(r.output));
+    const call = calls[0];
+    assert.match(call.call_id, /^call_[0-9a-f]{24}$/);
+    checkCall({ id: call.call_id, type: 'function',
+                function: { name: call.name, arguments: call.arguments } });
+    const answer = await client.responses.create({
+      model: 'default', previous_response_id: r.id, max_output_tokens: 6,
+      tools: [flatTool(weatherTool), flatTool(fortuneTool)],
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: 'Sunny, 24 C' }],
+    });
+    assert.equal(answer.output.at(-1).type, 'message');
+  }
+  // A conversation sent whole: the call and its output as input items.
+  const whole = await client.responses.create({
+    model: 'default', tools: [flatTool(weatherTool)], max_output_tokens: 6,
+    input: [
+      { role: 'user', content: 'Weather in Lima?' },
+      { type: 'function_call', call_id: 'call_1', name: 'get_weather',
+        arguments: '{"city": "Lima", "days": 1}' },
+      { type: 'function_call_output', call_id: 'call_1', output: 'Sunny, 24 C' },
+    ],
+  });
+  assert.equal(whole.output[0].type, 'message');
+});
+
+check('responses: text.format json_schema output validates', async () => {
+  const schema = weatherTool.function.parameters;
+  const r = await client.responses.create({
+    model: 'default', input: 'Weather as JSON.', max_output_tokens: 120, temperature: 1, seed: 4,
+    text: { format: { type: 'json_schema', name: 'weather', schema, strict: true } },
+  });
+  validate(JSON.parse(r.output_text), schema);
+  assert.equal(r.text.format.name, 'weather');
+});
+
+check('responses: what is not served is a typed error naming it', async () => {
+  await assert.rejects(
+      client.responses.create({
+        model: 'default', input: 'x', tools: [{ type: 'web_search' }],
+      }),
+      (e) => e instanceof OpenAI.BadRequestError && /web_search/.test(e.message));
+  await assert.rejects(
+      client.responses.create({
+        model: 'default',
+        input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }],
+      }),
+      (e) => e instanceof OpenAI.BadRequestError && /input_image/.test(e.message));
+  await assert.rejects(
+      client.responses.create({ model: 'default', input: 'x', background: true }),
+      (e) => e instanceof OpenAI.BadRequestError && /background/.test(e.message));
+  await assert.rejects(
+      client.responses.create({ model: 'nope', input: 'x' }),
+      (e) => e instanceof OpenAI.NotFoundError);
+});
+
 check('errors are the SDK\'s typed errors', async () => {
   await assert.rejects(
       client.chat.completions.create({

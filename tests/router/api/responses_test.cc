@@ -1,0 +1,532 @@
+// The Responses API (router/api/responses.h): ParseResponses (input items to the chat
+// conversation, settings, previous_response_id, the errors a client can cause), ResponseStore,
+// the input items' pages, and ResponseShaper's Response objects and stream events.
+#include "router/api/responses.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "router/api/response.h"
+#include "tests/router/api/test_tokenizer.h"
+
+namespace tandem::router {
+namespace {
+
+using Json = nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kWeatherTool[] =
+    R"({"type":"function","name":"get_weather","description":"The weather",
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}},
+        "required":["city"]}})";
+
+TEST(ParseResponsesTest, InputItemsAreTheChatConversation) {
+  const auto parsed = ParseResponses(
+      absl::StrCat(R"({"model":"tandem-tiny","instructions":"Be brief.","input":[
+      {"role":"developer","content":"Use metric units."},
+      {"type":"message","role":"user","content":[{"type":"input_text","text":"Weather "},
+                                                 {"type":"input_text","text":"in Oslo?"}]},
+      {"type":"reasoning","id":"rs_1","summary":[]},
+      {"role":"assistant","content":[{"type":"output_text","text":"Checking."}]},
+      {"type":"function_call","call_id":"call_1","name":"get_weather","arguments":"{\"city\":\"Oslo\"}"},
+      {"type":"function_call_output","call_id":"call_1","output":"Rain, 9 C"}],
+      "tools":[)",
+                   kWeatherTool, R"(],"max_output_tokens":40,"temperature":0.5,"stream":true})"),
+      TinyEnglishContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  // The same conversation sent to chat renders the same prompt.
+  const auto chat = ParseChatCompletions(
+      R"({"messages":[{"role":"system","content":"Be brief."},
+      {"role":"system","content":"Use metric units."},
+      {"role":"user","content":"Weather in Oslo?"},
+      {"role":"assistant","content":"Checking.","tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"Rain, 9 C"}],
+      "tools":[{"type":"function","function":{"name":"get_weather","description":"The weather",
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}},
+        "required":["city"]}}}]})",
+      TinyEnglishContext());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(parsed->prompt_text, chat->prompt_text);
+  EXPECT_EQ(parsed->input_ids, chat->input_ids);
+  EXPECT_EQ(parsed->kind, ApiKind::kResponses);
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 40);
+  EXPECT_TRUE(parsed->stream);
+  EXPECT_EQ(parsed->tool_call_syntax, ToolCallSyntax::kQwen);
+  EXPECT_THAT(parsed->tool_names, ::testing::ElementsAre("get_weather"));
+
+  const ResponsesRequest& responses = *parsed->responses;
+  EXPECT_THAT(responses.id, ::testing::MatchesRegex("resp_[0-9a-f]{32}"));
+  EXPECT_TRUE(responses.store);
+  // The conversation kept for a next turn leaves the instructions out.
+  ASSERT_EQ(responses.conversation.size(), 4u);
+  EXPECT_EQ(responses.conversation[0]["role"], "system");
+  EXPECT_EQ(responses.conversation[0]["content"], "Use metric units.");
+  EXPECT_EQ(responses.conversation[2]["tool_calls"][0]["id"], "call_1");
+  // The input items, reasoning left out; the roles as sent.
+  std::vector<std::string> types;
+  for (const Json& item : responses.input_items) types.push_back(item["type"]);
+  EXPECT_THAT(types, ::testing::ElementsAre("message", "message", "message", "function_call",
+                                            "function_call_output"));
+  EXPECT_EQ(responses.input_items[0]["role"], "developer");
+  EXPECT_EQ(responses.input_items[1]["content"][0]["text"], "Weather in Oslo?");
+  EXPECT_EQ(responses.input_items[2]["content"][0]["type"], "output_text");
+  // What the Response object repeats.
+  EXPECT_EQ(responses.echo["instructions"], "Be brief.");
+  EXPECT_EQ(responses.echo["max_output_tokens"], 40);
+  EXPECT_EQ(responses.echo["temperature"], 0.5);
+  EXPECT_EQ(responses.echo["top_p"], 1.0);
+  EXPECT_EQ(responses.echo["tools"][0]["name"], "get_weather");
+  EXPECT_EQ(responses.echo["tool_choice"], "auto");
+}
+
+TEST(ParseResponsesTest, StringInputAndSettings) {
+  const auto parsed = ParseResponses(
+      R"({"input":"Hello","store":false,"metadata":{"k":"v"},"text":{"format":{"type":"json_object"}},
+          "reasoning":{"effort":"none"},"truncation":"auto","include":["reasoning.encrypted_content"],
+          "top_logprobs":0,"parallel_tool_calls":false,"user":"u1","seed":4})",
+      TinyEnglishContext());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_text, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(parsed->sampling.max_new_tokens(), 128);
+  EXPECT_EQ(parsed->sampling.seed(), 4);
+  EXPECT_EQ(parsed->sampling.constraint_case(), proto::SamplingParams::kJsonObject);
+  const ResponsesRequest& responses = *parsed->responses;
+  EXPECT_FALSE(responses.store);
+  EXPECT_EQ(responses.echo["store"], false);
+  EXPECT_EQ(responses.echo["metadata"], Json({{"k", "v"}}));
+  EXPECT_EQ(responses.echo["text"]["format"]["type"], "json_object");
+  EXPECT_EQ(responses.echo["reasoning"]["effort"], "none");
+  EXPECT_EQ(responses.echo["parallel_tool_calls"], false);
+  EXPECT_EQ(responses.echo["user"], "u1");
+  EXPECT_EQ(responses.echo["truncation"], "auto");
+  ASSERT_EQ(responses.input_items.size(), 1u);
+  EXPECT_EQ(responses.input_items[0]["role"], "user");
+}
+
+TEST(ParseResponsesTest, Errors) {
+  const ApiContext ctx = TinyEnglishContext();
+  const auto error = [&](const std::string& body) { return ErrorOf(ParseResponses(body, ctx)); };
+  EXPECT_EQ(error(R"({})"), "input is required");
+  EXPECT_EQ(error(R"({"input":[]})"), "input must not be empty");
+  EXPECT_EQ(error(R"({"input":5})"),
+            "input must be a string or an array of input items, got integer");
+  EXPECT_EQ(error(R"({"input":[{"type":"reasoning","summary":[]}]})"),
+            "input has no message, call or call output");
+  EXPECT_EQ(
+      error(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})"),
+      "input[0].content[0].type 'input_image' is not supported: this server takes text only "
+      "(input_text parts)");
+  EXPECT_EQ(error(R"({"input":[{"role":"tool","content":"x"}]})"),
+            "input[0].role 'tool' is not supported; use user, system, developer or assistant");
+  EXPECT_EQ(error(R"({"input":[{"role":"user"}]})"), "input[0].content is required");
+  EXPECT_EQ(error(R"({"input":[{"type":"item_reference","id":"msg_1"}]})"),
+            "input[0].type 'item_reference' is not supported; use message, function_call or "
+            "function_call_output items");
+  EXPECT_EQ(error(R"({"input":[{"type":"function_call","name":"f","arguments":"{}"}]})"),
+            "input[0].call_id is required");
+  EXPECT_EQ(
+      error(R"({"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{x"}]})"),
+      "input[0].arguments must be JSON text (the call's arguments object)");
+  EXPECT_EQ(error(R"({"input":[{"type":"function_call_output","call_id":"c"}]})"),
+            "input[0].output is required");
+  EXPECT_EQ(error(R"({"input":"x","tools":[{"type":"web_search"}]})"),
+            "tools[0].type 'web_search' is not supported: only function tools are (the server "
+            "has no built-in tools)");
+  EXPECT_EQ(error(R"({"input":"x","tool_choice":{"type":"file_search"}})"),
+            "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+            "\"name\": ...}");
+  EXPECT_EQ(error(R"({"input":"x","text":{"format":{"type":"xml"}}})"),
+            "text.format.type must be \"text\", \"json_object\" or \"json_schema\"");
+  EXPECT_EQ(error(R"({"input":"x","text":{"format":{"type":"json_schema","name":"n"}}})"),
+            "text.format.schema is required for json_schema");
+  EXPECT_EQ(error(R"({"input":"x","background":true})"),
+            "background is not supported: a response is answered on the request's own "
+            "connection");
+  EXPECT_THAT(error(R"({"input":"x","conversation":"conv_1"})"),
+              HasSubstr("with previous_response_id"));
+  EXPECT_THAT(error(R"({"input":"x","prompt":{"id":"pmpt_1"}})"), HasSubstr("prompt"));
+  EXPECT_THAT(error(R"({"input":"x","top_logprobs":2})"), HasSubstr("top_logprobs is not"));
+  EXPECT_THAT(error(R"({"input":"x","include":["message.output_text.logprobs"]})"),
+              HasSubstr("message.output_text.logprobs"));
+  EXPECT_EQ(error(R"({"input":"x","truncation":"middle"})"),
+            "truncation must be \"disabled\" or \"auto\"");
+  EXPECT_EQ(error(R"({"input":"x","metadata":{"k":5}})"),
+            "metadata.k must be a string, got integer");
+  EXPECT_EQ(
+      error(absl::StrCat(R"({"input":"x","metadata":{"k":")", std::string(513, 'v'), R"("}})")),
+      "metadata.k is longer than 512 bytes");
+  std::string many = R"({"input":"x","metadata":{)";
+  for (int i = 0; i < 17; ++i) absl::StrAppend(&many, i > 0 ? "," : "", "\"k", i, "\":\"v\"");
+  EXPECT_EQ(error(many + "}}"), "metadata has 17 keys; at most 16 are allowed");
+  EXPECT_THAT(error(R"({"input":"x","max_output_tokens":0})"), HasSubstr("max_output_tokens"));
+  EXPECT_THAT(error(R"({"input":"x","store":"yes"})"), HasSubstr("store"));
+  EXPECT_THAT(error(R"({"input":"x","temperature":"hot"})"), HasSubstr("temperature"));
+  EXPECT_THAT(
+      ErrorOf(ParseResponses(R"({"input":"x","model":"other"})", ctx), absl::StatusCode::kNotFound),
+      HasSubstr("other"));
+  EXPECT_THAT(ErrorOf(ParseResponses(R"({"input":"x","previous_response_id":"resp_1"})", ctx),
+                      absl::StatusCode::kNotFound),
+              HasSubstr("previous_response_id 'resp_1' names no stored response"));
+}
+
+StoredResponse Stored(const std::string& body, Json conversation = Json::array()) {
+  StoredResponse entry;
+  entry.body = body;
+  entry.conversation = std::move(conversation);
+  entry.input_items = Json::array();
+  return entry;
+}
+
+TEST(ParseResponsesTest, PreviousResponseContinuesItsConversation) {
+  ResponseStore store(1 << 20);
+  store.Put("resp_a", Stored("{}", Json::parse(R"([{"role":"user","content":"Hi"},
+                                                   {"role":"assistant","content":"Hello."}])")));
+  ApiContext ctx = TinyEnglishContext();
+  ctx.response_store = &store;
+  const auto parsed = ParseResponses(
+      R"({"input":"And now?","previous_response_id":"resp_a","instructions":"Be kind."})", ctx);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_text,
+            "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nAnd now?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(parsed->responses->conversation.size(), 3u);
+  EXPECT_EQ(parsed->responses->echo["previous_response_id"], "resp_a");
+  EXPECT_EQ(ErrorOf(ParseResponses(R"({"input":"x","previous_response_id":"resp_b"})", ctx),
+                    absl::StatusCode::kNotFound),
+            "previous_response_id 'resp_b' names no stored response: it was not stored (store: "
+            "false), was deleted, or was dropped from this router's store (--response-store-mb)");
+}
+
+TEST(ResponseStoreTest, KeepsTheMostRecentlyUsedWithinItsBytes) {
+  const std::string body(1000, 'x');
+  ResponseStore store(4000);
+  store.Put("a", Stored(body));
+  store.Put("b", Stored(body));
+  store.Put("c", Stored(body));
+  EXPECT_EQ(store.size(), 3u);
+  const size_t one = store.bytes() / 3;
+  EXPECT_GT(one, body.size());
+  ASSERT_NE(store.Get("a"), nullptr);  // a is now the most recently used
+  store.Put("d", Stored(body));        // over 4000: the least recently used (b) goes
+  EXPECT_EQ(store.Get("b"), nullptr);
+  EXPECT_NE(store.Get("a"), nullptr);
+  EXPECT_NE(store.Get("c"), nullptr);
+  EXPECT_NE(store.Get("d"), nullptr);
+  EXPECT_LE(store.bytes(), 4000u);
+  // A replacement counts once; an entry larger than the store is not kept, and takes the old
+  // entry of its id with it.
+  store.Put("a", Stored("short"));
+  EXPECT_EQ(store.Get("a")->body, "short");
+  store.Put("a", Stored(std::string(5000, 'y')));
+  EXPECT_EQ(store.Get("a"), nullptr);
+  EXPECT_TRUE(store.Delete("c"));
+  EXPECT_FALSE(store.Delete("c"));
+  EXPECT_TRUE(store.Delete("d"));
+  EXPECT_EQ(store.size(), 0u);
+  EXPECT_EQ(store.bytes(), 0u);
+
+  ResponseStore none(0);
+  none.Put("a", Stored("{}"));
+  EXPECT_EQ(none.Get("a"), nullptr);
+}
+
+TEST(ResponseStoreTest, ConcurrentUseStaysWithinItsBytes) {
+  ResponseStore store(64 << 10);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&store, t] {
+      for (int i = 0; i < 2000; ++i) {
+        const std::string id = absl::StrCat("r", (t * 7 + i) % 300);
+        if (i % 3 == 0) {
+          store.Put(id, Stored(std::string(100 + i % 900, 'z')));
+        } else if (i % 3 == 1) {
+          std::shared_ptr<const StoredResponse> got = store.Get(id);
+          if (got != nullptr) {
+            EXPECT_GE(got->body.size(), 100u);
+          }
+        } else {
+          store.Delete(id);
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_LE(store.bytes(), 64u << 10);
+}
+
+TEST(InputItemsPageTest, PagesNewestFirstUnlessAsked) {
+  Json items = Json::array();
+  for (int i = 0; i < 5; ++i) items.push_back({{"id", absl::StrCat("msg_", i)}});
+  auto ids = [](const std::string& page) {
+    std::vector<std::string> out;
+    const Json parsed = Json::parse(page);
+    for (const Json& item : parsed["data"]) out.push_back(item["id"]);
+    return out;
+  };
+  const auto all = InputItemsPage(items, "", "", "");
+  ASSERT_TRUE(all.ok());
+  EXPECT_THAT(ids(*all), ::testing::ElementsAre("msg_4", "msg_3", "msg_2", "msg_1", "msg_0"));
+  EXPECT_EQ(Json::parse(*all)["object"], "list");
+  EXPECT_EQ(Json::parse(*all)["has_more"], false);
+  const auto first = InputItemsPage(items, "asc", "", "2");
+  ASSERT_TRUE(first.ok());
+  EXPECT_THAT(ids(*first), ::testing::ElementsAre("msg_0", "msg_1"));
+  EXPECT_EQ(Json::parse(*first)["has_more"], true);
+  EXPECT_EQ(Json::parse(*first)["last_id"], "msg_1");
+  const auto next = InputItemsPage(items, "asc", "msg_1", "2");
+  ASSERT_TRUE(next.ok());
+  EXPECT_THAT(ids(*next), ::testing::ElementsAre("msg_2", "msg_3"));
+  const auto end = InputItemsPage(items, "desc", "msg_0", "");
+  ASSERT_TRUE(end.ok());
+  EXPECT_TRUE(ids(*end).empty());
+  EXPECT_TRUE(Json::parse(*end)["first_id"].is_null());
+  EXPECT_FALSE(InputItemsPage(items, "", "", "0").ok());
+  EXPECT_FALSE(InputItemsPage(items, "", "", "101").ok());
+  EXPECT_FALSE(InputItemsPage(items, "", "", "ten").ok());
+  EXPECT_FALSE(InputItemsPage(items, "up", "", "").ok());
+  EXPECT_FALSE(InputItemsPage(items, "", "msg_9", "").ok());
+}
+
+// A parsed /v1/responses request to shape answers for.
+RoutedRequest ResponsesRequestFor(const std::string& body, bool reasoning = false) {
+  ApiContext ctx = TinyEnglishContext();
+  ctx.reasoning_parser = reasoning;
+  auto parsed = ParseResponses(body, ctx);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return parsed.ok() ? *std::move(parsed) : RoutedRequest();
+}
+
+proto::DecodeEvent Text(const std::string& text) {
+  proto::DecodeEvent e;
+  e.add_token_ids(7);
+  e.set_text(text);
+  return e;
+}
+
+proto::DecodeEvent End(const std::string& text, proto::FinishReason::Type type) {
+  proto::DecodeEvent e = Text(text);
+  e.set_finished(true);
+  e.mutable_finish_reason()->set_type(type);
+  e.set_prompt_tokens(9);
+  e.set_completion_tokens(4);
+  e.set_cached_tokens(2);
+  return e;
+}
+
+struct SseEvent {
+  std::string type;
+  Json data;
+};
+
+// "event: T\ndata: {...}\n\n" events, checking the framing and that data.type is T.
+std::vector<SseEvent> Events(const std::string& sse) {
+  std::vector<SseEvent> events;
+  size_t pos = 0;
+  while (pos < sse.size()) {
+    EXPECT_EQ(sse.compare(pos, 7, "event: "), 0) << sse.substr(pos);
+    const size_t line = sse.find('\n', pos);
+    const size_t end = sse.find("\n\n", pos);
+    if (line == std::string::npos || end == std::string::npos) {
+      ADD_FAILURE() << "unterminated event: " << sse.substr(pos);
+      break;
+    }
+    SseEvent event;
+    event.type = sse.substr(pos + 7, line - pos - 7);
+    EXPECT_EQ(sse.compare(line + 1, 6, "data: "), 0);
+    event.data = Json::parse(sse.substr(line + 7, end - line - 7));
+    EXPECT_EQ(event.data["type"], event.type);
+    events.push_back(std::move(event));
+    pos = end + 2;
+  }
+  return events;
+}
+
+std::vector<std::string> Types(const std::vector<SseEvent>& events) {
+  std::vector<std::string> types;
+  for (const SseEvent& e : events) types.push_back(e.type);
+  return types;
+}
+
+TEST(ResponsesShapeTest, BodyIsTheResponseObjectAndIsStored) {
+  const RoutedRequest request =
+      ResponsesRequestFor(R"({"input":"Hi","instructions":"Be brief.","max_output_tokens":4})");
+  ResponseShaper shaper(request);
+  EXPECT_EQ(shaper.response_id(), request.responses->id);
+  shaper.Accumulate(Text("Hello"));
+  shaper.Accumulate(End(" there", proto::FinishReason::LENGTH));
+  ASSERT_TRUE(shaper.FinalStatus().ok());
+  EXPECT_FALSE(shaper.ToStore().has_value());  // nothing to keep before the body is made
+  const Json body = Json::parse(shaper.Body(0));
+  EXPECT_EQ(body["id"], request.responses->id);
+  EXPECT_EQ(body["object"], "response");
+  EXPECT_EQ(body["status"], "incomplete");
+  EXPECT_EQ(body["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(body["instructions"], "Be brief.");
+  EXPECT_EQ(body["model"], "tandem-tiny");
+  ASSERT_EQ(body["output"].size(), 1u);
+  const Json& message = body["output"][0];
+  EXPECT_EQ(message["type"], "message");
+  EXPECT_EQ(message["role"], "assistant");
+  EXPECT_EQ(message["status"], "completed");
+  EXPECT_THAT(message["id"].get<std::string>(), ::testing::MatchesRegex("msg_[0-9a-f]{32}"));
+  EXPECT_EQ(message["content"][0]["type"], "output_text");
+  EXPECT_EQ(message["content"][0]["text"], "Hello there");
+  EXPECT_EQ(body["usage"], Json::parse(R"({"input_tokens":9,"input_tokens_details":
+      {"cached_tokens":2},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":0},
+      "total_tokens":13})"));
+  const std::optional<StoredResponse> stored = shaper.ToStore();
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(Json::parse(stored->body), body);
+  EXPECT_EQ(stored->conversation, Json::parse(R"([{"role":"user","content":"Hi"},
+      {"role":"assistant","content":"Hello there"}])"));
+  EXPECT_EQ(stored->input_items.size(), 1u);
+
+  ResponseShaper unstored(ResponsesRequestFor(R"({"input":"Hi","store":false})"));
+  unstored.Accumulate(End("x", proto::FinishReason::STOP));
+  EXPECT_EQ(Json::parse(unstored.Body(0))["status"], "completed");
+  EXPECT_FALSE(unstored.ToStore().has_value());
+}
+
+constexpr char kCall[] =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+
+TEST(ResponsesShapeTest, CallsAreFunctionCallItems) {
+  const RoutedRequest request = ResponsesRequestFor(absl::StrCat(
+      R"({"input":"Weather?","tool_choice":"required","tools":[)", kWeatherTool, "]}"));
+  ResponseShaper shaper(request);
+  shaper.Accumulate(End(kCall, proto::FinishReason::STOP));
+  const Json body = Json::parse(shaper.Body(0));
+  EXPECT_EQ(body["status"], "completed");
+  ASSERT_EQ(body["output"].size(), 1u);  // no empty message beside the call
+  const Json& call = body["output"][0];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(Json::parse(call["arguments"].get<std::string>()), Json({{"city", "Oslo"}}));
+  EXPECT_THAT(call["call_id"].get<std::string>(), ::testing::MatchesRegex("call_[0-9a-f]{24}"));
+  EXPECT_THAT(call["id"].get<std::string>(), ::testing::MatchesRegex("fc_[0-9a-f]{32}"));
+  // The next turn sees the call under the id the client was given.
+  const std::optional<StoredResponse> stored = shaper.ToStore();
+  ASSERT_TRUE(stored.has_value());
+  const Json& turn = stored->conversation.back();
+  EXPECT_EQ(turn["tool_calls"][0]["id"], call["call_id"]);
+}
+
+TEST(ResponsesShapeTest, StreamEventsFollowTheAnswer) {
+  RoutedRequest request = ResponsesRequestFor(
+      absl::StrCat(R"({"input":"Weather?","stream":true,"tools":[)", kWeatherTool, "]}"),
+      /*reasoning=*/true);
+  request.separate_reasoning = true;
+  ResponseShaper shaper(request);
+  std::string sse;
+  for (const char* piece : {"<think>Let me", " see.</think>", "It is ", "cold. "}) {
+    sse += shaper.StreamEvent(Text(piece));
+  }
+  sse += shaper.StreamEvent(End(kCall, proto::FinishReason::STOP));
+  EXPECT_EQ(shaper.StreamDone(), "");  // no [DONE] after response.completed
+  const std::vector<SseEvent> events = Events(sse);
+  EXPECT_THAT(
+      Types(events),
+      ::testing::ElementsAre(
+          "response.created", "response.in_progress", "response.output_item.added",
+          "response.content_part.added", "response.reasoning_text.delta",
+          "response.reasoning_text.delta", "response.reasoning_text.done",
+          "response.content_part.done", "response.output_item.done", "response.output_item.added",
+          "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
+          "response.output_text.done", "response.content_part.done", "response.output_item.done",
+          "response.output_item.added", "response.function_call_arguments.delta",
+          "response.function_call_arguments.done", "response.output_item.done",
+          "response.completed"));
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].data["sequence_number"], i);
+  EXPECT_EQ(events[0].data["response"]["status"], "in_progress");
+  EXPECT_TRUE(events[0].data["response"]["output"].empty());
+  EXPECT_EQ(events[4].data["output_index"], 0);
+  EXPECT_EQ(events[6].data["text"], "Let me see.");
+  EXPECT_EQ(events[11].data["output_index"], 1);
+  EXPECT_EQ(events[11].data["item_id"], events[9].data["item"]["id"]);
+  EXPECT_EQ(events[13].data["text"], "It is cold.");
+  EXPECT_EQ(events[16].data["output_index"], 2);
+  const Json& final = events.back().data["response"];
+  EXPECT_EQ(final["status"], "completed");
+  ASSERT_EQ(final["output"].size(), 3u);
+  EXPECT_EQ(final["output"][0]["type"], "reasoning");
+  EXPECT_EQ(final["output"][0]["content"][0]["text"], "Let me see.");
+  EXPECT_EQ(final["output"][1]["content"][0]["text"], "It is cold.");
+  EXPECT_EQ(final["output"][2]["type"], "function_call");
+  EXPECT_EQ(final["output"][2], events[19].data["item"]);
+  EXPECT_EQ(final["usage"]["output_tokens"], 4);
+  const std::optional<StoredResponse> stored = shaper.ToStore();
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(Json::parse(stored->body), final);
+  const Json& turn = stored->conversation.back();
+  EXPECT_EQ(turn["content"], "It is cold.");
+  EXPECT_EQ(turn["tool_calls"][0]["id"], final["output"][2]["call_id"]);
+}
+
+TEST(ResponsesShapeTest, AnEmptyAnswerStillHasItsMessage) {
+  ResponseShaper shaper(ResponsesRequestFor(R"({"input":"x","stream":true})"));
+  const std::vector<SseEvent> events =
+      Events(shaper.StreamEvent(End("", proto::FinishReason::STOP)));
+  ASSERT_FALSE(events.empty());
+  const Json& final = events.back().data["response"];
+  ASSERT_EQ(final["output"].size(), 1u);
+  EXPECT_EQ(final["output"][0]["content"][0]["text"], "");
+}
+
+TEST(ResponsesShapeTest, AnIllFormedAnswerIsStoredAsTheClientSawIt) {
+  ResponseShaper shaper(ResponsesRequestFor(R"({"input":"x"})"));
+  shaper.Accumulate(End("caf\xc3", proto::FinishReason::STOP));
+  const Json body = Json::parse(shaper.Body(0));
+  EXPECT_EQ(body["output"][0]["content"][0]["text"], "caf\xef\xbf\xbd");
+  std::optional<StoredResponse> entry = shaper.ToStore();
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->conversation.back()["content"], "caf\xef\xbf\xbd");
+  ResponseStore store(1 << 20);
+  store.Put(shaper.response_id(), *std::move(entry));
+  ApiContext ctx = TinyEnglishContext();
+  ctx.response_store = &store;
+  const auto next = ParseResponses(
+      absl::StrCat(R"({"input":"y","previous_response_id":")", shaper.response_id(), "\"}"), ctx);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_THAT(next->prompt_text, HasSubstr("caf\xef\xbf\xbd"));
+}
+
+TEST(ResponsesShapeTest, AbortsAndErrorsFailTheResponse) {
+  ResponseShaper aborted(ResponsesRequestFor(R"({"input":"x","stream":true})"));
+  std::string sse = aborted.StreamEvent(Text("Hel"));
+  proto::DecodeEvent abort = End("", proto::FinishReason::ABORT);
+  abort.mutable_finish_reason()->set_message("aborted by /abort_request");
+  sse += aborted.StreamEvent(abort);
+  const std::vector<SseEvent> events = Events(sse);
+  EXPECT_EQ(events.back().type, "response.failed");
+  EXPECT_EQ(events.back().data["response"]["status"], "failed");
+  EXPECT_THAT(events.back().data["response"]["error"]["message"].get<std::string>(),
+              HasSubstr("aborted by /abort_request"));
+  EXPECT_EQ(events.back().data["response"]["output"][0]["content"][0]["text"], "Hel");
+  EXPECT_FALSE(aborted.ToStore().has_value());
+
+  ResponseShaper broken(ResponsesRequestFor(R"({"input":"x","stream":true})"));
+  std::string broken_sse = broken.StreamEvent(Text("Hel"));
+  broken_sse += broken.StreamError(absl::UnavailableError("the decode worker went away"));
+  EXPECT_EQ(broken.StreamEvent(Text("lo")), "");  // nothing after the error
+  const std::vector<SseEvent> broken_events = Events(broken_sse);
+  ASSERT_GE(broken_events.size(), 2u);
+  EXPECT_EQ(broken_events[broken_events.size() - 2].type, "error");
+  EXPECT_EQ(broken_events[broken_events.size() - 2].data["message"], "the decode worker went away");
+  EXPECT_EQ(broken_events.back().type, "response.failed");
+  EXPECT_FALSE(broken.ToStore().has_value());
+
+  // Not streamed: an abort is the request's error, as chat's.
+  ResponseShaper whole(ResponsesRequestFor(R"({"input":"x"})"));
+  whole.Accumulate(abort);
+  EXPECT_EQ(whole.FinalStatus().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tandem::router
