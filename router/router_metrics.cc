@@ -34,6 +34,14 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
               .Get()),
       sgl_active_workers(
           r->AddGauge("sgl_router_active_workers", "Number of currently active workers", {}).Get()),
+      stored_responses(r->AddGauge("tandem_router_stored_responses",
+                                   "Responses API responses kept for retrieval and continuation",
+                                   {})
+                           .Get()),
+      stored_response_bytes(
+          r->AddGauge("tandem_router_stored_response_bytes",
+                      "Bytes the stored responses are counted as (--response-store-mb)", {})
+              .Get()),
       e2e_(r->AddHistogram("tandem_router_e2e_seconds", "Request received to last byte sent", {})
                .Get()),
       requests_(

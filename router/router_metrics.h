@@ -38,6 +38,9 @@ class RouterMetrics {
   Gauge& queue_depth;
   Gauge& http_body_bytes_held;  // set from the HTTP server when /metrics is rendered
   Gauge& sgl_active_workers;    // healthy workers, set when /metrics is rendered
+  // The Responses API's stored responses and their bytes, set when /metrics is rendered.
+  Gauge& stored_responses;
+  Gauge& stored_response_bytes;
 
  private:
   Histogram& e2e_;  // seconds, received -> last byte (ObserveDuration)

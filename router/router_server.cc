@@ -543,6 +543,8 @@ void RouterServer::AddRoutes() {
     int healthy = 0;
     for (const WorkerState& w : registry_->Snapshot()) healthy += w.healthy ? 1 : 0;
     router_metrics_->sgl_active_workers.Set(healthy);
+    router_metrics_->stored_responses.Set(static_cast<double>(response_store_->size()));
+    router_metrics_->stored_response_bytes.Set(static_cast<double>(response_store_->bytes()));
     HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
     resp.content_type = "text/plain; version=0.0.4";
     r.Send(std::move(resp));

@@ -574,6 +574,13 @@ TEST_F(RouterEndpointsTest, ResponsesAreStoredContinuedStreamedAndAborted) {
   EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, prefill_->http_port, &why)) << why;
   EXPECT_TRUE(WaitForAllKvBlocksFree(pd->port, kTestAdminKey, decode_->http_port, &why)) << why;
 
+  // Three responses kept (the aborted one failed): the store's gauges show them.
+  const std::string metrics = RouterRequest(pd->port, "GET", "/metrics").body;
+  EXPECT_EQ(MetricValue(metrics, "tandem_router_stored_responses"), 3.0) << metrics;
+  const std::optional<double> bytes = MetricValue(metrics, "tandem_router_stored_response_bytes");
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_GT(*bytes, 1000);
+  EXPECT_LT(*bytes, 64 << 20);
   EXPECT_EQ(RouterRequest(pd->port, "DELETE", "/v1/responses/" + id, "", key).status, 200);
   EXPECT_EQ(RouterRequest(pd->port, "GET", "/v1/responses/" + id, "", key).status, 404);
 
