@@ -109,6 +109,23 @@ constexpr char kCompletionUsageChunk[] = R"({"id":"cmpl-7iA7iJjj8V2zOkCGvWF2hAkD
   "system_fingerprint":"fp_44709d6fcb","choices":[],
   "usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}})";
 
+// paths./responses.post x-oaiMeta, example "Text input" (the response object).
+constexpr char kResponse[] = R"({"id":"resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b",
+  "object":"response","created_at":1741476542,"status":"completed","error":null,
+  "incomplete_details":null,"instructions":null,"max_output_tokens":null,
+  "model":"gpt-4.1-2025-04-14",
+  "output":[{"type":"message","id":"msg_67ccd2bf17f0819081ff3bb2cf6508e60bb6a6b452d3795b",
+    "status":"completed","role":"assistant",
+    "content":[{"type":"output_text","text":"In a peaceful grove beneath a silver moon...",
+      "annotations":[]}]}],
+  "parallel_tool_calls":true,"previous_response_id":null,
+  "reasoning":{"effort":null,"summary":null},"store":true,"temperature":1.0,
+  "text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,
+  "truncation":"disabled",
+  "usage":{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,
+    "output_tokens_details":{"reasoning_tokens":0},"total_tokens":123},
+  "user":null,"metadata":{}})";
+
 // ---- SGLang's ----
 
 // docs.sglang.io basic_usage/native_api.html, "Generate (text generation model)": the printed
@@ -236,6 +253,22 @@ ShapeRules ChatLastChunkRules() {
                   "every delta field is optional (ChatCompletionStreamResponseDelta): our last "
                   "chunk carries the final token's text with the finish_reason, where OpenAI "
                   "sends an empty delta after it"}};
+  return rules;
+}
+
+ShapeRules ResponseRules() {
+  ShapeRules rules;
+  rules.extra = {
+      {"background", "documented in the Response object (Response.background): always false"},
+      {"max_tool_calls", "documented in the Response object: null, no limit is applied"},
+      {"top_logprobs", "documented in the Response object: 0, logprobs are not served here"},
+      {"output[].content[].logprobs",
+       "documented in ResponseOutputText (logprobs: array); always empty here"}};
+  rules.pinned = {{"object", {"response"}},
+                  {"status", {"completed", "incomplete", "failed", "in_progress"}},
+                  {"output[].type", {"message", "function_call", "reasoning"}},
+                  {"output[].role", {"assistant"}},
+                  {"output[].content[].type", {"output_text"}}};
   return rules;
 }
 
@@ -420,6 +453,12 @@ TEST(ConformanceTest, OpenAiChat) {
       "messages":[{"role":"system","content":"You are a helpful assistant."},
                   {"role":"user","content":"Hello!"}]})");
   ExpectConforms("chat", kChat, {BodyOf(r, proto::FinishReason::STOP)}, ChatRules());
+}
+
+TEST(ConformanceTest, OpenAiResponse) {
+  const RoutedRequest r = Single(ApiKind::kResponses, R"({"model":"m",
+      "input":"Tell me a three sentence bedtime story about a unicorn."})");
+  ExpectConforms("response", kResponse, {BodyOf(r, proto::FinishReason::STOP)}, ResponseRules());
 }
 
 TEST(ConformanceTest, OpenAiChatLogprobs) {
