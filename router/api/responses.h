@@ -25,8 +25,11 @@
 //   `truncation` ("disabled"; "auto" is accepted and changes nothing: a conversation over the
 //   context is a 400), `include` (ignored but for logprobs) and SGLang's sampling extras (top_k,
 //   min_p, seed, stop, penalties) as chat reads them. Not served, each a 400 when set:
-//   `background`, `conversation`, `prompt` (stored prompt templates), `top_logprobs` above 0 and
-//   `include` "message.output_text.logprobs".
+//   `background`, `conversation`, `prompt` (stored prompt templates).
+// - Logprobs: `include` "message.output_text.logprobs" or `top_logprobs` > 0 (up to 20
+//   alternatives) returns them on the output_text part (and each output_text.delta event), in
+//   chat's entry shape ({"token","logprob","bytes","top_logprobs"}). They cover every token of the
+//   answer, the tokens of reasoning and of calls included (one list, on the message's text).
 // - Ids: "resp_" + 32 hex digits, fresh for every response (the request's rid, x-request-id,
 //   stays the rid); items "msg_", "rs_", "fc_" likewise.
 // - Status: "completed"; "incomplete" with incomplete_details.reason "max_output_tokens" when

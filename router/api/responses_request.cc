@@ -323,20 +323,6 @@ absl::Status RefuseUnserved(const Json& body) {
   if (const Json* v = Find(body, "prompt"); v != nullptr && IsSet(*v)) {
     return Invalid("prompt (a stored prompt template) is not supported; send the input itself");
   }
-  const char* no_logprobs =
-      " is not supported on /v1/responses; use /v1/chat/completions with logprobs";
-  if (const Json* v = Find(body, "top_logprobs"); v != nullptr) {
-    ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, "top_logprobs", 0, 20));
-    if (n > 0) return Invalid(absl::StrCat("top_logprobs", no_logprobs));
-  }
-  if (const Json* v = Find(body, "include"); v != nullptr) {
-    ASSIGN_OR_RETURN(const std::vector<std::string> include, ToStringOrList(*v, "include", 16));
-    for (const std::string& what : include) {
-      if (what == "message.output_text.logprobs") {
-        return Invalid(absl::StrCat("include \"message.output_text.logprobs\"", no_logprobs));
-      }
-    }
-  }
   if (const Json* v = Find(body, "truncation"); v != nullptr) {
     ASSIGN_OR_RETURN(const std::string truncation, ToString(*v, "truncation"));
     if (truncation != "disabled" && truncation != "auto") {
@@ -374,6 +360,20 @@ absl::StatusOr<RoutedRequest> ParseResponsesJson(const Json& body, const ApiCont
   if (const Json* v = Find(body, "store"); v != nullptr) {
     ASSIGN_OR_RETURN(responses->store, ToBool(*v, "store"));
   }
+  // Logprobs: include "message.output_text.logprobs" (OpenAI's switch) or top_logprobs > 0 asks
+  // for them, as chat's logprobs / top_logprobs.
+  bool logprobs = false;
+  if (const Json* v = Find(body, "include"); v != nullptr) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> include, ToStringOrList(*v, "include", 16));
+    for (const std::string& what : include) logprobs |= what == "message.output_text.logprobs";
+  }
+  if (const Json* v = Find(body, "top_logprobs"); v != nullptr) {
+    ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, "top_logprobs", 0, 20));
+    logprobs |= n > 0;
+    chat["top_logprobs"] = n;
+    echo["top_logprobs"] = n;
+  }
+  if (logprobs) chat["logprobs"] = true;
   if (const Json* v = Find(body, "metadata"); v != nullptr) {
     ASSIGN_OR_RETURN(echo["metadata"], ReadMetadata(*v));
   }

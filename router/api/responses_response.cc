@@ -31,6 +31,7 @@ std::string ResponsesStream::OpenItem(Open kind) {
   std::string out = Close();
   open = kind;
   item_text.clear();
+  item_logprobs = Json::array();
   const bool message = kind == Open::kMessage;
   item_id = absl::StrCat(message ? "msg_" : "rs_", NewRid());
   Json item = message ? Json{{"type", "message"},
@@ -52,15 +53,16 @@ std::string ResponsesStream::OpenItem(Open kind) {
   return out;
 }
 
-std::string ResponsesStream::Delta(const std::string& text) {
+std::string ResponsesStream::Delta(const std::string& text, Json logprobs) {
   item_text += text;
   if (open == Open::kMessage) {
     content += text;
+    for (const Json& entry : logprobs) item_logprobs.push_back(entry);
     return Event("response.output_text.delta", {{"item_id", item_id},
                                                 {"output_index", output_index()},
                                                 {"content_index", 0},
                                                 {"delta", text},
-                                                {"logprobs", Json::array()}});
+                                                {"logprobs", std::move(logprobs)}});
   }
   return Event("response.reasoning_text.delta", {{"item_id", item_id},
                                                  {"output_index", output_index()},
@@ -71,13 +73,13 @@ std::string ResponsesStream::Delta(const std::string& text) {
 std::string ResponsesStream::Close() {
   if (open == Open::kNone) return "";
   const bool message = open == Open::kMessage;
-  Json part = Part(open, item_text);
+  Json part = Part(open, item_text, item_logprobs);
   std::string out;
   Json done = {{"item_id", item_id},
                {"output_index", output_index()},
                {"content_index", 0},
                {"text", item_text}};
-  if (message) done["logprobs"] = Json::array();
+  if (message) done["logprobs"] = item_logprobs;
   out += Event(message ? "response.output_text.done" : "response.reasoning_text.done",
                std::move(done));
   out += Event("response.content_part.done", {{"item_id", item_id},
@@ -112,12 +114,12 @@ std::string ResponsesStream::Call(const ParsedToolCall& call) {
   return out;
 }
 
-Json ResponsesStream::Part(Open kind, const std::string& text) {
+Json ResponsesStream::Part(Open kind, const std::string& text, Json logprobs) {
   if (kind == Open::kReasoning) return {{"type", "reasoning_text"}, {"text", text}};
   return {{"type", "output_text"},
           {"text", text},
           {"annotations", Json::array()},
-          {"logprobs", Json::array()}};
+          {"logprobs", std::move(logprobs)}};
 }
 Json ResponsesStream::MessageItem(const std::string& id, Json part) {
   return {{"type", "message"},
@@ -199,7 +201,8 @@ Json ResponseShaper::ResponsesOutput(Json* assistant_turn) const {
   if (!content.empty() || !has_calls) {
     output.push_back(ResponsesStream::MessageItem(
         absl::StrCat("msg_", api_internal::NewRid()),
-        ResponsesStream::Part(ResponsesStream::Open::kMessage, content)));
+        ResponsesStream::Part(ResponsesStream::Open::kMessage, content,
+                              return_logprob_ ? ChatStreamLogprobs(0)["content"] : Json::array())));
   }
   *assistant_turn = {{"role", "assistant"}, {"content", content}};
   if (has_calls) {
@@ -238,9 +241,17 @@ std::string ResponseShaper::ResponsesStreamEvents(const proto::DecodeEvent& even
     out += stream.OpenItem(ResponsesStream::Open::kReasoning);
     out += stream.Delta(reasoning);
   }
+  // The logprobs of the tokens not placed yet, for the message's text (all of them: the tokens of
+  // reasoning and calls too).
+  auto unplaced_logprobs = [&] {
+    if (!return_logprob_ || stream.tokens_scored >= output_ids_.size()) return Json::array();
+    Json entries = ChatStreamLogprobs(stream.tokens_scored)["content"];
+    stream.tokens_scored = output_ids_.size();
+    return entries;
+  };
   if (!split.content.empty()) {
     out += stream.OpenItem(ResponsesStream::Open::kMessage);
-    out += stream.Delta(split.content);
+    out += stream.Delta(split.content, unplaced_logprobs());
   }
   for (const api_internal::ParsedToolCall& call : split.calls) out += stream.Call(call);
   if (!event.finished()) return out;
@@ -250,6 +261,9 @@ std::string ResponseShaper::ResponsesStreamEvents(const proto::DecodeEvent& even
   bool listed_message = false;
   for (const Json& item : stream.output) listed_message |= item["type"] == "message";
   if (!any_message && !listed_message) out += stream.OpenItem(ResponsesStream::Open::kMessage);
+  if (stream.open == ResponsesStream::Open::kMessage) {
+    for (const Json& entry : unplaced_logprobs()) stream.item_logprobs.push_back(entry);
+  }
   out += stream.Close();
   const std::string status = ResponsesStatus();
   const Json response = ResponseObject(status, stream.output);

@@ -5,6 +5,7 @@
 #ifndef TANDEM_ROUTER_API_RESPONSES_STREAM_H_
 #define TANDEM_ROUTER_API_RESPONSES_STREAM_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -19,11 +20,13 @@ struct ResponsesStream {
   bool started = false;
   int64_t sequence = 0;
   Open open = Open::kNone;
-  std::string item_id;          // the open item's
-  std::string item_text;        // the open item's text so far
-  Json output = Json::array();  // the items done, in order
-  std::string content;          // every message text, for the conversation
-  Json calls = Json::array();   // the calls as chat's tool_calls, for the conversation
+  std::string item_id;                 // the open item's
+  std::string item_text;               // the open item's text so far
+  Json item_logprobs = Json::array();  // the open message's token logprobs so far
+  size_t tokens_scored = 0;            // the answer's tokens whose logprobs were placed
+  Json output = Json::array();         // the items done, in order
+  std::string content;                 // every message text, for the conversation
+  Json calls = Json::array();          // the calls as chat's tool_calls, for the conversation
 
   // One event: `event:` and `data:` lines, the data with its type and sequence number.
   std::string Event(const char* type, Json fields);
@@ -31,15 +34,15 @@ struct ResponsesStream {
   // Opens an item of `kind` unless one is open: closes the one open, then announces the new
   // item and its content part.
   std::string OpenItem(Open kind);
-  // The text delta of the open item.
-  std::string Delta(const std::string& text);
+  // The text delta of the open item; a message's carries `logprobs` (its new tokens' entries).
+  std::string Delta(const std::string& text, Json logprobs = Json::array());
   // Closes the open item, if any: its text and part done, then the item.
   std::string Close();
   // A completed call: its item announced, its arguments in one delta, done.
   std::string Call(const ParsedToolCall& call);
 
   // The content part of an item of `kind` holding `text`, and the finished items.
-  static Json Part(Open kind, const std::string& text);
+  static Json Part(Open kind, const std::string& text, Json logprobs = Json::array());
   static Json MessageItem(const std::string& id, Json part);
   static Json ReasoningItem(const std::string& id, Json part);
   // A call as chat's tool_calls entry.

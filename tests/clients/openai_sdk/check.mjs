@@ -533,6 +533,27 @@ check('responses: text.format json_schema output validates', async () => {
   assert.equal(r.text.format.name, 'weather');
 });
 
+check('responses: logprobs on the message text, streamed and not', async () => {
+  const request = {
+    model: 'default', input: 'Hello.', max_output_tokens: 5, temperature: 0.7, seed: 6,
+    include: ['message.output_text.logprobs'], top_logprobs: 2,
+  };
+  const r = await client.responses.create(request);
+  const part = r.output[0].content[0];
+  assert.equal(part.logprobs.length, 5);
+  for (const entry of part.logprobs) {
+    assert.equal(typeof entry.token, 'string');
+    assert.ok(entry.logprob <= 0);
+    assert.ok(Array.isArray(entry.bytes));
+    assert.equal(entry.top_logprobs.length, 2);
+  }
+  let streamed = 0;
+  for await (const event of await client.responses.create({ ...request, stream: true })) {
+    if (event.type === 'response.output_text.delta') streamed += event.logprobs.length;
+  }
+  assert.equal(streamed, 5);
+});
+
 check('responses: what is not served is a typed error naming it', async () => {
   await assert.rejects(
       client.responses.create({

@@ -261,9 +261,9 @@ ShapeRules ResponseRules() {
   rules.extra = {
       {"background", "documented in the Response object (Response.background): always false"},
       {"max_tool_calls", "documented in the Response object: null, no limit is applied"},
-      {"top_logprobs", "documented in the Response object: 0, logprobs are not served here"},
+      {"top_logprobs", "documented in the Response object: the request's, 0 by default"},
       {"output[].content[].logprobs",
-       "documented in ResponseOutputText (logprobs: array); always empty here"}};
+       "documented in ResponseOutputText (logprobs: array); empty unless asked for"}};
   rules.pinned = {{"object", {"response"}},
                   {"status", {"completed", "incomplete", "failed", "in_progress"}},
                   {"output[].type", {"message", "function_call", "reasoning"}},

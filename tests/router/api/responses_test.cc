@@ -151,9 +151,8 @@ TEST(ParseResponsesTest, Errors) {
   EXPECT_THAT(error(R"({"input":"x","conversation":"conv_1"})"),
               HasSubstr("with previous_response_id"));
   EXPECT_THAT(error(R"({"input":"x","prompt":{"id":"pmpt_1"}})"), HasSubstr("prompt"));
-  EXPECT_THAT(error(R"({"input":"x","top_logprobs":2})"), HasSubstr("top_logprobs is not"));
-  EXPECT_THAT(error(R"({"input":"x","include":["message.output_text.logprobs"]})"),
-              HasSubstr("message.output_text.logprobs"));
+  EXPECT_THAT(error(R"({"input":"x","top_logprobs":21})"), HasSubstr("top_logprobs"));
+  EXPECT_THAT(error(R"({"input":"x","include":[5]})"), HasSubstr("include"));
   EXPECT_EQ(error(R"({"input":"x","truncation":"middle"})"),
             "truncation must be \"disabled\" or \"auto\"");
   EXPECT_EQ(error(R"({"input":"x","metadata":{"k":5}})"),
@@ -467,6 +466,56 @@ TEST(ResponsesShapeTest, StreamEventsFollowTheAnswer) {
   const Json& turn = stored->conversation.back();
   EXPECT_EQ(turn["content"], "It is cold.");
   EXPECT_EQ(turn["tool_calls"][0]["id"], final["output"][2]["call_id"]);
+}
+
+proto::DecodeEvent Scored(const std::string& text, int32_t id, bool finished) {
+  proto::DecodeEvent e = finished ? End(text, proto::FinishReason::LENGTH) : Text(text);
+  e.set_token_ids(0, id);
+  e.add_token_logprobs(-0.5f);
+  proto::TopLogprobs* top = e.add_top_logprobs();
+  for (int32_t alternative : {id, id + 1}) {
+    top->add_token_ids(alternative);
+    top->add_logprobs(-0.5f - static_cast<float>(alternative - id));
+  }
+  return e;
+}
+
+TEST(ResponsesShapeTest, LogprobsGoOnTheMessageText) {
+  const RoutedRequest request = ResponsesRequestFor(
+      R"({"input":"x","include":["message.output_text.logprobs"],"top_logprobs":2})");
+  EXPECT_TRUE(request.return_logprob);
+  EXPECT_EQ(request.top_logprobs, 2);
+  EXPECT_EQ(request.sampling.top_logprobs_num(), 2);
+  EXPECT_EQ(request.responses->echo["top_logprobs"], 2);
+  const int32_t hello = TinyEnglishTokenizer().Encode("Hello", false).front();
+
+  ResponseShaper whole(request, &TinyEnglishTokenizer());
+  whole.Accumulate(Scored("Hello", hello, false));
+  whole.Accumulate(Scored("Hello", hello, true));
+  const Json part = Json::parse(whole.Body(0))["output"][0]["content"][0];
+  ASSERT_EQ(part["logprobs"].size(), 2u);
+  EXPECT_EQ(part["logprobs"][0]["token"],
+            TinyEnglishTokenizer().TokenBytes(hello, /*skip_special_tokens=*/false));
+  EXPECT_EQ(part["logprobs"][0]["logprob"], -0.5);
+  EXPECT_EQ(part["logprobs"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(part["logprobs"][0]["top_logprobs"][1]["logprob"], -1.5);
+
+  ResponseShaper streamed(request, &TinyEnglishTokenizer());
+  std::string sse = streamed.StreamEvent(Scored("Hello", hello, false));
+  sse += streamed.StreamEvent(Scored("Hello", hello, true));
+  size_t delta_entries = 0;
+  Json final;
+  for (const SseEvent& event : Events(sse)) {
+    if (event.type == "response.output_text.delta") delta_entries += event.data["logprobs"].size();
+    if (event.type == "response.incomplete") final = event.data["response"];
+  }
+  EXPECT_EQ(delta_entries, 2u);
+  EXPECT_EQ(final["output"][0]["content"][0], part);
+
+  // Without asking, no entries.
+  ResponseShaper plain(ResponsesRequestFor(R"({"input":"x","top_logprobs":0})"));
+  plain.Accumulate(End("Hi", proto::FinishReason::STOP));
+  EXPECT_TRUE(Json::parse(plain.Body(0))["output"][0]["content"][0]["logprobs"].empty());
 }
 
 TEST(ResponsesShapeTest, AnEmptyAnswerStillHasItsMessage) {
