@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/cluster_token.h"
 #include "common/status.h"
 #include "router/api/sampling_params.h"
 
@@ -88,12 +89,19 @@ constexpr int64_t kMaxNormalizationShrink = 3;
 }  // namespace
 
 std::string NewRid() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
+  // A rid is a capability: /abort_request takes one request's rid under the client key, and
+  // Responses ids (resp_ + a rid) read a stored conversation. So it comes from OpenSSL's
+  // generator, which no run of observed ids predicts (an mt19937's state follows from 312 of
+  // its outputs).
+  std::string rid = RandomHex(16);
+  if (rid.size() == 32) return rid;
+  // OpenSSL's generator failed (no entropy source): the kernel's, through random_device.
+  std::random_device device;
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string rid(32, '0');
-  uint64_t bits = 0;
+  rid.assign(32, '0');
+  uint32_t bits = 0;
   for (size_t i = 0; i < rid.size(); ++i) {
-    if (i % 16 == 0) bits = generator();
+    if (i % 8 == 0) bits = device();
     rid[i] = kHex[bits & 0xf];
     bits >>= 4;
   }

@@ -17,7 +17,8 @@
 
 namespace tandem::router::api_internal {
 
-// A fresh request id: 32 random lowercase hex digits (as SGLang's uuid4().hex).
+// A fresh request id: 32 lowercase hex digits of OpenSSL's generator (128 unpredictable bits,
+// as SGLang's uuid4().hex).
 std::string NewRid();
 
 // A request with the defaults every API shares: kind, created = now, skip_special_tokens true.

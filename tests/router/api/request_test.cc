@@ -2,11 +2,16 @@
 // error message a client can cause.
 #include "router/api/request.h"
 
+#include <cstdint>
+#include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/api/request_common.h"
 #include "tests/router/api/test_tokenizer.h"
 
 namespace tandem::router {
@@ -61,6 +66,57 @@ TEST(ParseGenerateTest, DefaultsFollowSglang) {
   const auto other = ParseGenerate(R"({"input_ids":[1]})", TinyEnglishContext());
   ASSERT_TRUE(other.ok());
   EXPECT_NE(other->rid, parsed->rid);
+}
+
+// Inverts y ^= (y >> shift) & mask (right) or y ^= (y << shift) & mask (left) on 64 bits.
+uint64_t UnXorShift(uint64_t y, int shift, uint64_t mask, bool right) {
+  uint64_t x = y;
+  for (int i = 0; i < 64 / shift + 1; ++i) x = y ^ ((right ? x >> shift : x << shift) & mask);
+  return x;
+}
+
+// A rid read as two outputs of a 64-bit generator, low nibbles first (as a generator-fed hex
+// writer lays them out).
+void RidWords(const std::string& rid, std::vector<uint64_t>* words) {
+  for (size_t word = 0; word < 2; ++word) {
+    uint64_t bits = 0;
+    for (size_t i = 0; i < 16; ++i) {
+      const char c = rid[word * 16 + i];
+      const uint64_t nibble = c <= '9' ? c - '0' : c - 'a' + 10;
+      bits |= nibble << (4 * i);
+    }
+    words->push_back(bits);
+  }
+}
+
+// Rids are capabilities (a client's own request for /abort_request, a stored response's id), so
+// observed ones must not predict the next. An mt19937_64 behind them does: 156 rids give 312
+// outputs, untempered into its state words, and the recurrence gives the next rid. This replays
+// that attack on NewRid.
+TEST(NewRidTest, ObservedRidsDoNotPredictTheNext) {
+  std::vector<uint64_t> outputs;
+  for (int i = 0; i < 156; ++i) {
+    const std::string rid = api_internal::NewRid();
+    ASSERT_EQ(rid.size(), 32u);
+    ASSERT_EQ(rid.find_first_not_of("0123456789abcdef"), std::string::npos) << rid;
+    RidWords(rid, &outputs);
+  }
+  std::ostringstream state;
+  for (uint64_t y : outputs) {  // mt19937_64's tempering, undone step by step
+    y = UnXorShift(y, 43, ~uint64_t{0}, true);
+    y = UnXorShift(y, 37, 0xFFF7EEE000000000ULL, false);
+    y = UnXorShift(y, 17, 0x71D67FFFEDA60000ULL, false);
+    y = UnXorShift(y, 29, 0x5555555555555555ULL, true);
+    state << y << ' ';
+  }
+  state << 312;  // the next call twists: x[312] follows from x[0], x[1] and x[156]
+  std::mt19937_64 replay;
+  std::istringstream(state.str()) >> replay;
+  const uint64_t first = replay();
+  const std::vector<uint64_t> predicted = {first, replay()};
+  std::vector<uint64_t> next;
+  RidWords(api_internal::NewRid(), &next);
+  EXPECT_NE(next, predicted) << "the next rid followed from the 156 before it";
 }
 
 TEST(ParseGenerateTest, NullMeansAbsentAndStopMayBeAString) {
