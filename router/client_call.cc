@@ -536,7 +536,7 @@ void ClientCall::SendError(const absl::Status& status) {
 
 void ClientCall::Count(int status, const absl::Status& error) {
   server_->router_metrics_->CountRequest(route_, status);
-  if (!error.ok()) server_->router_metrics_->CountError(ErrorKind(error));
+  if (!error.ok()) server_->router_metrics_->CountError(route_, ErrorKind(error));
 }
 
 }  // namespace tandem::router

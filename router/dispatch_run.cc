@@ -503,7 +503,7 @@ void Run::Fail(const AttemptPtr& a, absl::Status why, bool retryable) {
     d_->timers_->Post([self] { self->StartAttempt(); });
     return;
   }
-  d_->metrics_->retries.Increment();
+  d_->metrics_->CountRetry(request_->kind);
   const absl::Duration delay = BackoffDelay(d_->options_.backoff, retry);
   spdlog::info("rid {}: attempt {} failed ({}); retrying in {} with a new pair", request_->rid,
                retry, std::string(why.message()), absl::FormatDuration(delay));

@@ -281,19 +281,19 @@ void RouterServer::HandleAbortRequest(const HttpRequest& request, HttpResponder 
       return;
     }
     if (absl::Status s = CheckBearer(request, options_.admin_key, "admin key"); !s.ok()) {
-      router_metrics_->CountError("unauthorized");
+      router_metrics_->CountError(route, "unauthorized");
       Answer(route, responder, ErrorResponse(s));
       return;
     }
   } else if (!abort_all && !options_.api_key.empty()) {
     if (absl::Status s = CheckBearer(request, options_.api_key, "API key"); !s.ok()) {
-      router_metrics_->CountError("unauthorized");
+      router_metrics_->CountError(route, "unauthorized");
       Answer(route, responder, ErrorResponse(s));
       return;
     }
   }
   if (!spec.ok()) {
-    router_metrics_->CountError("bad_request");
+    router_metrics_->CountError(route, "bad_request");
     Answer(route, responder, ErrorResponse(spec.status()));
     return;
   }

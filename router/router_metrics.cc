@@ -11,13 +11,19 @@ constexpr double kSglDurationBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05,  0.1, 
                                          0.5,   1.0,   2.5,  5.0,   10.0,  15.0, 30.0,
                                          45.0,  60.0,  90.0, 120.0, 180.0, 240.0};
 
+// A route whose requests run legs on the workers (the routes of RouteOf).
+bool IsGenerationRoute(const std::string& route) {
+  for (ApiKind kind : {ApiKind::kGenerate, ApiKind::kCompletions, ApiKind::kChatCompletions,
+                       ApiKind::kResponses}) {
+    if (route == RouteOf(kind)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-RouterMetrics::RouterMetrics(MetricsRegistry* r)
-    : retries(r->AddCounter("tandem_router_retries_total",
-                            "Attempts retried with a new pair before the first token", {})
-                  .Get()),
-      ttft(r->AddHistogram("tandem_router_ttft_seconds",
+RouterMetrics::RouterMetrics(MetricsRegistry* r, bool pd)
+    : ttft(r->AddHistogram("tandem_router_ttft_seconds",
                            "Request received to first token sent to the client", {})
                .Get()),
       tpot(r->AddHistogram("tandem_router_tpot_seconds", "Time per output token after the first",
@@ -42,6 +48,10 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
           r->AddGauge("tandem_router_stored_response_bytes",
                       "Bytes the stored responses are counted as (--response-store-mb)", {})
               .Get()),
+      pd_(pd),
+      retries_(r->AddCounter("tandem_router_retries_total",
+                             "Attempts retried with a new pair before the first token", {})
+                   .Get()),
       e2e_(r->AddHistogram("tandem_router_e2e_seconds", "Request received to last byte sent", {})
                .Get()),
       requests_(
@@ -56,7 +66,19 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r)
                                   "Total number of requests by route and method", {"route"})),
       sgl_duration_(r->AddHistogram(
           "sgl_router_request_duration_seconds", "Request duration in seconds by route", {"route"},
-          {std::begin(kSglDurationBounds), std::end(kSglDurationBounds)})) {
+          {std::begin(kSglDurationBounds), std::end(kSglDurationBounds)})),
+      sgl_errors_(r->AddCounter("sgl_router_request_errors_total",
+                                "Total number of request errors by route and error type",
+                                {"route", "error_type"})),
+      sgl_retries_(r->AddCounter("sgl_router_retries_total",
+                                 "Total number of request retries by route", {"route"})),
+      sgl_pd_requests_(
+          r->AddCounter("sgl_router_pd_requests_total", "Total PD requests by route", {"route"})),
+      sgl_pd_duration_(r->AddHistogram(
+          "sgl_router_pd_request_duration_seconds", "PD request duration by route", {"route"},
+          {std::begin(kSglDurationBounds), std::end(kSglDurationBounds)})),
+      sgl_pd_errors_(r->AddCounter("sgl_router_pd_errors_total", "Total PD errors by error type",
+                                   {"error_type"})) {
   // Every decision's series shows from start-up, at 0 until it is taken.
   for (const char* decision : {"pd", "local_short", "local_saturated"}) {
     disaggregation_.WithLabels({decision});
@@ -71,6 +93,10 @@ void RouterMetrics::CountRequest(const std::string& route, int status) {
 void RouterMetrics::ObserveDuration(const std::string& route, double seconds) {
   e2e_.Observe(seconds);
   sgl_duration_.WithLabels({route}).Observe(seconds);
+  if (pd_) {
+    sgl_pd_requests_.WithLabels({route}).Increment();
+    sgl_pd_duration_.WithLabels({route}).Observe(seconds);
+  }
 }
 
 void RouterMetrics::CountDisaggregation(const char* decision) {
@@ -78,5 +104,30 @@ void RouterMetrics::CountDisaggregation(const char* decision) {
 }
 
 void RouterMetrics::CountError(const std::string& kind) { errors_.WithLabels({kind}).Increment(); }
+
+void RouterMetrics::CountError(const std::string& route, const std::string& kind) {
+  errors_.WithLabels({kind}).Increment();
+  sgl_errors_.WithLabels({route, kind}).Increment();
+  if (pd_ && IsGenerationRoute(route)) sgl_pd_errors_.WithLabels({kind}).Increment();
+}
+
+void RouterMetrics::CountRetry(ApiKind kind) {
+  retries_.Increment();
+  sgl_retries_.WithLabels({RouteOf(kind)}).Increment();
+}
+
+const char* RouteOf(ApiKind kind) {
+  switch (kind) {
+    case ApiKind::kGenerate:
+      return "/generate";
+    case ApiKind::kCompletions:
+      return "/v1/completions";
+    case ApiKind::kChatCompletions:
+      return "/v1/chat/completions";
+    case ApiKind::kResponses:
+      return "/v1/responses";
+  }
+  return "/generate";
+}
 
 }  // namespace tandem::router

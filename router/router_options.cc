@@ -70,9 +70,6 @@ void RegisterSglangRouterFlags(Flags& flags) {
   flags.AddIgnoredSwitch("--mini-lb",
                          "ignored: selects SGLang's Python debugging balancer (random only); "
                          "tandem-router routes by --policy");
-  flags.AddIgnored<int>("--prometheus-port",
-                        "ignored: tandem-router serves /metrics on its own --port");
-  flags.AddIgnored("--prometheus-host", "ignored: tandem-router serves /metrics on its own --port");
   flags.AddIgnored("--log-dir", "ignored: tandem-router logs to stderr");
   flags.AddIgnored<int>("--worker-startup-timeout-secs",
                         "ignored: a worker takes traffic once its health checks pass "
@@ -92,6 +89,13 @@ void RegisterSglangRouterFlags(Flags& flags) {
 void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
   flags.Add("--host", &o->host, "Address to listen on");
   flags.Add("--port", &o->port, "HTTP port")->check(CLI::Range(0, 65535));
+  flags
+      .Add("--prometheus-port", &o->prometheus_port,
+           "Also serve GET /metrics on this port (sgl-router's Prometheus port), which serves "
+           "nothing else; 0: /metrics only on --port")
+      ->check(CLI::Range(0, 65535));
+  flags.Add("--prometheus-host", &o->prometheus_host,
+            "Address of the --prometheus-port listener (default: --host)");
   flags.Add("--api-key", &o->api_key, "Key clients must send as 'Authorization: Bearer KEY'");
   flags.Add("--admin-key", &o->admin_key,
             "Key for the admin API (workers, flush, drain); prefer --admin-key-file");
@@ -358,6 +362,11 @@ absl::Status ValidateRouterOptions(RouterOptions* o) {
   if (o->max_concurrent_requests == 0 || o->max_concurrent_requests < -1) {
     return absl::InvalidArgumentError("--max-concurrent-requests must be -1 or positive");
   }
+  if (o->prometheus_port != 0 && o->prometheus_port == o->port) {
+    return absl::InvalidArgumentError(
+        "--prometheus-port must differ from --port (the router serves /metrics there too)");
+  }
+  if (o->prometheus_host.empty()) o->prometheus_host = o->host;
   if (o->tls_cert_file.empty() != o->tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls-cert-file and --tls-key-file go together");
   }

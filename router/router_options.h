@@ -24,6 +24,11 @@ struct PrefillEndpoint {
 struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 30000;
+  // sgl-router's Prometheus listener: GET /metrics (the same text as on --port) also on
+  // prometheus_host:prometheus_port, a port that serves nothing else and reads no body. 0: only
+  // on --port. prometheus_host "" is --host.
+  int prometheus_port = 0;
+  std::string prometheus_host;
   std::string api_key;  // clients must send "Authorization: Bearer <key>"
   // The admin API's key (separate from the client key): --admin-key-file (first line; preferred,
   // `ps` shows flags) or --admin-key. Without either the admin API answers 403 unless

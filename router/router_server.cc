@@ -25,6 +25,9 @@
 namespace tandem::router {
 namespace {
 
+// Connections the --prometheus-port listener keeps at once: scrapers are few.
+constexpr int kMaxPrometheusConnections = 64;
+
 // The model's context length (max_position_embeddings of its config.json in `dir`); 0 with a
 // warning when the config cannot be read, and the router then leaves the check to the workers.
 int ReadContextLength(const std::string& dir) {
@@ -56,7 +59,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   std::unique_ptr<RouterServer> server(new RouterServer(std::move(options)));
   RouterServer& s = *server;
   const RouterOptions& o = s.options_;
-  s.router_metrics_ = std::make_unique<RouterMetrics>(&s.metrics_);
+  s.router_metrics_ = std::make_unique<RouterMetrics>(&s.metrics_, o.pd_disaggregation);
 
   const std::string tokenizer_dir = !o.tokenizer_path.empty() ? o.tokenizer_path : o.model_path;
   if (tokenizer_dir.empty()) {
@@ -231,6 +234,27 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
         "tandemctl)");
   }
   RETURN_IF_ERROR(s.http_->Start(), "--host/--port: ");
+  if (o.prometheus_port != 0) {
+    // sgl-router's Prometheus port: /metrics alone, on one I/O thread, reading no body.
+    HttpServerOptions prometheus;
+    prometheus.host = o.prometheus_host;
+    prometheus.port = static_cast<uint16_t>(o.prometheus_port);
+    prometheus.threads = 1;
+    prometheus.max_body_bytes = 0;
+    prometheus.read_timeout = http.read_timeout;
+    prometheus.idle_timeout = http.idle_timeout;
+    prometheus.max_connections = std::min(o.http_max_connections, kMaxPrometheusConnections);
+    prometheus.tls_cert_file = o.tls_cert_file;
+    prometheus.tls_key_file = o.tls_key_file;
+    s.metrics_http_ = std::make_unique<HttpServer>(prometheus);
+    RouterServer* self = &s;
+    s.metrics_http_->Handle("GET", "/metrics", [self](HttpRequest, HttpResponder r) {
+      r.Send(self->MetricsResponse());
+    });
+    RETURN_IF_ERROR(s.metrics_http_->Start(), "--prometheus-host/--prometheus-port: ");
+    spdlog::info("tandem-router /metrics also on {}:{} (--prometheus-port)", o.prometheus_host,
+                 s.metrics_http_->port());
+  }
   spdlog::info(
       "tandem-router {} on {}:{} ({} mode, {} prefill, {} decode, {} plain workers; policy "
       "{}/{}; model '{}')",
@@ -243,6 +267,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
 RouterServer::~RouterServer() { Shutdown(); }
 
 void RouterServer::Shutdown() {
+  if (metrics_http_) metrics_http_->Stop();
   if (http_) http_->Stop();
   if (request_work_) request_work_->Stop();
   if (kv_subscriber_) kv_subscriber_->Stop();
@@ -261,7 +286,7 @@ HttpHandler RouterServer::Guarded(const std::string& route, const std::string* k
                                                                 HttpResponder responder) {
     if (key != nullptr) {
       if (absl::Status s = CheckBearer(request, *key, what); !s.ok()) {
-        router_metrics_->CountError("unauthorized");
+        router_metrics_->CountError(route, "unauthorized");
         Answer(route, responder, ErrorResponse(s));
         return;
       }
@@ -293,7 +318,7 @@ HttpHandler RouterServer::OnRequestThreads(const std::string& route, HttpHandler
       if (large) ReleaseFreedMemory();
     });
     if (!queued) {
-      router_metrics_->CountError("queue_full");
+      router_metrics_->CountError(route, "queue_full");
       Answer(route, *responder_holder,
              ErrorResponse(absl::ResourceExhaustedError(
                  absl::StrCat("the router is busy: ", request_work_->max_pending(),
@@ -310,7 +335,7 @@ void RouterServer::HandleGuarded(const std::string& method, const std::string& r
 }
 
 HttpResponse RouterServer::Refused(const std::string& route, HttpResponse response) {
-  router_metrics_->CountError("unauthorized");
+  router_metrics_->CountError(route, "unauthorized");
   router_metrics_->CountRequest(route, response.status);
   return response;
 }
@@ -324,7 +349,7 @@ HttpResponse RouterServer::AdminDisabledResponse() {
 
 HttpHandler RouterServer::AdminDisabled(const std::string& route) {
   return [this, route](HttpRequest, HttpResponder responder) {
-    router_metrics_->CountError("unauthorized");
+    router_metrics_->CountError(route, "unauthorized");
     Answer(route, responder, AdminDisabledResponse());
   };
 }
@@ -333,7 +358,7 @@ void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpR
                                    HttpResponder responder) {
   auto parsed = ParseBatch(kind, request.body, api_);
   if (!parsed.ok()) {
-    router_metrics_->CountError("bad_request");
+    router_metrics_->CountError(route, "bad_request");
     HttpResponse r = ErrorResponse(parsed.status());
     Answer(route, responder, std::move(r));
     return;
@@ -343,7 +368,7 @@ void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpR
       options_.request_id_headers.empty() ? DefaultRequestIdHeaders() : options_.request_id_headers;
   absl::StatusOr<std::optional<std::string>> id = ClientRequestId(request, id_headers);
   if (!id.ok()) {
-    router_metrics_->CountError("bad_request");
+    router_metrics_->CountError(route, "bad_request");
     Answer(route, responder, ErrorResponse(id.status()));
     return;
   }
@@ -356,7 +381,7 @@ void RouterServer::HandleInference(const std::string& route, ApiKind kind, HttpR
         "rid '", batch.items[i].rid,
         "' is already used by a request in progress; give each request its own rid (or "
         "request-id header)"));
-    router_metrics_->CountError("bad_request");
+    router_metrics_->CountError(route, "bad_request");
     Answer(route, responder, ErrorResponse(duplicate));
     return;
   }
@@ -411,7 +436,7 @@ void RouterServer::HandleHealthGenerate(HttpResponder responder) {
   auto holder = std::make_shared<HttpResponder>(std::move(responder));
   admission_->Acquire([this, holder](absl::Status admitted) {
     if (!admitted.ok()) {
-      router_metrics_->CountError(ErrorKind(admitted));
+      router_metrics_->CountError("/health_generate", ErrorKind(admitted));
       HttpResponse r = ErrorResponse(admitted);
       AddRetryAfter(&r);
       Answer("/health_generate", *holder, std::move(r));
@@ -440,6 +465,18 @@ void RouterServer::StartHealthGenerate(const std::shared_ptr<HttpResponder>& hol
                  HttpResponse::Error(503, absl::StrCat("health_generate failed: ", s.message())));
         }
       });
+}
+
+HttpResponse RouterServer::MetricsResponse() {
+  router_metrics_->http_body_bytes_held.Set(static_cast<double>(http_->body_bytes_held()));
+  int healthy = 0;
+  for (const WorkerState& w : registry_->Snapshot()) healthy += w.healthy ? 1 : 0;
+  router_metrics_->sgl_active_workers.Set(healthy);
+  router_metrics_->stored_responses.Set(static_cast<double>(response_store_->size()));
+  router_metrics_->stored_response_bytes.Set(static_cast<double>(response_store_->bytes()));
+  HttpResponse response = HttpResponse::Text(200, metrics_.Render());
+  response.content_type = "text/plain; version=0.0.4";
+  return response;
 }
 
 void RouterServer::AddRoutes() {
@@ -495,7 +532,7 @@ void RouterServer::AddRoutes() {
               detokenize ? DetokenizeBody(q.body, *tokenizer_, api_.max_parsed_json_bytes)
                          : TokenizeBody(q.body, *tokenizer_, api_.context_length,
                                         api_.max_parsed_json_bytes);
-          if (!body.ok()) router_metrics_->CountError("bad_request");
+          if (!body.ok()) router_metrics_->CountError(route, "bad_request");
           Answer(
               route, r,
               body.ok() ? HttpResponse::Json(200, *std::move(body)) : ErrorResponse(body.status()));
@@ -538,17 +575,7 @@ void RouterServer::AddRoutes() {
   });
   HandleGuarded("GET", "/health_generate", api_key, "API key",
                 [this](HttpRequest, HttpResponder r) { HandleHealthGenerate(std::move(r)); });
-  h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) {
-    router_metrics_->http_body_bytes_held.Set(static_cast<double>(http_->body_bytes_held()));
-    int healthy = 0;
-    for (const WorkerState& w : registry_->Snapshot()) healthy += w.healthy ? 1 : 0;
-    router_metrics_->sgl_active_workers.Set(healthy);
-    router_metrics_->stored_responses.Set(static_cast<double>(response_store_->size()));
-    router_metrics_->stored_response_bytes.Set(static_cast<double>(response_store_->bytes()));
-    HttpResponse resp = HttpResponse::Text(200, metrics_.Render());
-    resp.content_type = "text/plain; version=0.0.4";
-    r.Send(std::move(resp));
-  });
+  h.Handle("GET", "/metrics", [this](HttpRequest, HttpResponder r) { r.Send(MetricsResponse()); });
 
   // /server_info is the newer SGLang's name for it.
   for (const char* path : {"/get_server_info", "/server_info"}) {

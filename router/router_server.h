@@ -61,6 +61,8 @@ class RouterServer {
   RouterServer& operator=(const RouterServer&) = delete;
 
   int port() const { return http_->port(); }
+  // The --prometheus-port listener's port (0 when there is none).
+  int prometheus_port() const { return metrics_http_ != nullptr ? metrics_http_->port() : 0; }
   // Stops accepting, closes connections, stops health checks. Idempotent.
   void Shutdown();
 
@@ -69,6 +71,9 @@ class RouterServer {
   explicit RouterServer(RouterOptions options) : options_(std::move(options)) {}
 
   void AddRoutes();
+  // The /metrics text, its point-in-time gauges (body bytes held, healthy workers, stored
+  // responses) set first. Served on --port and on --prometheus-port.
+  HttpResponse MetricsResponse();
   // Client routes: auth, parse, admission, dispatch, response shaping.
   void HandleInference(const std::string& route, ApiKind kind, HttpRequest request,
                        HttpResponder responder);
@@ -147,6 +152,8 @@ class RouterServer {
   // per connection at most, so bounded by --http-max-connections. Stopped after http_.
   std::unique_ptr<WorkQueue> request_work_;
   std::unique_ptr<HttpServer> http_;
+  // --prometheus-port: GET /metrics only, no bodies. Stopped before http_.
+  std::unique_ptr<HttpServer> metrics_http_;
 
   absl::Mutex rids_mu_;
   // rid -> its call (unset between ClaimRid and BindRid).

@@ -13,9 +13,8 @@
 namespace tandem::router {
 
 CacheAwarePolicy::CacheAwarePolicy(const PolicyOptions& options, MetricsRegistry* metrics)
-    : options_(options) {
+    : options_(options), decisions_(metrics) {
   if (metrics != nullptr) {
-    decisions_ = PolicyDecisions(metrics);
     matched_tokens_ =
         &metrics
              ->AddCounter("tandem_router_cache_aware_matched_tokens_total",
@@ -36,6 +35,15 @@ CacheAwarePolicy::CacheAwarePolicy(const PolicyOptions& options, MetricsRegistry
                         ->AddGauge("tandem_router_cache_aware_tree_tokens",
                                    "Tokens stored in the cache_aware tree, all workers")
                         .Get();
+    sgl_cache_hits_ = &metrics->AddCounter("sgl_router_cache_hits_total", "Total cache hits").Get();
+    sgl_cache_misses_ =
+        &metrics->AddCounter("sgl_router_cache_misses_total", "Total cache misses").Get();
+    sgl_balancing_events_ = &metrics
+                                 ->AddCounter("sgl_router_load_balancing_events_total",
+                                              "Total load balancing trigger events")
+                                 .Get();
+    sgl_max_load_ = &metrics->AddGauge("sgl_router_max_load", "Maximum worker load").Get();
+    sgl_min_load_ = &metrics->AddGauge("sgl_router_min_load", "Minimum worker load").Get();
   }
   if (options_.eviction_interval > absl::ZeroDuration())
     evictor_ = std::thread([this] { EvictionLoop(); });
@@ -139,6 +147,7 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
   const bool from_events = !predicted.empty();
 
   WorkerPtr chosen;
+  bool cache_hit = false;
   int64_t matched = 0;
   const Predicted* chosen_events = nullptr;
   {
@@ -159,6 +168,7 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
           if (predicted[i].tokens > predicted[best].tokens) best = i;
         }
         if (share(predicted[best].tokens) > options_.cache_threshold) chosen = candidates[best];
+        cache_hit = chosen != nullptr;
       }
       // Else the tree's match: without events, or with events for a prefix cached nowhere now but
       // placed before (its cache dropped it), so that a prefix evicted everywhere is recomputed
@@ -167,6 +177,7 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
         for (const WorkerPtr& w : candidates) {
           if (w->url() == match.tenant) chosen = w;
         }
+        cache_hit = chosen != nullptr;
       }
       if (chosen == nullptr) {  // a new prefix: the worker the tree stores the fewest tokens for
         int64_t fewest = 0;
@@ -213,8 +224,17 @@ WorkerPtr CacheAwarePolicy::Select(const std::vector<WorkerPtr>& candidates,
                   absl::StrJoin(tokens.last(ends), ","), chosen->url(),
                   from_events ? "events" : "tree", matched);
   }
-  if (decisions_ != nullptr) decisions_->WithLabels({name(), chosen->url()}).Increment();
+  decisions_.Count(name(), chosen);
   if (from_events_ != nullptr) (from_events ? from_events_ : from_tree_)->Increment();
+  if (sgl_cache_hits_ != nullptr) {
+    if (imbalanced) {
+      sgl_balancing_events_->Increment();
+      sgl_max_load_->Set(static_cast<double>(*max_it));
+      sgl_min_load_->Set(static_cast<double>(*min_it));
+    } else {
+      (cache_hit ? sgl_cache_hits_ : sgl_cache_misses_)->Increment();
+    }
+  }
   if (matched_tokens_ != nullptr) {
     matched_tokens_->Increment(static_cast<double>(matched));
     request_tokens_->Increment(static_cast<double>(tokens.size()));

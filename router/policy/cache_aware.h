@@ -38,6 +38,7 @@
 #include "common/steady_cond_var.h"
 #include "router/policy/policy.h"
 #include "router/policy/prefix_tree.h"
+#include "router/policy/simple_policies.h"
 
 namespace tandem::router {
 
@@ -66,9 +67,16 @@ class CacheAwarePolicy : public Policy {
   Counter* matched_tokens_ = nullptr;
   Counter* request_tokens_ = nullptr;
   Gauge* tree_tokens_ = nullptr;
-  CounterFamily* decisions_ = nullptr;
+  PolicyDecisions decisions_;
   Counter* from_events_ = nullptr;
   Counter* from_tree_ = nullptr;
+  // sgl-router's: a prefix matched over cache_threshold (hit) or not (miss); the loads were
+  // imbalanced, so the least loaded worker was taken (load balancing event, and its range).
+  Counter* sgl_cache_hits_ = nullptr;
+  Counter* sgl_cache_misses_ = nullptr;
+  Counter* sgl_balancing_events_ = nullptr;
+  Gauge* sgl_max_load_ = nullptr;
+  Gauge* sgl_min_load_ = nullptr;
 
   mutable absl::Mutex mu_;
   PrefixTree tree_ ABSL_GUARDED_BY(mu_);

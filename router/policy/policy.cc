@@ -18,18 +18,21 @@ uint64_t SeedOrClock(uint64_t seed) {
          std::random_device{}();
 }
 
-void Count(CounterFamily* decisions, const std::string& policy, const WorkerPtr& chosen) {
-  if (decisions != nullptr && chosen != nullptr) {
-    decisions->WithLabels({policy, chosen->url()}).Increment();
-  }
-}
-
 }  // namespace
 
-CounterFamily* PolicyDecisions(MetricsRegistry* metrics) {
-  if (metrics == nullptr) return nullptr;
-  return &metrics->AddCounter("tandem_router_policy_decisions_total",
-                              "Workers chosen, by policy and worker", {"policy", "worker"});
+PolicyDecisions::PolicyDecisions(MetricsRegistry* metrics) {
+  if (metrics == nullptr) return;
+  tandem_ = &metrics->AddCounter("tandem_router_policy_decisions_total",
+                                 "Workers chosen, by policy and worker", {"policy", "worker"});
+  sgl_ = &metrics->AddCounter("sgl_router_policy_decisions_total",
+                              "Total routing policy decisions by policy and worker",
+                              {"policy", "worker"});
+}
+
+void PolicyDecisions::Count(const std::string& policy, const WorkerPtr& chosen) const {
+  if (tandem_ == nullptr || chosen == nullptr) return;
+  tandem_->WithLabels({policy, chosen->url()}).Increment();
+  sgl_->WithLabels({policy, chosen->url()}).Increment();
 }
 
 double LoadScore(int64_t inflight, const proto::LoadReport& load, double kv_pressure_weight) {
@@ -47,12 +50,12 @@ WorkerPtr RoundRobinPolicy::Select(const std::vector<WorkerPtr>& candidates,
   if (candidates.empty()) return nullptr;
   uint64_t n = next_.fetch_add(1, std::memory_order_relaxed);
   WorkerPtr chosen = candidates[n % candidates.size()];
-  Count(decisions_, name(), chosen);
+  decisions_.Count(name(), chosen);
   return chosen;
 }
 
 RandomPolicy::RandomPolicy(uint64_t seed, MetricsRegistry* metrics)
-    : decisions_(PolicyDecisions(metrics)), rng_(SeedOrClock(seed)) {}
+    : decisions_(metrics), rng_(SeedOrClock(seed)) {}
 
 WorkerPtr RandomPolicy::Select(const std::vector<WorkerPtr>& candidates,
                                const PolicyRequest& /*r*/) {
@@ -62,15 +65,13 @@ WorkerPtr RandomPolicy::Select(const std::vector<WorkerPtr>& candidates,
     absl::MutexLock lock(&mu_);
     i = std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_);
   }
-  Count(decisions_, name(), candidates[i]);
+  decisions_.Count(name(), candidates[i]);
   return candidates[i];
 }
 
 PowerOfTwoPolicy::PowerOfTwoPolicy(uint64_t seed, double kv_pressure_weight,
                                    MetricsRegistry* metrics)
-    : kv_pressure_weight_(kv_pressure_weight),
-      decisions_(PolicyDecisions(metrics)),
-      rng_(SeedOrClock(seed)) {}
+    : kv_pressure_weight_(kv_pressure_weight), decisions_(metrics), rng_(SeedOrClock(seed)) {}
 
 size_t PowerOfTwoPolicy::Choose(const std::vector<WorkerState>& states) {
   if (states.size() < 2) return 0;
@@ -98,7 +99,7 @@ WorkerPtr PowerOfTwoPolicy::Select(const std::vector<WorkerPtr>& candidates,
     }
   }
   WorkerPtr chosen = candidates[Choose(states)];
-  Count(decisions_, name(), chosen);
+  decisions_.Count(name(), chosen);
   return chosen;
 }
 

@@ -18,8 +18,17 @@
 
 namespace tandem::router {
 
-// tandem_router_policy_decisions_total{policy,worker}; null when `metrics` is null.
-CounterFamily* PolicyDecisions(MetricsRegistry* metrics);
+// Workers chosen: tandem_router_policy_decisions_total{policy,worker} and sgl-router's
+// sgl_router_policy_decisions_total of the same labels. Counts nothing without a registry.
+class PolicyDecisions {
+ public:
+  explicit PolicyDecisions(MetricsRegistry* metrics);
+  void Count(const std::string& policy, const WorkerPtr& chosen) const;
+
+ private:
+  CounterFamily* tandem_ = nullptr;
+  CounterFamily* sgl_ = nullptr;
+};
 
 // A worker's load as power_of_two scores it (lower is lighter):
 //   inflight + kv_pressure_weight * (total - free) / total
@@ -33,12 +42,12 @@ double LoadScore(int64_t inflight, const proto::LoadReport& load, double kv_pres
 
 class RoundRobinPolicy : public Policy {
  public:
-  explicit RoundRobinPolicy(MetricsRegistry* metrics) : decisions_(PolicyDecisions(metrics)) {}
+  explicit RoundRobinPolicy(MetricsRegistry* metrics) : decisions_(metrics) {}
   WorkerPtr Select(const std::vector<WorkerPtr>& candidates, const PolicyRequest& r) override;
   std::string name() const override { return "round_robin"; }
 
  private:
-  CounterFamily* decisions_;
+  PolicyDecisions decisions_;
   std::atomic<uint64_t> next_{0};
 };
 
@@ -49,7 +58,7 @@ class RandomPolicy : public Policy {
   std::string name() const override { return "random"; }
 
  private:
-  CounterFamily* decisions_;
+  PolicyDecisions decisions_;
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
@@ -66,7 +75,7 @@ class PowerOfTwoPolicy : public Policy {
 
  private:
   const double kv_pressure_weight_;
-  CounterFamily* decisions_;
+  PolicyDecisions decisions_;
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };

@@ -109,6 +109,7 @@ void Worker::BeginRequest() {
   if (removed_) return;
   PublishInflight();
   gauges_.sgl_processed->Increment();
+  if (gauges_.sgl_pd_requests != nullptr) gauges_.sgl_pd_requests->Increment();
 }
 
 void Worker::EndRequest(bool success) {
@@ -120,6 +121,7 @@ void Worker::EndRequest(bool success) {
     breaker_.RecordFailure();
   }
   if (removed_) return;
+  if (!success && gauges_.sgl_pd_errors != nullptr) gauges_.sgl_pd_errors->Increment();
   PublishInflight();
   PublishCircuitLocked();
 }

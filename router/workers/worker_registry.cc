@@ -45,6 +45,14 @@ WorkerRegistry::WorkerRegistry(RegistryOptions options, MetricsRegistry* metrics
                                             "Number of running requests per worker", {"worker"});
   sgl_processed_family_ = &metrics_->AddCounter(
       "sgl_router_processed_requests_total", "Total requests processed by each worker", {"worker"});
+  sgl_pd_prefill_requests_family_ = &metrics_->AddCounter(
+      "sgl_router_pd_prefill_requests_total", "Total prefill requests per worker", {"worker"});
+  sgl_pd_decode_requests_family_ = &metrics_->AddCounter(
+      "sgl_router_pd_decode_requests_total", "Total decode requests per worker", {"worker"});
+  sgl_pd_prefill_errors_family_ = &metrics_->AddCounter("sgl_router_pd_prefill_errors_total",
+                                                        "Total prefill server errors", {"worker"});
+  sgl_pd_decode_errors_family_ = &metrics_->AddCounter("sgl_router_pd_decode_errors_total",
+                                                       "Total decode server errors", {"worker"});
 }
 
 WorkerRegistry::~WorkerRegistry() {
@@ -68,12 +76,26 @@ absl::StatusOr<WorkerPtr> WorkerRegistry::Add(const std::string& url, WorkerType
   if (workers_.count(url) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("worker ", url, " is already registered"));
   }
-  Worker::Gauges gauges{
-      &healthy_family_->WithLabels({url}),     &circuit_family_->WithLabels({url}),
-      &inflight_family_->WithLabels({url}),    &running_family_->WithLabels({url}),
-      &queued_family_->WithLabels({url}),      &free_family_->WithLabels({url}),
-      &registered_family_->WithLabels({url}),  &sgl_health_family_->WithLabels({url}),
-      &sgl_running_family_->WithLabels({url}), &sgl_processed_family_->WithLabels({url})};
+  Worker::Gauges gauges{&healthy_family_->WithLabels({url}),
+                        &circuit_family_->WithLabels({url}),
+                        &inflight_family_->WithLabels({url}),
+                        &running_family_->WithLabels({url}),
+                        &queued_family_->WithLabels({url}),
+                        &free_family_->WithLabels({url}),
+                        &registered_family_->WithLabels({url}),
+                        &sgl_health_family_->WithLabels({url}),
+                        &sgl_running_family_->WithLabels({url}),
+                        &sgl_processed_family_->WithLabels({url}),
+                        nullptr,
+                        nullptr};
+  if (type != WorkerType::kRegular) {
+    const bool prefill = type == WorkerType::kPrefill;
+    gauges.sgl_pd_requests =
+        &(prefill ? sgl_pd_prefill_requests_family_ : sgl_pd_decode_requests_family_)
+             ->WithLabels({url});
+    gauges.sgl_pd_errors = &(prefill ? sgl_pd_prefill_errors_family_ : sgl_pd_decode_errors_family_)
+                                ->WithLabels({url});
+  }
   WorkerPtr worker(new Worker(*std::move(client), std::move(legs), type, bootstrap_port, options_,
                               gauges, &mu_));
   worker->probe_now_ = true;  // the first probe goes out at once (once started)

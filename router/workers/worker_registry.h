@@ -166,6 +166,10 @@ class Worker {
     Gauge* sgl_health;
     Gauge* sgl_running;
     Counter* sgl_processed;
+    // sgl-router's PD counters for this worker's role (pd_prefill_* or pd_decode_*); null for
+    // a regular worker.
+    Counter* sgl_pd_requests;
+    Counter* sgl_pd_errors;  // requests that failed for the worker's fault
   };
   Worker(std::shared_ptr<WorkerClient> client, std::shared_ptr<WorkerLegs> legs, WorkerType type,
          std::optional<int> bootstrap_port, const RegistryOptions& options, Gauges gauges,
@@ -284,6 +288,11 @@ class WorkerRegistry {
   GaugeFamily* sgl_health_family_ = nullptr;
   GaugeFamily* sgl_running_family_ = nullptr;
   CounterFamily* sgl_processed_family_ = nullptr;
+  // sgl_router_pd_{prefill,decode}_{requests,errors}_total, by the worker's role.
+  CounterFamily* sgl_pd_prefill_requests_family_ = nullptr;
+  CounterFamily* sgl_pd_decode_requests_family_ = nullptr;
+  CounterFamily* sgl_pd_prefill_errors_family_ = nullptr;
+  CounterFamily* sgl_pd_decode_errors_family_ = nullptr;
   mutable absl::Mutex mu_;
   SteadyCondVar wake_;        // the loop: a probe is wanted now, or stop
   absl::CondVar calls_done_;  // Stop(): every probe/poll callback has run

@@ -214,6 +214,13 @@ TEST_F(RouterCachedTokensTest, ARetriedRequestReportsTheAttemptThatServedIt) {
   EXPECT_EQ(WaitForMetric(survivor->http_port, kCachedMetric, before + reported) - before,
             reported);
   EXPECT_GE(Metric(pd->port, "tandem_router_retries_total"), 1);
+  // sgl-router's names: the retry on the request's route, the dead worker's failure as its
+  // prefill error.
+  EXPECT_GE(Metric(pd->port, "sgl_router_retries_total{route=\"/generate\""), 1);
+  EXPECT_GE(Metric(pd->port, "sgl_router_pd_prefill_errors_total{worker=\"" + doomed->url() + "\""),
+            1);
+  EXPECT_EQ(
+      Metric(pd->port, "sgl_router_pd_prefill_errors_total{worker=\"" + survivor->url() + "\""), 0);
 }
 
 // A short prompt conditional disaggregation prefills on the decode worker reports the decode

@@ -151,6 +151,43 @@ TEST_F(RouterLegsTest, CacheAwarePdSpreadsConcurrentStreamsOverTwoDecodeWorkers)
     processed += n;
   }
   EXPECT_GE(processed, kStreams);
+  // sgl-router's PD names: every stream a PD request on its route, its prefill on the one prefill
+  // worker, its decode on one of the two, the prefill policy's choices as hits or misses.
+  EXPECT_GE(MetricValue(m, "sgl_router_pd_requests_total{route=\"/generate\"").value_or(0),
+            kStreams);
+  EXPECT_GE(MetricValue(m, "sgl_router_pd_request_duration_seconds_count{route=\"/generate\"")
+                .value_or(0),
+            kStreams);
+  EXPECT_GE(
+      MetricValue(m, "sgl_router_pd_prefill_requests_total{worker=\"" + prefill_->url() + "\"")
+          .value_or(0),
+      kStreams);
+  double decoded = 0;
+  for (const WorkerProcess* w : decodes) {
+    decoded += MetricValue(m, "sgl_router_pd_decode_requests_total{worker=\"" + w->url() + "\"")
+                   .value_or(0);
+  }
+  EXPECT_GE(decoded, kStreams);
+  EXPECT_GE(MetricValue(m, "sgl_router_cache_hits_total").value_or(0) +
+                MetricValue(m, "sgl_router_cache_misses_total").value_or(0) +
+                MetricValue(m, "sgl_router_load_balancing_events_total").value_or(0),
+            kStreams)
+      << m;
+  EXPECT_GE(MetricValue(m, "sgl_router_policy_decisions_total{policy=\"cache_aware\",worker=\"" +
+                               prefill_->url() + "\"")
+                .value_or(0),
+            kStreams);
+  // A request the router refuses is an error of its route and its type, and a PD error.
+  EXPECT_EQ(RouterRequest(router->port, "POST", "/generate", R"({"text":7})").status, 400);
+  const std::string after = HttpGet(router->port, "/metrics").body;
+  EXPECT_GE(MetricValue(after,
+                        "sgl_router_request_errors_total{route=\"/generate\",error_type=\"bad_"
+                        "request\"")
+                .value_or(0),
+            1)
+      << after;
+  EXPECT_GE(MetricValue(after, "sgl_router_pd_errors_total{error_type=\"bad_request\"").value_or(0),
+            1);
   EXPECT_TRUE(AllBlocksFree(*decode2));
   EXPECT_TRUE(AllBlocksFree(*decode_));
 }

@@ -224,6 +224,41 @@ TEST_F(RouterLimitsTest, LargeRequestsDoNotLeaveTheRouterLarger) {
   EXPECT_LT(after, before + (int64_t{16} << 20));
 }
 
+// sgl-router's Prometheus port (--prometheus-port): the router's /metrics there too, and nothing
+// else: not the client API (key or no key), not the probes, no body read.
+TEST_F(RouterLimitsTest, PrometheusPortServesMetricsAndNothingElse) {
+  const int prometheus = FreePort();
+  ASSERT_GT(prometheus, 0);
+  auto plain = Plain({"--api-key", kApiKey, "--prometheus-port", std::to_string(prometheus)});
+  ASSERT_EQ(
+      RouterRequest(plain->port, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
+          .status,
+      200);
+  const ClientResponse scraped = RouterRequest(prometheus, "GET", "/metrics");
+  ASSERT_EQ(scraped.status, 200);
+  EXPECT_GE(MetricValue(scraped.body, "sgl_router_requests_total{route=\"/generate\"").value_or(0),
+            1)
+      << scraped.body.substr(0, 500);
+  EXPECT_GE(MetricValue(scraped.body, "sgl_router_active_workers").value_or(0), 1);
+  {
+    TestClient head(static_cast<uint16_t>(prometheus), 60);
+    ASSERT_TRUE(head.SendRequest("HEAD", "/metrics"));
+    const auto answer = head.ReadHead();
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 200);
+  }
+  // A body is refused unread (the port takes none), whatever the route.
+  EXPECT_EQ(
+      RouterRequest(prometheus, "POST", "/generate", GenerateBody(2, false).dump(), Auth(kApiKey))
+          .status,
+      413);
+  EXPECT_EQ(RouterRequest(prometheus, "POST", "/generate", "", Auth(kApiKey)).status, 404);
+  EXPECT_EQ(RouterRequest(prometheus, "GET", "/v1/models", "", Auth(kApiKey)).status, 404);
+  EXPECT_EQ(RouterRequest(prometheus, "GET", "/health").status, 404);
+  EXPECT_EQ(RouterRequest(prometheus, "POST", "/metrics").status, 405);
+  EXPECT_EQ(RouterRequest(plain->port, "GET", "/metrics").status, 200);
+}
+
 TEST_F(RouterLimitsTest, AdminAddListRemoveAndServerInfo) {
   auto plain = Plain({"--admin-key", kAdminKey});
   ClientResponse list = RouterRequest(plain->port, "GET", "/list_workers", "", Auth(kAdminKey));

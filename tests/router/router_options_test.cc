@@ -57,14 +57,15 @@ TEST(RouterOptionsTest, SglangRouterFlagsWithoutMeaningHereAreNotedAndMissingFea
   ASSERT_FALSE(p.exit_code.has_value()) << p.error;
   ASSERT_TRUE(ValidateRouterOptions(&p.options).ok());
   EXPECT_EQ(p.options.policy, "cache_aware");
-  ASSERT_EQ(p.notes.size(), 2u);
+  ASSERT_EQ(p.notes.size(), 1u);
   EXPECT_NE(p.notes[0].find("--mini-lb: ignored"), std::string::npos) << p.notes[0];
-  EXPECT_NE(p.notes[1].find("--prometheus-port 29000: ignored"), std::string::npos) << p.notes[1];
+  // sgl-router's Prometheus port is served: /metrics there too, on --host unless given.
+  EXPECT_EQ(p.options.prometheus_port, 29000);
+  EXPECT_EQ(p.options.prometheus_host, "127.0.0.1");
 
   Parsed typo = Parse({"--worker-urls", "http://w:1", "--prometheus-port", "29k"});
   EXPECT_EQ(typo.exit_code, 2);
-  EXPECT_NE(typo.error.find("--prometheus-port: expects an integer"), std::string::npos)
-      << typo.error;
+  EXPECT_NE(typo.error.find("--prometheus-port"), std::string::npos) << typo.error;
   Parsed dp = Parse({"--worker-urls", "http://w:1", "--dp-aware"});
   EXPECT_EQ(dp.exit_code, 2);
   EXPECT_NE(dp.error.find("--dp-aware: a Tandem worker is one data-parallel rank"),
@@ -73,6 +74,23 @@ TEST(RouterOptionsTest, SglangRouterFlagsWithoutMeaningHereAreNotedAndMissingFea
   Parsed policy = Parse({"--worker-urls", "http://w:1", "--policy", "consistent_hashing"});
   EXPECT_EQ(policy.exit_code, 2);
   EXPECT_NE(policy.error.find("consistent_hashing"), std::string::npos) << policy.error;
+}
+
+TEST(RouterOptionsTest, PrometheusPortIsOffByDefaultAndMustDifferFromThePort) {
+  Parsed plain = Parse({"--worker-urls", "http://w:1", "--host", "0.0.0.0"});
+  ASSERT_TRUE(ValidateRouterOptions(&plain.options).ok());
+  EXPECT_EQ(plain.options.prometheus_port, 0);
+  Parsed apart = Parse({"--worker-urls", "http://w:1", "--host", "0.0.0.0", "--prometheus-port",
+                        "29000", "--prometheus-host", "10.0.0.9"});
+  ASSERT_FALSE(apart.exit_code.has_value()) << apart.error;
+  ASSERT_TRUE(ValidateRouterOptions(&apart.options).ok());
+  EXPECT_EQ(apart.options.prometheus_host, "10.0.0.9");
+  Parsed same =
+      Parse({"--worker-urls", "http://w:1", "--port", "29000", "--prometheus-port", "29000"});
+  const absl::Status s = ValidateRouterOptions(&same.options);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--prometheus-port must differ from --port"), std::string::npos) << s;
+  EXPECT_EQ(Parse({"--worker-urls", "http://w:1", "--prometheus-port", "70000"}).exit_code, 2);
 }
 
 TEST(RouterOptionsTest, ReasoningParserIsQwen3OrOff) {

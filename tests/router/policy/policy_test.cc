@@ -178,6 +178,9 @@ TEST_F(PolicyTest, RoundRobinTakesEachInTurn) {
   EXPECT_NE(metrics_.Render().find("tandem_router_policy_decisions_total{policy=\"round_robin\","
                                    "worker=\"127.0.0.1:1\"} 3"),
             std::string::npos);
+  EXPECT_NE(metrics_.Render().find("sgl_router_policy_decisions_total{policy=\"round_robin\","
+                                   "worker=\"127.0.0.1:1\"} 3"),
+            std::string::npos);
 }
 
 TEST_F(PolicyTest, RandomWithASeedIsReproducibleAndSpread) {
@@ -321,6 +324,14 @@ TEST_F(PolicyTest, CacheAwareSendsARepeatedPrefixToTheSameWorker) {
   }
   std::string text = metrics_.Render();
   EXPECT_NE(text.find("tandem_router_cache_aware_matched_tokens_total"), std::string::npos);
+  // sgl-router's names: three new prefixes missed, the ten repeats hit.
+  EXPECT_NE(text.find("sgl_router_cache_misses_total 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sgl_router_cache_hits_total 10\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sgl_router_policy_decisions_total{policy=\"cache_aware\",worker=\"" +
+                      wa->url() + "\"} 6"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("sgl_router_load_balancing_events_total 0\n"), std::string::npos);
   // Text without ids works too (its bytes are the tokens).
   std::string prompt = "the same long prompt text, twice";
   WorkerPtr t = p->Select(workers, {nullptr, &prompt});
@@ -340,6 +351,14 @@ TEST_F(PolicyTest, CacheAwareImbalanceOverridesAffinity) {
   EXPECT_EQ(p->Select(workers, {&a, nullptr}), home);
   home->BeginRequest();  // diff 5 > 4 and 5 > 0 * 1.5: imbalanced
   EXPECT_EQ(p->Select(workers, {&a, nullptr}), other);
+  // sgl-router's names: the imbalanced choice is a load balancing event with the loads' range,
+  // neither a hit nor a miss.
+  const std::string text = metrics_.Render();
+  EXPECT_NE(text.find("sgl_router_load_balancing_events_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sgl_router_max_load 5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sgl_router_min_load 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sgl_router_cache_misses_total 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sgl_router_cache_hits_total 1\n"), std::string::npos) << text;
 }
 
 // The balance check reads the router's in-flight counts, which each choice raises at once: a

@@ -12,6 +12,7 @@
 #include <functional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -329,6 +330,42 @@ TEST(WorkerRegistryTest, FailedRequestsOpenTheCircuit) {
   ASSERT_TRUE(registry.Remove(fake.url()).ok());
   EXPECT_TRUE(
       Contains(metrics.Render(), "sgl_router_worker_health{worker=\"" + fake.url() + "\"} 0"));
+}
+
+// sgl-router's PD counters follow the worker's role: a prefill worker's legs count as prefill
+// requests, a decode worker's as decode requests, failures for the worker's fault as its errors;
+// a regular (plain mode) worker has neither.
+TEST(WorkerRegistryTest, PdCountersFollowTheWorkersRole) {
+  FakeWorker prefill_fake, decode_fake, regular_fake;
+  MetricsRegistry metrics;
+  WorkerRegistry registry(FastOptions(), &metrics);
+  WorkerPtr prefill = *registry.Add(prefill_fake.url(), WorkerType::kPrefill, 8998);
+  WorkerPtr decode = *registry.Add(decode_fake.url(), WorkerType::kDecode, std::nullopt);
+  WorkerPtr regular = *registry.Add(regular_fake.url(), WorkerType::kRegular, std::nullopt);
+  for (const WorkerPtr& w : {prefill, decode, regular}) {
+    w->BeginRequest();
+    w->BeginRequest();
+    w->EndRequest(true);
+    w->EndRequest(false);
+  }
+  decode->BeginRequest();
+  decode->EndRequest(true);
+  const std::string text = metrics.Render();
+  auto series = [](const char* name, const std::string& url) {
+    return absl::StrCat(name, "{worker=\"", url, "\"} ");
+  };
+  EXPECT_TRUE(Contains(text, series("sgl_router_pd_prefill_requests_total", prefill->url()) + "2"))
+      << text;
+  EXPECT_TRUE(Contains(text, series("sgl_router_pd_prefill_errors_total", prefill->url()) + "1"));
+  EXPECT_TRUE(Contains(text, series("sgl_router_pd_decode_requests_total", decode->url()) + "3"));
+  EXPECT_TRUE(Contains(text, series("sgl_router_pd_decode_errors_total", decode->url()) + "1"));
+  EXPECT_FALSE(Contains(text, series("sgl_router_pd_decode_requests_total", prefill->url())));
+  EXPECT_FALSE(Contains(text, series("sgl_router_pd_prefill_requests_total", decode->url())));
+  for (const char* name :
+       {"sgl_router_pd_prefill_requests_total", "sgl_router_pd_decode_requests_total",
+        "sgl_router_pd_prefill_errors_total", "sgl_router_pd_decode_errors_total"}) {
+    EXPECT_FALSE(Contains(text, series(name, regular->url()))) << name;
+  }
 }
 
 // The breakers' clock is a test's (never advanced unless the test says so), so only health checks
