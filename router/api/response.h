@@ -153,6 +153,9 @@ class ResponseShaper {
   // Completions echo: the prompt's text (decoded when it was sent as ids).
   std::string EchoText() const;
   int64_t CompletionTokens() const;
+  // Of the answer's tokens, those of its "<think>" reasoning (through "</think>"), counted by
+  // detokenizing the answer's ids; 0 without separated reasoning or without a tokenizer.
+  int64_t ReasoningTokens() const;
 
   const ApiKind kind_;
   const std::string rid_;

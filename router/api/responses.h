@@ -36,7 +36,8 @@
 //   the answer was cut at max_output_tokens (or the context); "failed" with an error when a
 //   worker aborted the answer (a non-streamed one is answered with the error instead, as chat).
 // - Usage: input_tokens (cached_tokens as the workers count them), output_tokens, total_tokens;
-//   output_tokens_details.reasoning_tokens is 0 (not counted apart).
+//   output_tokens_details.reasoning_tokens counts the answer's tokens through "</think>" when
+//   reasoning is separated (0 otherwise).
 // - Streams: OpenAI's event sequence (response.created, response.in_progress,
 //   response.output_item.added, response.content_part.added, response.output_text.delta ...
 //   .done, response.reasoning_text.*, response.function_call_arguments.delta / .done,

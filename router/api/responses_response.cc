@@ -6,12 +6,15 @@
 // text (or a call) follows, so its items follow the answer's order.
 #include "router/api/response.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/http_types.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "router/api/request_common.h"
 #include "router/api/responses_stream.h"
 #include "router/api/shapes.h"
@@ -183,9 +186,24 @@ Json ResponseShaper::ResponseObject(const std::string& status, Json output) cons
   response["usage"] = {{"input_tokens", input},
                        {"input_tokens_details", {{"cached_tokens", final_.cached_tokens()}}},
                        {"output_tokens", output_tokens},
-                       {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                       {"output_tokens_details", {{"reasoning_tokens", ReasoningTokens()}}},
                        {"total_tokens", input + output_tokens}};
   return response;
+}
+
+int64_t ResponseShaper::ReasoningTokens() const {
+  if (!separate_reasoning_ || tokenizer_ == nullptr) return 0;
+  const size_t reasoning_bytes = api_internal::ReasoningSplitter::ReasoningBytes(text_);
+  if (reasoning_bytes == 0) return 0;
+  // The answer's text is its ids detokenized as they streamed: replay that until the text
+  // covers the reasoning.
+  engine::IncrementalDetokenizer detokenizer(*tokenizer_, skip_special_tokens_);
+  size_t bytes = 0;
+  for (size_t i = 0; i < output_ids_.size(); ++i) {
+    bytes += detokenizer.Push(output_ids_[i]).size();
+    if (bytes >= reasoning_bytes) return static_cast<int64_t>(i + 1);
+  }
+  return static_cast<int64_t>(output_ids_.size());
 }
 
 Json ResponseShaper::ResponsesOutput(Json* assistant_turn) const {

@@ -253,6 +253,13 @@ ReasoningSplitter::Split ReasoningSplitter::Finish() {
   return out;
 }
 
+size_t ReasoningSplitter::ReasoningBytes(std::string_view text) {
+  const std::string_view rest = StripLeadingSpace(text);
+  if (!rest.starts_with(kThinkOpen)) return 0;
+  const size_t close = text.find(kThinkClose, text.size() - rest.size() + kThinkOpen.size());
+  return close == std::string_view::npos ? text.size() : close + kThinkClose.size();
+}
+
 ReasoningSplitter::Split ReasoningSplitter::SplitAll(std::string_view text) {
   ReasoningSplitter splitter;
   Split all = splitter.Feed(text);

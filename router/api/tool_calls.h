@@ -16,6 +16,7 @@
 #ifndef TANDEM_ROUTER_API_TOOL_CALLS_H_
 #define TANDEM_ROUTER_API_TOOL_CALLS_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,9 @@ class ReasoningSplitter {
   Split Feed(std::string_view text);
   Split Finish();
   static Split SplitAll(std::string_view text);
+  // How many bytes of a whole answer are reasoning: through "</think>", or all of it when the
+  // reasoning was cut off; 0 when the answer does not begin with "<think>".
+  static size_t ReasoningBytes(std::string_view text);
 
  private:
   enum class State { kStart, kReasoning, kContent };

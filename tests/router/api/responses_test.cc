@@ -3,11 +3,14 @@
 // the input items' pages, and ResponseShaper's Response objects and stream events.
 #include "router/api/responses.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -391,6 +394,84 @@ TEST(ResponsesShapeTest, BodyIsTheResponseObjectAndIsStored) {
   unstored.Accumulate(End("x", proto::FinishReason::STOP));
   EXPECT_EQ(Json::parse(unstored.Body(0))["status"], "completed");
   EXPECT_FALSE(unstored.ToStore().has_value());
+}
+
+// The answer's ids, one event each, their text as a worker streams it (End's counters last).
+std::vector<proto::DecodeEvent> TokenEvents(const std::string& answer,
+                                            proto::FinishReason::Type type) {
+  const engine::Tokenizer& tokenizer = TinyEnglishTokenizer();
+  engine::IncrementalDetokenizer detokenizer(tokenizer);
+  const std::vector<int32_t> ids = tokenizer.Encode(answer, false);
+  std::vector<proto::DecodeEvent> events;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    proto::DecodeEvent e;
+    e.add_token_ids(ids[i]);
+    e.set_text(detokenizer.Push(ids[i]));
+    if (i + 1 == ids.size()) {
+      e.set_text(e.text() + detokenizer.Finish());
+      e.set_finished(true);
+      e.mutable_finish_reason()->set_type(type);
+      e.set_prompt_tokens(9);
+      e.set_completion_tokens(static_cast<int64_t>(ids.size()));
+    }
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+// The first k ids whose decoded text holds "</think>": what reasoning_tokens should say.
+int64_t TokensThroughThinkClose(const std::string& answer) {
+  const engine::Tokenizer& tokenizer = TinyEnglishTokenizer();
+  const std::vector<int32_t> ids = tokenizer.Encode(answer, false);
+  for (size_t k = 1; k <= ids.size(); ++k) {
+    const std::vector<int32_t> prefix(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k));
+    if (tokenizer.Decode(prefix).find("</think>") != std::string::npos) return k;
+  }
+  return -1;
+}
+
+Json UsageOf(const std::string& answer, proto::FinishReason::Type type, bool reasoning,
+             bool stream) {
+  RoutedRequest request = ResponsesRequestFor(
+      absl::StrCat(R"({"input":"Weather?","stream":)", stream ? "true" : "false", "}"), reasoning);
+  ResponseShaper shaper(request, &TinyEnglishTokenizer());
+  std::string sse;
+  for (const proto::DecodeEvent& e : TokenEvents(answer, type)) {
+    if (stream) {
+      sse += shaper.StreamEvent(e);
+    } else {
+      shaper.Accumulate(e);
+    }
+  }
+  if (!stream) return Json::parse(shaper.Body(0))["usage"];
+  const std::vector<SseEvent> events = Events(sse);
+  return events.empty() ? Json() : events.back().data["response"]["usage"];
+}
+
+// usage.output_tokens_details.reasoning_tokens counts the answer's tokens through "</think>"
+// (all of them when the reasoning was cut off), with the router's --reasoning-parser only.
+TEST(ResponsesShapeTest, ReasoningTokensAreTheThinkingPart) {
+  const std::string answer = "<think>Let me see what the weather is.</think>It is cold in Oslo.";
+  const int64_t thinking = TokensThroughThinkClose(answer);
+  const int64_t all = static_cast<int64_t>(TinyEnglishTokenizer().Encode(answer, false).size());
+  ASSERT_GT(thinking, 5);
+  ASSERT_LT(thinking, all);
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    const Json usage = UsageOf(answer, proto::FinishReason::STOP, true, stream);
+    EXPECT_EQ(usage["output_tokens"], all);
+    EXPECT_EQ(usage["output_tokens_details"]["reasoning_tokens"], thinking);
+    const std::string cut = "<think>Still thinking about";
+    EXPECT_EQ(UsageOf(cut, proto::FinishReason::LENGTH, true,
+                      stream)["output_tokens_details"]["reasoning_tokens"],
+              static_cast<int64_t>(TinyEnglishTokenizer().Encode(cut, false).size()));
+    EXPECT_EQ(UsageOf("It is cold.", proto::FinishReason::STOP, true,
+                      stream)["output_tokens_details"]["reasoning_tokens"],
+              0);
+    EXPECT_EQ(UsageOf(answer, proto::FinishReason::STOP, false,
+                      stream)["output_tokens_details"]["reasoning_tokens"],
+              0);
+  }
 }
 
 constexpr char kCall[] =

@@ -150,6 +150,16 @@ TEST(ReasoningSplitterTest, ThinkBlockIsSeparatedAtEveryCut) {
   EXPECT_EQ(ReasoningSplitter::SplitAll("<thin").content, "<thin");
 }
 
+TEST(ReasoningSplitterTest, ReasoningBytesRunThroughTheClosingTag) {
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("<think>ab</think>cd"), 17u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("\n <think>ab</think>"), 19u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("<think></think>"), 15u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("<think>cut off"), 14u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("no </think> opened"), 0u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("<thin"), 0u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes(""), 0u);
+}
+
 }  // namespace
 }  // namespace tandem::router::api_internal
 
