@@ -142,7 +142,7 @@ std::string ResponseShaper::ParsedChatChunks(const proto::DecodeEvent& event,
     absl::StrAppend(&out, "data: ", api_internal::Dump(chunk), "\n\n");
   }
   if (event.finished() && include_usage_ && !in_batch_) {
-    out += UsageChunk(PromptTokens(), CompletionTokens(), final_.cached_tokens());
+    out += UsageChunk(OwnUsage());
   }
   return out;
 }

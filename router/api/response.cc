@@ -285,21 +285,25 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
   std::string out = SseData(Dump(chunk));
   // A batch's usage chunk comes once, after every item finished (BatchStreamUsage).
   if (event.finished() && include_usage_ && !in_batch_) {
-    out += UsageChunk(PromptTokens(), CompletionTokens(), final_.cached_tokens());
+    out += UsageChunk(OwnUsage());
   }
   return out;
 }
 
-std::string ResponseShaper::UsageChunk(int64_t prompt_tokens, int64_t completion_tokens,
-                                       int64_t cached_tokens) const {
+api_internal::UsageCounts ResponseShaper::OwnUsage() const {
+  api_internal::UsageCounts usage{PromptTokens(), CompletionTokens(), final_.cached_tokens()};
+  if (kind_ == ApiKind::kChatCompletions && separate_reasoning_) {
+    usage.reasoning_tokens = ReasoningTokens();
+  }
+  return usage;
+}
+
+std::string ResponseShaper::UsageChunk(const api_internal::UsageCounts& usage) const {
   const bool chat = kind_ == ApiKind::kChatCompletions;
   const Json usage_chunk = {
-      {"id", response_id_},
-      {"object", chat ? "chat.completion.chunk" : "text_completion"},
-      {"created", created_},
-      {"model", model_},
-      {"choices", Json::array()},
-      {"usage", api_internal::Usage({prompt_tokens, completion_tokens, cached_tokens})}};
+      {"id", response_id_},       {"object", chat ? "chat.completion.chunk" : "text_completion"},
+      {"created", created_},      {"model", model_},
+      {"choices", Json::array()}, {"usage", api_internal::Usage(usage)}};
   return SseData(Dump(usage_chunk));
 }
 
@@ -338,14 +342,26 @@ std::string ResponseShaper::Body(double e2e_latency_s) const {
 
 std::string ResponseShaper::OpenAiBody() const {
   const bool chat = kind_ == ApiKind::kChatCompletions;
-  const Json body = {
-      {"id", response_id_},
-      {"object", chat ? "chat.completion" : "text_completion"},
-      {"created", created_},
-      {"model", model_},
-      {"choices", Json::array({OpenAiChoice()})},
-      {"usage", api_internal::Usage({PromptTokens(), CompletionTokens(), final_.cached_tokens()})}};
+  const Json body = {{"id", response_id_},
+                     {"object", chat ? "chat.completion" : "text_completion"},
+                     {"created", created_},
+                     {"model", model_},
+                     {"choices", Json::array({OpenAiChoice()})},
+                     {"usage", api_internal::Usage(OwnUsage())}};
   return Dump(body);
+}
+
+void ResponseShaper::AddUsage(const ResponseShaper& item, bool counts_prompt,
+                              api_internal::UsageCounts* usage) {
+  const api_internal::UsageCounts own = item.OwnUsage();
+  if (counts_prompt) {
+    usage->prompt_tokens += own.prompt_tokens;
+    usage->cached_tokens += own.cached_tokens;
+  }
+  usage->completion_tokens += own.completion_tokens;
+  if (own.reasoning_tokens.has_value()) {
+    usage->reasoning_tokens = usage->reasoning_tokens.value_or(0) + *own.reasoning_tokens;
+  }
 }
 
 std::string ResponseShaper::BatchBody(const std::vector<const ResponseShaper*>& items, int n,
@@ -365,11 +381,7 @@ std::string ResponseShaper::BatchBody(const std::vector<const ResponseShaper*>& 
   api_internal::UsageCounts usage;
   for (size_t k = 0; k < items.size(); ++k) {
     choices.push_back(items[k]->OpenAiChoice());
-    if (n <= 1 || k % static_cast<size_t>(n) == 0) {
-      usage.prompt_tokens += items[k]->PromptTokens();
-      usage.cached_tokens += items[k]->final_.cached_tokens();
-    }
-    usage.completion_tokens += items[k]->CompletionTokens();
+    AddUsage(*items[k], n <= 1 || k % static_cast<size_t>(n) == 0, &usage);
   }
   const bool chat = first.kind_ == ApiKind::kChatCompletions;
   const Json body = {
@@ -385,15 +397,11 @@ std::string ResponseShaper::BatchStreamUsage(const std::vector<const ResponseSha
       !items.front()->include_usage_) {
     return "";
   }
-  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  api_internal::UsageCounts usage;
   for (size_t k = 0; k < items.size(); ++k) {
-    if (n <= 1 || k % static_cast<size_t>(n) == 0) {
-      prompt_tokens += items[k]->PromptTokens();
-      cached_tokens += items[k]->final_.cached_tokens();
-    }
-    completion_tokens += items[k]->CompletionTokens();
+    AddUsage(*items[k], n <= 1 || k % static_cast<size_t>(n) == 0, &usage);
   }
-  return items.front()->UsageChunk(prompt_tokens, completion_tokens, cached_tokens);
+  return items.front()->UsageChunk(usage);
 }
 
 nlohmann::json ResponseShaper::OpenAiChoice() const {

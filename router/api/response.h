@@ -116,8 +116,13 @@ class ResponseShaper {
   void Append(const proto::DecodeEvent& event);
   // With `with_index`, the object carries the item's "index" (streamed batches).
   std::string GenerateObject(double e2e_latency_s, bool with_index = false) const;
-  std::string UsageChunk(int64_t prompt_tokens, int64_t completion_tokens,
-                         int64_t cached_tokens) const;
+  std::string UsageChunk(const api_internal::UsageCounts& usage) const;
+  // This answer's usage (reasoning counted for chat that separates it).
+  api_internal::UsageCounts OwnUsage() const;
+  // A batch's usage: `item`'s added to `*usage`, its prompt only when `counts_prompt` (the
+  // n choices of one prompt share it).
+  static void AddUsage(const ResponseShaper& item, bool counts_prompt,
+                       api_internal::UsageCounts* usage);
   std::string OpenAiStreamChunks(const proto::DecodeEvent& event, size_t first_new_token);
   std::string OpenAiBody() const;
   nlohmann::json OpenAiChoice() const;  // choices[] entry of a non-streamed body

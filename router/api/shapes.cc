@@ -107,10 +107,14 @@ Json MatchedStop(const proto::FinishReason& reason) {
 }
 
 Json Usage(const UsageCounts& counts) {
-  return {{"prompt_tokens", counts.prompt_tokens},
-          {"completion_tokens", counts.completion_tokens},
-          {"total_tokens", counts.prompt_tokens + counts.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", counts.cached_tokens}}}};
+  Json usage = {{"prompt_tokens", counts.prompt_tokens},
+                {"completion_tokens", counts.completion_tokens},
+                {"total_tokens", counts.prompt_tokens + counts.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", counts.cached_tokens}}}};
+  if (counts.reasoning_tokens.has_value()) {
+    usage["completion_tokens_details"] = {{"reasoning_tokens", *counts.reasoning_tokens}};
+  }
+  return usage;
 }
 
 std::string TokenText(const engine::Tokenizer* tokenizer, int32_t id) {

@@ -7,6 +7,7 @@
 #define TANDEM_ROUTER_API_SHAPES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,8 +35,10 @@ struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  std::optional<int64_t> reasoning_tokens;  // chat with separated reasoning
 };
-// {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}
+// {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}},
+// and "completion_tokens_details":{"reasoning_tokens"} when counted (OpenAI's chat shape).
 Json Usage(const UsageCounts& counts);
 
 // A token's text for logprobs: its bytes (an added token's content, special tokens included)

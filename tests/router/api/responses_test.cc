@@ -474,6 +474,41 @@ TEST(ResponsesShapeTest, ReasoningTokensAreTheThinkingPart) {
   }
 }
 
+// Chat reports the same count as OpenAI does, in usage.completion_tokens_details, whole and in
+// the stream's usage chunk; without separated reasoning the field is left out, as before.
+TEST(ResponsesShapeTest, ChatUsageCountsReasoningTokensToo) {
+  const std::string answer = "<think>Let me see what the weather is.</think>It is cold in Oslo.";
+  const int64_t thinking = TokensThroughThinkClose(answer);
+  for (const bool reasoning : {true, false}) {
+    ApiContext ctx = TinyEnglishContext();
+    ctx.reasoning_parser = reasoning;
+    auto whole =
+        ParseChatCompletions(R"({"messages":[{"role":"user","content":"Weather?"}]})", ctx);
+    auto streamed = ParseChatCompletions(
+        R"({"messages":[{"role":"user","content":"Weather?"}],"stream":true,
+            "stream_options":{"include_usage":true}})",
+        ctx);
+    ASSERT_TRUE(whole.ok() && streamed.ok());
+    ResponseShaper shaper(*whole, &TinyEnglishTokenizer());
+    ResponseShaper stream_shaper(*streamed, &TinyEnglishTokenizer());
+    std::string sse;
+    for (const proto::DecodeEvent& e : TokenEvents(answer, proto::FinishReason::STOP)) {
+      shaper.Accumulate(e);
+      sse += stream_shaper.StreamEvent(e);
+    }
+    const Json usage = Json::parse(shaper.Body(0))["usage"];
+    const size_t last = sse.rfind("data: {");
+    ASSERT_NE(last, std::string::npos);
+    const Json chunk = Json::parse(sse.substr(last + 6, sse.find("\n\n", last) - last - 6));
+    EXPECT_EQ(chunk["usage"], usage);
+    if (reasoning) {
+      EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], thinking) << usage;
+    } else {
+      EXPECT_FALSE(usage.contains("completion_tokens_details")) << usage;
+    }
+  }
+}
+
 constexpr char kCall[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
 
