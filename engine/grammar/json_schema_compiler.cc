@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
+#include "common/ordered_json.h"
 #include "common/status.h"
 #include "engine/grammar/json_schema_numbers.h"
 #include "engine/grammar/regex_compiler.h"
@@ -83,7 +84,7 @@ absl::StatusOr<json> ParseSchema(std::string_view schema_json) {
         "json_schema: the schema nests JSON deeper than ", kMaxSchemaJsonDepth, " levels"));
   }
   try {
-    return json::parse(schema_json);
+    return ParseOrderedJson(schema_json);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("json_schema: not valid JSON: ", e.what()));
   }
@@ -431,15 +432,19 @@ class JsonSchemaCompiler {
     const Symbol free = builder_.Star({RawStringChar()});
     std::vector<int32_t> rules(trie.size());
     for (size_t i = 0; i < trie.size(); ++i) rules[i] = NewRule("key");
-    for (size_t i = 0; i < trie.size(); ++i) {
+    for (size_t i = 0; i < trie.size() && !builder_.failed(); ++i) {
       if (!trie[i].terminal) builder_.AddAlternative(rules[i], {});
-      CodepointRanges others = raw;
+      CodepointRanges taken;  // ascending: the map's order
       for (const auto& [cp, child] : trie[i].children) {
         Sequence step = {CodepointClass(builder_, {{cp, cp}}), rules[child]};
         builder_.AddAlternative(rules[i], std::move(step));
-        others = SubtractRanges(others, {{cp, cp}});
+        taken.emplace_back(cp, cp);
       }
-      builder_.AddAlternative(rules[i], {CodepointClass(builder_, others), free});
+      // One subtraction of every child (one per child was quadratic in a node's fan-out).
+      builder_.AddAlternative(
+          rules[i],
+          {CodepointClass(builder_, SubtractRanges(raw, NormalizeRanges(std::move(taken), false))),
+           free});
     }
     return builder_.Group({builder_.Byte('"'), rules[0], builder_.Byte('"')});
   }
@@ -448,13 +453,17 @@ class JsonSchemaCompiler {
     static const json kEmpty = json::object();
     const json& properties = schema.contains("properties") ? schema["properties"] : kEmpty;
     if (!properties.is_object()) return Error(path + "/properties", "must be an object");
+    // Names and values are read in one pass: an ordered_json's lookups are linear, so looking
+    // each property up by name made a schema of many properties quadratic to compile.
+    absl::flat_hash_set<std::string> listed;
+    for (const auto& item : properties.items()) listed.insert(item.key());
     absl::flat_hash_set<std::string> required;
     if (schema.contains("required")) {
       const json& list = schema["required"];
       if (!list.is_array()) return Error(path + "/required", "must be an array");
       for (const json& name : list) {
         if (!name.is_string()) return Error(path + "/required", "entries must be strings");
-        if (!properties.contains(name.get<std::string>())) {
+        if (!listed.contains(name.get<std::string>())) {
           return Error(path + "/required",
                        absl::StrCat("required property '", name.get<std::string>(),
                                     "' is not listed in 'properties'"));
@@ -483,10 +492,12 @@ class JsonSchemaCompiler {
 
     // Members in the order the schema lists them.
     std::vector<std::pair<Sequence, bool>> members;  // (key ws : ws value ws, required)
-    for (const auto& [name, unused] : properties.items()) {
+    for (const auto& item : properties.items()) {
+      if (builder_.failed()) return Sequence{};  // over a limit: Build() reports it
+      const std::string& name = item.key();
       ASSIGN_OR_RETURN(
           Sequence value,
-          Compile(properties[name], absl::StrCat(path, "/properties/", Escape(name)), depth + 1));
+          Compile(item.value(), absl::StrCat(path, "/properties/", Escape(name)), depth + 1));
       Sequence member = builder_.Literal(json(name).dump());
       member.insert(member.end(),
                     {Ws(), builder_.Byte(':'), Ws(), builder_.Group(std::move(value)), Ws()});

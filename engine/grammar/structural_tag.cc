@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
+#include "common/ordered_json.h"
 #include "common/status.h"
 #include "engine/grammar/json_schema_compiler.h"
 #include "nlohmann/json.hpp"
@@ -57,7 +58,7 @@ absl::StatusOr<Tag> ParseTag(std::string_view text) {
   }
   json document;
   try {
-    document = json::parse(text);
+    document = ParseOrderedJson(text);
   } catch (const json::exception& e) {
     return Error(absl::StrCat("not valid JSON: ", e.what()));
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/ordered_json.h"
 #include "common/status.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -95,7 +96,7 @@ absl::StatusOr<nlohmann::ordered_json> ReadToolCalls(const Json& calls, const st
     if (const Json* args = Find(*function, "arguments"); args != nullptr) {
       if (args->is_string()) {
         try {
-          arguments = nlohmann::ordered_json::parse(args->get<std::string>());
+          arguments = ParseOrderedJson(args->get<std::string>());
         } catch (const nlohmann::ordered_json::exception&) {
           return absl::InvalidArgumentError(call_path + ".function.arguments must be a JSON text");
         }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
+#include "common/ordered_json.h"
 #include "common/status.h"
 
 namespace tandem::router::api_internal {
@@ -93,8 +94,7 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_by
             (2 * once + (1 << 20) - 1) >> 20, " MiB, more than the ", max_parsed_bytes >> 20,
             " MiB allowed; send fewer values per request"));
       }
-      const nlohmann::ordered_json ordered =
-          nlohmann::ordered_json::parse(body.begin(), body.end());
+      const nlohmann::ordered_json ordered = ParseOrderedJson(body);
       auto original = [&](const Json::json_pointer& pointer) {
         return ordered.at(nlohmann::ordered_json::json_pointer(pointer.to_string())).dump();
       };
@@ -115,10 +115,10 @@ nlohmann::ordered_json OrderedValue(const Json& value) {
   if (value.is_object() && value.size() == 1) {
     const auto it = value.find(kOrderedJsonKey);
     if (it != value.end() && it->is_string()) {
-      return nlohmann::ordered_json::parse(it->get<std::string>());
+      return ParseOrderedJson(it->get<std::string>());
     }
   }
-  return nlohmann::ordered_json::parse(value.dump());
+  return ParseOrderedJson(value.dump());
 }
 
 const Json* Find(const Json& object, std::string_view key) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "common/json_depth.h"
+#include "common/ordered_json.h"
 #include "nlohmann/json.hpp"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
@@ -73,8 +74,12 @@ void ToolCallSplitter::AddCall(ParsedToolCall call, SplitText* out) {
 bool ToolCallSplitter::ParseCall(std::string_view json, ParsedToolCall* call) const {
   // Deeper output is not parsed, so printing it back can never recurse that deep.
   if (JsonNestingDepth(json, kMaxJsonDepth) > kMaxJsonDepth) return false;
-  const OrderedJson parsed = OrderedJson::parse(StripSpace(json), nullptr,
-                                                /*allow_exceptions=*/false);
+  OrderedJson parsed;
+  try {
+    parsed = ParseOrderedJson(StripSpace(json));
+  } catch (const OrderedJson::exception&) {
+    return false;  // not JSON: left as text
+  }
   if (!parsed.is_object()) return false;
   const auto name = parsed.find("name");
   if (name == parsed.end() || !name->is_string()) return false;

@@ -117,6 +117,41 @@ TEST(GrammarMatcherTest, HugeGrammarIsRefusedAtCompileTime) {
   EXPECT_TRUE(absl::IsResourceExhausted(grammar.status())) << grammar.status();
 }
 
+// Wide objects compile in linear work: 200,000 properties reach the symbol limit (refused, as
+// the router answers a 400) instead of holding a thread for minutes, and a key trie node with
+// 300 children (distinct first characters) still excludes exactly the listed keys.
+TEST(GrammarMatcherTest, WideObjectsAreBoundedAndExact) {
+  std::string wide = R"({"type":"object","properties":{)";
+  for (int i = 0; i < 200000; ++i) absl::StrAppend(&wide, i > 0 ? "," : "", "\"p", i, R"(":{})");
+  wide += "}}";
+  absl::StatusOr<GrammarPtr> refused = CompileJsonSchema(wide);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+
+  // 300 one-character keys U+4E00.. of strings, none required, other keys with any value.
+  std::string fan = R"({"type":"object","properties":{)";
+  auto key = [](int i) {
+    const uint32_t cp = 0x4E00 + static_cast<uint32_t>(i);
+    return std::string{static_cast<char>(0xE0 | (cp >> 12)),
+                       static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                       static_cast<char>(0x80 | (cp & 0x3F))};
+  };
+  for (int i = 0; i < 300; ++i) {
+    absl::StrAppend(&fan, i > 0 ? "," : "", "\"", key(i), R"(":{"type":"string"})");
+  }
+  fan += "}}";
+  const absl::StatusOr<GrammarPtr> grammar = CompileJsonSchema(fan);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  GrammarMatcher listed = MatcherFor(grammar);
+  EXPECT_TRUE(listed.AcceptString(absl::StrCat("{\"", key(299), "\":\"x\"}")));
+  EXPECT_TRUE(listed.IsComplete());
+  GrammarMatcher wrong_type = MatcherFor(grammar);
+  EXPECT_FALSE(wrong_type.AcceptString(absl::StrCat("{\"", key(150), "\":7}")));
+  GrammarMatcher extra = MatcherFor(grammar);  // an unlisted key takes any value
+  EXPECT_TRUE(extra.AcceptString(absl::StrCat("{\"", key(300), "\":[1]}")));
+  EXPECT_TRUE(extra.IsComplete());
+}
+
 TEST(GrammarMatcherTest, DeeplyNestedSchemaIsRefused) {
   std::string schema;
   for (int i = 0; i < 100; ++i) schema += R"({"type": "array", "items": )";
