@@ -25,8 +25,12 @@
 namespace tandem::router {
 namespace {
 
-// Connections the --prometheus-port listener keeps at once: scrapers are few.
-constexpr int kMaxPrometheusConnections = 64;
+// The --prometheus-port listener: scrapers are few and send their request at once, so a
+// connection that is silent, slow or idle for kPrometheusTimeout is closed, and at most
+// kMaxPrometheusConnections are open (file descriptors the client port keeps). Holding the port
+// full then takes that many connections opened anew every few seconds.
+constexpr int kMaxPrometheusConnections = 256;
+constexpr std::chrono::milliseconds kPrometheusTimeout{5000};
 
 // The model's context length (max_position_embeddings of its config.json in `dir`); 0 with a
 // warning when the config cannot be read, and the router then leaves the check to the workers.
@@ -241,8 +245,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
     prometheus.port = static_cast<uint16_t>(o.prometheus_port);
     prometheus.threads = 1;
     prometheus.max_body_bytes = 0;
-    prometheus.read_timeout = http.read_timeout;
-    prometheus.idle_timeout = http.idle_timeout;
+    prometheus.read_timeout = std::min(http.read_timeout, kPrometheusTimeout);
+    prometheus.idle_timeout = std::min(http.idle_timeout, kPrometheusTimeout);
     prometheus.max_connections = std::min(o.http_max_connections, kMaxPrometheusConnections);
     prometheus.tls_cert_file = o.tls_cert_file;
     prometheus.tls_key_file = o.tls_key_file;

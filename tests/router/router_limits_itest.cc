@@ -2,6 +2,8 @@
 // full queue is a 429, client and admin keys are checked, workers are added, listed and removed,
 // and /get_server_info has the shape SGLang's tools read, in plain and PD mode; large bodies are
 // bounded and leave no memory behind. Bounded waits only.
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -256,6 +258,17 @@ TEST_F(RouterLimitsTest, PrometheusPortServesMetricsAndNothingElse) {
   EXPECT_EQ(RouterRequest(prometheus, "GET", "/v1/models", "", Auth(kApiKey)).status, 404);
   EXPECT_EQ(RouterRequest(prometheus, "GET", "/health").status, 404);
   EXPECT_EQ(RouterRequest(prometheus, "POST", "/metrics").status, 405);
+  // Silent connections neither fill the port (more than a few dozen are let in) nor stay: each
+  // is closed after the listener's 5 s timeout.
+  std::vector<std::unique_ptr<TestClient>> silent;
+  for (int i = 0; i < 100; ++i) {
+    silent.push_back(std::make_unique<TestClient>(static_cast<uint16_t>(prometheus), 15));
+    ASSERT_TRUE(silent.back()->connected());
+  }
+  EXPECT_EQ(RouterRequest(prometheus, "GET", "/metrics").status, 200);
+  char byte = 0;
+  // 0: closed by the router (-1 would be this client's own 15 s receive timeout).
+  EXPECT_EQ(::recv(silent.front()->fd(), &byte, 1, 0), 0);
   EXPECT_EQ(RouterRequest(plain->port, "GET", "/metrics").status, 200);
 }
 
