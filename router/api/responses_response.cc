@@ -73,7 +73,7 @@ std::string ResponsesStream::Delta(const std::string& text, Json logprobs) {
                                                  {"delta", text}});
 }
 
-std::string ResponsesStream::Close() {
+std::string ResponsesStream::Close(const char* status) {
   if (open == Open::kNone) return "";
   const bool message = open == Open::kMessage;
   Json part = Part(open, item_text, item_logprobs);
@@ -89,8 +89,8 @@ std::string ResponsesStream::Close() {
                                               {"output_index", output_index()},
                                               {"content_index", 0},
                                               {"part", part}});
-  Json item =
-      message ? MessageItem(item_id, std::move(part)) : ReasoningItem(item_id, std::move(part));
+  Json item = message ? MessageItem(item_id, std::move(part), status)
+                      : ReasoningItem(item_id, std::move(part), status);
   out += Event("response.output_item.done", {{"output_index", output_index()}, {"item", item}});
   output.push_back(std::move(item));
   open = Open::kNone;
@@ -124,19 +124,19 @@ Json ResponsesStream::Part(Open kind, const std::string& text, Json logprobs) {
           {"annotations", Json::array()},
           {"logprobs", std::move(logprobs)}};
 }
-Json ResponsesStream::MessageItem(const std::string& id, Json part) {
+Json ResponsesStream::MessageItem(const std::string& id, Json part, const char* status) {
   return {{"type", "message"},
           {"id", id},
-          {"status", "completed"},
+          {"status", status},
           {"role", "assistant"},
           {"content", Json::array({std::move(part)})}};
 }
-Json ResponsesStream::ReasoningItem(const std::string& id, Json part) {
+Json ResponsesStream::ReasoningItem(const std::string& id, Json part, const char* status) {
   return {{"type", "reasoning"},
           {"id", id},
           {"summary", Json::array()},
           {"content", Json::array({std::move(part)})},
-          {"status", "completed"}};
+          {"status", status}};
 }
 Json ResponsesStream::ChatCall(const ParsedToolCall& call) {
   return {{"id", call.id},
@@ -234,6 +234,11 @@ Json ResponseShaper::ResponsesOutput(Json* assistant_turn) const {
     }
     (*assistant_turn)["tool_calls"] = message["tool_calls"];
   }
+  // The text that was cut is the last item's: OpenAI marks that item incomplete too.
+  if (ResponsesStatus() == "incomplete" && !output.empty() &&
+      output.back()["type"] != "function_call") {
+    output.back()["status"] = "incomplete";
+  }
   return output;
 }
 
@@ -282,8 +287,9 @@ std::string ResponseShaper::ResponsesStreamEvents(const proto::DecodeEvent& even
   if (stream.open == ResponsesStream::Open::kMessage) {
     for (const Json& entry : unplaced_logprobs()) stream.item_logprobs.push_back(entry);
   }
-  out += stream.Close();
   const std::string status = ResponsesStatus();
+  // The text that was cut is the last item's: OpenAI marks that item incomplete too.
+  out += stream.Close(status == "incomplete" ? "incomplete" : "completed");
   const Json response = ResponseObject(status, stream.output);
   responses_final_ = api_internal::Dump(response);
   responses_turn_ = {{"role", "assistant"}, {"content", stream.content}};

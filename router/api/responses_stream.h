@@ -36,15 +36,16 @@ struct ResponsesStream {
   std::string OpenItem(Open kind);
   // The text delta of the open item; a message's carries `logprobs` (its new tokens' entries).
   std::string Delta(const std::string& text, Json logprobs = Json::array());
-  // Closes the open item, if any: its text and part done, then the item.
-  std::string Close();
+  // Closes the open item, if any: its text and part done, then the item with `status`
+  // ("incomplete" for the last item of an answer cut at max_output_tokens).
+  std::string Close(const char* status = "completed");
   // A completed call: its item announced, its arguments in one delta, done.
   std::string Call(const ParsedToolCall& call);
 
   // The content part of an item of `kind` holding `text`, and the finished items.
   static Json Part(Open kind, const std::string& text, Json logprobs = Json::array());
-  static Json MessageItem(const std::string& id, Json part);
-  static Json ReasoningItem(const std::string& id, Json part);
+  static Json MessageItem(const std::string& id, Json part, const char* status = "completed");
+  static Json ReasoningItem(const std::string& id, Json part, const char* status = "completed");
   // A call as chat's tool_calls entry.
   static Json ChatCall(const ParsedToolCall& call);
 };

@@ -376,7 +376,7 @@ TEST(ResponsesShapeTest, BodyIsTheResponseObjectAndIsStored) {
   const Json& message = body["output"][0];
   EXPECT_EQ(message["type"], "message");
   EXPECT_EQ(message["role"], "assistant");
-  EXPECT_EQ(message["status"], "completed");
+  EXPECT_EQ(message["status"], "incomplete");  // its text was cut, as OpenAI marks it
   EXPECT_THAT(message["id"].get<std::string>(), ::testing::MatchesRegex("msg_[0-9a-f]{32}"));
   EXPECT_EQ(message["content"][0]["type"], "output_text");
   EXPECT_EQ(message["content"][0]["text"], "Hello there");
@@ -462,6 +462,21 @@ TEST(ResponsesShapeTest, ReasoningTokensAreTheThinkingPart) {
     EXPECT_EQ(usage["output_tokens"], all);
     EXPECT_EQ(usage["output_tokens_details"]["reasoning_tokens"], thinking);
     const std::string cut = "<think>Still thinking about";
+    if (stream) {  // the cut item is marked incomplete in the stream too
+      RoutedRequest request = ResponsesRequestFor(R"({"input":"Hi","stream":true})", true);
+      ResponseShaper shaper(request, &TinyEnglishTokenizer());
+      std::string sse;
+      for (const proto::DecodeEvent& e : TokenEvents(cut, proto::FinishReason::LENGTH)) {
+        sse += shaper.StreamEvent(e);
+      }
+      const std::vector<SseEvent> events = Events(sse);
+      ASSERT_GE(events.size(), 2u);
+      EXPECT_EQ(events[events.size() - 2].type, "response.output_item.done");
+      // The (empty) message after the cut reasoning is the answer's last item.
+      EXPECT_EQ(events[events.size() - 2].data["item"]["type"], "message");
+      EXPECT_EQ(events[events.size() - 2].data["item"]["status"], "incomplete");
+      EXPECT_EQ(events.back().type, "response.incomplete");
+    }
     EXPECT_EQ(UsageOf(cut, proto::FinishReason::LENGTH, true,
                       stream)["output_tokens_details"]["reasoning_tokens"],
               static_cast<int64_t>(TinyEnglishTokenizer().Encode(cut, false).size()));
