@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/api/json_fields.h"
@@ -36,7 +37,8 @@ void RouterServer::AddResponsesRoutes(const std::string* api_key) {
   const std::string one = "/v1/responses/{id}";
   HandleGuarded("GET", one, api_key, "API key", [this, one](HttpRequest q, HttpResponder r) {
     const std::string id = ResponseIdOf(q.path);
-    if (q.Query("stream").value_or("false") != "false") {
+    // Any spelling of false passes (Python's requests sends "False").
+    if (!absl::EqualsIgnoreCase(q.Query("stream").value_or("false"), "false")) {
       Answer(one, r,
              ErrorResponse(absl::InvalidArgumentError(
                  "stream is not supported when retrieving a response: it has already finished; "

@@ -13,7 +13,8 @@ namespace {
 
 // The tag's compile error in the request's terms: a structure's schema error
 // ("structural_tag: structures[k].schema: ...", structural_tag.h) names the tool's parameters,
-// anything else (the grammar too large) is tool_choice's.
+// anything else (the grammar of all the structures too large, or matching nothing) is
+// tool_choice's, naming the tools' parameters it was made from.
 absl::Status ToolError(const absl::Status& status, const std::vector<size_t>& tool_of_structure) {
   for (size_t k = 0; k < tool_of_structure.size(); ++k) {
     absl::string_view message = status.message();
@@ -23,7 +24,8 @@ absl::Status ToolError(const absl::Status& status, const std::vector<size_t>& to
           absl::StrCat("tools[", tool_of_structure[k], "].function.parameters: ", message));
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("tool_choice: ", status.message()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("tool_choice: the grammar made from the tools' parameters: ", status.message()));
 }
 
 }  // namespace

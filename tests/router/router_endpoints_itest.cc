@@ -526,6 +526,11 @@ TEST_F(RouterEndpointsTest, ResponsesAreStoredContinuedStreamedAndAborted) {
   ASSERT_EQ(stored.status, 200) << stored.body;
   EXPECT_EQ(json::parse(stored.body), response);
   EXPECT_EQ(RouterRequest(pd->port, "GET", "/v1/responses/" + id).status, 401);
+  // stream=false in any spelling (Python's requests sends "False"); stream=true is a 400.
+  EXPECT_EQ(RouterRequest(pd->port, "GET", "/v1/responses/" + id + "?stream=False", "", key).status,
+            200);
+  EXPECT_EQ(RouterRequest(pd->port, "GET", "/v1/responses/" + id + "?stream=true", "", key).status,
+            400);
 
   const json next_request = {{"input", "Another."},
                              {"previous_response_id", id},

@@ -379,6 +379,13 @@ TEST(ChatToolsGrammarTest, UnenforceableSchemasAreRefused) {
             R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
             R"("properties":{"n":{"type":"integer","minimum":5,"maximum":4}}}}}]})"),
       "tools[0].function.parameters: json_schema: the bounds leave no integer at '#/properties/n'");
+  // A schema that matches nothing is found in the whole grammar, not in one tool's schema: the
+  // message still says where it came from.
+  EXPECT_EQ(
+      Error(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required","tools":[)"
+            R"({"type":"function","function":{"name":"f","parameters":{"$defs":{"a":)"
+            R"({"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}}}]})"),
+      "tool_choice: the grammar made from the tools' parameters: the grammar matches no string");
   EXPECT_THAT(Error(Body(R"("tool_choice":"required","response_format":{"type":"json_object"})")),
               HasSubstr("only one of regex, json_schema, ebnf, structural_tag, response_format and "
                         "tool_choice"));
