@@ -291,7 +291,10 @@ std::string ResponseShaper::OpenAiStreamChunks(const proto::DecodeEvent& event,
 }
 
 api_internal::UsageCounts ResponseShaper::OwnUsage() const {
-  api_internal::UsageCounts usage{PromptTokens(), CompletionTokens(), final_.cached_tokens()};
+  api_internal::UsageCounts usage;
+  usage.prompt_tokens = PromptTokens();
+  usage.completion_tokens = CompletionTokens();
+  usage.cached_tokens = final_.cached_tokens();
   if (kind_ == ApiKind::kChatCompletions && separate_reasoning_) {
     usage.reasoning_tokens = ReasoningTokens();
   }
