@@ -3,17 +3,47 @@
 #include <cstddef>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 
 namespace tandem {
 namespace {
 
 using Ordered = nlohmann::ordered_json;
 
-// nlohmann's SAX interface, building the value with a hash index of each open object's keys.
+// An object's index holds member positions, hashed and compared by the members' own keys, so no
+// key is stored twice. `members` is the object's heap-held member vector, which stays put while
+// the json holding it is moved.
+struct MemberKey {
+  const Ordered::object_t* members;
+  std::string_view operator()(size_t i) const {
+    return std::next(members->begin(), static_cast<std::ptrdiff_t>(i))->first;
+  }
+  std::string_view operator()(std::string_view key) const { return key; }
+};
+struct MemberHash {
+  using is_transparent = void;
+  MemberKey key;
+  template <class K>
+  size_t operator()(const K& k) const {
+    return absl::Hash<std::string_view>()(key(k));
+  }
+};
+struct MemberEq {
+  using is_transparent = void;
+  MemberKey key;
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const {
+    return key(a) == key(b);
+  }
+};
+using MemberIndex = absl::flat_hash_set<size_t, MemberHash, MemberEq>;
+
+// nlohmann's SAX interface, building the value with a hash index of each open object's members.
 class OrderedBuilder {
  public:
   bool null() { return Put(Ordered(nullptr)); }
@@ -44,8 +74,8 @@ class OrderedBuilder {
  private:
   struct Container {
     Ordered value;
-    absl::flat_hash_map<std::string, size_t> index;  // objects: a key's place among the members
-    std::string key;                                 // objects: the key of the next value
+    MemberIndex index;  // objects: the members' positions, by key
+    std::string key;    // objects: the key of the next value
   };
 
   bool Put(Ordered value) {
@@ -59,18 +89,19 @@ class OrderedBuilder {
       return true;
     }
     Ordered::object_t& members = parent.value.get_ref<Ordered::object_t&>();
-    const auto [at, added] = parent.index.try_emplace(parent.key, members.size());
-    if (added) {
-      // ordered_map is a vector of members: appended here without its search for the key.
-      members.emplace_back(std::move(parent.key), std::move(value));
-    } else {
-      std::next(members.begin(), static_cast<std::ptrdiff_t>(at->second))->second =
-          std::move(value);
+    const auto at = parent.index.find(std::string_view(parent.key));
+    if (at != parent.index.end()) {  // a repeated key: the last value wins, in the first's place
+      std::next(members.begin(), static_cast<std::ptrdiff_t>(*at))->second = std::move(value);
+      return true;
     }
+    // ordered_map is a vector of members: appended here without its search for the key.
+    members.emplace_back(std::move(parent.key), std::move(value));
+    parent.index.insert(members.size() - 1);
     return true;
   }
   bool Open(Ordered value) {
-    open_.push_back({std::move(value), {}, {}});
+    const MemberKey key{value.is_object() ? &value.get_ref<const Ordered::object_t&>() : nullptr};
+    open_.push_back({std::move(value), MemberIndex(0, MemberHash{key}, MemberEq{key}), {}});
     return true;
   }
   bool Close() {
