@@ -1,5 +1,7 @@
 #include "common/daemon.h"
 
+#include <sys/resource.h>
+
 #include <iostream>
 #include <utility>
 
@@ -8,7 +10,16 @@
 
 namespace tandem {
 
-void InitDaemonRuntime() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
+void InitDaemonRuntime() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Each client connection is a descriptor; the soft limit (often 1,024) would be met long before
+  // --http-max-connections. The hard limit is what the operator allows.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+}
 
 int ReportStartupFailure(const std::string& program, const absl::Status& status) {
   std::cerr << program << ": " << status.message() << std::endl;

@@ -25,7 +25,9 @@ int ReportStartupFailure(const std::string& program, const absl::Status& status)
 
 // Process-wide runtime settings a daemon makes first thing in main(). Debian's Abseil is built
 // with mutex deadlock detection on, which makes every lock and unlock update a global lock graph
-// (about 6% of the router's CPU under load); daemons turn it off, tests keep it.
+// (about 6% of the router's CPU under load); daemons turn it off, tests keep it. It also raises
+// the open-file soft limit to the hard one, so that connections, not descriptors, run out first
+// (HttpServerOptions::max_connections).
 void InitDaemonRuntime();
 
 // Starts the HTTP endpoint every daemon has: /metrics rendered from `registry` and /health from

@@ -1,9 +1,13 @@
 #include "common/http_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -41,6 +45,21 @@ bool PathMatches(std::string_view pattern, std::string_view path) {
   return pattern.empty() && path.empty();
 }
 
+// max_connections, lowered to three quarters of the open-file limit when that is smaller: the
+// rest is left for the process's other descriptors (its other ports, gRPC channels, files).
+int ConnectionCap(int max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return max_connections;
+  }
+  const auto room = static_cast<int>(std::min<rlim_t>(limit.rlim_cur / 4 * 3, 1 << 30));
+  if (room >= max_connections) return max_connections;
+  spdlog::warn(
+      "http: the open-file limit is {} (ulimit -n); at most {} connections at once instead of {}",
+      limit.rlim_cur, std::max(room, 1), max_connections);
+  return std::max(room, 1);
+}
+
 std::string FormatHostPort(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
   return absl::StrCat(host, ":", port);
@@ -50,6 +69,7 @@ std::string FormatHostPort(const std::string& host, uint16_t port) {
 
 ServerCore::ServerCore(HttpServerOptions options)
     : options_(std::move(options)),
+      max_connections_(ConnectionCap(options_.max_connections)),
       body_budget_(options_.max_body_bytes_held, options_.on_body_refused),
       work_(net::make_work_guard(ioc_)),
       accept_strand_(net::make_strand(ioc_)),
@@ -156,8 +176,8 @@ void ServerCore::Sweep() {
   {
     absl::MutexLock lock(&mu_);
     sessions.reserve(sessions_.size());
-    for (const auto& [id, weak] : sessions_) {
-      if (auto session = weak.lock()) sessions.push_back(std::move(session));
+    for (const auto& [id, entry] : sessions_) {
+      if (auto session = entry.connection.lock()) sessions.push_back(std::move(session));
     }
   }
   const auto now = std::chrono::steady_clock::now();
@@ -216,20 +236,59 @@ void ServerCore::OnAccept(beast::error_code ec, tcp::socket socket) {
   const tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
   std::string peer = endpoint_ec ? "unknown" : FormatEndpoint(remote);
   std::shared_ptr<HttpConnection> session;
+  std::shared_ptr<HttpConnection> evicted;
+  size_t open = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (static_cast<int>(sessions_.size()) >= options_.max_connections) {
-      spdlog::warn("http: {} connections open (the limit); refusing {}", sessions_.size(), peer);
-      beast::error_code ignored;
-      socket.close(ignored);
-    } else {
+    open = sessions_.size();
+    if (static_cast<int>(open) >= max_connections_) evicted = ChooseEvictionLocked();
+    if (static_cast<int>(open) < max_connections_ || evicted != nullptr) {
       const uint64_t id = next_session_id_++;
-      session = MakeHttpConnection(std::move(socket), this, id, std::move(peer), tls_.get());
-      sessions_.emplace(id, session);
+      session = MakeHttpConnection(std::move(socket), this, id, peer, tls_.get());
+      sessions_.emplace(id, Session{session});
     }
+  }
+  // Counted before the close, which the peer may see at once.
+  if (session == nullptr) {
+    if (options_.on_connection_refused) options_.on_connection_refused();
+    beast::error_code ignored;
+    socket.close(ignored);
+  } else if (evicted != nullptr) {
+    if (options_.on_connection_evicted) options_.on_connection_evicted();
+    evicted->PostEvict();
+  }
+  int64_t unlogged = 0;
+  if (static_cast<int>(open) >= max_connections_ && cap_logs_.Allow(&unlogged)) {
+    spdlog::warn(
+        "http: {} connections open (the limit); {} {} ({} more at the limit since the last line)",
+        open,
+        session == nullptr ? "every one has a request in progress: refusing"
+                           : "closed the one waiting longest for a request to let in",
+        peer, unlogged);
   }
   if (session != nullptr) session->Start();
   Accept();
+}
+
+std::shared_ptr<HttpConnection> ServerCore::ChooseEvictionLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  Session* oldest = nullptr;
+  std::shared_ptr<HttpConnection> chosen;
+  std::chrono::steady_clock::time_point oldest_since = now;
+  for (auto& [id, entry] : sessions_) {
+    if (entry.evicting) continue;
+    std::shared_ptr<HttpConnection> connection = entry.connection.lock();
+    if (connection == nullptr) continue;
+    const std::optional<std::chrono::steady_clock::time_point> since =
+        connection->WaitingSince(now);
+    if (since.has_value() && (oldest == nullptr || *since < oldest_since)) {
+      oldest = &entry;
+      oldest_since = *since;
+      chosen = std::move(connection);
+    }
+  }
+  if (oldest != nullptr) oldest->evicting = true;
+  return chosen;
 }
 
 void ServerCore::Run() {
@@ -256,8 +315,8 @@ void ServerCore::Shutdown() {
     std::vector<std::shared_ptr<HttpConnection>> sessions;
     {
       absl::MutexLock lock(&mu_);
-      for (const auto& [id, weak] : sessions_) {
-        if (auto session = weak.lock()) sessions.push_back(std::move(session));
+      for (const auto& [id, entry] : sessions_) {
+        if (auto session = entry.connection.lock()) sessions.push_back(std::move(session));
       }
     }
     for (const auto& session : sessions) session->PostClose();

@@ -37,8 +37,12 @@
 // missing key) is answered before any body byte is read (no 100 Continue), and the connection
 // closes, so a peer that may not use a route cannot make the server buffer a body for it. A
 // connection idle for `idle_timeout` between requests, or taking longer than `read_timeout` to
-// deliver a request once it started, is closed (slow clients cannot hold connections). Beyond
-// `max_connections`, new connections are closed at once.
+// deliver a request once it started, is closed (slow clients cannot hold connections). At
+// `max_connections` (lowered, with a warning, to three quarters of the process's open-file limit
+// when that is smaller), a new connection takes the place of the one that has waited longest for
+// a request (idle, or still sending one), which is closed, as nginx reuses idle keep-alive
+// connections; only when every connection has a request in a handler or being answered is the
+// new one closed at once. So a flood of silent or half-sent connections cannot shut clients out.
 //
 // Cross-origin (HttpServerOptions::cors_allowed_origins, common/http_cors.h): a request from an
 // allowed origin gets Access-Control-Allow-Origin on its answer, whatever the answer is; a CORS
@@ -93,6 +97,10 @@ struct HttpServerOptions {
   size_t max_body_bytes_held = size_t{1} << 30;
   // Runs on each such 503 (on an I/O thread: cheap, non-blocking), e.g. to count it.
   std::function<void()> on_body_refused;
+  // Runs (on an I/O thread: cheap, non-blocking) for each connection closed to make room at
+  // max_connections, and for each new connection closed because none could be.
+  std::function<void()> on_connection_evicted;
+  std::function<void()> on_connection_refused;
   std::string server_header = "tandem";
   // HTTPS: both PEM files (see common/http_tls.h); Start() fails naming a bad file. A client that
   // does not complete the TLS handshake within read_timeout (e.g. one speaking plain HTTP) is

@@ -269,6 +269,7 @@ void HttpStreamConnection<Stream>::OnRequest() {
   // exchange then would tie it and the session to each other with nothing left to part them.
   if (closed_) return;
   Lowest().expires_never();
+  SetWaiting(false);
   wire_started_ = false;
   failing_ = false;
   http::request<http::string_body> message = parser_->release();

@@ -31,6 +31,7 @@
 #include "boost/beast/http.hpp"
 #include "common/http_body_budget.h"
 #include "common/http_server.h"
+#include "common/log_every.h"
 
 namespace tandem::http_internal {
 
@@ -127,6 +128,14 @@ class HttpConnection {
   // Any thread: closes the connection (on its strand) if it has sat idle for at least
   // `idle_timeout` after a direct answer.
   virtual void SweepIdle(std::chrono::steady_clock::time_point now) = 0;
+  // Any thread: since when the connection has waited for its next request (from its accept or
+  // its last answer, through any part of the request that has arrived), or nullopt while a
+  // request is with a handler or being answered. ServerCore evicts the one that has waited
+  // longest to make room at the connection cap.
+  virtual std::optional<std::chrono::steady_clock::time_point> WaitingSince(
+      std::chrono::steady_clock::time_point now) const = 0;
+  // Any thread: closes the connection (on its strand) if it is still waiting for a request then.
+  virtual void PostEvict() = 0;
 };
 
 // A session for an accepted connection: TLS (server side; the handshake runs first, bounded by
@@ -170,6 +179,9 @@ class ServerCore {
   // 404, 405 or the route's head check's refusal; nullopt when the body should be read.
   std::optional<HttpResponse> RefuseHead(const HttpRequest& head) const;
   void RemoveSession(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The connections at once: options().max_connections, lowered to leave room under the
+  // process's open-file limit (RLIMIT_NOFILE) so that the cap, not the file table, is met first.
+  int max_connections() const { return max_connections_; }
 
  private:
   void Accept();
@@ -177,8 +189,12 @@ class ServerCore {
   // Every idle_timeout / 4 (10 ms to 1 s) on accept_strand_: HttpConnection::SweepIdle on each
   // session.
   void Sweep();
+  // At the cap: the session that has waited longest for a request and was not chosen before,
+  // marked chosen; null when every session is busy with a request.
+  std::shared_ptr<HttpConnection> ChooseEvictionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const HttpServerOptions options_;
+  const int max_connections_;
   BodyBudget body_budget_;
   std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP; set by Listen()
   net::io_context ioc_;
@@ -209,7 +225,12 @@ class ServerCore {
 
   absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::unordered_map<uint64_t, std::weak_ptr<HttpConnection>> sessions_ ABSL_GUARDED_BY(mu_);
+  struct Session {
+    std::weak_ptr<HttpConnection> connection;
+    bool evicting = false;  // chosen to make room (ChooseEvictionLocked); closing
+  };
+  std::unordered_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  LogEvery cap_logs_{absl::Seconds(10)};  // evictions and refusals at the cap
 };
 
 }  // namespace tandem::http_internal

@@ -165,6 +165,25 @@ void HttpStreamConnection<Stream>::SweepIdle(std::chrono::steady_clock::time_poi
 }
 
 template <class Stream>
+std::optional<std::chrono::steady_clock::time_point> HttpStreamConnection<Stream>::WaitingSince(
+    Clock::time_point now) const {
+  const Clock::rep since = waiting_since_.load(std::memory_order_relaxed);
+  if (since != kBusy) return Clock::time_point(Clock::duration(since));
+  // Answered directly: the strand learns of it only with the client's next bytes.
+  return direct_.IdleSince(now, Clock::duration::zero());
+}
+
+template <class Stream>
+void HttpStreamConnection<Stream>::PostEvict() {
+  net::post(stream_.get_executor(), [self = this->shared_from_this()] {
+    self->Safely("closing a connection to make room", [&] {
+      // A request may have reached the handler since the connection was chosen: it stays.
+      if (self->WaitingSince(Clock::now()).has_value()) self->DoClose();
+    });
+  });
+}
+
+template <class Stream>
 void HttpStreamConnection<Stream>::WriteResponse(HttpResponse response) {
   response_ = std::make_unique<http::response<http::string_body>>(
       ResponseMessage(std::move(response), version_, keep_alive_, head_only_, allow_origin_,
@@ -191,6 +210,7 @@ template <class Stream>
 void HttpStreamConnection<Stream>::EndExchange() {
   if (current_ != nullptr) current_->MarkDone();
   current_.reset();
+  SetWaiting(true);
   wire_started_ = false;
   failing_ = false;
   if (keep_alive_) {

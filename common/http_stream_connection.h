@@ -10,10 +10,12 @@
 #ifndef TANDEM_COMMON_HTTP_STREAM_CONNECTION_H_
 #define TANDEM_COMMON_HTTP_STREAM_CONNECTION_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,8 +54,19 @@ class HttpStreamConnection final
   void PostStartStream(int status, std::string content_type, HttpHeaders headers) override;
   void PostPump() override;
   void SweepIdle(std::chrono::steady_clock::time_point now) override;
+  std::optional<std::chrono::steady_clock::time_point> WaitingSince(
+      std::chrono::steady_clock::time_point now) const override;
+  void PostEvict() override;
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // Strand: the connection waits for a request from now on (`waiting`), or one is with the
+  // handler or being answered.
+  void SetWaiting(bool waiting) {
+    waiting_since_.store(waiting ? Clock::now().time_since_epoch().count() : kBusy,
+                         std::memory_order_relaxed);
+  }
+
   // The TCP layer (timeouts, the socket) under a TLS stream, or the stream itself.
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
   // Runs one step of the session (a completion handler's body or a posted task) on the strand.
@@ -125,6 +138,11 @@ class HttpStreamConnection final
   // error found later can only close the connection.
   bool wire_started_ = false;
   bool failing_ = false;  // OnException is answering with a 500: a second throw closes
+
+  // WaitingSince: the steady clock's ticks when the connection began waiting for its next
+  // request, or kBusy. Written on the strand, read by ServerCore's accept strand.
+  static constexpr Clock::rep kBusy = std::numeric_limits<Clock::rep>::min();
+  std::atomic<Clock::rep> waiting_since_{Clock::now().time_since_epoch().count()};
 
   DirectAnswer direct_;  // closed by DoClose before the socket
   std::string rest_;     // on the strand: what a direct write left, being written

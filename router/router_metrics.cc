@@ -48,6 +48,11 @@ RouterMetrics::RouterMetrics(MetricsRegistry* r, bool pd)
           r->AddGauge("tandem_router_stored_response_bytes",
                       "Bytes the stored responses are counted as (--response-store-mb)", {})
               .Get()),
+      connections_at_limit(r->AddCounter(
+          "tandem_router_http_connections_at_limit_total",
+          "Connections closed at --http-max-connections: evicted (waiting longest for a request) "
+          "or refused (every one had a request in progress)",
+          {"action"})),
       pd_(pd),
       retries_(r->AddCounter("tandem_router_retries_total",
                              "Attempts retried with a new pair before the first token", {})

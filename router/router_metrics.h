@@ -50,6 +50,10 @@ class RouterMetrics {
   // The Responses API's stored responses and their bytes, set when /metrics is rendered.
   Gauge& stored_responses;
   Gauge& stored_response_bytes;
+  // Connections closed at --http-max-connections: by "evicted" (the one waiting longest for a
+  // request, to let a new one in) or "refused" (the new one: every one had a request in
+  // progress).
+  MetricFamily<Counter>& connections_at_limit;
 
  private:
   const bool pd_;

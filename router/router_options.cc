@@ -207,7 +207,8 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
       ->check(CLI::PositiveNumber);
   flags
       .Add("--http-max-connections", &o->http_max_connections,
-           "Client connections open at once; more are closed on accept")
+           "Client connections open at once; at the limit a new one displaces the one waiting "
+           "longest for a request, or is closed if every one has a request in progress")
       ->check(CLI::PositiveNumber);
 
   flags.Add("--retry-max-retries", &o->retry_max_retries, "Attempts before the first token")

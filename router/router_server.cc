@@ -212,6 +212,12 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   http.on_body_refused = [metrics = s.router_metrics_.get()] {
     metrics->CountError("body_memory");
   };
+  http.on_connection_evicted = [metrics = s.router_metrics_.get()] {
+    metrics->connections_at_limit.WithLabels({"evicted"}).Increment();
+  };
+  http.on_connection_refused = [metrics = s.router_metrics_.get()] {
+    metrics->connections_at_limit.WithLabels({"refused"}).Increment();
+  };
   http.read_timeout = absl::ToChronoMilliseconds(o.http_read_timeout);
   http.idle_timeout = absl::ToChronoMilliseconds(o.http_idle_timeout);
   http.max_connections = o.http_max_connections;

@@ -385,47 +385,40 @@ void ClientsThatLeaveEarlyFreeTheirWork(const Cluster& cluster) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
-void ConnectionsBeyondTheMaximumAreRefused(const Cluster& cluster) {
+// At --http-max-connections a newcomer takes the place of the connection that has waited longest
+// for a request: idle connections are displaced in the order they went idle, and the rest keep
+// working. (Refusal when every connection has a request in progress: HttpConnectionCapTest.)
+void ConnectionsBeyondTheMaximumDisplaceTheLongestIdle(const Cluster& cluster) {
   constexpr int kMax = 4;
   std::unique_ptr<RouterProcess> router = StartRouter(
       {"--worker-urls", cluster.colocated->url(), "--http-max-connections", std::to_string(kMax)});
-  // The start-up probe's connection may hold a slot for a moment: retry until kMax are held.
   const std::string health = "GET /health HTTP/1.1\r\nHost: t\r\n\r\n";
+  const auto served = [&](TestClient& c) {
+    if (!c.Send(health)) return false;
+    std::optional<ClientResponse> r = c.ReadResponse();
+    return r.has_value() && r->status == 200;
+  };
   std::vector<std::unique_ptr<TestClient>> held;
-  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
-  while (static_cast<int>(held.size()) < kMax && std::chrono::steady_clock::now() < deadline) {
-    auto c = std::make_unique<TestClient>(static_cast<uint16_t>(router->port), 30);
-    if (c->Send(health) && c->ReadResponse().has_value()) {
-      held.push_back(std::move(c));
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+  for (int i = 0; i < kMax; ++i) {
+    held.push_back(std::make_unique<TestClient>(static_cast<uint16_t>(router->port), 30));
+    ASSERT_TRUE(served(*held.back())) << i;
   }
-  ASSERT_EQ(static_cast<int>(held.size()), kMax);
-  // One more: closed at once, unanswered, while the held ones keep working.
   bad_inputs_tried += 3;
+  std::vector<std::unique_ptr<TestClient>> newcomers;
   for (int i = 0; i < 3; ++i) {
-    TestClient extra(static_cast<uint16_t>(router->port), 30);
-    extra.Send(health);
-    EXPECT_FALSE(extra.ReadResponse().has_value()) << "connection beyond the maximum served";
+    newcomers.push_back(std::make_unique<TestClient>(static_cast<uint16_t>(router->port), 30));
+    EXPECT_TRUE(served(*newcomers.back())) << "newcomer " << i << " at the maximum not served";
   }
-  for (auto& c : held) {
-    ASSERT_TRUE(c->Send(health));
-    std::optional<ClientResponse> r = c->ReadResponse();
-    ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(r->status, 200);
+  // The three idle longest made room; the fourth and the newcomers keep working.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(served(*held[i])) << "held connection " << i << " was not displaced";
   }
-  // A slot freed is a slot available again.
-  held.pop_back();
-  bool served = false;
-  for (int i = 0; i < 100 && !served; ++i) {
-    TestClient again(static_cast<uint16_t>(router->port), 30);
-    again.Send(health);
-    std::optional<ClientResponse> r = again.ReadResponse();
-    served = r.has_value() && r->status == 200;
-    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(served);
+  EXPECT_TRUE(served(*held[3]));
+  for (auto& c : newcomers) EXPECT_TRUE(served(*c));
+  EXPECT_GE(MetricValue(HttpGet(router->port, "/metrics").body,
+                        "tandem_router_http_connections_at_limit_total{action=\"evicted\"")
+                .value_or(0),
+            3);
 }
 
 // Inputs that once made Beast throw inside an I/O handler (a rid echoed into x-request-id past
@@ -649,7 +642,7 @@ TEST(BadInput, EveryBadInputIsAnsweredWhileOthersAreServed) {
       {"slowloris", SlowlorisIsCutOffAfterTheReadTimeout},
       {"idle and half-sent", IdleAndHalfSentConnectionsAreClosed},
       {"clients that leave early", ClientsThatLeaveEarlyFreeTheirWork},
-      {"max connections", ConnectionsBeyondTheMaximumAreRefused},
+      {"max connections", ConnectionsBeyondTheMaximumDisplaceTheLongestIdle},
       {"worker status ports", WorkerStatusPortsReadNoBody},
       {"throwing inputs", ThrowingInputsAreAnsweredAndTheRouterKeepsServing},
       {"huge prompt", HugePromptIsRefusedBeforeAnyLeg},
