@@ -8,8 +8,10 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/http_stream_connection.h"
 #include "common/status.h"
 
@@ -167,6 +169,22 @@ void HttpStreamConnection<Stream>::OnHeader(beast::error_code ec) {
     SendError(400, "malformed HTTP request: only the chunked Transfer-Encoding is supported",
               /*close=*/true);
     return;
+  }
+  // Chunked last, after codings this server cannot undo (gzip, chunked): 501 (RFC 9112 6.1).
+  const auto [first, last] = request.equal_range(http::field::transfer_encoding);
+  for (auto field = first; field != last; ++field) {
+    const std::string value = ToString(field->value());
+    for (absl::string_view coding : absl::StrSplit(value, ',')) {
+      coding = absl::StripAsciiWhitespace(coding);
+      if (!coding.empty() && !absl::EqualsIgnoreCase(coding, "chunked")) {
+        SendError(
+            501,
+            absl::StrCat("Transfer-Encoding '", coding.substr(0, 64),
+                         coding.size() > 64 ? "...' " : "' ", "is not supported: only chunked"),
+            /*close=*/true);
+        return;
+      }
+    }
   }
   if (!parser_->is_done()) {
     // Judged before a body byte is read (http_server.h): a refused peer's body is never held.

@@ -122,4 +122,28 @@ nlohmann::ordered_json ParseOrderedJson(std::string_view text) {
   return builder.Take();
 }
 
+std::string JsonErrorText(std::string_view what) {
+  constexpr size_t kMaxQuotedBytes = 64;
+  if (what.starts_with("[json.exception.")) {
+    const size_t tag_end = what.find("] ");
+    if (tag_end != std::string_view::npos) what.remove_prefix(tag_end + 2);
+  }
+  const size_t quote = what.find('\'');
+  if (quote == std::string_view::npos) return std::string(what);
+  std::string out(what.substr(0, quote + 1));
+  std::string_view quoted = what.substr(quote + 1);
+  size_t end = quoted.size();
+  if (end > kMaxQuotedBytes) {
+    end = kMaxQuotedBytes;
+    // Back off to the start of a UTF-8 sequence so the cut leaves no partial character.
+    while (end > 0 && (static_cast<unsigned char>(quoted[end]) & 0xc0) == 0x80) --end;
+  }
+  for (size_t i = 0; i < end; ++i) {
+    const auto c = static_cast<unsigned char>(quoted[i]);
+    out.push_back(c < 0x20 || c == 0x7f ? '?' : quoted[i]);
+  }
+  if (end < quoted.size()) out += "...";
+  return out;
+}
+
 }  // namespace tandem

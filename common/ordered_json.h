@@ -6,6 +6,7 @@
 #ifndef TANDEM_COMMON_ORDERED_JSON_H_
 #define TANDEM_COMMON_ORDERED_JSON_H_
 
+#include <string>
 #include <string_view>
 
 #include "nlohmann/json.hpp"
@@ -16,6 +17,12 @@ namespace tandem {
 // and its last value), and the same exceptions (nlohmann::ordered_json::parse_error) for text
 // that is not JSON. The nesting depth is the caller's to bound first (common/json_depth.h).
 nlohmann::ordered_json ParseOrderedJson(std::string_view text);
+
+// The text of a nlohmann exception's what() for a client: without nlohmann's own tag
+// ("[json.exception.parse_error.101] "), and with what follows its first quote (the token it read
+// last, "last read: '...'", which can be a client's whole megabyte string) cut to 64 bytes, control
+// characters as '?'.
+std::string JsonErrorText(std::string_view what);
 
 }  // namespace tandem
 

@@ -86,7 +86,8 @@ absl::StatusOr<json> ParseSchema(std::string_view schema_json) {
   try {
     return ParseOrderedJson(schema_json);
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: not valid JSON: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("json_schema: not valid JSON: ", JsonErrorText(e.what())));
   }
 }
 

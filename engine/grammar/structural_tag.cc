@@ -60,7 +60,7 @@ absl::StatusOr<Tag> ParseTag(std::string_view text) {
   try {
     document = ParseOrderedJson(text);
   } catch (const json::exception& e) {
-    return Error(absl::StrCat("not valid JSON: ", e.what()));
+    return Error(absl::StrCat("not valid JSON: ", JsonErrorText(e.what())));
   }
   if (!document.is_object()) return Error("must be a JSON object");
   for (const auto& [key, value] : document.items()) {

@@ -1,8 +1,12 @@
 #include "router/api/chat_tools.h"
 
+#include <string>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status.h"
+#include "router/api/request_common.h"
 
 namespace tandem::router::api_internal {
 namespace {
@@ -154,8 +158,9 @@ absl::StatusOr<engine::ChatTemplateOptions> TemplateOptions(const Json& body,
   // reasoning_effort "none" turns thinking off, as SGLang reads it: enable_thinking (Qwen3) and
   // thinking default to false unless chat_template_kwargs sets them. Other efforts have no
   // template variable to map to.
-  if (const Json* effort = Find(body, "reasoning_effort");
-      effort != nullptr && effort->is_string() && effort->get<std::string>() == "none") {
+  const Json* effort = Find(body, "reasoning_effort");
+  if (effort != nullptr) RETURN_IF_ERROR(CheckReasoningEffort(*effort, "reasoning_effort"));
+  if (effort != nullptr && effort->get<std::string>() == "none") {
     if (!options.kwargs.is_object()) options.kwargs = OrderedJson::object();
     for (const char* key : {"enable_thinking", "thinking"}) {
       if (!options.kwargs.contains(key)) options.kwargs[key] = false;

@@ -41,7 +41,8 @@ absl::StatusOr<ChatTools> ReadChatTools(const Json& body);
 
 // The template options for `tools` (the tools the choice shows: all, the named one, or none)
 // and `chat_template_kwargs` (an object; its keys become template variables); `reasoning_effort`
-// "none" sets enable_thinking and thinking to false where chat_template_kwargs does not.
+// (checked: CheckReasoningEffort in request_common.h) "none" sets enable_thinking and thinking to
+// false where chat_template_kwargs does not.
 absl::StatusOr<engine::ChatTemplateOptions> TemplateOptions(const Json& body,
                                                             const ChatTools& tools);
 

@@ -35,15 +35,6 @@ std::vector<Json::json_pointer> SchemaObjects(const Json& body) {
   return found;
 }
 
-// nlohmann's parse error. It quotes the token it read last ("last read: '...'", "number
-// overflow parsing '...'"), which can be a client's whole megabyte string or number: what
-// follows the first quote is cut like any client string quoted in an error.
-std::string ParseErrorMessage(std::string_view what) {
-  const size_t quote = what.find('\'');
-  if (quote == std::string_view::npos) return std::string(what);
-  return std::string(what.substr(0, quote + 1)) + Excerpt(what.substr(quote + 1));
-}
-
 }  // namespace
 
 absl::Status CheckJsonBeforeParsing(std::string_view body, size_t max_parsed_bytes,
@@ -107,7 +98,7 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body, size_t max_parsed_by
   } catch (const Json::exception& e) {
     // nlohmann's messages name the byte offset and the problem (including ill-formed UTF-8).
     return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON: ", ParseErrorMessage(e.what())));
+        absl::StrCat("the request body is not valid JSON: ", JsonErrorText(e.what())));
   }
 }
 

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
+#include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -114,6 +117,20 @@ RoutedRequest NewRequest(ApiKind kind) {
   request.created = absl::ToUnixSeconds(absl::Now());
   request.sampling.set_skip_special_tokens(true);  // SGLang's default
   return request;
+}
+
+absl::Status CheckReasoningEffort(const Json& effort, std::string_view field) {
+  static constexpr std::string_view kEfforts[] = {"none",   "minimal", "low",
+                                                  "medium", "high",    "xhigh"};
+  if (effort.is_string() && std::find(std::begin(kEfforts), std::end(kEfforts),
+                                      effort.get<std::string>()) != std::end(kEfforts)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      std::string(field),
+      " must be one of \"none\", \"minimal\", \"low\", \"medium\", \"high\", \"xhigh\"",
+      effort.is_string() ? absl::StrCat(", got '", Excerpt(effort.get<std::string>()), "'")
+                         : absl::StrCat(", got ", JsonTypeName(effort))));
 }
 
 absl::Status ReadRid(const Json& body, RoutedRequest* request) {

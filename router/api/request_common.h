@@ -24,6 +24,11 @@ std::string NewRid();
 // A request with the defaults every API shares: kind, created = now, skip_special_tokens true.
 RoutedRequest NewRequest(ApiKind kind);
 
+// OK when `effort` is one of OpenAI's reasoning efforts ("none", "minimal", "low", "medium",
+// "high", "xhigh"); otherwise a 400 naming `field` (chat's reasoning_effort, Responses'
+// reasoning.effort).
+absl::Status CheckReasoningEffort(const Json& effort, std::string_view field);
+
 // Reads "rid" (a string; an array is a batched request, rejected) or generates one.
 absl::Status ReadRid(const Json& body, RoutedRequest* request);
 

@@ -1,7 +1,9 @@
 // OpenAI /v1/responses -> RoutedRequest (router/api/responses.h): the input items become chat
 // messages and the Responses settings chat's, and the chat parser does the rest (template,
 // tools, constraints, sampling, prompt checks).
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status.h"
 #include "router/api/json_fields.h"
 #include "router/api/request_common.h"
@@ -23,6 +26,26 @@ constexpr size_t kMaxInputItems = 4096;  // chat's limit on messages
 constexpr size_t kMaxMetadataPairs = 16;
 constexpr size_t kMaxMetadataKeyBytes = 64;
 constexpr size_t kMaxMetadataValueBytes = 512;
+
+// OpenAI's `include` values. Only the logprobs change an answer here: the other items (tool
+// outputs, images, encrypted reasoning) never occur, so asking for them adds nothing.
+constexpr absl::string_view kIncludes[] = {
+    "code_interpreter_call.outputs", "computer_call_output.output.image_url",
+    "file_search_call.results",      "message.input_image.image_url",
+    "message.output_text.logprobs",  "reasoning.encrypted_content",
+    "web_search_call.action.sources"};
+
+absl::Status CheckInclude(const std::string& value) {
+  if (std::find(std::begin(kIncludes), std::end(kIncludes), value) != std::end(kIncludes)) {
+    return absl::OkStatus();
+  }
+  std::string supported;
+  for (absl::string_view known : kIncludes) {
+    absl::StrAppend(&supported, supported.empty() ? "" : ", ", "'", known, "'");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "include: '", Excerpt(value), "' is not a supported value; supported values: ", supported));
+}
 
 // What a Responses body shares with chat, handed on as it is: OpenAI's sampling settings and
 // SGLang's extras, which the chat parser reads and checks under the same names.
@@ -365,7 +388,10 @@ absl::StatusOr<RoutedRequest> ParseResponsesJson(const Json& body, const ApiCont
   bool logprobs = false;
   if (const Json* v = Find(body, "include"); v != nullptr) {
     ASSIGN_OR_RETURN(const std::vector<std::string> include, ToStringOrList(*v, "include", 16));
-    for (const std::string& what : include) logprobs |= what == "message.output_text.logprobs";
+    for (const std::string& what : include) {
+      RETURN_IF_ERROR(CheckInclude(what));
+      logprobs |= what == "message.output_text.logprobs";
+    }
   }
   if (const Json* v = Find(body, "top_logprobs"); v != nullptr) {
     ASSIGN_OR_RETURN(const int64_t n, ToInt(*v, "top_logprobs", 0, 20));
@@ -396,9 +422,9 @@ absl::StatusOr<RoutedRequest> ParseResponsesJson(const Json& body, const ApiCont
       return Invalid(absl::StrCat("reasoning must be an object, got ", JsonTypeName(*v)));
     }
     if (const Json* effort = Find(*v, "effort"); effort != nullptr) {
-      ASSIGN_OR_RETURN(const std::string text, ToString(*effort, "reasoning.effort"));
-      chat["reasoning_effort"] = text;
-      echo["reasoning"]["effort"] = text;
+      RETURN_IF_ERROR(CheckReasoningEffort(*effort, "reasoning.effort"));
+      chat["reasoning_effort"] = *effort;
+      echo["reasoning"]["effort"] = *effort;
     }
   }
   if (const Json* v = Find(body, "tools"); v != nullptr) {

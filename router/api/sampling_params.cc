@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -112,7 +114,15 @@ absl::Status SetGrammarConstraint(const engine::GrammarConstraint& constraint,
   RETURN_IF_ERROR(CheckNoConstraint(path, *out));
   absl::StatusOr<engine::grammar::GrammarPtr> compiled = engine::CompileConstraint(constraint);
   if (!compiled.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", compiled.status().message()));
+    // The compilers name their language ("regex: ...", "ebnf: ..."); a path ending in that
+    // name says it already.
+    absl::string_view message = compiled.status().message();
+    const absl::string_view field = absl::string_view(path).substr(path.rfind('.') + 1);
+    if (message.size() > field.size() + 2 && absl::StartsWith(message, field) &&
+        message.substr(field.size(), 2) == ": ") {
+      message.remove_prefix(field.size() + 2);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", message));
   }
   SetConstraint(constraint, out);
   return absl::OkStatus();

@@ -213,10 +213,10 @@ std::vector<BodyCase> BodyCases() {
             R"("schema":{"type":"integer"},"end":"</a>"}]})"),
        400, "response_format: structural_tag: triggers must be a list of 1 to 16 strings"},
       {"structural_tag that is not JSON", kGen, Gen(R"("structural_tag":"{structures")"), 400,
-       "sampling_params.structural_tag: structural_tag: not valid JSON"},
+       "sampling_params.structural_tag: not valid JSON"},
       {"structural_tag with a begin no trigger starts", kGen,
        Gen(R"j("structural_tag":{"structures":[{"begin":"(a","end":")"}],"triggers":["<"]})j"), 400,
-       "sampling_params.structural_tag: structural_tag: structures[0].begin does not start with "
+       "sampling_params.structural_tag: structures[0].begin does not start with "
        "any trigger"},
       {"structural_tag with a huge begin", kGen,
        Gen(R"("structural_tag":{"structures":[{"begin":"<)" + std::string(5000, 'a') +
@@ -228,9 +228,9 @@ std::vector<BodyCase> BodyCases() {
       {"OpenAI name in sampling_params", kGen, Gen(R"("min_tokens":2)"), 400,
        "sampling_params.min_tokens is not a known sampling parameter"},
       {"regex constraint with lookahead", kGen, Gen(R"j("regex":"a(?=b)")j"), 400,
-       "sampling_params.regex: regex: group flags, lookaround"},
+       "sampling_params.regex: group flags, lookaround"},
       {"ebnf without root", kGen, Gen(R"("ebnf":"start ::= \"a\"")"), 400,
-       "sampling_params.ebnf: ebnf: no rule named 'root'"},
+       "sampling_params.ebnf: no rule named 'root'"},
       {"repetition_penalty a string", kGen, Gen(R"("repetition_penalty":"1.3")"), 400,
        "sampling_params.repetition_penalty must be a number"},
       {"image_data", kGen, R"({"text":"hi","image_data":"aGk="})", 400,

@@ -272,6 +272,34 @@ TEST_F(HttpServerTest, TransferEncodingOtherThanChunkedIs400) {
   EXPECT_TRUE(client.ReadsEof());
 }
 
+// Chunked last, after a coding the server cannot undo: 501, as RFC 9112 6.1 and SGLang's server.
+TEST_F(HttpServerTest, TransferCodingsBeforeChunkedAre501) {
+  StartServer();
+  for (const std::string coding : {"gzip, chunked", "deflate,chunked", "chunked, chunked, x"}) {
+    SCOPED_TRACE(coding);
+    TestClient client(server_->port());
+    ASSERT_TRUE(client.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: " + coding +
+                            "\r\n\r\n5\r\nhello\r\n0\r\n\r\n"));
+    auto response = client.ReadResponse();
+    ASSERT_TRUE(response);
+    if (coding == "chunked, chunked, x") {
+      EXPECT_EQ(response->status, 400);  // chunked not last: the length is unknown
+    } else {
+      EXPECT_EQ(response->status, 501);
+      EXPECT_THAT(ParseJson(response->body)["error"]["message"].get<std::string>(),
+                  HasSubstr("is not supported: only chunked"));
+    }
+    EXPECT_TRUE(client.ReadsEof());
+  }
+  TestClient plain(server_->port());
+  ASSERT_TRUE(
+      plain.Send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: "
+                 "Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"));
+  auto response = plain.ReadResponse();
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->body, "hello");
+}
+
 TEST_F(HttpServerTest, MalformedRequestIs400AndServerKeepsServing) {
   StartServer();
   {

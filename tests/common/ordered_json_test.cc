@@ -66,5 +66,25 @@ TEST(OrderedJsonTest, WideObjectsKeepTheirOrder) {
   }
 }
 
+// What a client is shown of a parse error: the problem and where, not nlohmann's tag, and the
+// token it quotes cut short.
+TEST(OrderedJsonTest, ErrorTextDropsTheTagAndCutsTheQuotedToken) {
+  try {
+    ParseOrderedJson("{\"a\": tru}");
+    FAIL() << "parsed";
+  } catch (const Ordered::exception& e) {
+    const std::string text = JsonErrorText(e.what());
+    EXPECT_TRUE(text.starts_with("parse error at line 1, column 1")) << text;
+    EXPECT_NE(text.find("syntax error while parsing value - invalid literal"), std::string::npos)
+        << text;
+  }
+  const std::string long_token =
+      "[json.exception.parse_error.101] last read: '" + std::string(1000, 'x') + "\x01\xc3\xa9'";
+  const std::string cut = JsonErrorText(long_token);
+  EXPECT_EQ(cut, "last read: '" + std::string(64, 'x') + "...");
+  EXPECT_EQ(JsonErrorText("last read: 'a\x01\xc3\xa9'"), "last read: 'a?\xc3\xa9'");
+  EXPECT_EQ(JsonErrorText("no quote"), "no quote");
+}
+
 }  // namespace
 }  // namespace tandem

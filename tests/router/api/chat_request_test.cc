@@ -306,16 +306,16 @@ TEST(StructuredOutputTest, StructuralTagOnGenerateAndChat) {
     return ErrorOf(ParseGenerate(body, ctx), absl::StatusCode::kInvalidArgument);
   };
   EXPECT_EQ(error(R"({"text":"x","sampling_params":{"structural_tag":"[]"}})"),
-            "sampling_params.structural_tag: structural_tag: must be a JSON object");
+            "sampling_params.structural_tag: must be a JSON object");
   EXPECT_EQ(error(R"({"text":"x","sampling_params":{"structural_tag":{"structures":[{"begin":"<a",)"
                   R"("end":""}],"triggers":["<a","a"]}}})"),
-            "sampling_params.structural_tag: structural_tag: triggers[0] contains triggers[1]: no "
+            "sampling_params.structural_tag: triggers[0] contains triggers[1]: no "
             "trigger may occur within another");
   EXPECT_THAT(
       error(R"({"text":"x","sampling_params":{"structural_tag":{"structures":[{"begin":"<a",)"
             R"("end":"","schema":{"type":"object","patternProperties":{}}}],)"
             R"("triggers":["<"]}}})"),
-      HasSubstr("sampling_params.structural_tag: structural_tag: structures[0].schema: "
+      HasSubstr("sampling_params.structural_tag: structures[0].schema: "
                 "json_schema: unsupported keyword 'patternProperties'"));
   EXPECT_THAT(error(R"({"text":"x","sampling_params":{"regex":"a","structural_tag":{"structures":)"
                     R"([{"begin":"<a","end":""}],"triggers":["<"]}}})"),

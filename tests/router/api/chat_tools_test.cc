@@ -499,6 +499,13 @@ TEST(ChatToolsGrammarTest, ReasoningEffortNoneTurnsQwen3ThinkingOff) {
     ASSERT_TRUE(on.ok()) << on.status();
     EXPECT_TRUE(GrammarAccepts(*on, thought + call)) << fields;
   }
+  // OpenAI's efforts only.
+  for (const char* fields : {R"("reasoning_effort":"extreme")", R"("reasoning_effort":1)"}) {
+    const auto bad = ParseChatCompletions(Body(fields), ctx);
+    ASSERT_FALSE(bad.ok()) << fields;
+    EXPECT_THAT(bad.status().message(),
+                HasSubstr("reasoning_effort must be one of \"none\", \"minimal\", \"low\""));
+  }
 }
 
 TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {

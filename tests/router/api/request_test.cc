@@ -187,12 +187,11 @@ TEST(ParseGenerateTest, SamplingErrorsNameTheField) {
   EXPECT_THAT(error(R"({"repetition_penalty":3})"),
               HasSubstr("sampling_params.repetition_penalty must be a number in [0, 2]"));
   EXPECT_THAT(error(R"j({"regex":"a(?=b)"})j"),
-              HasSubstr("sampling_params.regex: regex: group flags, lookaround"));
-  EXPECT_THAT(
-      error(R"({"json_schema":"{\"type\": \"integer\", \"multipleOf\": 2}"})"),
-      HasSubstr("sampling_params.json_schema: json_schema: unsupported keyword 'multipleOf'"));
+              HasSubstr("sampling_params.regex: group flags, lookaround"));
+  EXPECT_THAT(error(R"({"json_schema":"{\"type\": \"integer\", \"multipleOf\": 2}"})"),
+              HasSubstr("sampling_params.json_schema: unsupported keyword 'multipleOf'"));
   EXPECT_THAT(error(R"({"ebnf":"root ::= missing"})"),
-              HasSubstr("sampling_params.ebnf: ebnf: undefined rule 'missing'"));
+              HasSubstr("sampling_params.ebnf: undefined rule 'missing'"));
   EXPECT_THAT(error(R"({"regex":"a+","ebnf":"root ::= \"a\""})"), HasSubstr("only one of"));
   EXPECT_THAT(error(R"({"regex":5})"), HasSubstr("sampling_params.regex must be a string"));
   EXPECT_THAT(error(R"({"n":2})"), HasSubstr("sampling_params.n must be 1"));

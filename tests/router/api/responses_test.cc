@@ -156,6 +156,18 @@ TEST(ParseResponsesTest, Errors) {
   EXPECT_THAT(error(R"({"input":"x","prompt":{"id":"pmpt_1"}})"), HasSubstr("prompt"));
   EXPECT_THAT(error(R"({"input":"x","top_logprobs":21})"), HasSubstr("top_logprobs"));
   EXPECT_THAT(error(R"({"input":"x","include":[5]})"), HasSubstr("include"));
+  EXPECT_THAT(error(R"({"input":"x","include":["message.output_text.logprob"]})"),
+              HasSubstr("include: 'message.output_text.logprob' is not a supported value; "
+                        "supported values: 'code_interpreter_call.outputs', "));
+  EXPECT_EQ(error(R"({"input":"x","reasoning":{"effort":"maximal"}})"),
+            "reasoning.effort must be one of \"none\", \"minimal\", \"low\", \"medium\", "
+            "\"high\", \"xhigh\", got 'maximal'");
+  EXPECT_THAT(error(R"({"input":"x","reasoning":{"effort":3}})"),
+              HasSubstr("reasoning.effort must be one of"));
+  for (const char* fine : {R"({"input":"x","include":["reasoning.encrypted_content"]})",
+                           R"({"input":"x","reasoning":{"effort":"minimal","summary":"auto"}})"}) {
+    EXPECT_TRUE(ParseResponses(fine, ctx).ok()) << fine;
+  }
   EXPECT_EQ(error(R"({"input":"x","truncation":"middle"})"),
             "truncation must be \"disabled\" or \"auto\"");
   EXPECT_EQ(error(R"({"input":"x","metadata":{"k":5}})"),

@@ -14,6 +14,7 @@ namespace tandem::router {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The error message of parsing `body` with `kind`; "" (and a failure) when it parsed.
 std::string Error(ApiKind kind, const std::string& body,
@@ -194,7 +195,8 @@ TEST(EchoedStringsTest, ParseErrorsQuoteTheTokenShort) {
                                     R"({"prompt":")" + std::string(1 << 20, 'y') + "\\q\"}",
                                     R"({"messages":12)" + std::string(1 << 20, '3') + "x}"}) {
       const std::string message = Error(kind, body);
-      EXPECT_THAT(message, HasSubstr("the request body is not valid JSON: [json.exception."));
+      EXPECT_THAT(message, HasSubstr("the request body is not valid JSON: "));
+      EXPECT_THAT(message, Not(HasSubstr("json.exception")));
       EXPECT_THAT(message, HasSubstr("..."));
       EXPECT_LT(message.size(), 300u) << message.substr(0, 400);
     }
