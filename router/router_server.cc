@@ -34,16 +34,23 @@ constexpr std::chrono::milliseconds kPrometheusTimeout{5000};
 
 // The model's context length (max_position_embeddings of its config.json in `dir`); 0 with a
 // warning when the config cannot be read, and the router then leaves the check to the workers.
-int ReadContextLength(const std::string& dir) {
+// The model's context length and vocabulary size from its config.json, for the checks the
+// router makes before any leg (router/api/request.h ApiContext); 0s when it has none.
+void ReadModelLimits(const std::string& dir, ApiContext* ctx) {
   absl::StatusOr<engine::ModelConfig> config =
       engine::ModelConfig::FromFile((std::filesystem::path(dir) / "config.json").string());
   if (!config.ok()) {
-    spdlog::warn("{}; prompts are checked against the context length by the workers only",
-                 std::string(config.status().message()));
-    return 0;
+    spdlog::warn(
+        "{}; prompts are checked against the context length, and logit_bias against the "
+        "vocabulary, by the workers only",
+        std::string(config.status().message()));
+    return;
   }
-  return static_cast<int>(
-      std::min<int64_t>(config->max_position_embeddings, std::numeric_limits<int>::max()));
+  const auto clamp = [](int64_t v) {
+    return static_cast<int>(std::min<int64_t>(v, std::numeric_limits<int>::max()));
+  };
+  ctx->context_length = clamp(config->max_position_embeddings);
+  ctx->vocab_size = clamp(config->vocab_size);
 }
 
 // Bytes of the longest token `tokenizer` can produce (special tokens included), for the early
@@ -87,7 +94,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   }
   // The router refuses prompts over the context itself, before any leg is sent (workers would
   // refuse them too, but only after the router tokenized and shipped them).
-  s.api_.context_length = ReadContextLength(!o.model_path.empty() ? o.model_path : tokenizer_dir);
+  ReadModelLimits(!o.model_path.empty() ? o.model_path : tokenizer_dir, &s.api_);
   s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
   s.api_.max_parsed_json_bytes = 8 * static_cast<size_t>(o.max_payload_size);
   s.api_.reasoning_parser = !o.reasoning_parser.empty();

@@ -140,6 +140,9 @@ struct ApiContext {
   std::string model_dir_name;
   bool any_model_name = false;
   int context_length = 0;  // prompt + max_new_tokens must fit; 0 = unchecked
+  // The model's vocabulary (config.json's vocab_size, which may exceed the tokenizer's):
+  // logit_bias ids must be below it; 0 = unchecked (the workers check).
+  int vocab_size = 0;
   // Bytes of the longest token of the vocabulary (special tokens included); with
   // context_length, text prompts certainly over the context are refused before tokenizing.
   // 0 = no early check.

@@ -246,6 +246,15 @@ absl::Status FinishPrompt(const ApiContext& ctx, int default_max_new_tokens,
     }
   }
   proto::SamplingParams& sampling = request->sampling;
+  if (ctx.vocab_size > 0) {
+    for (const auto& [id, bias] : sampling.logit_bias()) {
+      if (id >= ctx.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("logit_bias: token id ", id,
+                         " is outside the model's vocabulary (ids 0 to ", ctx.vocab_size - 1, ")"));
+      }
+    }
+  }
   if (!sampling.has_max_new_tokens()) sampling.set_max_new_tokens(default_max_new_tokens);
   if (ctx.context_length > 0) {
     const int64_t prompt_tokens = static_cast<int64_t>(request->input_ids.size());

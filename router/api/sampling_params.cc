@@ -26,7 +26,7 @@ absl::Status Unsupported(const std::string& path, const Json& value) {
 }
 
 // OpenAI's logit_bias: {"<token id>": bias, ...}, ids in decimal, biases in [-100, 100]. The
-// ids' upper bound is the model's vocabulary, which the worker checks.
+// ids' upper bound is the model's vocabulary, which FinishPrompt checks (ApiContext::vocab_size).
 absl::Status ReadLogitBias(const Json& value, const std::string& path, proto::SamplingParams* out) {
   if (!value.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(

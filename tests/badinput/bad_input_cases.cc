@@ -241,7 +241,7 @@ std::vector<BodyCase> BodyCases() {
       {"logit_bias over 100", kCmp, Cmp(R"("logit_bias":{"5":1000})"), 400,
        "logit_bias[\"5\"] must be a number in [-100, 100]"},
       {"logit_bias id outside the vocabulary", kCmp, Cmp(R"("logit_bias":{"999999":1})"), 400,
-       "logit_bias"},
+       "logit_bias: token id 999999 is outside the model's vocabulary (ids 0 to "},
       {"min_tokens over max_tokens", kCmp, Cmp(R"("min_tokens":9)"), 400,
        "min_new_tokens (min_tokens) is 9, more than the request's max_new_tokens"},
       {"unknown top-level field is ignored", kGen,

@@ -127,6 +127,18 @@ TEST(SamplingVerifyTest, LogitBiasMapsTokenIdsToBoundedBiases) {
   for (int i = 0; i <= 1024; ++i) absl::StrAppend(&many, i > 0 ? "," : "", "\"", i, "\":1");
   EXPECT_EQ(GenerateError(many + "}}"),
             "sampling_params.logit_bias has 1025 entries; at most 1024 are allowed");
+  // Ids past the model's vocabulary (config.json's vocab_size, when the router has it).
+  ApiContext small = TinyEnglishContext();
+  small.vocab_size = 100;
+  EXPECT_TRUE(
+      ParseGenerate(R"({"text":"x","sampling_params":{"logit_bias":{"99":1}}})", small).ok());
+  EXPECT_EQ(
+      ErrorOf(ParseGenerate(R"({"text":"x","sampling_params":{"logit_bias":{"100":1}}})", small)),
+      "logit_bias: token id 100 is outside the model's vocabulary (ids 0 to 99)");
+  EXPECT_EQ(
+      ErrorOf(ParseChatCompletions(
+          R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"2000000":5}})", small)),
+      "logit_bias: token id 2000000 is outside the model's vocabulary (ids 0 to 99)");
   // OpenAI's name at the top level of completions and chat.
   const auto completion = ParseCompletions(R"({"prompt":"x","logit_bias":{"5":10},"min_tokens":2})",
                                            TinyEnglishContext());
