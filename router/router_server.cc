@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -21,16 +20,10 @@
 #include "router/api/tokenize.h"
 #include "router/client_call.h"
 #include "router/request_headers.h"
+#include "router/router_listeners.h"
 
 namespace tandem::router {
 namespace {
-
-// The --prometheus-port listener: scrapers are few and send their request at once, so a
-// connection that is silent, slow or idle for kPrometheusTimeout is closed, and at most
-// kMaxPrometheusConnections are open (file descriptors the client port keeps). Holding the port
-// full then takes that many connections opened anew every few seconds.
-constexpr int kMaxPrometheusConnections = 256;
-constexpr std::chrono::milliseconds kPrometheusTimeout{5000};
 
 // The model's context length (max_position_embeddings of its config.json in `dir`); 0 with a
 // warning when the config cannot be read, and the router then leaves the check to the workers.
@@ -210,27 +203,7 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
     s.kv_subscriber_->Start();
   }
 
-  HttpServerOptions http;
-  http.host = o.host;
-  http.port = static_cast<uint16_t>(o.port);
-  http.threads = o.http_threads;
-  http.max_body_bytes = static_cast<size_t>(o.max_payload_size);
-  http.max_body_bytes_held = static_cast<size_t>(o.http_max_body_memory);
-  http.on_body_refused = [metrics = s.router_metrics_.get()] {
-    metrics->CountError("body_memory");
-  };
-  http.on_connection_evicted = [metrics = s.router_metrics_.get()] {
-    metrics->connections_at_limit.WithLabels({"evicted"}).Increment();
-  };
-  http.on_connection_refused = [metrics = s.router_metrics_.get()] {
-    metrics->connections_at_limit.WithLabels({"refused"}).Increment();
-  };
-  http.read_timeout = absl::ToChronoMilliseconds(o.http_read_timeout);
-  http.idle_timeout = absl::ToChronoMilliseconds(o.http_idle_timeout);
-  http.max_connections = o.http_max_connections;
-  http.tls_cert_file = o.tls_cert_file;
-  http.tls_key_file = o.tls_key_file;
-  http.cors_allowed_origins = o.cors_origins;
+  const HttpServerOptions http = ClientPortOptions(o, s.router_metrics_.get());
   if (!o.tls_cert_file.empty()) {
     RETURN_IF_ERROR(CheckTlsFiles(o.tls_cert_file, o.tls_key_file),
                     "--tls-cert-file/--tls-key-file: ");
@@ -252,25 +225,9 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   }
   RETURN_IF_ERROR(s.http_->Start(), "--host/--port: ");
   if (o.prometheus_port != 0) {
-    // sgl-router's Prometheus port: /metrics alone, on one I/O thread, reading no body.
-    HttpServerOptions prometheus;
-    prometheus.host = o.prometheus_host;
-    prometheus.port = static_cast<uint16_t>(o.prometheus_port);
-    prometheus.threads = 1;
-    prometheus.max_body_bytes = 0;
-    prometheus.read_timeout = std::min(http.read_timeout, kPrometheusTimeout);
-    prometheus.idle_timeout = std::min(http.idle_timeout, kPrometheusTimeout);
-    prometheus.max_connections = std::min(o.http_max_connections, kMaxPrometheusConnections);
-    prometheus.tls_cert_file = o.tls_cert_file;
-    prometheus.tls_key_file = o.tls_key_file;
-    s.metrics_http_ = std::make_unique<HttpServer>(prometheus);
     RouterServer* self = &s;
-    s.metrics_http_->Handle("GET", "/metrics", [self](HttpRequest, HttpResponder r) {
-      r.Send(self->MetricsResponse());
-    });
-    RETURN_IF_ERROR(s.metrics_http_->Start(), "--prometheus-host/--prometheus-port: ");
-    spdlog::info("tandem-router /metrics also on {}:{} (--prometheus-port)", o.prometheus_host,
-                 s.metrics_http_->port());
+    ASSIGN_OR_RETURN(s.metrics_http_,
+                     StartPrometheusPort(o, http, [self] { return self->MetricsResponse(); }));
   }
   spdlog::info(
       "tandem-router {} on {}:{} ({} mode, {} prefill, {} decode, {} plain workers; policy "
