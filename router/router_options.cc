@@ -266,9 +266,10 @@ void RegisterRouterFlags(Flags& flags, RouterOptions* o) {
             "name, \"default\" or a path ending in the served or directory name; others get 404)");
   flags
       .Add("--reasoning-parser", &o->reasoning_parser,
-           "Reasoning format of the model's chat answers, separated into reasoning_content "
-           "(qwen3: <think>...</think>)")
-      ->check(CLI::IsMember({"qwen3"}));
+           "Reasoning format of the model's chat answers, separated into reasoning_content: "
+           "<think>...</think> (qwen3, deepseek-v3: when the answer or the prompt opens it; "
+           "deepseek-r1, qwen3-thinking: every answer starts as reasoning)")
+      ->check(CLI::IsMember({"qwen3", "deepseek-v3", "deepseek-r1", "qwen3-thinking"}));
   flags
       .Add("--response-store-mb", &o->response_store_mb,
            "Memory for the Responses API's stored responses (GET /v1/responses/{id}, "

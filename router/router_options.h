@@ -122,8 +122,9 @@ struct RouterOptions {
   std::string tokenizer_path;
   std::string served_model_name;  // /v1/models id; "" = the model directory's name
   bool any_model_name = false;    // accept every request's "model" (SGLang does not check it)
-  // SGLang's --reasoning-parser: "qwen3" separates <think> reasoning into reasoning_content for
-  // chat requests (unless they send separate_reasoning: false); "" = off.
+  // SGLang's --reasoning-parser: "qwen3", "deepseek-v3", "deepseek-r1" or "qwen3-thinking"
+  // separates <think> reasoning into reasoning_content for chat requests (unless they send
+  // separate_reasoning: false); the last two take every answer to start as reasoning; "" = off.
   std::string reasoning_parser;
   // The Responses API's stored responses (store: true) are kept up to this many MiB, least
   // recently used dropped first; 0 keeps none (router/api/responses.h).

@@ -91,6 +91,8 @@ absl::StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions
   s.api_.max_token_bytes = LongestTokenBytes(*s.tokenizer_);
   s.api_.max_parsed_json_bytes = 8 * static_cast<size_t>(o.max_payload_size);
   s.api_.reasoning_parser = !o.reasoning_parser.empty();
+  s.api_.reasoning_always =
+      o.reasoning_parser == "deepseek-r1" || o.reasoning_parser == "qwen3-thinking";
   s.response_store_ =
       std::make_unique<ResponseStore>(static_cast<size_t>(o.response_store_mb) << 20);
   s.api_.response_store = s.response_store_.get();

@@ -2,8 +2,10 @@
 // chat template (with the generation prompt) and tokenized without adding special tokens again.
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/ordered_json.h"
 #include "common/status.h"
@@ -20,6 +22,16 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr size_t kMaxMessages = 4096;
+
+// Whether a rendered prompt leaves the assistant inside a reasoning block: it ends with
+// "<think>" and whitespace (Qwen3-Thinking-2507's, DeepSeek-R1's and thinking DeepSeek-V3.1's
+// templates).
+bool OpensThinking(std::string_view prompt) {
+  while (!prompt.empty() && absl::ascii_isspace(static_cast<unsigned char>(prompt.back()))) {
+    prompt.remove_suffix(1);
+  }
+  return prompt.ends_with("<think>");
+}
 
 // A message's content: a string, or an array of {"type":"text","text":...} parts, joined. An
 // assistant turn may also hold OpenAI's {"type":"refusal","refusal":...} parts: what the
@@ -337,6 +349,15 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
   if (const Json* ids = Find(body, "input_ids"); ids != nullptr) {
     ASSIGN_OR_RETURN(request.input_ids, ToIntList(*ids, "input_ids", 0, kInt32Max));
     if (request.input_ids.empty()) return absl::InvalidArgumentError("input_ids is empty");
+    if (request.separate_reasoning && !ctx.reasoning_always && ctx.tokenizer != nullptr) {
+      // The prompt's end, as text: a template's "<think>\n" is a few tokens at most.
+      constexpr size_t kTail = 8;
+      const size_t n = request.input_ids.size();
+      const std::vector<int32_t> tail(request.input_ids.begin() + (n > kTail ? n - kTail : 0),
+                                      request.input_ids.end());
+      request.reasoning_open = OpensThinking(ctx.tokenizer->Decode(tail));
+    }
+    request.reasoning_open |= request.separate_reasoning && ctx.reasoning_always;
     RETURN_IF_ERROR(
         FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));
     return request;
@@ -347,6 +368,8 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
   }
   ASSIGN_OR_RETURN(request.prompt_text, ctx.tokenizer->ApplyChatTemplate(conversation, options),
                    "cannot apply the chat template: ");
+  request.reasoning_open =
+      request.separate_reasoning && (ctx.reasoning_always || OpensThinking(request.prompt_text));
   // The rendered template already carries its special tokens (e.g. BOS).
   RETURN_IF_ERROR(
       FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));

@@ -38,7 +38,8 @@ Json ResponseShaper::ChatMessage(bool* has_tool_calls) const {
   std::string reasoning;
   std::string content = text_;
   if (separate_reasoning_) {
-    api_internal::ReasoningSplitter::Split split = api_internal::ReasoningSplitter::SplitAll(text_);
+    api_internal::ReasoningSplitter::Split split =
+        api_internal::ReasoningSplitter::SplitAll(text_, reasoning_open_);
     reasoning = std::move(split.reasoning);
     content = std::move(split.content);
   }

@@ -123,6 +123,10 @@ struct RoutedRequest {
   // Chat: "<think>...</think>" goes to reasoning_content (the router's --reasoning-parser
   // and the request's separate_reasoning, default true, as SGLang).
   bool separate_reasoning = false;
+  // With separate_reasoning: the answer starts inside the reasoning block (the rendered prompt
+  // ends with "<think>", as Qwen3-Thinking-2507's and DeepSeek-R1's templates make it, or the
+  // parser always thinks: ApiContext::reasoning_always), so it is reasoning until "</think>".
+  bool reasoning_open = false;
   // kResponses: the request's Responses settings and input (router/api/responses.h).
   std::shared_ptr<const ResponsesRequest> responses;
 };
@@ -150,9 +154,12 @@ struct ApiContext {
   int default_max_new_tokens = 128;  // SGLang's default for /generate
   // A body whose JSON would take more to parse is refused before parsing (400).
   size_t max_parsed_json_bytes = kDefaultMaxParsedJsonBytes;
-  // The router runs with --reasoning-parser qwen3: chat answers may have their reasoning
-  // separated (RoutedRequest::separate_reasoning).
+  // The router runs with --reasoning-parser: chat answers may have their reasoning separated
+  // (RoutedRequest::separate_reasoning); `reasoning_always` for a parser whose models always
+  // think (deepseek-r1, qwen3-thinking: SGLang's force_reasoning), whose answers start as
+  // reasoning even when the prompt does not end with "<think>".
   bool reasoning_parser = false;
+  bool reasoning_always = false;
   // Stored responses, which a /v1/responses previous_response_id names (borrowed; may be null:
   // none are kept).
   ResponseStore* response_store = nullptr;

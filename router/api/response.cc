@@ -70,11 +70,12 @@ ResponseShaper::ResponseShaper(const RoutedRequest& request, const engine::Token
       tool_call_syntax_(ChatLike(request.kind) ? request.tool_call_syntax : ToolCallSyntax::kNone),
       tool_names_(request.tool_names),
       separate_reasoning_(ChatLike(request.kind) && request.separate_reasoning),
+      reasoning_open_(separate_reasoning_ && request.reasoning_open),
       responses_(request.kind == ApiKind::kResponses ? request.responses : nullptr),
       start_(absl::Now()) {
   if (ParsesChat()) {
     if (separate_reasoning_) {
-      reasoning_splitter_ = std::make_unique<api_internal::ReasoningSplitter>();
+      reasoning_splitter_ = std::make_unique<api_internal::ReasoningSplitter>(reasoning_open_);
     }
     tool_splitter_ =
         std::make_unique<api_internal::ToolCallSplitter>(tool_call_syntax_, tool_names_);

@@ -184,6 +184,7 @@ class ResponseShaper {
   const ToolCallSyntax tool_call_syntax_;      // chat: how tool calls are written
   const std::vector<std::string> tool_names_;  // the functions calls may name
   const bool separate_reasoning_;              // chat: <think> goes to reasoning_content
+  const bool reasoning_open_;  // RoutedRequest::reasoning_open: the answer starts as reasoning
   const std::shared_ptr<const ResponsesRequest> responses_;  // kResponses only
   // kResponses: the stream's items and events so far; the final Response object's text and the
   // assistant turn it adds to the conversation, once made.

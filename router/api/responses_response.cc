@@ -193,7 +193,8 @@ Json ResponseShaper::ResponseObject(const std::string& status, Json output) cons
 
 int64_t ResponseShaper::ReasoningTokens() const {
   if (!separate_reasoning_ || tokenizer_ == nullptr) return 0;
-  const size_t reasoning_bytes = api_internal::ReasoningSplitter::ReasoningBytes(text_);
+  const size_t reasoning_bytes =
+      api_internal::ReasoningSplitter::ReasoningBytes(text_, reasoning_open_);
   if (reasoning_bytes == 0) return 0;
   // The answer's text is its ids detokenized as they streamed: replay that until the text
   // covers the reasoning.

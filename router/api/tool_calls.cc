@@ -214,6 +214,8 @@ ReasoningSplitter::Split ReasoningSplitter::Feed(std::string_view text) {
       state_ = State::kReasoning;
     } else if (rest.size() < kThinkOpen.size() && kThinkOpen.starts_with(rest)) {
       return out;
+    } else if (open_) {
+      state_ = State::kReasoning;  // the prompt opened the block
     } else {
       state_ = State::kContent;
       content_started_ = true;
@@ -245,7 +247,9 @@ ReasoningSplitter::Split ReasoningSplitter::Feed(std::string_view text) {
 
 ReasoningSplitter::Split ReasoningSplitter::Finish() {
   Split out;
-  if (state_ == State::kStart) {
+  if (state_ == State::kStart && open_) {
+    out.reasoning = std::string(StripSpace(buffer_));  // the start of "<think>", or space
+  } else if (state_ == State::kStart) {
     out.content = buffer_;  // only whitespace, or the start of "<think>"
   } else if (state_ == State::kReasoning) {
     // Reasoning cut off before "</think>": what was held is reasoning too.
@@ -258,15 +262,20 @@ ReasoningSplitter::Split ReasoningSplitter::Finish() {
   return out;
 }
 
-size_t ReasoningSplitter::ReasoningBytes(std::string_view text) {
+size_t ReasoningSplitter::ReasoningBytes(std::string_view text, bool open) {
   const std::string_view rest = StripLeadingSpace(text);
-  if (!rest.starts_with(kThinkOpen)) return 0;
-  const size_t close = text.find(kThinkClose, text.size() - rest.size() + kThinkOpen.size());
+  size_t from = text.size() - rest.size();
+  if (rest.starts_with(kThinkOpen)) {
+    from += kThinkOpen.size();
+  } else if (!open) {
+    return 0;
+  }
+  const size_t close = text.find(kThinkClose, from);
   return close == std::string_view::npos ? text.size() : close + kThinkClose.size();
 }
 
-ReasoningSplitter::Split ReasoningSplitter::SplitAll(std::string_view text) {
-  ReasoningSplitter splitter;
+ReasoningSplitter::Split ReasoningSplitter::SplitAll(std::string_view text, bool open) {
+  ReasoningSplitter splitter(open);
   Split all = splitter.Feed(text);
   Split rest = splitter.Finish();
   all.reasoning += rest.reasoning;

@@ -69,24 +69,29 @@ class ToolCallSplitter {
   bool any_call_ = false;
 };
 
-// Splits "<think>...</think>" reasoning (Qwen3's) from the content that follows, as it streams.
-// An answer that does not begin with "<think>" (after whitespace) is all content. The reasoning
-// and the content after "</think>" have their surrounding whitespace trimmed.
+// Splits "<think>...</think>" reasoning (Qwen3's, DeepSeek-R1's) from the content that follows,
+// as it streams. An answer that does not begin with "<think>" (after whitespace) is all content,
+// unless the prompt opened the block (`open`: the chat template ended it with "<think>", as
+// Qwen3-Thinking-2507's and DeepSeek-R1's do, or the parser always thinks): the answer then
+// starts as reasoning, a "<think>" it repeats first is dropped, and "</think>" ends it. The
+// reasoning and the content after "</think>" have their surrounding whitespace trimmed.
 class ReasoningSplitter {
  public:
   struct Split {
     std::string reasoning;
     std::string content;
   };
+  explicit ReasoningSplitter(bool open = false) : open_(open) {}
   Split Feed(std::string_view text);
   Split Finish();
-  static Split SplitAll(std::string_view text);
+  static Split SplitAll(std::string_view text, bool open = false);
   // How many bytes of a whole answer are reasoning: through "</think>", or all of it when the
-  // reasoning was cut off; 0 when the answer does not begin with "<think>".
-  static size_t ReasoningBytes(std::string_view text);
+  // reasoning was cut off; 0 when the answer does not begin with "<think>" and `open` is false.
+  static size_t ReasoningBytes(std::string_view text, bool open = false);
 
  private:
   enum class State { kStart, kReasoning, kContent };
+  const bool open_;
   State state_ = State::kStart;
   std::string buffer_;
   std::string held_space_;          // trailing whitespace of the reasoning

@@ -93,11 +93,13 @@ TEST(RouterOptionsTest, PrometheusPortIsOffByDefaultAndMustDifferFromThePort) {
   EXPECT_EQ(Parse({"--worker-urls", "http://w:1", "--prometheus-port", "70000"}).exit_code, 2);
 }
 
-TEST(RouterOptionsTest, ReasoningParserIsQwen3OrOff) {
+TEST(RouterOptionsTest, ReasoningParserIsOneOfSGLangsThinkParsersOrOff) {
   EXPECT_EQ(Parse({"--worker-urls", "http://127.0.0.1:8001"}).options.reasoning_parser, "");
-  Parsed qwen3 = Parse({"--worker-urls", "http://127.0.0.1:8001", "--reasoning-parser", "qwen3"});
-  ASSERT_FALSE(qwen3.exit_code.has_value()) << qwen3.error;
-  EXPECT_EQ(qwen3.options.reasoning_parser, "qwen3");
+  for (const char* name : {"qwen3", "deepseek-v3", "deepseek-r1", "qwen3-thinking"}) {
+    Parsed parsed = Parse({"--worker-urls", "http://127.0.0.1:8001", "--reasoning-parser", name});
+    ASSERT_FALSE(parsed.exit_code.has_value()) << parsed.error;
+    EXPECT_EQ(parsed.options.reasoning_parser, name);
+  }
   Parsed other = Parse({"--worker-urls", "http://127.0.0.1:8001", "--reasoning-parser", "r1"});
   EXPECT_TRUE(other.exit_code.has_value());
   EXPECT_NE(other.error.find("reasoning-parser"), std::string::npos) << other.error;

@@ -521,5 +521,33 @@ TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
             "separate_reasoning must be a boolean, got integer");
 }
 
+// The answer starts as reasoning when the prompt ends inside a <think> block (a thinking
+// template's generation prompt, here given as input_ids) or the parser always thinks.
+TEST(ChatToolsTest, APromptEndingInThinkOpensTheReasoning) {
+  ApiContext ctx = QwenContext();
+  ctx.reasoning_parser = true;
+  const std::string plain = R"({"messages":[{"role":"user","content":"x"}]})";
+  EXPECT_FALSE(ParseChatCompletions(plain, ctx)->reasoning_open);
+  const auto body = [&](const std::string& prompt, const std::string& extra) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int32_t id : QwenTokenizer().Encode(prompt, /*add_special_tokens=*/false)) {
+      ids.push_back(id);
+    }
+    return absl::StrCat(R"({"messages":[{"role":"user","content":"x"}],"input_ids":)", ids.dump(),
+                        extra, "}");
+  };
+  const std::string thinking = "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<think>\n";
+  EXPECT_TRUE(ParseChatCompletions(body(thinking, ""), ctx)->reasoning_open);
+  EXPECT_FALSE(
+      ParseChatCompletions(body(thinking, R"(,"separate_reasoning":false)"), ctx)->reasoning_open);
+  EXPECT_FALSE(ParseChatCompletions(body("<|im_start|>assistant\n<think>\n\n</think>\n\n", ""), ctx)
+                   ->reasoning_open);
+  ctx.reasoning_always = true;  // deepseek-r1, qwen3-thinking
+  EXPECT_TRUE(ParseChatCompletions(plain, ctx)->reasoning_open);
+  ctx.reasoning_parser = false;
+  ctx.reasoning_always = false;
+  EXPECT_FALSE(ParseChatCompletions(body(thinking, ""), ctx)->reasoning_open);
+}
+
 }  // namespace
 }  // namespace tandem::router

@@ -250,6 +250,46 @@ TEST(ResponsesShapeTest, ChatUsageCountsReasoningTokensToo) {
   }
 }
 
+// A parser that always thinks (deepseek-r1, qwen3-thinking): an answer without "<think>" is
+// reasoning until "</think>", whole and streamed, and its tokens through it count as reasoning.
+TEST(ResponsesShapeTest, AnAnswerInsideAnOpenThinkBlockIsReasoning) {
+  const std::string answer = "Let me see what the weather is.</think>It is cold in Oslo.";
+  ApiContext ctx = TinyEnglishContext();
+  ctx.reasoning_parser = true;
+  ctx.reasoning_always = true;
+  auto whole = ParseChatCompletions(R"({"messages":[{"role":"user","content":"Weather?"}]})", ctx);
+  auto streamed = ParseChatCompletions(
+      R"({"messages":[{"role":"user","content":"Weather?"}],"stream":true})", ctx);
+  ASSERT_TRUE(whole.ok() && streamed.ok());
+  ResponseShaper shaper(*whole, &TinyEnglishTokenizer());
+  ResponseShaper stream_shaper(*streamed, &TinyEnglishTokenizer());
+  std::string reasoning, content;
+  for (const proto::DecodeEvent& e : TokenEvents(answer, proto::FinishReason::STOP)) {
+    shaper.Accumulate(e);
+    const std::string sse = stream_shaper.StreamEvent(e);
+    for (size_t at = sse.find("data: {"); at != std::string::npos;
+         at = sse.find("data: {", at + 1)) {
+      const Json chunk = Json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+      if (chunk["choices"].empty()) continue;
+      const Json& delta = chunk["choices"][0]["delta"];
+      if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string()) {
+        reasoning += delta["reasoning_content"].get<std::string>();
+      }
+      if (delta.contains("content") && delta["content"].is_string()) {
+        content += delta["content"].get<std::string>();
+      }
+    }
+  }
+  const Json body = Json::parse(shaper.Body(0));
+  const Json& message = body["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "Let me see what the weather is.") << message;
+  EXPECT_EQ(message["content"], "It is cold in Oslo.") << message;
+  EXPECT_EQ(reasoning, "Let me see what the weather is.");
+  EXPECT_EQ(content, "It is cold in Oslo.");
+  EXPECT_EQ(body["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            TokensThroughThinkClose(answer));
+}
+
 constexpr char kCall[] =
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
 

@@ -150,6 +150,31 @@ TEST(ReasoningSplitterTest, ThinkBlockIsSeparatedAtEveryCut) {
   EXPECT_EQ(ReasoningSplitter::SplitAll("<thin").content, "<thin");
 }
 
+// The prompt opened the block (a template ending in "<think>\n", or a parser that always
+// thinks): the answer is reasoning until "</think>", with or without a "<think>" of its own.
+TEST(ReasoningSplitterTest, AnOpenBlockMakesTheAnswerReasoningUntilItCloses) {
+  for (const std::string text : {"First, the weather.\n</think>\n\nIt is sunny.",
+                                 "<think>\nFirst, the weather.\n</think>\n\nIt is sunny.",
+                                 "\n  First, the weather.</think>It is sunny."}) {
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      ReasoningSplitter splitter(/*open=*/true);
+      ReasoningSplitter::Split a = splitter.Feed(text.substr(0, cut));
+      ReasoningSplitter::Split b = splitter.Feed(text.substr(cut));
+      ReasoningSplitter::Split c = splitter.Finish();
+      EXPECT_EQ(a.reasoning + b.reasoning + c.reasoning, "First, the weather.") << text << cut;
+      EXPECT_EQ(a.content + b.content + c.content, "It is sunny.") << text << cut;
+    }
+  }
+  EXPECT_EQ(ReasoningSplitter::SplitAll("cut off", true).reasoning, "cut off");
+  EXPECT_EQ(ReasoningSplitter::SplitAll("cut off", true).content, "");
+  EXPECT_EQ(ReasoningSplitter::SplitAll("<thin", true).reasoning, "<thin");
+  EXPECT_EQ(ReasoningSplitter::SplitAll("</think>All content.", true).content, "All content.");
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("ab</think>cd", true), 10u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("<think>ab</think>cd", true), 17u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("cut off", true), 7u);
+  EXPECT_EQ(ReasoningSplitter::ReasoningBytes("ab</think>cd", false), 0u);
+}
+
 TEST(ReasoningSplitterTest, ReasoningBytesRunThroughTheClosingTag) {
   EXPECT_EQ(ReasoningSplitter::ReasoningBytes("<think>ab</think>cd"), 17u);
   EXPECT_EQ(ReasoningSplitter::ReasoningBytes("\n <think>ab</think>"), 19u);
