@@ -31,6 +31,7 @@ absl::StatusOr<engine::GrammarConstraint> StructuralTagFromProto(const proto::St
           absl::StrCat("sampling_params.structural_tag.form ", tag.form(), " is not known"));
   }
   constraint.allow_thinking = tag.allow_thinking();
+  constraint.thinking_open = tag.allow_thinking() && tag.thinking_open();
   return constraint;
 }
 

@@ -20,7 +20,8 @@ absl::StatusOr<GrammarPtr> CompileConstraint(const Constraint& constraint) {
     case Constraint::Kind::kEbnf:
       return CompileEbnf(constraint.text);
     case Constraint::Kind::kStructuralTag:
-      return CompileStructuralTag(constraint.text, constraint.tag_form, constraint.allow_thinking);
+      return CompileStructuralTag(constraint.text, constraint.tag_form, constraint.allow_thinking,
+                                  constraint.thinking_open);
   }
   return absl::InvalidArgumentError("unknown grammar constraint");
 }

@@ -23,6 +23,7 @@ struct Constraint {
   // kStructuralTag only (structural_tag.h).
   StructuralTagForm tag_form = StructuralTagForm::kTriggered;
   bool allow_thinking = false;
+  bool thinking_open = false;  // with allow_thinking: the block is open already (structural_tag.h)
 };
 
 // The constraint's grammar: InvalidArgument or ResourceExhausted naming the unsupported feature

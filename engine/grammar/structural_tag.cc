@@ -220,7 +220,8 @@ Symbol AvoidingText(GrammarBuilder& builder, const Automaton& automaton,
 }  // namespace
 
 absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, StructuralTagForm form,
-                                                bool allow_thinking, const GrammarLimits& limits) {
+                                                bool allow_thinking, bool thinking_open,
+                                                const GrammarLimits& limits) {
   ASSIGN_OR_RETURN(const Tag tag, ParseTag(tag_json));
   GrammarBuilder builder(limits);
   std::vector<Symbol> values;
@@ -267,12 +268,21 @@ absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, Struc
     for (size_t i = 0; i < tag.structures.size(); ++i) alternatives.push_back(structure_from(i, 0));
     const Symbol call = builder.Choice(std::move(alternatives));
     if (allow_thinking) {
-      Sequence think = builder.Literal("<think>");
+      Sequence think;
+      if (thinking_open) {
+        think.push_back(builder.Optional(builder.Literal("<think>")));
+      } else {
+        think = builder.Literal("<think>");
+      }
       think.push_back(AvoidingText(builder, Automaton({"</think>"}), nullptr));
       const Sequence close = builder.Literal("</think>");
       think.insert(think.end(), close.begin(), close.end());
       think.push_back(builder.Repeat({builder.Byte('\n')}, 0, 2));
-      body.push_back(builder.Optional(think));
+      if (thinking_open) {
+        body.insert(body.end(), think.begin(), think.end());
+      } else {
+        body.push_back(builder.Optional(think));
+      }
     }
     body.push_back(call);
     if (form == StructuralTagForm::kOneOrMore)

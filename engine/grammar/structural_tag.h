@@ -19,7 +19,9 @@
 //   kOneOrMore: one or more structures separated by "\n".
 // `allow_thinking` (kOne and kOneOrMore): the structures may be preceded by one "<think>" block
 // (text without "</think>", then "</think>" and up to two line breaks), Qwen3's reasoning as the
-// reasoning parser splits it off.
+// reasoning parser splits it off. `thinking_open` (with allow_thinking): the prompt left the model
+// inside that block (a template ending with "<think>"), so the block is required and its
+// "<think>" optional: text without "</think>", "</think>", up to two line breaks, the structures.
 //
 // Validation, an InvalidArgument naming the field ("structural_tag: structures[1].end must be a
 // string"): 1..kMaxStructures structures; 1..kMaxTriggers triggers of 1..kMaxTriggerBytes bytes,
@@ -57,7 +59,7 @@ inline constexpr JsonSchemaOptions kStructuralTagSchemaOptions{
 
 // `tag_json` is the tag's JSON text.
 absl::StatusOr<GrammarPtr> CompileStructuralTag(std::string_view tag_json, StructuralTagForm form,
-                                                bool allow_thinking,
+                                                bool allow_thinking, bool thinking_open = false,
                                                 const GrammarLimits& limits = GrammarLimits());
 
 }  // namespace tandem::engine::grammar

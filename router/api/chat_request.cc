@@ -319,29 +319,41 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
   if (const Json* v = Find(body, "parallel_tool_calls"); v != nullptr) {
     ASSIGN_OR_RETURN(parallel, ToBool(*v, "parallel_tool_calls"));
   }
-  // "auto" is constrained only where it must be (a strict function, parallel_tool_calls false),
-  // and not over the client's own constraint (response_format, regex...), which it leaves as is.
-  const bool constrain_auto =
-      tools.choice == ToolChoice::kAuto && AutoToolsNeedGrammar(tools, parallel) &&
-      request.sampling.constraint_case() == proto::SamplingParams::CONSTRAINT_NOT_SET;
-  if (request.tool_call_syntax != ToolCallSyntax::kNone &&
-      (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed ||
-       constrain_auto)) {
-    // Qwen3 templates let the model think first unless chat_template_kwargs.enable_thinking is
-    // false (the template then closes an empty <think></think> block in the prompt).
-    const auto thinking = options.kwargs.find("enable_thinking");
-    const bool allow_thinking =
-        ctx.tokenizer->chat_family() == engine::ChatFamily::kQwen3 &&
-        !(thinking != options.kwargs.end() && thinking->is_boolean() && !thinking->get<bool>());
-    ASSIGN_OR_RETURN(const engine::GrammarConstraint constraint,
-                     ToolCallConstraint(request.tool_call_syntax, tools, parallel, allow_thinking));
-    RETURN_IF_ERROR(SetCompiledGrammarConstraint(constraint, "tool_choice", &request.sampling));
-  }
   request.separate_reasoning = ctx.reasoning_parser;
   if (const Json* v = Find(body, "separate_reasoning"); v != nullptr) {
     ASSIGN_OR_RETURN(const bool separate, ToBool(*v, "separate_reasoning"));
     request.separate_reasoning = separate && ctx.reasoning_parser;
   }
+
+  // "auto" is constrained only where it must be (a strict function, parallel_tool_calls false),
+  // and not over the client's own constraint (response_format, regex...), which it leaves as is.
+  const bool constrain_auto =
+      tools.choice == ToolChoice::kAuto && AutoToolsNeedGrammar(tools, parallel) &&
+      request.sampling.constraint_case() == proto::SamplingParams::CONSTRAINT_NOT_SET;
+  const bool tool_grammar = request.tool_call_syntax != ToolCallSyntax::kNone &&
+                            (tools.choice == ToolChoice::kRequired ||
+                             tools.choice == ToolChoice::kNamed || constrain_auto);
+  // What follows the prompt, once it is known: `opens_thinking` when the prompt ends inside a
+  // <think> block (OpensThinking), so the answer starts as reasoning.
+  const auto finish = [&](bool opens_thinking) -> absl::Status {
+    request.reasoning_open = request.separate_reasoning && (ctx.reasoning_always || opens_thinking);
+    if (tool_grammar) {
+      // Qwen3 templates let the model think first unless chat_template_kwargs.enable_thinking
+      // is false (the template then closes an empty <think></think> block in the prompt); a
+      // prompt that opened the block has the model close it before its calls.
+      const auto thinking = options.kwargs.find("enable_thinking");
+      const bool allow_thinking =
+          opens_thinking ||
+          (ctx.tokenizer->chat_family() == engine::ChatFamily::kQwen3 &&
+           !(thinking != options.kwargs.end() && thinking->is_boolean() && !thinking->get<bool>()));
+      ASSIGN_OR_RETURN(const engine::GrammarConstraint constraint,
+                       ToolCallConstraint(request.tool_call_syntax, tools, parallel, allow_thinking,
+                                          opens_thinking));
+      RETURN_IF_ERROR(SetCompiledGrammarConstraint(constraint, "tool_choice", &request.sampling));
+    }
+    // The rendered template already carries its special tokens (e.g. BOS).
+    return FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request);
+  };
 
   // SGLang's extension: the prompt already rendered and tokenized by the client, used as it is
   // instead of the template's rendering of `messages` (which are still checked, and tools and
@@ -349,17 +361,16 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
   if (const Json* ids = Find(body, "input_ids"); ids != nullptr) {
     ASSIGN_OR_RETURN(request.input_ids, ToIntList(*ids, "input_ids", 0, kInt32Max));
     if (request.input_ids.empty()) return absl::InvalidArgumentError("input_ids is empty");
-    if (request.separate_reasoning && !ctx.reasoning_always && ctx.tokenizer != nullptr) {
+    bool opens_thinking = false;
+    if (ctx.tokenizer != nullptr) {
       // The prompt's end, as text: a template's "<think>\n" is a few tokens at most.
       constexpr size_t kTail = 8;
       const size_t n = request.input_ids.size();
       const std::vector<int32_t> tail(request.input_ids.begin() + (n > kTail ? n - kTail : 0),
                                       request.input_ids.end());
-      request.reasoning_open = OpensThinking(ctx.tokenizer->Decode(tail));
+      opens_thinking = OpensThinking(ctx.tokenizer->Decode(tail));
     }
-    request.reasoning_open |= request.separate_reasoning && ctx.reasoning_always;
-    RETURN_IF_ERROR(
-        FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));
+    RETURN_IF_ERROR(finish(opens_thinking));
     return request;
   }
   if (ctx.tokenizer == nullptr) {
@@ -368,11 +379,7 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
   }
   ASSIGN_OR_RETURN(request.prompt_text, ctx.tokenizer->ApplyChatTemplate(conversation, options),
                    "cannot apply the chat template: ");
-  request.reasoning_open =
-      request.separate_reasoning && (ctx.reasoning_always || OpensThinking(request.prompt_text));
-  // The rendered template already carries its special tokens (e.g. BOS).
-  RETURN_IF_ERROR(
-      FinishPrompt(ctx, ctx.default_max_new_tokens, /*add_special_tokens=*/false, &request));
+  RETURN_IF_ERROR(finish(OpensThinking(request.prompt_text)));
   return request;
 }
 

@@ -70,6 +70,7 @@ proto::StructuralTag StructuralTagToProto(const engine::GrammarConstraint& const
       break;
   }
   tag.set_allow_thinking(constraint.allow_thinking);
+  tag.set_thinking_open(constraint.thinking_open);
   return tag;
 }
 

@@ -43,7 +43,8 @@ bool AutoToolsNeedGrammar(const ChatTools& tools, bool parallel_tool_calls) {
 absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax syntax,
                                                                const ChatTools& tools,
                                                                bool parallel_tool_calls,
-                                                               bool allow_thinking) {
+                                                               bool allow_thinking,
+                                                               bool thinking_open) {
   using engine::grammar::StructuralTagForm;
   const bool llama3 = syntax == ToolCallSyntax::kLlama3;
   nlohmann::ordered_json structures = nlohmann::ordered_json::array();
@@ -87,6 +88,7 @@ absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax sy
   }
   // The triggered forms take thinking as free text already.
   constraint.allow_thinking = allow_thinking && !llama3 && tools.choice != ToolChoice::kAuto;
+  constraint.thinking_open = constraint.allow_thinking && thinking_open;
   const absl::StatusOr<engine::grammar::GrammarPtr> compiled =
       engine::grammar::CompileConstraint(constraint);
   if (!compiled.ok()) return ToolError(compiled.status(), tool_of_structure);

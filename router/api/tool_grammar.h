@@ -34,14 +34,17 @@ bool AutoToolsNeedGrammar(const ChatTools& tools, bool parallel_tool_calls);
 // parallel_tool_calls (and always for kLlama3) the answer ends with the first call.
 // `allow_thinking` (kQwen, not kAuto: a Qwen3 template with thinking enabled): the calls may be
 // preceded by one "<think>...</think>" block and up to two line breaks, as SGLang's structural
-// tags allow. The tag is compiled here, once: a parameters schema the compiler cannot enforce is an
-// InvalidArgument naming it ("tools[0].function.parameters: json_schema: unsupported keyword
-// 'multipleOf' at ..."), any other compile error (the grammar too large) one prefixed
-// "tool_choice: ". Set the result with SetCompiledGrammarConstraint (sampling_params.h).
+// tags allow; with `thinking_open` too (the prompt ended inside a <think> block), the block's
+// text and "</think>" must come first, its "<think>" optional. The tag is compiled here, once: a
+// parameters schema the compiler cannot enforce is an InvalidArgument naming it
+// ("tools[0].function.parameters: json_schema: unsupported keyword 'multipleOf' at ..."), any other
+// compile error (the grammar too large) one prefixed "tool_choice: ". Set the result with
+// SetCompiledGrammarConstraint (sampling_params.h).
 absl::StatusOr<engine::grammar::Constraint> ToolCallConstraint(ToolCallSyntax syntax,
                                                                const ChatTools& tools,
                                                                bool parallel_tool_calls,
-                                                               bool allow_thinking = false);
+                                                               bool allow_thinking = false,
+                                                               bool thinking_open = false);
 
 }  // namespace tandem::router::api_internal
 

@@ -96,6 +96,15 @@ TEST(SamplingParamsFromProtoTest, GrammarConstraintIsCarried) {
   EXPECT_EQ(s->constraint.text, "{}");
   EXPECT_EQ(s->constraint.tag_form, engine::grammar::StructuralTagForm::kOneOrMore);
   EXPECT_TRUE(s->constraint.allow_thinking);
+  EXPECT_FALSE(s->constraint.thinking_open);
+  p.mutable_structural_tag()->set_thinking_open(true);
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->constraint.thinking_open);
+  p.mutable_structural_tag()->set_allow_thinking(false);  // open only means something with it
+  s = SamplingParamsFromProto(p, kVocab, Seeds());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->constraint.thinking_open);
   p.mutable_structural_tag()->set_form(proto::StructuralTag::TRIGGERED_AT_MOST_ONE);
   s = SamplingParamsFromProto(p, kVocab, Seeds());
   ASSERT_TRUE(s.ok()) << s.status();

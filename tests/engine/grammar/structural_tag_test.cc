@@ -100,6 +100,13 @@ TEST(StructuralTagTest, RequiredFormsAndThinking) {
   EXPECT_FALSE(Accepts(several, "<think>a</think>b</think>" + call));
   EXPECT_FALSE(Accepts(several, "<think>a</think>\n\n\n" + call));
   EXPECT_FALSE(Accepts(several, "<think>a</think>"));
+  // The prompt opened the block: it must close before the calls, "<think>" optional.
+  const auto open = CompileStructuralTag(kWeather, StructuralTagForm::kOne, true, true);
+  EXPECT_TRUE(Accepts(open, "a</think>\n\n" + call));
+  EXPECT_TRUE(Accepts(open, "<think>a</think>" + call));
+  EXPECT_TRUE(Accepts(open, "</think>" + call));
+  EXPECT_FALSE(Accepts(open, call));
+  EXPECT_FALSE(Accepts(open, "a</think>b" + call));
 }
 
 TEST(StructuralTagTest, MalformedTagsNameTheField) {

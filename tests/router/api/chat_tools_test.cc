@@ -174,6 +174,7 @@ bool GrammarAccepts(const RoutedRequest& request, const std::string& text) {
       constraint.tag_form = StructuralTagForm::kTriggered;
   }
   constraint.allow_thinking = tag.allow_thinking();
+  constraint.thinking_open = tag.thinking_open();
   auto grammar = engine::grammar::CompileConstraint(constraint);
   EXPECT_TRUE(grammar.ok()) << grammar.status();
   if (!grammar.ok()) return false;
@@ -519,6 +520,35 @@ TEST(ChatToolsTest, SeparateReasoningNeedsTheRoutersParser) {
   EXPECT_FALSE(ParseChatCompletions(off, ctx)->separate_reasoning);
   EXPECT_EQ(Error(R"({"messages":[{"role":"user","content":"x"}],"separate_reasoning":1})"),
             "separate_reasoning must be a boolean, got integer");
+}
+
+// A prompt that ends inside a <think> block (a thinking template's) has the model close it
+// before the call tool_choice requires; with the block closed in the prompt, the call comes first.
+TEST(ChatToolsGrammarTest, RequiredCallsFollowTheBlockThePromptOpened) {
+  ApiContext ctx = QwenContext();
+  ctx.reasoning_parser = true;
+  const auto body = [&](const std::string& prompt) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int32_t id : QwenTokenizer().Encode(prompt, /*add_special_tokens=*/false)) {
+      ids.push_back(id);
+    }
+    return Body(absl::StrCat(R"("tool_choice":"required","input_ids":)", ids.dump()));
+  };
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
+  const auto open = ParseChatCompletions(body("<|im_start|>assistant\n<think>\n"), ctx);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_TRUE(open->reasoning_open);
+  EXPECT_TRUE(GrammarAccepts(*open, "Paris it is.\n</think>\n\n" + call));
+  EXPECT_TRUE(GrammarAccepts(*open, "<think>Paris.</think>" + call));
+  EXPECT_FALSE(GrammarAccepts(*open, call));  // still inside the block
+  EXPECT_FALSE(GrammarAccepts(*open, "Paris.</think>\n\nSure: " + call));
+  const auto closed =
+      ParseChatCompletions(body("<|im_start|>assistant\n<think>\n\n</think>\n\n"), ctx);
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_TRUE(GrammarAccepts(*closed, call));
+  EXPECT_FALSE(GrammarAccepts(*closed, "Paris.</think>" + call));
 }
 
 // The answer starts as reasoning when the prompt ends inside a <think> block (a thinking
