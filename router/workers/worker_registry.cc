@@ -303,6 +303,10 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
       worker->client().Health(
           false, deadline, [this, worker, id](grpc::Status status, proto::HealthResponse response) {
             bool ok = status.ok();
+            // Counted before the state it leads to is visible (a reader that sees the worker
+            // turn unhealthy finds its failed probes counted).
+            const bool serving = ok && response.status() == proto::HealthResponse::SERVING;
+            probes_family_->WithLabels({worker->url(), serving ? "ok" : "failed"}).Increment();
             const bool turned_healthy = worker->OnProbe(
                 ok, response.status(), ok ? response.message() : StatusText(status));
             // A token for the proven instance refused: the worker restarted (a new instance id)
@@ -310,8 +314,6 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
             const bool reprove = status.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
                                  !options_.cluster_secret.empty();
             if (reprove) worker->client().ForgetProof();
-            bool serving = ok && response.status() == proto::HealthResponse::SERVING;
-            probes_family_->WithLabels({worker->url(), serving ? "ok" : "failed"}).Increment();
             const bool down = !worker->healthy();
             {
               absl::MutexLock lock(&mu_);
@@ -336,8 +338,8 @@ void WorkerRegistry::SendProbe(const WorkerPtr& worker, uint64_t id) {
 void WorkerRegistry::SendProof(const WorkerPtr& worker, uint64_t id) {
   auto deadline = absl::Now() + std::max(absl::Seconds(1), options_.health_check_timeout);
   Register(id, worker->client().Prove(deadline, [this, worker, id](absl::Status status) {
-    worker->OnProof(status);
     probes_family_->WithLabels({worker->url(), status.ok() ? "ok" : "failed"}).Increment();
+    worker->OnProof(status);
     // Unreachable (it may still be starting): ask again soon. Answered without a valid proof:
     // a stranger, or a member with another secret; ask again at the health-check interval.
     const bool unreachable = status.code() == absl::StatusCode::kUnavailable ||
