@@ -17,11 +17,13 @@ DirectAnswer::Result DirectAnswer::TrySend(const std::function<std::string()>& w
   if (!allowed_) return Result::kNotAllowed;
   allowed_ = false;
   const std::string bytes = wire();
+  // Stamped before the write: the client may act on the answer before this thread runs again.
+  const Clock::time_point at = Clock::now();
   // The socket is non-blocking: a full buffer or a broken connection leaves the rest to the
   // strand, whose write reports the error.
   const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n == static_cast<ssize_t>(bytes.size())) {
-    sent_at_ = Clock::now();
+    sent_at_ = at;
     return Result::kSent;
   }
   rest_ = bytes.substr(n > 0 ? static_cast<size_t>(n) : 0);
