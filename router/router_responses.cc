@@ -25,10 +25,10 @@ std::string ResponseIdOf(const std::string& path) {
 }
 
 HttpResponse NotFound(const std::string& id) {
-  return ErrorResponse(absl::NotFoundError(
-      absl::StrCat("no stored response has the id '", api_internal::Excerpt(id),
-                   "': it was not stored (store: false), was deleted, or was dropped from this "
-                   "router's store (--response-store-mb)")));
+  return ErrorResponse(absl::NotFoundError(absl::StrCat(
+      "no stored response has the id '", api_internal::Excerpt(id),
+      "': it was not stored (store: false, or its answer failed or was left unfinished), was "
+      "deleted, or was dropped from this router's store (--response-store-mb)")));
 }
 
 }  // namespace

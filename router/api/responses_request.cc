@@ -452,10 +452,11 @@ absl::StatusOr<RoutedRequest> ParseResponsesJson(const Json& body, const ApiCont
     std::shared_ptr<const StoredResponse> stored =
         ctx.response_store == nullptr ? nullptr : ctx.response_store->Get(previous);
     if (stored == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "previous_response_id '", Excerpt(previous),
-          "' names no stored response: it was not stored (store: false), was deleted, or was "
-          "dropped from this router's store (--response-store-mb)"));
+      return absl::NotFoundError(
+          absl::StrCat("previous_response_id '", Excerpt(previous),
+                       "' names no stored response: it was not stored (store: false, or its answer "
+                       "failed or was left unfinished), was deleted, or was dropped from this "
+                       "router's store (--response-store-mb)"));
     }
     responses->conversation = stored->conversation;
     echo["previous_response_id"] = previous;

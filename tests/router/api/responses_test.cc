@@ -215,7 +215,8 @@ TEST(ParseResponsesTest, PreviousResponseContinuesItsConversation) {
   EXPECT_EQ(ErrorOf(ParseResponses(R"({"input":"x","previous_response_id":"resp_b"})", ctx),
                     absl::StatusCode::kNotFound),
             "previous_response_id 'resp_b' names no stored response: it was not stored (store: "
-            "false), was deleted, or was dropped from this router's store (--response-store-mb)");
+            "false, or its answer failed or was left unfinished), was deleted, or was dropped "
+            "from this router's store (--response-store-mb)");
 }
 
 TEST(ResponseStoreTest, KeepsTheMostRecentlyUsedWithinItsBytes) {
