@@ -309,19 +309,24 @@ void ClientCall::FinishAborted() {
         stream_->Write(item.shaper->StreamEvent(abort));
       }
       stream_->Write(items_.front().shaper->StreamDone());
+      // Not an error of the router's or a worker's: counted by status only, before the client
+      // can see the end (and read /metrics).
+      server_->router_metrics_->CountRequest(route_, code);
       stream_->Finish();
+    } else {
+      server_->router_metrics_->CountRequest(route_, code);
     }
   } else if (responder_) {
     ResponseShaper& shaper = *items_.front().shaper;
     shaper.Accumulate(abort);
     HttpResponse r = ErrorResponse(shaper.FinalStatus());
     r.headers.insert(r.headers.end(), headers_.begin(), headers_.end());
-    code = r.status;
+    server_->router_metrics_->CountRequest(route_, r.status);
     responder_->Send(std::move(r));
     responder_.reset();
+  } else {
+    server_->router_metrics_->CountRequest(route_, code);
   }
-  // Not an error of the router's or a worker's: counted by status only.
-  server_->router_metrics_->CountRequest(route_, code);
 }
 
 void ClientCall::CancelOthers() {
@@ -506,8 +511,8 @@ void ClientCall::CompleteLocked() {
     }
     if (!single_) stream_->Write(ResponseShaper::BatchStreamUsage(shapers, n_));
     stream_->Write(items_.front().shaper->StreamDone());
+    Count(200, absl::OkStatus());  // before the client can see the end
     stream_->Finish();
-    Count(200, absl::OkStatus());
     return;
   }
   const double e2e = ToSec(now - received_);
@@ -515,9 +520,9 @@ void ClientCall::CompleteLocked() {
                                                    : ResponseShaper::BatchBody(shapers, n_, e2e));
   if (single_) server_->StoreResponse(*items_.front().shaper);
   r.headers = headers_;
+  Count(200, absl::OkStatus());  // before the client can have the answer
   responder_->Send(std::move(r));
   responder_.reset();
-  Count(200, absl::OkStatus());
 }
 
 void ClientCall::SendError(const absl::Status& status) {
@@ -526,12 +531,11 @@ void ClientCall::SendError(const absl::Status& status) {
                        : ErrorResponse(status);
   r.headers.insert(r.headers.end(), headers_.begin(), headers_.end());
   AddRetryAfter(&r);
-  const int code = r.status;
+  Count(r.status, status);  // before the client can have the answer
   if (responder_) {
     responder_->Send(std::move(r));
     responder_.reset();
   }
-  Count(code, status);
 }
 
 void ClientCall::Count(int status, const absl::Status& error) {
