@@ -456,6 +456,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     const engine::Weights& w8 = (*model8)->weights();
+    std::printf("int8 weights: %.1f MB resident, %.1f MB in huge pages\n",
+                w8.resident_bytes() / 1e6, w8.huge_page_bytes() / 1e6);
+    out["int8_weights_huge_page_bytes"] = w8.huge_page_bytes();
     Bench bench8{model8->get(), c.vocab_size};
     double best_read8_s = 1e30;
     const double tps8 =
