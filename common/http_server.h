@@ -28,13 +28,12 @@
 // Limits and errors (bodies are JSON {"error":{"message","type","code"}}): body larger than
 // max_body_bytes -> 413, headers larger than max_header_bytes -> 431, malformed request -> 400, a
 // transfer coding other than chunked -> 400 when chunked is not last (the length is unknown),
-// else 501 (RFC 9112 6.1); these close the connection. Bodies held at once over all connections are
-// bounded too
-// (`max_body_bytes_held`): a request whose body would pass that bound is answered 503 with
-// Retry-After before its body is read, and the connection closes. Unknown path -> 404, known path
-// with another method -> 405 (with Allow). HEAD runs the path's GET route (unless a HEAD route is
-// registered) and is answered with that route's header, Content-Length included, without the
-// body; a stream's writes are dropped. A request that announces a body is judged on its head
+// else 501 (RFC 9112 6.1); these close the connection. Bodies held at once over all connections
+// are bounded too (`max_body_bytes_held`): a request whose body would pass that bound is answered
+// 503 with Retry-After before its body is read, and the connection closes. Unknown path -> 404,
+// known path with another method -> 405 (with Allow). HEAD runs the path's GET route (unless a HEAD
+// route is registered) and is answered with that route's header, Content-Length included, without
+// the body; a stream's writes are dropped. A request that announces a body is judged on its head
 // first: an unknown path, a method not allowed, or a route's HttpHeadCheck refusing it (e.g. a
 // missing key) is answered before any body byte is read (no 100 Continue), and the connection
 // closes, so a peer that may not use a route cannot make the server buffer a body for it. A

@@ -179,9 +179,6 @@ class ServerCore {
   // 404, 405 or the route's head check's refusal; nullopt when the body should be read.
   std::optional<HttpResponse> RefuseHead(const HttpRequest& head) const;
   void RemoveSession(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
-  // The connections at once: options().max_connections, lowered to leave room under the
-  // process's open-file limit (RLIMIT_NOFILE) so that the cap, not the file table, is met first.
-  int max_connections() const { return max_connections_; }
 
  private:
   void Accept();
@@ -194,6 +191,8 @@ class ServerCore {
   std::shared_ptr<HttpConnection> ChooseEvictionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const HttpServerOptions options_;
+  // The connections at once: options_.max_connections, lowered to leave room under the
+  // process's open-file limit (RLIMIT_NOFILE) so that the cap, not the file table, is met first.
   const int max_connections_;
   BodyBudget body_budget_;
   std::unique_ptr<net::ssl::context> tls_;  // null: plain HTTP; set by Listen()

@@ -295,8 +295,10 @@ void ClientCall::FinishAborted() {
   abort.set_finished(true);
   abort.mutable_finish_reason()->set_type(proto::FinishReason::ABORT);
   abort.mutable_finish_reason()->set_message("aborted by /abort_request");
-  int code = 200;
+  // Not an error of the router's or a worker's: counted by status only, and before the client
+  // can see the end (and read /metrics).
   if (stream_requested_) {
+    server_->router_metrics_->CountRequest(route_, 200);
     if (!stream_ && responder_) {
       stream_ = responder_->StartStream(200, "text/event-stream", headers_);
       responder_.reset();
@@ -309,12 +311,7 @@ void ClientCall::FinishAborted() {
         stream_->Write(item.shaper->StreamEvent(abort));
       }
       stream_->Write(items_.front().shaper->StreamDone());
-      // Not an error of the router's or a worker's: counted by status only, before the client
-      // can see the end (and read /metrics).
-      server_->router_metrics_->CountRequest(route_, code);
       stream_->Finish();
-    } else {
-      server_->router_metrics_->CountRequest(route_, code);
     }
   } else if (responder_) {
     ResponseShaper& shaper = *items_.front().shaper;
@@ -325,7 +322,7 @@ void ClientCall::FinishAborted() {
     responder_->Send(std::move(r));
     responder_.reset();
   } else {
-    server_->router_metrics_->CountRequest(route_, code);
+    server_->router_metrics_->CountRequest(route_, 200);
   }
 }
 

@@ -362,7 +362,7 @@ absl::StatusOr<RoutedRequest> ParseChatCompletionsJson(const Json& body, const A
     ASSIGN_OR_RETURN(request.input_ids, ToIntList(*ids, "input_ids", 0, kInt32Max));
     if (request.input_ids.empty()) return absl::InvalidArgumentError("input_ids is empty");
     bool opens_thinking = false;
-    if (ctx.tokenizer != nullptr) {
+    if (ctx.tokenizer != nullptr && (request.separate_reasoning || tool_grammar)) {
       // The prompt's end, as text: a template's "<think>\n" is a few tokens at most.
       constexpr size_t kTail = 8;
       const size_t n = request.input_ids.size();
