@@ -291,8 +291,14 @@ TEST_F(IntegrationTest, NotificationIsDeliveredAfterTheData) {
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<uint8_t> expected(kBytes, 0);
   std::mt19937_64 rng(8);
-  for (int layer = 0; layer < 24; ++layer) {  // one batch per layer, as a prefill daemon does
-    auto ops = testing::RandomOps(rng, kBytes, 32, 1, 2);
+  // One batch per layer, each into its own slice, as a prefill daemon writes a layer's blocks:
+  // the engine orders a notification after every earlier batch, not overlapping batches among
+  // themselves, so overlapping writes would make the expected bytes depend on that order.
+  constexpr int kLayers = 24;
+  constexpr uint64_t kSlice = kBytes / kLayers;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    auto ops = testing::RandomOps(rng, kSlice, 32, 1, 2);
+    for (WriteOp& op : ops) op.remote_offset += layer * kSlice;
     for (const WriteOp& op : ops) {
       std::memcpy(expected.data() + op.remote_offset, src_.data() + op.local_offset, op.length);
     }
